@@ -1,0 +1,53 @@
+//! Parsing the operator's per-topic config (JSON) into a policy's config struct.
+
+use serde::de::DeserializeOwned;
+
+/// Parse `json` into `T`. An empty string means `{}`. The error names the path of the
+/// offending field, e.g. `config.rules[2].max_attempts: invalid type: string "five",
+/// expected u32`.
+pub fn parse_config<T: DeserializeOwned>(json: &str) -> Result<T, String> {
+    let json = if json.trim().is_empty() { "{}" } else { json };
+    let mut de = serde_json::Deserializer::from_str(json);
+    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." { format!("config: {}", e.inner()) } else { format!("config.{path}: {}", e.inner()) }
+    })?;
+    de.end().map_err(|e| format!("config: {e}"))?;
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize, Debug, Default)]
+    #[serde(deny_unknown_fields, default)]
+    struct Cfg {
+        max_attempts: u32,
+        rules: Vec<Rule>,
+    }
+
+    #[derive(serde::Deserialize, Debug, Default)]
+    #[serde(deny_unknown_fields)]
+    struct Rule {
+        #[allow(dead_code)]
+        kind: String,
+    }
+
+    #[test]
+    fn empty_means_defaults() {
+        let c: Cfg = parse_config("  ").unwrap();
+        assert_eq!(c.max_attempts, 0);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = parse_config::<Cfg>(r#"{"max_attempts": "five"}"#).unwrap_err();
+        assert!(e.starts_with("config.max_attempts:"), "{e}");
+        let e = parse_config::<Cfg>(r#"{"rules": [{"kind": "a"}, {"kidn": "b"}]}"#).unwrap_err();
+        assert!(e.starts_with("config.rules[1]"), "{e}");
+        assert!(e.contains("kidn"), "{e}");
+        let e = parse_config::<Cfg>("{} trailing").unwrap_err();
+        assert!(e.starts_with("config:"), "{e}");
+    }
+}

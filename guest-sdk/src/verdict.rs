@@ -1,0 +1,159 @@
+//! The policy's answer: an action, a class, a reason, an alert and labels.
+
+use serde::{Deserialize, Serialize};
+
+/// What to do with the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "type", content = "ms")]
+pub enum Action {
+    /// Redeliver after this many milliseconds (0 means now); spends one attempt.
+    Retry(u64),
+    /// Redeliver after this many milliseconds without spending an attempt (rate limits, an
+    /// open circuit, a downstream known to be down). The host bounds how often and how long.
+    Delay(u64),
+    /// Move the message to its dead-letter queue with its whole history.
+    DeadLetter,
+    /// Drop the message; the host keeps an audit record with the reason.
+    Discard,
+}
+
+/// Why the message failed, in the vocabulary shared by alerts, metrics and envelopes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Class {
+    /// Will probably succeed later: timeouts, 503, rate limits, deadlocks.
+    Transient,
+    /// Will never succeed: a validation or business rule failure, a missing entity, auth.
+    Permanent,
+    /// The message itself is broken: does not parse, unknown schema version.
+    Poison,
+    /// A transient failure that kept failing past its attempt limit.
+    Exhausted,
+    /// The message outlived its TTL or business deadline.
+    Expired,
+    /// The consumer explicitly asked for the message to be dead-lettered.
+    Rejected,
+    /// The policy cannot tell.
+    Unknown,
+}
+
+/// How loudly operators should hear about a verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Severity {
+    /// No alert.
+    #[default]
+    None,
+    /// Worth a look.
+    Info,
+    /// Someone should look today.
+    Warning,
+    /// Someone should look now.
+    Critical,
+}
+
+/// A policy's verdict on one failed delivery.
+///
+/// Build one with a constructor for the action and refine it with the chainable setters:
+///
+/// ```
+/// use verdict_sdk::{Class, Severity, Verdict};
+///
+/// let v = Verdict::dead_letter(Class::Permanent)
+///     .because("amount is negative")
+///     .alert(Severity::Critical)
+///     .label("rule", "negative-amount");
+/// assert_eq!(v.labels, vec![("rule".to_string(), "negative-amount".to_string())]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// What to do.
+    pub action: Action,
+    /// Why the message failed.
+    pub class: Class,
+    /// A short explanation for humans.
+    pub reason: String,
+    /// How loudly to alert.
+    pub alert: Severity,
+    /// Context for the dead-letter envelope and logs.
+    pub labels: Vec<(String, String)>,
+}
+
+impl Verdict {
+    fn new(action: Action, class: Class) -> Self {
+        Verdict { action, class, reason: String::new(), alert: Severity::None, labels: Vec::new() }
+    }
+
+    /// Retry after `ms` milliseconds, spending one attempt. Class: transient.
+    pub fn retry_after(ms: u64) -> Self {
+        Self::new(Action::Retry(ms), Class::Transient)
+    }
+
+    /// Retry at once, spending one attempt. Class: transient.
+    pub fn retry_now() -> Self {
+        Self::retry_after(0)
+    }
+
+    /// Redeliver after `ms` milliseconds without spending an attempt. Class: transient.
+    pub fn delay(ms: u64) -> Self {
+        Self::new(Action::Delay(ms), Class::Transient)
+    }
+
+    /// Dead-letter the message with the given class.
+    pub fn dead_letter(class: Class) -> Self {
+        Self::new(Action::DeadLetter, class)
+    }
+
+    /// Drop the message (the host audits it). Give a reason with [`Verdict::because`].
+    pub fn discard(class: Class) -> Self {
+        Self::new(Action::Discard, class)
+    }
+
+    /// Set the reason operators read.
+    #[must_use]
+    pub fn because(mut self, reason: impl Into<String>) -> Self {
+        self.reason = reason.into();
+        self
+    }
+
+    /// Set the alert severity.
+    #[must_use]
+    pub fn alert(mut self, severity: Severity) -> Self {
+        self.alert = severity;
+        self
+    }
+
+    /// Override the class.
+    #[must_use]
+    pub fn class(mut self, class: Class) -> Self {
+        self.class = class;
+        self
+    }
+
+    /// Add a key/value label.
+    #[must_use]
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.push((key.into(), value.into()));
+        self
+    }
+
+    /// The delay of a retry or delay verdict, `None` for the terminal actions.
+    pub fn delay_ms(&self) -> Option<u64> {
+        match self.action {
+            Action::Retry(ms) | Action::Delay(ms) => Some(ms),
+            Action::DeadLetter | Action::Discard => None,
+        }
+    }
+}
+
+/// What a policy says about itself (filled in by [`export_policy!`](crate::export_policy)
+/// from the crate's `Cargo.toml`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Info {
+    /// The policy's name.
+    pub name: String,
+    /// The policy's version.
+    pub version: String,
+    /// One line on what it does.
+    pub description: String,
+}

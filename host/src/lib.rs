@@ -1,0 +1,2 @@
+//! stub
+pub use wasmtime;
