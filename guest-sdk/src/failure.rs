@@ -62,6 +62,7 @@ pub(crate) struct Lazy<T> {
 }
 
 impl<T: Default> Lazy<T> {
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     pub(crate) fn host(fetch: fn() -> T) -> Self {
         Lazy { cell: OnceCell::new(), fetch: Some(fetch) }
     }

@@ -1,0 +1,163 @@
+//! The contract's generated bindings and the host side of its imports.
+
+use std::sync::Arc;
+
+use wasmtime::component::HasSelf;
+use wasmtime::{ResourceLimiter, Result};
+
+use crate::failure::Details;
+
+#[allow(missing_docs, unused_qualifications, clippy::all)]
+mod generated {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "policy",
+    });
+}
+
+pub(crate) use generated::Policy as PolicyBindings;
+pub(crate) use generated::PolicyPre as PolicyBindingsPre;
+pub(crate) use generated::verdict::policy::types as wit;
+
+use generated::verdict::policy::host::Host;
+
+/// Longest log line a policy may write; the rest is cut.
+const MAX_LOG_LINE_BYTES: usize = 4 << 10;
+/// Log lines one call may write; more are dropped and counted.
+const MAX_LOG_LINES_PER_CALL: u32 = 32;
+
+/// What a store carries for one policy instance.
+pub(crate) struct HostState {
+    pub(crate) limiter: MemoryLimiter,
+    /// The failure being decided; `None` outside `decide`.
+    pub(crate) current: Option<Arc<Details>>,
+    /// The last panic message the SDK's hook logged, to explain the trap that follows.
+    pub(crate) last_panic: Option<String>,
+    pub(crate) policy: Arc<str>,
+    log_lines: u32,
+}
+
+impl HostState {
+    pub(crate) fn new(policy: Arc<str>, memory_cap_bytes: usize) -> Self {
+        HostState {
+            limiter: MemoryLimiter::new(memory_cap_bytes),
+            current: None,
+            last_panic: None,
+            policy,
+            log_lines: 0,
+        }
+    }
+
+    /// Reset per-call state.
+    pub(crate) fn begin_call(&mut self, current: Option<Arc<Details>>) {
+        self.current = current;
+        self.log_lines = 0;
+        self.last_panic = None;
+    }
+
+    fn details(&self) -> Option<&Details> {
+        self.current.as_deref()
+    }
+}
+
+pub(crate) fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> Result<()> {
+    generated::verdict::policy::host::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
+impl generated::verdict::policy::types::Host for HostState {}
+
+impl Host for HostState {
+    fn log(&mut self, level: wit::Level, message: String) {
+        let mut message = message;
+        if level == wit::Level::Error && message.starts_with("panic: ") {
+            self.last_panic = Some(message["panic: ".len()..].to_string());
+        }
+        self.log_lines += 1;
+        if self.log_lines > MAX_LOG_LINES_PER_CALL {
+            return;
+        }
+        crate::truncate_utf8(&mut message, MAX_LOG_LINE_BYTES);
+        let policy = &*self.policy;
+        match level {
+            wit::Level::Trace => tracing::trace!(target: "verdict::policy", policy, "{message}"),
+            wit::Level::Debug => tracing::debug!(target: "verdict::policy", policy, "{message}"),
+            wit::Level::Info => tracing::info!(target: "verdict::policy", policy, "{message}"),
+            wit::Level::Warn => tracing::warn!(target: "verdict::policy", policy, "{message}"),
+            wit::Level::Error => tracing::error!(target: "verdict::policy", policy, "{message}"),
+        }
+    }
+
+    fn topic(&mut self) -> String {
+        self.details().map(|d| d.topic.clone()).unwrap_or_default()
+    }
+
+    fn message_id(&mut self) -> String {
+        self.details().map(|d| d.message_id.clone()).unwrap_or_default()
+    }
+
+    fn consumer_group(&mut self) -> String {
+        self.details().map(|d| d.consumer_group.clone()).unwrap_or_default()
+    }
+
+    fn error_message(&mut self) -> String {
+        self.details().map(|d| d.error_message.clone()).unwrap_or_default()
+    }
+
+    fn content_type(&mut self) -> Option<String> {
+        self.details().and_then(|d| d.content_type.clone())
+    }
+
+    fn headers(&mut self) -> Vec<wit::Header> {
+        let Some(d) = self.details() else { return Vec::new() };
+        d.headers.iter().map(|(name, value)| wit::Header { name: name.clone(), value: value.clone() }).collect()
+    }
+
+    fn payload(&mut self) -> Vec<u8> {
+        self.details().map(|d| d.payload.clone()).unwrap_or_default()
+    }
+
+    fn history(&mut self) -> Vec<wit::AttemptRecord> {
+        let Some(d) = self.details() else { return Vec::new() };
+        d.history
+            .iter()
+            .map(|a| wit::AttemptRecord { at_ms: a.at_ms, kind: a.kind.clone(), message: a.message.clone() })
+            .collect()
+    }
+
+    fn extension(&mut self, key: String) -> Option<String> {
+        self.details().and_then(|d| d.extensions.get(&key).cloned())
+    }
+}
+
+/// Caps linear memory and remembers when a policy hit the cap, so the trap that follows is
+/// reported as "memory cap" rather than a bare out-of-bounds or unreachable.
+pub(crate) struct MemoryLimiter {
+    cap_bytes: usize,
+    pub(crate) peak_bytes: usize,
+    pub(crate) refused: Option<usize>,
+}
+
+impl MemoryLimiter {
+    fn new(cap_bytes: usize) -> Self {
+        MemoryLimiter { cap_bytes, peak_bytes: 0, refused: None }
+    }
+
+    pub(crate) fn cap_bytes(&self) -> usize {
+        self.cap_bytes
+    }
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> Result<bool> {
+        if desired > self.cap_bytes {
+            self.refused = Some(desired);
+            wasmtime::bail!("memory cap of {} bytes reached (asked for {desired})", self.cap_bytes);
+        }
+        self.peak_bytes = self.peak_bytes.max(desired);
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}

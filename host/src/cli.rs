@@ -1,0 +1,89 @@
+//! The `verdict` commands as library functions; the binary only parses arguments and prints.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use crate::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, TopicSettings};
+
+/// `verdict build`: compile each policy crate to a component; returns the component paths.
+pub fn build(crate_dirs: &[PathBuf], target_dir: Option<&Path>) -> Result<Vec<PathBuf>> {
+    let options = verdict_componentize::BuildOptions {
+        target_dir: target_dir.map(Path::to_path_buf),
+        ..Default::default()
+    };
+    crate_dirs
+        .iter()
+        .map(|dir| Ok(verdict_componentize::build_crate(dir, &options)?.component))
+        .collect()
+}
+
+/// What `verdict inspect` prints.
+#[derive(Debug, Serialize)]
+pub struct Inspection {
+    /// The policy's name.
+    pub name: String,
+    /// The policy's version.
+    pub version: String,
+    /// What it does.
+    pub description: String,
+    /// SHA-256 of the component.
+    pub sha256: String,
+    /// The contract versions this host accepts.
+    pub contract: &'static str,
+    /// The component's imports.
+    pub imports: Vec<String>,
+    /// The component's exports.
+    pub exports: Vec<String>,
+}
+
+/// `verdict inspect`: load (and so check) a component and describe it.
+pub fn inspect(path: &Path) -> Result<Inspection> {
+    let host = Host::new(&Limits::new())?;
+    let policy = host.load_file(path)?;
+    let p = policy.provenance();
+    Ok(Inspection {
+        name: p.name.clone(),
+        version: p.version.clone(),
+        description: policy.description().to_string(),
+        sha256: p.sha256.clone(),
+        contract: SUPPORTED_CONTRACT,
+        imports: policy.imports().to_vec(),
+        exports: policy.exports().to_vec(),
+    })
+}
+
+/// `verdict decide`: one decision from a policy, a config and a failure.
+pub fn decide(policy: &Path, config: Option<&str>, failure: &str, settings: TopicSettings) -> Result<Decision> {
+    let config = match config {
+        Some(arg) => json_arg(arg, "--config")?,
+        None => "{}".to_string(),
+    };
+    let failure_json = if failure == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("--failure -: reading stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(failure).with_context(|| format!("--failure {failure}"))?
+    };
+    let spec = FailureSpec::from_json(&failure_json)
+        .map_err(|e| anyhow::anyhow!("--failure {failure}: {e}"))?;
+    let host = Host::new(&Limits::new())?;
+    let decider = host.load_file(policy)?.configure(&config, settings)?;
+    Ok(decider.decide(&spec.into_failure()))
+}
+
+/// A JSON argument given inline (starts with `{`) or as a file path.
+fn json_arg(arg: &str, flag: &str) -> Result<String> {
+    let text = if arg.trim_start().starts_with('{') {
+        arg.to_string()
+    } else if Path::new(arg).is_file() {
+        std::fs::read_to_string(arg).with_context(|| format!("{flag} {arg}"))?
+    } else {
+        bail!("{flag}: `{arg}` is neither inline JSON (starting with '{{') nor a readable file");
+    };
+    serde_json::from_str::<serde_json::Value>(&text).with_context(|| format!("{flag}: not valid JSON"))?;
+    Ok(text)
+}

@@ -1,0 +1,92 @@
+//! A policy bound to one topic's config: warm instances, guardrails and the fallback.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Deserialize;
+
+use crate::instance::Instance;
+use crate::{Decision, Failure, Fallback, Fault, Guardrails, Policy};
+
+/// What a topic adds to its policy: guardrails and the fallback verdict.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TopicSettings {
+    /// Bounds on every verdict.
+    pub guardrails: Guardrails,
+    /// The verdict when the policy fails.
+    pub fallback: Fallback,
+}
+
+/// Asks one policy, configured for one topic, for decisions. Thread-safe: concurrent
+/// callers each take a warm instance (or make one), so decisions never share a store.
+pub struct Decider {
+    policy: Arc<Policy>,
+    config: Arc<str>,
+    settings: TopicSettings,
+    idle: Mutex<Vec<Instance>>,
+}
+
+impl Decider {
+    pub(crate) fn new(policy: Arc<Policy>, config: Arc<str>, settings: TopicSettings, idle: Mutex<Vec<Instance>>) -> Self {
+        Decider { policy, config, settings, idle }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Arc<Policy> {
+        &self.policy
+    }
+
+    /// The config the policy was initialised with.
+    pub fn config(&self) -> &str {
+        &self.config
+    }
+
+    /// The topic's guardrails and fallback.
+    pub fn settings(&self) -> &TopicSettings {
+        &self.settings
+    }
+
+    /// Decide on `failure`. Never panics and never hangs: a policy fault yields the
+    /// fallback verdict (with the fault recorded), and guardrails bound every verdict.
+    pub fn decide(&self, failure: &Failure) -> Decision {
+        let _span = tracing::trace_span!("decide", policy = %self.policy.provenance().name).entered();
+        let (verdict, fallback) = match self.ask(failure) {
+            Ok(verdict) => (verdict, None),
+            Err(fault) => {
+                tracing::warn!(policy = %self.policy.provenance().name, %fault, "policy fault, fallback verdict applies");
+                (self.settings.fallback.verdict(failure, &fault), Some(fault))
+            }
+        };
+        let mut clamps = Vec::new();
+        let verdict = self.settings.guardrails.apply(verdict, failure, &mut clamps);
+        Decision { verdict, provenance: self.policy.provenance().clone(), fallback, clamps }
+    }
+
+    fn ask(&self, failure: &Failure) -> Result<verdict_sdk::Verdict, Fault> {
+        let limits = self.policy.host().limits();
+        let warm = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let mut instance = match warm {
+            Some(instance) => instance,
+            None => self.fresh()?,
+        };
+        let result = instance.decide(limits, failure);
+        // A faulted instance may hold broken state: drop it. A healthy one goes back warm.
+        if result.is_ok() && instance.reusable(limits) {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if idle.len() < limits.warm_instances {
+                idle.push(instance);
+            }
+        }
+        result
+    }
+
+    fn fresh(&self) -> Result<Instance, Fault> {
+        let mut instance = Instance::new(&self.policy)?;
+        match instance.init(self.policy.host().limits(), &self.config)? {
+            Ok(()) => Ok(instance),
+            // The same config was accepted when the topic was configured; a policy that now
+            // refuses it is misbehaving.
+            Err(message) => Err(Fault::Instantiate { message: format!("init refused a config it accepted before: {message}") }),
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! A failed delivery as the host holds it, and its JSON form.
+//!
+//! The small facts live in the contract's `failure` record, passed to the policy as is; the
+//! bulky parts sit behind an `Arc` that the policy's store borrows for the call, so deciding
+//! copies nothing the policy does not ask for.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::bindings::wit;
+
+/// The parts of a failure a policy fetches on demand.
+#[derive(Debug, Default)]
+pub(crate) struct Details {
+    pub(crate) topic: String,
+    pub(crate) message_id: String,
+    pub(crate) consumer_group: String,
+    pub(crate) error_message: String,
+    pub(crate) content_type: Option<String>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) history: Vec<AttemptSpec>,
+    pub(crate) extensions: BTreeMap<String, String>,
+}
+
+/// One failed delivery, ready to be decided. Build it from a [`FailureSpec`].
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub(crate) record: wit::Failure,
+    pub(crate) details: Arc<Details>,
+}
+
+impl Failure {
+    /// 1-based count of failed deliveries, this one included.
+    pub fn attempt(&self) -> u32 {
+        self.record.attempt
+    }
+    /// Delays already granted to this message.
+    pub fn deferrals(&self) -> u32 {
+        self.record.deferrals
+    }
+    /// The error kind.
+    pub fn kind(&self) -> &str {
+        &self.record.error.kind
+    }
+    /// The jitter seed.
+    pub fn jitter_seed(&self) -> u64 {
+        self.record.jitter_seed
+    }
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.details.topic
+    }
+    /// The message id.
+    pub fn message_id(&self) -> &str {
+        &self.details.message_id
+    }
+    /// Milliseconds since the message was published (or first failed), by the failure's clock.
+    pub fn age_ms(&self) -> u64 {
+        let since = self.record.published_at_ms.unwrap_or(self.record.first_failed_at_ms);
+        self.record.now_ms.saturating_sub(since)
+    }
+}
+
+/// The JSON form of a failure, with the contract's field names. Everything but
+/// `error.kind` is optional: omitted fields take neutral defaults (attempt 1, clock 0,
+/// empty payload), and the jitter seed is derived from the message id and attempt.
+///
+/// ```
+/// use verdict_host::FailureSpec;
+///
+/// let spec: FailureSpec = serde_json::from_str(r#"{
+///     "topic": "payments", "message-id": "m-1", "attempt": 2,
+///     "error": {"kind": "db.timeout", "message": "dial tcp: i/o timeout"},
+///     "payload": {"amount": 12}
+/// }"#)?;
+/// let failure = spec.into_failure();
+/// assert_eq!(failure.attempt(), 2);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FailureSpec {
+    /// Topic the message was published to.
+    #[serde(default)]
+    pub topic: String,
+    /// The message id.
+    #[serde(default)]
+    pub message_id: String,
+    /// The consumer group.
+    #[serde(default)]
+    pub consumer_group: String,
+    /// 1-based failed deliveries, this one included (default 1).
+    #[serde(default = "one")]
+    pub attempt: u32,
+    /// Delays already granted.
+    #[serde(default)]
+    pub deferrals: u32,
+    /// First failure, ms since the epoch.
+    #[serde(default)]
+    pub first_failed_at_ms: u64,
+    /// The clock for the decision; defaults to `first-failed-at-ms`.
+    #[serde(default)]
+    pub now_ms: Option<u64>,
+    /// Publication time.
+    #[serde(default)]
+    pub published_at_ms: Option<u64>,
+    /// Deadline (TTL).
+    #[serde(default)]
+    pub deadline_ms: Option<u64>,
+    /// The error of this delivery.
+    pub error: ErrorSpec,
+    /// Earlier failed attempts, oldest first.
+    #[serde(default)]
+    pub history: Vec<AttemptSpec>,
+    /// Headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Payload: a JSON string is taken as UTF-8 text, any other JSON value as its compact
+    /// JSON encoding.
+    #[serde(default)]
+    pub payload: Option<serde_json::Value>,
+    /// Payload content type.
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// Jitter seed; derived from message id and attempt when omitted.
+    #[serde(default)]
+    pub jitter_seed: Option<u64>,
+    /// Topic statistics.
+    #[serde(default)]
+    pub stats: StatsSpec,
+    /// Facts for `host.extension`.
+    #[serde(default)]
+    pub extensions: BTreeMap<String, String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The error of a delivery.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ErrorSpec {
+    /// Machine-readable kind, e.g. `db.timeout`.
+    pub kind: String,
+    /// Human-readable message.
+    #[serde(default)]
+    pub message: String,
+    /// `Retry-After` hint in ms.
+    #[serde(default)]
+    pub retry_after_ms: Option<u64>,
+    /// Explicit reject by the consumer.
+    #[serde(default)]
+    pub rejected: bool,
+}
+
+/// One earlier failed attempt.
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct AttemptSpec {
+    /// When it failed.
+    pub at_ms: u64,
+    /// Its kind.
+    pub kind: String,
+    /// Its message.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Topic statistics over a recent window.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct StatsSpec {
+    /// Window length.
+    #[serde(default)]
+    pub window_ms: u64,
+    /// Deliveries in the window.
+    #[serde(default)]
+    pub deliveries: u32,
+    /// Failures in the window.
+    #[serde(default)]
+    pub failures: u32,
+    /// Failures in a row.
+    #[serde(default)]
+    pub consecutive_failures: u32,
+}
+
+impl FailureSpec {
+    /// Parse JSON, naming the offending field on error (e.g. `error.kind: missing field`).
+    pub fn from_json(json: &str) -> Result<Self, String> {
+        let mut de = serde_json::Deserializer::from_str(json);
+        serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let path = e.path().to_string();
+            if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
+        })
+    }
+
+    /// Freeze into a [`Failure`].
+    pub fn into_failure(self) -> Failure {
+        let payload = match self.payload {
+            None => Vec::new(),
+            Some(serde_json::Value::String(s)) => s.into_bytes(),
+            Some(other) => other.to_string().into_bytes(),
+        };
+        let jitter_seed = self.jitter_seed.unwrap_or_else(|| jitter_seed(&self.message_id, self.attempt));
+        let record = wit::Failure {
+            attempt: self.attempt,
+            deferrals: self.deferrals,
+            first_failed_at_ms: self.first_failed_at_ms,
+            now_ms: self.now_ms.unwrap_or(self.first_failed_at_ms),
+            published_at_ms: self.published_at_ms,
+            deadline_ms: self.deadline_ms,
+            error: wit::ErrorInfo {
+                kind: self.error.kind,
+                retry_after_ms: self.error.retry_after_ms,
+                rejected: self.error.rejected,
+            },
+            jitter_seed,
+            stats: wit::TopicStats {
+                window_ms: self.stats.window_ms,
+                deliveries: self.stats.deliveries,
+                failures: self.stats.failures,
+                consecutive_failures: self.stats.consecutive_failures,
+            },
+            payload_size: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+            history_len: u32::try_from(self.history.len()).unwrap_or(u32::MAX),
+        };
+        let details = Details {
+            topic: self.topic,
+            message_id: self.message_id,
+            consumer_group: self.consumer_group,
+            error_message: self.error.message,
+            content_type: self.content_type,
+            headers: self.headers.into_iter().collect(),
+            payload,
+            history: self.history,
+            extensions: self.extensions,
+        };
+        Failure { record, details: Arc::new(details) }
+    }
+}
+
+/// The jitter seed the host gives a delivery: a stable hash of the message id and the
+/// attempt (FNV-1a, then a SplitMix64 finaliser), identical across runs and machines.
+pub fn jitter_seed(message_id: &str, attempt: u32) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in message_id.bytes().chain(attempt.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    verdict_sdk::SplitMix64::new(h).next_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_json_gets_defaults_and_a_stable_seed() {
+        let f = FailureSpec::from_json(r#"{"message-id": "m1", "error": {"kind": "db.timeout"}}"#).unwrap().into_failure();
+        assert_eq!(f.attempt(), 1);
+        assert_eq!(f.jitter_seed(), jitter_seed("m1", 1));
+        assert_ne!(jitter_seed("m1", 1), jitter_seed("m1", 2));
+        assert_ne!(jitter_seed("m1", 1), jitter_seed("m2", 1));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = FailureSpec::from_json(r#"{"error": {}}"#).unwrap_err();
+        assert!(e.contains("kind"), "{e}");
+        let e = FailureSpec::from_json(r#"{"atempt": 2, "error": {"kind": "x"}}"#).unwrap_err();
+        assert!(e.contains("atempt"), "{e}");
+        let e = FailureSpec::from_json(r#"{"attempt": "two", "error": {"kind": "x"}}"#).unwrap_err();
+        assert!(e.starts_with("attempt:"), "{e}");
+        let e = FailureSpec::from_json(r#"{"history": [{"at-ms": 1}], "error": {"kind": "x"}}"#).unwrap_err();
+        assert!(e.starts_with("history[0]"), "{e}");
+    }
+
+    #[test]
+    fn payload_text_and_json_values() {
+        let f = FailureSpec::from_json(r#"{"error": {"kind": "x"}, "payload": "hi"}"#).unwrap().into_failure();
+        assert_eq!(f.details.payload, b"hi");
+        let f = FailureSpec::from_json(r#"{"error": {"kind": "x"}, "payload": {"a": 1}}"#).unwrap().into_failure();
+        assert_eq!(f.details.payload, br#"{"a":1}"#);
+        assert_eq!(f.record.payload_size, 7);
+    }
+}

@@ -1,0 +1,204 @@
+//! The sandbox's limits, set once through a builder and validated when the [`Host`] is
+//! created.
+//!
+//! [`Host`]: crate::Host
+
+use crate::ConfigError;
+
+/// Limits every policy runs under. Defaults suit a gateway deciding thousands of failures
+/// per second; each setter returns `&mut Self` so calls chain.
+///
+/// ```
+/// use verdict_host::{Host, Limits};
+///
+/// let mut limits = Limits::new();
+/// limits.decide_timeout_ms(20).memory_cap_bytes(8 << 20);
+/// let host = Host::new(&limits)?;
+/// # Ok::<(), verdict_host::ConfigError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub(crate) decide_timeout_ms: u64,
+    pub(crate) init_timeout_ms: u64,
+    pub(crate) epoch_tick_ms: u64,
+    pub(crate) fuel_per_decision: Option<u64>,
+    pub(crate) memory_cap_bytes: usize,
+    pub(crate) max_wasm_stack_bytes: usize,
+    pub(crate) pooled_instances: u32,
+    pub(crate) instance_max_uses: u32,
+    pub(crate) instance_recycle_bytes: usize,
+    pub(crate) warm_instances: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            decide_timeout_ms: 10,
+            init_timeout_ms: 1_000,
+            epoch_tick_ms: 1,
+            fuel_per_decision: None,
+            memory_cap_bytes: 16 << 20,
+            max_wasm_stack_bytes: 512 << 10,
+            pooled_instances: 256,
+            instance_max_uses: 10_000,
+            instance_recycle_bytes: 4 << 20,
+            warm_instances: 4,
+        }
+    }
+}
+
+impl Limits {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Wall-clock deadline of one `decide` call (epoch interruption; always on). Default 10.
+    pub fn decide_timeout_ms(&mut self, ms: u64) -> &mut Self {
+        self.decide_timeout_ms = ms;
+        self
+    }
+
+    /// Wall-clock deadline of `init` and `describe`. Default 1000.
+    pub fn init_timeout_ms(&mut self, ms: u64) -> &mut Self {
+        self.init_timeout_ms = ms;
+        self
+    }
+
+    /// Resolution of the deadline clock: a background thread advances the epoch this often.
+    /// Default 1.
+    pub fn epoch_tick_ms(&mut self, ms: u64) -> &mut Self {
+        self.epoch_tick_ms = ms;
+        self
+    }
+
+    /// Deterministic cost budget of one `decide`, in Wasmtime fuel units. Off by default:
+    /// metering costs 13-33% per call, so it is for admission and property checks.
+    pub fn fuel_per_decision(&mut self, fuel: Option<u64>) -> &mut Self {
+        self.fuel_per_decision = fuel;
+        self
+    }
+
+    /// Largest linear memory a policy may grow to. Default 16 MiB.
+    pub fn memory_cap_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.memory_cap_bytes = bytes;
+        self
+    }
+
+    /// Largest Wasm stack (deep recursion traps past it). Default 512 KiB.
+    pub fn max_wasm_stack_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.max_wasm_stack_bytes = bytes;
+        self
+    }
+
+    /// Instance slots in the pooling allocator, shared by all policies. Default 256.
+    pub fn pooled_instances(&mut self, count: u32) -> &mut Self {
+        self.pooled_instances = count;
+        self
+    }
+
+    /// Decisions one warm instance serves before it is replaced, so state a policy keeps
+    /// between calls cannot build up for long. Default 10 000.
+    pub fn instance_max_uses(&mut self, uses: u32) -> &mut Self {
+        self.instance_max_uses = uses;
+        self
+    }
+
+    /// An instance whose memory grew past this is replaced after its call. Default 4 MiB.
+    pub fn instance_recycle_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.instance_recycle_bytes = bytes;
+        self
+    }
+
+    /// Idle instances a topic keeps warm for concurrent decisions. Default 4.
+    pub fn warm_instances(&mut self, count: usize) -> &mut Self {
+        self.warm_instances = count;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, message: String| Err(ConfigError::InvalidLimit { field, message });
+        if self.epoch_tick_ms == 0 {
+            return bad("epoch_tick_ms", "must be at least 1".into());
+        }
+        if self.decide_timeout_ms < self.epoch_tick_ms {
+            return bad(
+                "decide_timeout_ms",
+                format!("{} is below the epoch tick ({} ms)", self.decide_timeout_ms, self.epoch_tick_ms),
+            );
+        }
+        if self.init_timeout_ms < self.epoch_tick_ms {
+            return bad("init_timeout_ms", format!("{} is below the epoch tick", self.init_timeout_ms));
+        }
+        if self.fuel_per_decision == Some(0) {
+            return bad("fuel_per_decision", "must be positive (or None to disable metering)".into());
+        }
+        if self.memory_cap_bytes < 1 << 16 {
+            return bad("memory_cap_bytes", format!("{} is below one Wasm page (65536)", self.memory_cap_bytes));
+        }
+        if self.max_wasm_stack_bytes < 16 << 10 {
+            return bad("max_wasm_stack_bytes", "must be at least 16 KiB".into());
+        }
+        if self.pooled_instances == 0 {
+            return bad("pooled_instances", "must be at least 1".into());
+        }
+        if self.instance_max_uses == 0 {
+            return bad("instance_max_uses", "must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// Epochs to wait for a deadline: rounded up, plus one because the current tick may be
+    /// about to end.
+    pub(crate) fn ticks(&self, timeout_ms: u64) -> u64 {
+        timeout_ms.div_ceil(self.epoch_tick_ms) + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate() {
+        assert!(Limits::new().validate().is_ok());
+    }
+
+    #[test]
+    fn each_bad_limit_names_its_field() {
+        let cases: [(&str, fn(&mut Limits)); 6] = [
+            ("epoch_tick_ms", |l| {
+                l.epoch_tick_ms(0);
+            }),
+            ("decide_timeout_ms", |l| {
+                l.epoch_tick_ms(5).decide_timeout_ms(2);
+            }),
+            ("fuel_per_decision", |l| {
+                l.fuel_per_decision(Some(0));
+            }),
+            ("memory_cap_bytes", |l| {
+                l.memory_cap_bytes(1000);
+            }),
+            ("pooled_instances", |l| {
+                l.pooled_instances(0);
+            }),
+            ("instance_max_uses", |l| {
+                l.instance_max_uses(0);
+            }),
+        ];
+        for (field, set) in cases {
+            let mut l = Limits::new();
+            set(&mut l);
+            let err = l.validate().unwrap_err().to_string();
+            assert!(err.starts_with(field), "{field}: {err}");
+        }
+    }
+
+    #[test]
+    fn ticks_round_up() {
+        let mut l = Limits::new();
+        l.epoch_tick_ms(3);
+        assert_eq!(l.ticks(10), 5);
+        assert_eq!(l.ticks(9), 4);
+    }
+}
