@@ -55,6 +55,12 @@ impl HostState {
         self.last_panic = None;
     }
 
+    /// Drop the borrowed failure once the call returns (the panic message stays for the
+    /// fault report).
+    pub(crate) fn end_call(&mut self) {
+        self.current = None;
+    }
+
     fn details(&self) -> Option<&Details> {
         self.current.as_deref()
     }

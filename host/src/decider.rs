@@ -26,6 +26,12 @@ pub struct Decider {
     idle: Mutex<Vec<Instance>>,
 }
 
+impl std::fmt::Debug for Decider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decider").field("policy", &self.policy).field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
 impl Decider {
     pub(crate) fn new(policy: Arc<Policy>, config: Arc<str>, settings: TopicSettings, idle: Mutex<Vec<Instance>>) -> Self {
         Decider { policy, config, settings, idle }

@@ -71,8 +71,9 @@ impl Instance {
         let budget = Budget::decide(limits);
         arm(&mut self.store, limits, budget, Some(failure.details.clone()));
         let result = self.bindings.verdict_policy_decider().call_decide(&mut self.store, &failure.record);
-        self.store.data_mut().begin_call(None);
-        result.map(Verdict::from).map_err(|e| classify(e, &self.store, budget))
+        let result = result.map(Verdict::from).map_err(|e| classify(e, &self.store, budget));
+        self.store.data_mut().end_call();
+        result
     }
 
     /// Whether this instance may serve another decision: not worn out, not bloated.

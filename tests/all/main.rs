@@ -1,1 +1,6 @@
+//! Every shipped policy and every hostile guest through the real host. One binary, shared
+//! helpers in the `verdict_tests` library.
 
+mod hostile;
+mod loading;
+mod policies;
