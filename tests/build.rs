@@ -14,9 +14,18 @@ const GUESTS: [(&str, &str); 5] = [
 ];
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ sits in the workspace").to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ sits in the workspace")
+        .to_path_buf();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for dir in ["policies", "guest-sdk/src", "wit", "tests/guests", "Cargo.lock"] {
+    for dir in [
+        "policies",
+        "guest-sdk/src",
+        "wit",
+        "tests/guests",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
     let options = verdict_componentize::BuildOptions {
@@ -28,8 +37,12 @@ fn main() {
     for (name, dir) in GUESTS {
         let built = verdict_componentize::build_crate(&root.join(dir), &options)
             .unwrap_or_else(|e| panic!("building the {dir} fixture: {e}"));
-        writeln!(consts, "/// Component built from `{dir}`.\npub const {name}: &str = {:?};", built.component.display().to_string())
-            .expect("writing to a String");
+        writeln!(
+            consts,
+            "/// Component built from `{dir}`.\npub const {name}: &str = {:?};",
+            built.component.display().to_string()
+        )
+        .expect("writing to a String");
     }
     std::fs::write(out.join("fixtures.rs"), consts).expect("writing fixtures.rs");
 }

@@ -11,7 +11,9 @@ pub mod fixtures {
 
     /// A hand-written or deliberately broken fixture under `tests/fixtures/`.
     pub fn file(name: &str) -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures")
+            .join(name)
     }
 }
 
@@ -22,20 +24,27 @@ pub fn host() -> Host {
 
 /// Load a component.
 pub fn load(host: &Host, path: &str) -> Arc<Policy> {
-    host.load_file(path.as_ref()).unwrap_or_else(|e| panic!("loading {path}: {e}"))
+    host.load_file(path.as_ref())
+        .unwrap_or_else(|e| panic!("loading {path}: {e}"))
 }
 
 /// Load a component and configure it with default topic settings.
 pub fn decider(host: &Host, path: &str, config: &str) -> Decider {
-    load(host, path).configure(config, TopicSettings::default()).unwrap_or_else(|e| panic!("configuring {path}: {e}"))
+    load(host, path)
+        .configure(config, TopicSettings::default())
+        .unwrap_or_else(|e| panic!("configuring {path}: {e}"))
 }
 
 /// A failure from JSON in the contract's field names.
 pub fn failure(json: serde_json::Value) -> Failure {
-    FailureSpec::from_json(&json.to_string()).expect("test failure JSON is valid").into_failure()
+    FailureSpec::from_json(&json.to_string())
+        .expect("test failure JSON is valid")
+        .into_failure()
 }
 
 /// A failure of `kind` at `attempt` with a fixed seed.
 pub fn at(kind: &str, attempt: u32) -> Failure {
-    failure(serde_json::json!({"message-id": "m-1", "attempt": attempt, "jitter-seed": 7, "error": {"kind": kind}}))
+    failure(
+        serde_json::json!({"message-id": "m-1", "attempt": attempt, "jitter-seed": 7, "error": {"kind": kind}}),
+    )
 }

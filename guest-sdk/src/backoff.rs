@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 
 /// RocketMQ's 18 delay levels (1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h).
 pub const ROCKETMQ_LEVELS_MS: [u64; 18] = [
-    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
-    420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
 ];
 
 /// How to spread delays so that many messages failing together do not retry together.
@@ -85,21 +85,26 @@ pub enum Backoff {
 impl Backoff {
     /// RocketMQ's 18-level ladder without jitter.
     pub fn rocketmq() -> Self {
-        Backoff::Ladder { steps_ms: ROCKETMQ_LEVELS_MS.to_vec(), jitter: Jitter::None }
+        Backoff::Ladder {
+            steps_ms: ROCKETMQ_LEVELS_MS.to_vec(),
+            jitter: Jitter::None,
+        }
     }
 
     /// Check the parameters; the error names the offending field.
     pub fn validate(&self) -> Result<(), String> {
         match self {
-            Backoff::Exponential { base_ms, cap_ms, .. } if *base_ms == 0 => {
-                Err(format!("base_ms must be at least 1 (cap_ms is {cap_ms})"))
-            }
-            Backoff::Exponential { base_ms, cap_ms, .. } if cap_ms < base_ms => {
-                Err(format!("cap_ms ({cap_ms}) must not be below base_ms ({base_ms})"))
-            }
-            Backoff::Random { min_ms, max_ms } if min_ms > max_ms => {
-                Err(format!("min_ms ({min_ms}) must not be above max_ms ({max_ms})"))
-            }
+            Backoff::Exponential {
+                base_ms, cap_ms, ..
+            } if *base_ms == 0 => Err(format!("base_ms must be at least 1 (cap_ms is {cap_ms})")),
+            Backoff::Exponential {
+                base_ms, cap_ms, ..
+            } if cap_ms < base_ms => Err(format!(
+                "cap_ms ({cap_ms}) must not be below base_ms ({base_ms})"
+            )),
+            Backoff::Random { min_ms, max_ms } if min_ms > max_ms => Err(format!(
+                "min_ms ({min_ms}) must not be above max_ms ({max_ms})"
+            )),
             Backoff::Ladder { steps_ms, .. } if steps_ms.is_empty() => {
                 Err("steps_ms must name at least one step".to_string())
             }
@@ -112,7 +117,9 @@ impl Backoff {
     pub fn is_monotone(&self) -> bool {
         match self {
             Backoff::Immediate => true,
-            Backoff::Fixed { jitter, .. } | Backoff::Exponential { jitter, .. } => *jitter == Jitter::None,
+            Backoff::Fixed { jitter, .. } | Backoff::Exponential { jitter, .. } => {
+                *jitter == Jitter::None
+            }
             Backoff::Random { min_ms, max_ms } => min_ms == max_ms,
             Backoff::Ladder { steps_ms, jitter } => {
                 *jitter == Jitter::None && steps_ms.windows(2).all(|w| w[0] <= w[1])
@@ -138,7 +145,11 @@ impl Backoff {
         match self {
             Backoff::Immediate => 0,
             Backoff::Fixed { delay_ms, jitter } => apply(*jitter, *delay_ms, &mut rng),
-            Backoff::Exponential { base_ms, cap_ms, jitter: Jitter::Decorrelated } => {
+            Backoff::Exponential {
+                base_ms,
+                cap_ms,
+                jitter: Jitter::Decorrelated,
+            } => {
                 let (base, cap) = (*base_ms, (*cap_ms).max(*base_ms));
                 let mut delay = base;
                 for _ in 0..attempt {
@@ -146,7 +157,11 @@ impl Backoff {
                 }
                 delay
             }
-            Backoff::Exponential { base_ms, cap_ms, jitter } => {
+            Backoff::Exponential {
+                base_ms,
+                cap_ms,
+                jitter,
+            } => {
                 let shift = (attempt - 1).min(63);
                 let raw = base_ms.saturating_mul(1u64 << shift).min(*cap_ms);
                 apply(*jitter, raw, &mut rng)
@@ -204,9 +219,16 @@ mod tests {
 
     #[test]
     fn exponential_doubles_and_caps_without_overflow() {
-        let b = Backoff::Exponential { base_ms: 1_000, cap_ms: 60_000, jitter: Jitter::None };
+        let b = Backoff::Exponential {
+            base_ms: 1_000,
+            cap_ms: 60_000,
+            jitter: Jitter::None,
+        };
         let got: Vec<u64> = (1..=8).map(|a| b.delay_ms(a, 7)).collect();
-        assert_eq!(got, [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000]);
+        assert_eq!(
+            got,
+            [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000]
+        );
         assert_eq!(b.delay_ms(u32::MAX, 7), 60_000);
         assert!(b.is_monotone());
     }
@@ -214,27 +236,44 @@ mod tests {
     #[test]
     fn jitter_stays_in_bounds_and_is_deterministic() {
         for seed in 0..2_000u64 {
-            let full = Backoff::Exponential { base_ms: 100, cap_ms: 10_000, jitter: Jitter::Full };
+            let full = Backoff::Exponential {
+                base_ms: 100,
+                cap_ms: 10_000,
+                jitter: Jitter::Full,
+            };
             let d = full.delay_ms(4, seed);
             assert!(d <= 800, "full jitter {d} > 800");
             assert_eq!(d, full.delay_ms(4, seed));
 
-            let equal = Backoff::Fixed { delay_ms: 1_000, jitter: Jitter::Equal };
+            let equal = Backoff::Fixed {
+                delay_ms: 1_000,
+                jitter: Jitter::Equal,
+            };
             let d = equal.delay_ms(1, seed);
             assert!((500..=1_000).contains(&d), "equal jitter {d}");
 
-            let deco = Backoff::Exponential { base_ms: 100, cap_ms: 5_000, jitter: Jitter::Decorrelated };
+            let deco = Backoff::Exponential {
+                base_ms: 100,
+                cap_ms: 5_000,
+                jitter: Jitter::Decorrelated,
+            };
             let d = deco.delay_ms(6, seed);
             assert!((100..=5_000).contains(&d), "decorrelated {d}");
 
-            let random = Backoff::Random { min_ms: 100, max_ms: 1_000 };
+            let random = Backoff::Random {
+                min_ms: 100,
+                max_ms: 1_000,
+            };
             assert!((100..=1_000).contains(&random.delay_ms(2, seed)));
         }
     }
 
     #[test]
     fn full_jitter_spreads_across_the_range() {
-        let b = Backoff::Fixed { delay_ms: 1_000, jitter: Jitter::Full };
+        let b = Backoff::Fixed {
+            delay_ms: 1_000,
+            jitter: Jitter::Full,
+        };
         let (mut low, mut high) = (0, 0);
         for seed in 0..1_000 {
             let d = b.delay_ms(1, seed);
@@ -256,18 +295,44 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
-        let bad = Backoff::Exponential { base_ms: 500, cap_ms: 100, jitter: Jitter::None };
+        let bad = Backoff::Exponential {
+            base_ms: 500,
+            cap_ms: 100,
+            jitter: Jitter::None,
+        };
         assert!(bad.validate().unwrap_err().contains("cap_ms"));
-        assert!(Backoff::Random { min_ms: 5, max_ms: 1 }.validate().unwrap_err().contains("min_ms"));
-        let empty = Backoff::Ladder { steps_ms: vec![], jitter: Jitter::None };
+        assert!(
+            Backoff::Random {
+                min_ms: 5,
+                max_ms: 1
+            }
+            .validate()
+            .unwrap_err()
+            .contains("min_ms")
+        );
+        let empty = Backoff::Ladder {
+            steps_ms: vec![],
+            jitter: Jitter::None,
+        };
         assert!(empty.validate().unwrap_err().contains("steps_ms"));
     }
 
     #[test]
     fn config_syntax_round_trips() {
-        let b: Backoff = serde_json::from_str(r#"{"strategy":"exponential","base_ms":100,"cap_ms":900,"jitter":"full"}"#).unwrap();
-        assert_eq!(b, Backoff::Exponential { base_ms: 100, cap_ms: 900, jitter: Jitter::Full });
-        let err = serde_json::from_str::<Backoff>(r#"{"strategy":"exponential","base":100}"#).unwrap_err();
+        let b: Backoff = serde_json::from_str(
+            r#"{"strategy":"exponential","base_ms":100,"cap_ms":900,"jitter":"full"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            b,
+            Backoff::Exponential {
+                base_ms: 100,
+                cap_ms: 900,
+                jitter: Jitter::Full
+            }
+        );
+        let err = serde_json::from_str::<Backoff>(r#"{"strategy":"exponential","base":100}"#)
+            .unwrap_err();
         assert!(err.to_string().contains("base"), "{err}");
     }
 }

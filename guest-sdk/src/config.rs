@@ -10,7 +10,11 @@ pub fn parse_config<T: DeserializeOwned>(json: &str) -> Result<T, String> {
     let mut de = serde_json::Deserializer::from_str(json);
     let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        if path == "." { format!("config: {}", e.inner()) } else { format!("config.{path}: {}", e.inner()) }
+        if path == "." {
+            format!("config: {}", e.inner())
+        } else {
+            format!("config.{path}: {}", e.inner())
+        }
     })?;
     de.end().map_err(|e| format!("config: {e}"))?;
     Ok(value)

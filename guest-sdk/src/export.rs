@@ -36,13 +36,19 @@ pub(crate) fn log(level: Level, message: &str) {
 /// `init`: parse the config, build the policy, and route panics to the host's log so a
 /// trap comes with its message.
 pub fn init<P: Policy>(config: &str) -> Result<P, String> {
-    std::panic::set_hook(Box::new(|info| log(Level::Error, &format!("panic: {info}"))));
+    std::panic::set_hook(Box::new(|info| {
+        log(Level::Error, &format!("panic: {info}"));
+    }));
     crate::instantiate::<P>(config)
 }
 
 /// `describe`, from the policy crate's Cargo metadata.
 pub fn describe(name: &str, version: &str, description: &str) -> WitInfo {
-    WitInfo { name: name.into(), version: version.into(), description: description.into() }
+    WitInfo {
+        name: name.into(),
+        version: version.into(),
+        description: description.into(),
+    }
 }
 
 /// `decide`: lift the record into a [`Failure`] with lazy host-backed details, decide, and
@@ -83,13 +89,23 @@ fn host_details() -> Details {
         error_message: Lazy::host(host::error_message),
         content_type: Lazy::host(host::content_type),
         headers: Lazy::host(|| {
-            host::headers().into_iter().map(|h| Header { name: h.name, value: h.value }).collect()
+            host::headers()
+                .into_iter()
+                .map(|h| Header {
+                    name: h.name,
+                    value: h.value,
+                })
+                .collect()
         }),
         payload: Lazy::host(host::payload),
         history: Lazy::host(|| {
             host::history()
                 .into_iter()
-                .map(|a| AttemptRecord { at_ms: a.at_ms, kind: a.kind, message: a.message })
+                .map(|a| AttemptRecord {
+                    at_ms: a.at_ms,
+                    kind: a.kind,
+                    message: a.message,
+                })
                 .collect()
         }),
     }
@@ -120,6 +136,10 @@ fn lower(v: Verdict) -> WitVerdict {
             Severity::Warning => wit::Severity::Warning,
             Severity::Critical => wit::Severity::Critical,
         },
-        labels: v.labels.into_iter().map(|(key, value)| wit::Label { key, value }).collect(),
+        labels: v
+            .labels
+            .into_iter()
+            .map(|(key, value)| wit::Label { key, value })
+            .collect(),
     }
 }

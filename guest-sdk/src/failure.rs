@@ -64,15 +64,22 @@ pub(crate) struct Lazy<T> {
 impl<T: Default> Lazy<T> {
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
     pub(crate) fn host(fetch: fn() -> T) -> Self {
-        Lazy { cell: OnceCell::new(), fetch: Some(fetch) }
+        Lazy {
+            cell: OnceCell::new(),
+            fetch: Some(fetch),
+        }
     }
 
     fn given(value: T) -> Self {
-        Lazy { cell: OnceCell::from(value), fetch: None }
+        Lazy {
+            cell: OnceCell::from(value),
+            fetch: None,
+        }
     }
 
     fn get(&self) -> &T {
-        self.cell.get_or_init(|| self.fetch.map(|f| f()).unwrap_or_default())
+        self.cell
+            .get_or_init(|| self.fetch.map(|f| f()).unwrap_or_default())
     }
 }
 
@@ -197,7 +204,8 @@ impl Failure {
     }
     /// Age of the message: since publication when known, else since its first failure.
     pub fn age_ms(&self) -> u64 {
-        self.now_ms.saturating_sub(self.published_at_ms.unwrap_or(self.first_failed_at_ms))
+        self.now_ms
+            .saturating_sub(self.published_at_ms.unwrap_or(self.first_failed_at_ms))
     }
     /// The seed for deterministic jitter.
     pub fn jitter_seed(&self) -> u64 {
@@ -243,7 +251,10 @@ impl Failure {
     }
     /// One header by name, case-insensitive.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers().iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value.as_str())
+        self.headers()
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value.as_str())
     }
     /// The payload bytes (fetched on first use).
     pub fn payload(&self) -> &[u8] {
@@ -254,7 +265,11 @@ impl Failure {
         let mut de = serde_json::Deserializer::from_slice(self.payload());
         serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();
-            if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
+            if path == "." {
+                e.inner().to_string()
+            } else {
+                format!("{path}: {}", e.inner())
+            }
         })
     }
     /// Earlier failed attempts, oldest first (fetched on first use).
@@ -346,8 +361,14 @@ impl Failure {
     /// Add a header.
     #[must_use]
     pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
-        let mut headers = std::mem::take(&mut self.details.headers).cell.take().unwrap_or_default();
-        headers.push(Header { name: name.into(), value: value.into() });
+        let mut headers = std::mem::take(&mut self.details.headers)
+            .cell
+            .take()
+            .unwrap_or_default();
+        headers.push(Header {
+            name: name.into(),
+            value: value.into(),
+        });
         self.details.headers = Lazy::given(headers);
         self
     }
@@ -375,26 +396,42 @@ mod tests {
     #[test]
     fn success_rate_handles_empty_and_inconsistent_windows() {
         assert_eq!(TopicStats::default().success_rate(), 1.0);
-        let s = TopicStats { deliveries: 10, failures: 7, ..Default::default() };
+        let s = TopicStats {
+            deliveries: 10,
+            failures: 7,
+            ..Default::default()
+        };
         assert!((s.success_rate() - 0.3).abs() < 1e-9);
-        let bogus = TopicStats { deliveries: 2, failures: 5, ..Default::default() };
+        let bogus = TopicStats {
+            deliveries: 2,
+            failures: 5,
+            ..Default::default()
+        };
         assert_eq!(bogus.success_rate(), 0.0);
     }
 
     #[test]
     fn expiry_and_age_follow_the_given_clock() {
-        let f = Failure::new("x").with_now_ms(1_000).with_deadline_ms(1_000).with_first_failed_at_ms(400);
+        let f = Failure::new("x")
+            .with_now_ms(1_000)
+            .with_deadline_ms(1_000)
+            .with_first_failed_at_ms(400);
         assert!(f.is_expired());
         assert_eq!(f.time_left_ms(), Some(0));
         assert_eq!(f.age_ms(), 600);
-        let f = Failure::new("x").with_now_ms(999).with_deadline_ms(1_000).with_published_at_ms(100);
+        let f = Failure::new("x")
+            .with_now_ms(999)
+            .with_deadline_ms(1_000)
+            .with_published_at_ms(100);
         assert!(!f.is_expired());
         assert_eq!(f.age_ms(), 899);
     }
 
     #[test]
     fn headers_are_case_insensitive_and_payload_json_names_the_path() {
-        let f = Failure::new("x").with_header("Content-Type", "json").with_payload(br#"{"a":{"b":"x"}}"#.to_vec());
+        let f = Failure::new("x")
+            .with_header("Content-Type", "json")
+            .with_payload(br#"{"a":{"b":"x"}}"#.to_vec());
         assert_eq!(f.header("content-type"), Some("json"));
         assert_eq!(f.payload_size(), 15);
         #[derive(serde::Deserialize, Debug)]

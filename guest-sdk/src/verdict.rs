@@ -38,7 +38,9 @@ pub enum Class {
 }
 
 /// How loudly operators should hear about a verdict.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Severity {
     /// No alert.
@@ -81,7 +83,13 @@ pub struct Verdict {
 
 impl Verdict {
     fn new(action: Action, class: Class) -> Self {
-        Verdict { action, class, reason: String::new(), alert: Severity::None, labels: Vec::new() }
+        Verdict {
+            action,
+            class,
+            reason: String::new(),
+            alert: Severity::None,
+            labels: Vec::new(),
+        }
     }
 
     /// Retry after `ms` milliseconds, spending one attempt. Class: transient.

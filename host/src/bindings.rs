@@ -98,15 +98,21 @@ impl Host for HostState {
     }
 
     fn message_id(&mut self) -> String {
-        self.details().map(|d| d.message_id.clone()).unwrap_or_default()
+        self.details()
+            .map(|d| d.message_id.clone())
+            .unwrap_or_default()
     }
 
     fn consumer_group(&mut self) -> String {
-        self.details().map(|d| d.consumer_group.clone()).unwrap_or_default()
+        self.details()
+            .map(|d| d.consumer_group.clone())
+            .unwrap_or_default()
     }
 
     fn error_message(&mut self) -> String {
-        self.details().map(|d| d.error_message.clone()).unwrap_or_default()
+        self.details()
+            .map(|d| d.error_message.clone())
+            .unwrap_or_default()
     }
 
     fn content_type(&mut self) -> Option<String> {
@@ -114,19 +120,35 @@ impl Host for HostState {
     }
 
     fn headers(&mut self) -> Vec<wit::Header> {
-        let Some(d) = self.details() else { return Vec::new() };
-        d.headers.iter().map(|(name, value)| wit::Header { name: name.clone(), value: value.clone() }).collect()
+        let Some(d) = self.details() else {
+            return Vec::new();
+        };
+        d.headers
+            .iter()
+            .map(|(name, value)| wit::Header {
+                name: name.clone(),
+                value: value.clone(),
+            })
+            .collect()
     }
 
     fn payload(&mut self) -> Vec<u8> {
-        self.details().map(|d| d.payload.clone()).unwrap_or_default()
+        self.details()
+            .map(|d| d.payload.clone())
+            .unwrap_or_default()
     }
 
     fn history(&mut self) -> Vec<wit::AttemptRecord> {
-        let Some(d) = self.details() else { return Vec::new() };
+        let Some(d) = self.details() else {
+            return Vec::new();
+        };
         d.history
             .iter()
-            .map(|a| wit::AttemptRecord { at_ms: a.at_ms, kind: a.kind.clone(), message: a.message.clone() })
+            .map(|a| wit::AttemptRecord {
+                at_ms: a.at_ms,
+                kind: a.kind.clone(),
+                message: a.message.clone(),
+            })
             .collect()
     }
 
@@ -145,7 +167,11 @@ pub(crate) struct MemoryLimiter {
 
 impl MemoryLimiter {
     fn new(cap_bytes: usize) -> Self {
-        MemoryLimiter { cap_bytes, peak_bytes: 0, refused: None }
+        MemoryLimiter {
+            cap_bytes,
+            peak_bytes: 0,
+            refused: None,
+        }
     }
 
     pub(crate) fn cap_bytes(&self) -> usize {
@@ -154,16 +180,29 @@ impl MemoryLimiter {
 }
 
 impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> Result<bool> {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> Result<bool> {
         if desired > self.cap_bytes {
             self.refused = Some(desired);
-            wasmtime::bail!("memory cap of {} bytes reached (asked for {desired})", self.cap_bytes);
+            wasmtime::bail!(
+                "memory cap of {} bytes reached (asked for {desired})",
+                self.cap_bytes
+            );
         }
         self.peak_bytes = self.peak_bytes.max(desired);
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> Result<bool> {
         Ok(desired <= 100_000)
     }
 }

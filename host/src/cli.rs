@@ -56,14 +56,21 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
 }
 
 /// `verdict decide`: one decision from a policy, a config and a failure.
-pub fn decide(policy: &Path, config: Option<&str>, failure: &str, settings: TopicSettings) -> Result<Decision> {
+pub fn decide(
+    policy: &Path,
+    config: Option<&str>,
+    failure: &str,
+    settings: TopicSettings,
+) -> Result<Decision> {
     let config = match config {
         Some(arg) => json_arg(arg, "--config")?,
         None => "{}".to_string(),
     };
     let failure_json = if failure == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).context("--failure -: reading stdin")?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("--failure -: reading stdin")?;
         s
     } else {
         std::fs::read_to_string(failure).with_context(|| format!("--failure {failure}"))?
@@ -84,6 +91,7 @@ fn json_arg(arg: &str, flag: &str) -> Result<String> {
     } else {
         bail!("{flag}: `{arg}` is neither inline JSON (starting with '{{') nor a readable file");
     };
-    serde_json::from_str::<serde_json::Value>(&text).with_context(|| format!("{flag}: not valid JSON"))?;
+    serde_json::from_str::<serde_json::Value>(&text)
+        .with_context(|| format!("{flag}: not valid JSON"))?;
     Ok(text)
 }

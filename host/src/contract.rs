@@ -32,12 +32,25 @@ fn compatible(name: &str, interface: &str) -> Option<bool> {
 }
 
 /// Check `component` against the contract, naming the first offending import or export.
-pub(crate) fn check(component: &Component, engine: &Engine, origin: &str) -> Result<Surface, LoadError> {
+pub(crate) fn check(
+    component: &Component,
+    engine: &Engine,
+    origin: &str,
+) -> Result<Surface, LoadError> {
     let ty = component.component_type();
-    let imports: Vec<String> = ty.imports(engine).map(|(name, _)| name.to_string()).collect();
-    let exports: Vec<String> = ty.exports(engine).map(|(name, _)| name.to_string()).collect();
+    let imports: Vec<String> = ty
+        .imports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let exports: Vec<String> = ty
+        .exports(engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
     for import in &imports {
-        match ALLOWED_IMPORTS.iter().find_map(|allowed| compatible(import, allowed)) {
+        match ALLOWED_IMPORTS
+            .iter()
+            .find_map(|allowed| compatible(import, allowed))
+        {
             Some(true) => {}
             Some(false) => {
                 return Err(LoadError::WrongVersion {
@@ -55,14 +68,23 @@ pub(crate) fn check(component: &Component, engine: &Engine, origin: &str) -> Res
             }
         }
     }
-    match exports.iter().find_map(|e| compatible(e, DECIDER).map(|ok| (e, ok))) {
+    match exports
+        .iter()
+        .find_map(|e| compatible(e, DECIDER).map(|ok| (e, ok)))
+    {
         Some((_, true)) => Ok(Surface { imports, exports }),
-        Some((found, false)) => {
-            Err(LoadError::WrongVersion { origin: origin.into(), found: found.clone(), supported: SUPPORTED_CONTRACT })
-        }
+        Some((found, false)) => Err(LoadError::WrongVersion {
+            origin: origin.into(),
+            found: found.clone(),
+            supported: SUPPORTED_CONTRACT,
+        }),
         None => Err(LoadError::MissingExport {
             origin: origin.into(),
-            exports: if exports.is_empty() { "none".into() } else { exports.join(", ") },
+            exports: if exports.is_empty() {
+                "none".into()
+            } else {
+                exports.join(", ")
+            },
         }),
     }
 }
@@ -73,10 +95,22 @@ mod tests {
 
     #[test]
     fn versions() {
-        assert_eq!(compatible("verdict:policy/decider@0.1.0", DECIDER), Some(true));
-        assert_eq!(compatible("verdict:policy/decider@0.1.7", DECIDER), Some(true));
-        assert_eq!(compatible("verdict:policy/decider@0.2.0", DECIDER), Some(false));
-        assert_eq!(compatible("verdict:policy/decider@1.1.0", DECIDER), Some(false));
+        assert_eq!(
+            compatible("verdict:policy/decider@0.1.0", DECIDER),
+            Some(true)
+        );
+        assert_eq!(
+            compatible("verdict:policy/decider@0.1.7", DECIDER),
+            Some(true)
+        );
+        assert_eq!(
+            compatible("verdict:policy/decider@0.2.0", DECIDER),
+            Some(false)
+        );
+        assert_eq!(
+            compatible("verdict:policy/decider@1.1.0", DECIDER),
+            Some(false)
+        );
         assert_eq!(compatible("verdict:policy/decider", DECIDER), Some(false));
         assert_eq!(compatible("wasi:filesystem/types@0.2.0", DECIDER), None);
     }

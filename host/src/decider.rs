@@ -28,13 +28,26 @@ pub struct Decider {
 
 impl std::fmt::Debug for Decider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Decider").field("policy", &self.policy).field("config", &self.config).finish_non_exhaustive()
+        f.debug_struct("Decider")
+            .field("policy", &self.policy)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
     }
 }
 
 impl Decider {
-    pub(crate) fn new(policy: Arc<Policy>, config: Arc<str>, settings: TopicSettings, idle: Mutex<Vec<Instance>>) -> Self {
-        Decider { policy, config, settings, idle }
+    pub(crate) fn new(
+        policy: Arc<Policy>,
+        config: Arc<str>,
+        settings: TopicSettings,
+        idle: Mutex<Vec<Instance>>,
+    ) -> Self {
+        Decider {
+            policy,
+            config,
+            settings,
+            idle,
+        }
     }
 
     /// The policy.
@@ -55,7 +68,8 @@ impl Decider {
     /// Decide on `failure`. Never panics and never hangs: a policy fault yields the
     /// fallback verdict (with the fault recorded), and guardrails bound every verdict.
     pub fn decide(&self, failure: &Failure) -> Decision {
-        let _span = tracing::trace_span!("decide", policy = %self.policy.provenance().name).entered();
+        let _span =
+            tracing::trace_span!("decide", policy = %self.policy.provenance().name).entered();
         let (verdict, fallback) = match self.ask(failure) {
             Ok(verdict) => (verdict, None),
             Err(fault) => {
@@ -64,13 +78,25 @@ impl Decider {
             }
         };
         let mut clamps = Vec::new();
-        let verdict = self.settings.guardrails.apply(verdict, failure, &mut clamps);
-        Decision { verdict, provenance: self.policy.provenance().clone(), fallback, clamps }
+        let verdict = self
+            .settings
+            .guardrails
+            .apply(verdict, failure, &mut clamps);
+        Decision {
+            verdict,
+            provenance: self.policy.provenance().clone(),
+            fallback,
+            clamps,
+        }
     }
 
     fn ask(&self, failure: &Failure) -> Result<verdict_sdk::Verdict, Fault> {
         let limits = self.policy.host().limits();
-        let warm = self.idle.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let warm = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
         let mut instance = match warm {
             Some(instance) => instance,
             None => self.fresh()?,
@@ -92,7 +118,9 @@ impl Decider {
             Ok(()) => Ok(instance),
             // The same config was accepted when the topic was configured; a policy that now
             // refuses it is misbehaving.
-            Err(message) => Err(Fault::Instantiate { message: format!("init refused a config it accepted before: {message}") }),
+            Err(message) => Err(Fault::Instantiate {
+                message: format!("init refused a config it accepted before: {message}"),
+            }),
         }
     }
 }

@@ -28,17 +28,29 @@ impl Host {
     /// Create a host with validated limits.
     pub fn new(limits: &Limits) -> Result<Host, ConfigError> {
         limits.validate()?;
-        let engine = Engine::new(&engine_config(limits)).map_err(|e| ConfigError::Engine(format!("{e:#}")))?;
+        let engine = Engine::new(&engine_config(limits))
+            .map_err(|e| ConfigError::Engine(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         bindings::add_to_linker(&mut linker).map_err(|e| ConfigError::Engine(format!("{e:#}")))?;
-        let ticker = EpochTicker::start(engine.clone(), Duration::from_millis(limits.epoch_tick_ms))
-            .map_err(|e| ConfigError::Engine(format!("starting the epoch thread: {e}")))?;
-        Ok(Host { inner: Arc::new(Inner { engine, linker, limits: limits.clone(), _ticker: ticker }) })
+        let ticker =
+            EpochTicker::start(engine.clone(), Duration::from_millis(limits.epoch_tick_ms))
+                .map_err(|e| ConfigError::Engine(format!("starting the epoch thread: {e}")))?;
+        Ok(Host {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                limits: limits.clone(),
+                _ticker: ticker,
+            }),
+        })
     }
 
     /// Load a policy component from a file.
     pub fn load_file(&self, path: &Path) -> Result<Arc<Policy>, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.to_path_buf(), source })?;
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
         self.load_bytes(&bytes, &path.display().to_string())
     }
 

@@ -27,7 +27,9 @@ pub enum LoadError {
         origin: String,
     },
     /// A core module where a component was expected.
-    #[error("{origin}: a core WebAssembly module, not a component; build policies with `verdict build`")]
+    #[error(
+        "{origin}: a core WebAssembly module, not a component; build policies with `verdict build`"
+    )]
     CoreModule {
         /// Where the bytes came from.
         origin: String,

@@ -59,7 +59,10 @@ impl Failure {
     }
     /// Milliseconds since the message was published (or first failed), by the failure's clock.
     pub fn age_ms(&self) -> u64 {
-        let since = self.record.published_at_ms.unwrap_or(self.record.first_failed_at_ms);
+        let since = self
+            .record
+            .published_at_ms
+            .unwrap_or(self.record.first_failed_at_ms);
         self.record.now_ms.saturating_sub(since)
     }
 }
@@ -194,7 +197,11 @@ impl FailureSpec {
         let mut de = serde_json::Deserializer::from_str(json);
         serde_path_to_error::deserialize(&mut de).map_err(|e| {
             let path = e.path().to_string();
-            if path == "." { e.inner().to_string() } else { format!("{path}: {}", e.inner()) }
+            if path == "." {
+                e.inner().to_string()
+            } else {
+                format!("{path}: {}", e.inner())
+            }
         })
     }
 
@@ -205,7 +212,9 @@ impl FailureSpec {
             Some(serde_json::Value::String(s)) => s.into_bytes(),
             Some(other) => other.to_string().into_bytes(),
         };
-        let jitter_seed = self.jitter_seed.unwrap_or_else(|| jitter_seed(&self.message_id, self.attempt));
+        let jitter_seed = self
+            .jitter_seed
+            .unwrap_or_else(|| jitter_seed(&self.message_id, self.attempt));
         let record = wit::Failure {
             attempt: self.attempt,
             deferrals: self.deferrals,
@@ -239,7 +248,10 @@ impl FailureSpec {
             history: self.history,
             extensions: self.extensions,
         };
-        Failure { record, details: Arc::new(details) }
+        Failure {
+            record,
+            details: Arc::new(details),
+        }
     }
 }
 
@@ -260,7 +272,9 @@ mod tests {
 
     #[test]
     fn minimal_json_gets_defaults_and_a_stable_seed() {
-        let f = FailureSpec::from_json(r#"{"message-id": "m1", "error": {"kind": "db.timeout"}}"#).unwrap().into_failure();
+        let f = FailureSpec::from_json(r#"{"message-id": "m1", "error": {"kind": "db.timeout"}}"#)
+            .unwrap()
+            .into_failure();
         assert_eq!(f.attempt(), 1);
         assert_eq!(f.jitter_seed(), jitter_seed("m1", 1));
         assert_ne!(jitter_seed("m1", 1), jitter_seed("m1", 2));
@@ -273,17 +287,23 @@ mod tests {
         assert!(e.contains("kind"), "{e}");
         let e = FailureSpec::from_json(r#"{"atempt": 2, "error": {"kind": "x"}}"#).unwrap_err();
         assert!(e.contains("atempt"), "{e}");
-        let e = FailureSpec::from_json(r#"{"attempt": "two", "error": {"kind": "x"}}"#).unwrap_err();
+        let e =
+            FailureSpec::from_json(r#"{"attempt": "two", "error": {"kind": "x"}}"#).unwrap_err();
         assert!(e.starts_with("attempt:"), "{e}");
-        let e = FailureSpec::from_json(r#"{"history": [{"at-ms": 1}], "error": {"kind": "x"}}"#).unwrap_err();
+        let e = FailureSpec::from_json(r#"{"history": [{"at-ms": 1}], "error": {"kind": "x"}}"#)
+            .unwrap_err();
         assert!(e.starts_with("history[0]"), "{e}");
     }
 
     #[test]
     fn payload_text_and_json_values() {
-        let f = FailureSpec::from_json(r#"{"error": {"kind": "x"}, "payload": "hi"}"#).unwrap().into_failure();
+        let f = FailureSpec::from_json(r#"{"error": {"kind": "x"}, "payload": "hi"}"#)
+            .unwrap()
+            .into_failure();
         assert_eq!(f.details.payload, b"hi");
-        let f = FailureSpec::from_json(r#"{"error": {"kind": "x"}, "payload": {"a": 1}}"#).unwrap().into_failure();
+        let f = FailureSpec::from_json(r#"{"error": {"kind": "x"}, "payload": {"a": 1}}"#)
+            .unwrap()
+            .into_failure();
         assert_eq!(f.details.payload, br#"{"a":1}"#);
         assert_eq!(f.record.payload_size, 7);
     }

@@ -21,7 +21,11 @@ pub struct Fallback {
 
 impl Default for Fallback {
     fn default() -> Self {
-        Fallback { base_ms: 1_000, cap_ms: 60_000, max_attempts: 5 }
+        Fallback {
+            base_ms: 1_000,
+            cap_ms: 60_000,
+            max_attempts: 5,
+        }
     }
 }
 
@@ -29,16 +33,22 @@ impl Fallback {
     /// The fallback verdict for `failure` after `fault`.
     pub fn verdict(&self, failure: &Failure, fault: &Fault) -> Verdict {
         let v = if failure.attempt() >= self.max_attempts {
-            Verdict::dead_letter(Class::Unknown)
-                .because(format!("policy fault ({fault}); fallback gave up after {} attempts", failure.attempt()))
+            Verdict::dead_letter(Class::Unknown).because(format!(
+                "policy fault ({fault}); fallback gave up after {} attempts",
+                failure.attempt()
+            ))
         } else {
-            let backoff =
-                Backoff::Exponential { base_ms: self.base_ms, cap_ms: self.cap_ms.max(self.base_ms), jitter: Jitter::Full };
+            let backoff = Backoff::Exponential {
+                base_ms: self.base_ms,
+                cap_ms: self.cap_ms.max(self.base_ms),
+                jitter: Jitter::Full,
+            };
             Verdict::retry_after(backoff.delay_ms(failure.attempt(), failure.jitter_seed()))
                 .class(Class::Unknown)
                 .because(format!("policy fault ({fault}); fallback retry"))
         };
-        v.alert(Severity::Warning).label("fallback", fault_name(fault))
+        v.alert(Severity::Warning)
+            .label("fallback", fault_name(fault))
     }
 }
 
@@ -64,12 +74,23 @@ mod tests {
         let fault = Fault::Timeout { limit_ms: 10 };
         let fb = Fallback::default();
         for attempt in 1..=4 {
-            let f = FailureSpec { attempt, ..FailureSpec::default() }.into_failure();
+            let f = FailureSpec {
+                attempt,
+                ..FailureSpec::default()
+            }
+            .into_failure();
             let v = fb.verdict(&f, &fault);
-            assert!(matches!(v.action, Action::Retry(ms) if ms <= 60_000), "{v:?}");
+            assert!(
+                matches!(v.action, Action::Retry(ms) if ms <= 60_000),
+                "{v:?}"
+            );
             assert!(v.reason.contains("timed out"));
         }
-        let f = FailureSpec { attempt: 5, ..FailureSpec::default() }.into_failure();
+        let f = FailureSpec {
+            attempt: 5,
+            ..FailureSpec::default()
+        }
+        .into_failure();
         let v = fb.verdict(&f, &fault);
         assert_eq!(v.action, Action::DeadLetter);
         assert!(v.labels.contains(&("fallback".into(), "timeout".into())));

@@ -41,7 +41,12 @@ impl Default for Guardrails {
 
 impl Guardrails {
     /// Apply the bounds to `verdict`, recording each change in `clamps`.
-    pub fn apply(&self, mut verdict: Verdict, failure: &Failure, clamps: &mut Vec<Clamp>) -> Verdict {
+    pub fn apply(
+        &self,
+        mut verdict: Verdict,
+        failure: &Failure,
+        clamps: &mut Vec<Clamp>,
+    ) -> Verdict {
         self.bound_text(&mut verdict, clamps);
         let terminal = !matches!(verdict.class, Class::Transient | Class::Unknown);
         match verdict.action {
@@ -50,7 +55,9 @@ impl Guardrails {
                 verdict.action = Action::DeadLetter;
             }
             Action::Retry(_) if failure.attempt() >= self.max_attempts => {
-                clamps.push(Clamp::AttemptCeiling { max_attempts: self.max_attempts });
+                clamps.push(Clamp::AttemptCeiling {
+                    max_attempts: self.max_attempts,
+                });
                 verdict.action = Action::DeadLetter;
                 verdict.class = Class::Exhausted;
             }
@@ -65,7 +72,10 @@ impl Guardrails {
                 verdict.class = Class::Exhausted;
             }
             Action::Retry(ms) | Action::Delay(ms) if ms > self.max_delay_ms => {
-                clamps.push(Clamp::DelayCapped { requested_ms: ms, applied_ms: self.max_delay_ms });
+                clamps.push(Clamp::DelayCapped {
+                    requested_ms: ms,
+                    applied_ms: self.max_delay_ms,
+                });
                 verdict.action = match verdict.action {
                     Action::Retry(_) => Action::Retry(self.max_delay_ms),
                     _ => Action::Delay(self.max_delay_ms),
@@ -78,11 +88,15 @@ impl Guardrails {
 
     fn bound_text(&self, verdict: &mut Verdict, clamps: &mut Vec<Clamp>) {
         if verdict.reason.len() > self.max_reason_bytes {
-            clamps.push(Clamp::ReasonTruncated { bytes: verdict.reason.len() });
+            clamps.push(Clamp::ReasonTruncated {
+                bytes: verdict.reason.len(),
+            });
             crate::truncate_utf8(&mut verdict.reason, self.max_reason_bytes);
         }
         let count = verdict.labels.len();
-        let too_long = |(k, v): &(String, String)| k.len() > self.max_label_bytes || v.len() > self.max_label_bytes;
+        let too_long = |(k, v): &(String, String)| {
+            k.len() > self.max_label_bytes || v.len() > self.max_label_bytes
+        };
         if count > self.max_labels || verdict.labels.iter().any(too_long) {
             clamps.push(Clamp::LabelsTruncated { count });
             verdict.labels.truncate(self.max_labels);
@@ -100,7 +114,12 @@ mod tests {
     use crate::FailureSpec;
 
     fn failure(attempt: u32, deferrals: u32) -> Failure {
-        FailureSpec { attempt, deferrals, ..FailureSpec::default() }.into_failure()
+        FailureSpec {
+            attempt,
+            deferrals,
+            ..FailureSpec::default()
+        }
+        .into_failure()
     }
 
     fn apply(v: Verdict, f: &Failure) -> (Verdict, Vec<Clamp>) {
@@ -127,8 +146,15 @@ mod tests {
         let (v, c) = apply(Verdict::delay(5), &failure(1, 100));
         assert_eq!((v.action, v.class), (Action::DeadLetter, Class::Exhausted));
         assert_eq!(c, [Clamp::DeferralBound { bound: "count" }]);
-        let old = FailureSpec { now_ms: Some(25 * 3_600_000), ..FailureSpec::default() }.into_failure();
-        assert_eq!(apply(Verdict::delay(5), &old).1, [Clamp::DeferralBound { bound: "age" }]);
+        let old = FailureSpec {
+            now_ms: Some(25 * 3_600_000),
+            ..FailureSpec::default()
+        }
+        .into_failure();
+        assert_eq!(
+            apply(Verdict::delay(5), &old).1,
+            [Clamp::DeferralBound { bound: "age" }]
+        );
     }
 
     #[test]
@@ -148,6 +174,12 @@ mod tests {
         assert!(v.reason.len() <= 1_024 && v.reason.chars().all(|ch| ch == 'é'));
         assert_eq!(v.labels.len(), 16);
         assert!(v.labels.iter().all(|(_, val)| val.len() == 256));
-        assert_eq!(c, [Clamp::ReasonTruncated { bytes: 2_000 }, Clamp::LabelsTruncated { count: 40 }]);
+        assert_eq!(
+            c,
+            [
+                Clamp::ReasonTruncated { bytes: 2_000 },
+                Clamp::LabelsTruncated { count: 40 }
+            ]
+        );
     }
 }

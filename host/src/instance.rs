@@ -26,11 +26,17 @@ impl Budget {
     /// `init` and `describe`: the longer deadline, and unmetered fuel when metering is on
     /// (the deadline bounds them; fuel budgets are for `decide`).
     fn setup(limits: &Limits) -> Self {
-        Budget { timeout_ms: limits.init_timeout_ms, fuel: limits.fuel_per_decision.map(|_| u64::MAX) }
+        Budget {
+            timeout_ms: limits.init_timeout_ms,
+            fuel: limits.fuel_per_decision.map(|_| u64::MAX),
+        }
     }
 
     fn decide(limits: &Limits) -> Self {
-        Budget { timeout_ms: limits.decide_timeout_ms, fuel: limits.fuel_per_decision }
+        Budget {
+            timeout_ms: limits.decide_timeout_ms,
+            fuel: limits.fuel_per_decision,
+        }
     }
 }
 
@@ -38,22 +44,38 @@ impl Instance {
     /// Instantiate `policy` in a fresh store.
     pub(crate) fn new(policy: &Policy) -> Result<Self, Fault> {
         let limits = policy.host().limits();
-        let state = HostState::new(Arc::from(policy.provenance().name.as_str()), limits.memory_cap_bytes);
+        let state = HostState::new(
+            Arc::from(policy.provenance().name.as_str()),
+            limits.memory_cap_bytes,
+        );
         let mut store = Store::new(policy.host().engine(), state);
         store.limiter(|state| &mut state.limiter);
         let budget = Budget::setup(limits);
         arm(&mut store, limits, budget, None);
         match policy.pre().instantiate(&mut store) {
-            Ok(bindings) => Ok(Instance { store, bindings, uses: 0 }),
-            Err(e) => Err(Fault::Instantiate { message: classify(e, &store, budget).to_string() }),
+            Ok(bindings) => Ok(Instance {
+                store,
+                bindings,
+                uses: 0,
+            }),
+            Err(e) => Err(Fault::Instantiate {
+                message: classify(e, &store, budget).to_string(),
+            }),
         }
     }
 
     /// Call `init(config)`; the outer error is a fault, the inner one the policy's refusal.
-    pub(crate) fn init(&mut self, limits: &Limits, config: &str) -> Result<Result<(), String>, Fault> {
+    pub(crate) fn init(
+        &mut self,
+        limits: &Limits,
+        config: &str,
+    ) -> Result<Result<(), String>, Fault> {
         let budget = Budget::setup(limits);
         arm(&mut self.store, limits, budget, None);
-        let result = self.bindings.verdict_policy_decider().call_init(&mut self.store, config);
+        let result = self
+            .bindings
+            .verdict_policy_decider()
+            .call_init(&mut self.store, config);
         result.map_err(|e| classify(e, &self.store, budget))
     }
 
@@ -61,7 +83,10 @@ impl Instance {
     pub(crate) fn describe(&mut self, limits: &Limits) -> Result<wit::Info, Fault> {
         let budget = Budget::setup(limits);
         arm(&mut self.store, limits, budget, None);
-        let result = self.bindings.verdict_policy_decider().call_describe(&mut self.store);
+        let result = self
+            .bindings
+            .verdict_policy_decider()
+            .call_describe(&mut self.store);
         result.map_err(|e| classify(e, &self.store, budget))
     }
 
@@ -69,20 +94,36 @@ impl Instance {
     pub(crate) fn decide(&mut self, limits: &Limits, failure: &Failure) -> Result<Verdict, Fault> {
         self.uses += 1;
         let budget = Budget::decide(limits);
-        arm(&mut self.store, limits, budget, Some(failure.details.clone()));
-        let result = self.bindings.verdict_policy_decider().call_decide(&mut self.store, &failure.record);
-        let result = result.map(Verdict::from).map_err(|e| classify(e, &self.store, budget));
+        arm(
+            &mut self.store,
+            limits,
+            budget,
+            Some(failure.details.clone()),
+        );
+        let result = self
+            .bindings
+            .verdict_policy_decider()
+            .call_decide(&mut self.store, &failure.record);
+        let result = result
+            .map(Verdict::from)
+            .map_err(|e| classify(e, &self.store, budget));
         self.store.data_mut().end_call();
         result
     }
 
     /// Whether this instance may serve another decision: not worn out, not bloated.
     pub(crate) fn reusable(&self, limits: &Limits) -> bool {
-        self.uses < limits.instance_max_uses && self.store.data().limiter.peak_bytes <= limits.instance_recycle_bytes
+        self.uses < limits.instance_max_uses
+            && self.store.data().limiter.peak_bytes <= limits.instance_recycle_bytes
     }
 }
 
-fn arm(store: &mut Store<HostState>, limits: &Limits, budget: Budget, current: Option<Arc<crate::failure::Details>>) {
+fn arm(
+    store: &mut Store<HostState>,
+    limits: &Limits,
+    budget: Budget,
+    current: Option<Arc<crate::failure::Details>>,
+) {
     store.set_epoch_deadline(limits.ticks(budget.timeout_ms));
     if let Some(fuel) = budget.fuel {
         // Only fails when metering is off, which `fuel` being set rules out.
@@ -96,14 +137,27 @@ fn arm(store: &mut Store<HostState>, limits: &Limits, budget: Budget, current: O
 fn classify(error: wasmtime::Error, store: &Store<HostState>, budget: Budget) -> Fault {
     let state = store.data();
     if let Some(requested_bytes) = state.limiter.refused {
-        return Fault::MemoryCap { cap_bytes: state.limiter.cap_bytes(), requested_bytes };
+        return Fault::MemoryCap {
+            cap_bytes: state.limiter.cap_bytes(),
+            requested_bytes,
+        };
     }
     match error.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => Fault::Timeout { limit_ms: budget.timeout_ms },
-        Some(Trap::OutOfFuel) => Fault::OutOfFuel { fuel: budget.fuel.unwrap_or(0) },
-        _ if state.last_panic.is_some() => Fault::Panic { message: state.last_panic.clone().unwrap_or_default() },
-        Some(trap) => Fault::Trap { message: trap.to_string() },
-        None => Fault::Trap { message: format!("{error}") },
+        Some(Trap::Interrupt) => Fault::Timeout {
+            limit_ms: budget.timeout_ms,
+        },
+        Some(Trap::OutOfFuel) => Fault::OutOfFuel {
+            fuel: budget.fuel.unwrap_or(0),
+        },
+        _ if state.last_panic.is_some() => Fault::Panic {
+            message: state.last_panic.clone().unwrap_or_default(),
+        },
+        Some(trap) => Fault::Trap {
+            message: trap.to_string(),
+        },
+        None => Fault::Trap {
+            message: format!("{error}"),
+        },
     }
 }
 

@@ -124,17 +124,29 @@ impl Limits {
         if self.decide_timeout_ms < self.epoch_tick_ms {
             return bad(
                 "decide_timeout_ms",
-                format!("{} is below the epoch tick ({} ms)", self.decide_timeout_ms, self.epoch_tick_ms),
+                format!(
+                    "{} is below the epoch tick ({} ms)",
+                    self.decide_timeout_ms, self.epoch_tick_ms
+                ),
             );
         }
         if self.init_timeout_ms < self.epoch_tick_ms {
-            return bad("init_timeout_ms", format!("{} is below the epoch tick", self.init_timeout_ms));
+            return bad(
+                "init_timeout_ms",
+                format!("{} is below the epoch tick", self.init_timeout_ms),
+            );
         }
         if self.fuel_per_decision == Some(0) {
-            return bad("fuel_per_decision", "must be positive (or None to disable metering)".into());
+            return bad(
+                "fuel_per_decision",
+                "must be positive (or None to disable metering)".into(),
+            );
         }
         if self.memory_cap_bytes < 1 << 16 {
-            return bad("memory_cap_bytes", format!("{} is below one Wasm page (65536)", self.memory_cap_bytes));
+            return bad(
+                "memory_cap_bytes",
+                format!("{} is below one Wasm page (65536)", self.memory_cap_bytes),
+            );
         }
         if self.max_wasm_stack_bytes < 16 << 10 {
             return bad("max_wasm_stack_bytes", "must be at least 16 KiB".into());
@@ -166,7 +178,8 @@ mod tests {
 
     #[test]
     fn each_bad_limit_names_its_field() {
-        let cases: [(&str, fn(&mut Limits)); 6] = [
+        type Setter = fn(&mut Limits);
+        let cases: [(&str, Setter); 6] = [
             ("epoch_tick_ms", |l| {
                 l.epoch_tick_ms(0);
             }),

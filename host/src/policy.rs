@@ -21,7 +21,9 @@ pub struct Policy {
 
 impl std::fmt::Debug for Policy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Policy").field("provenance", &self.provenance).finish_non_exhaustive()
+        f.debug_struct("Policy")
+            .field("provenance", &self.provenance)
+            .finish_non_exhaustive()
     }
 }
 
@@ -30,27 +32,43 @@ impl Policy {
         let _span = tracing::info_span!("load", origin).entered();
         check_header(bytes, origin)?;
         let sha256 = hex(&Sha256::digest(bytes));
-        let component = Component::new(host.engine(), bytes)
-            .map_err(|e| LoadError::Compile { origin: origin.into(), message: format!("{e:#}") })?;
+        let component = Component::new(host.engine(), bytes).map_err(|e| LoadError::Compile {
+            origin: origin.into(),
+            message: format!("{e:#}"),
+        })?;
         let surface = contract::check(&component, host.engine(), origin)?;
         let pre = host
             .linker()
             .instantiate_pre(&component)
             .and_then(PolicyBindingsPre::new)
-            .map_err(|e| LoadError::Link { origin: origin.into(), message: format!("{e:#}") })?;
+            .map_err(|e| LoadError::Link {
+                origin: origin.into(),
+                message: format!("{e:#}"),
+            })?;
         let mut policy = Policy {
             host: host.clone(),
             pre,
-            provenance: Arc::new(Provenance { name: origin.into(), version: String::new(), sha256 }),
+            provenance: Arc::new(Provenance {
+                name: origin.into(),
+                version: String::new(),
+                sha256,
+            }),
             description: String::new(),
             imports: surface.imports,
             exports: surface.exports,
         };
         let info = Instance::new(&policy)
             .and_then(|mut instance| instance.describe(host.limits()))
-            .map_err(|fault| LoadError::Describe { origin: origin.into(), fault })?;
+            .map_err(|fault| LoadError::Describe {
+                origin: origin.into(),
+                fault,
+            })?;
         let sha256 = policy.provenance.sha256.clone();
-        policy.provenance = Arc::new(Provenance { name: info.name, version: info.version, sha256 });
+        policy.provenance = Arc::new(Provenance {
+            name: info.name,
+            version: info.version,
+            sha256,
+        });
         policy.description = info.description;
         tracing::info!(name = %policy.provenance.name, version = %policy.provenance.version, "policy loaded");
         Ok(policy)
@@ -78,16 +96,28 @@ impl Policy {
 
     /// Bind the policy to a topic's config: instantiate it and call `init(config)`. A
     /// refused config is an error naming the policy and the field.
-    pub fn configure(self: &Arc<Self>, config_json: &str, settings: TopicSettings) -> Result<Decider, ConfigError> {
+    pub fn configure(
+        self: &Arc<Self>,
+        config_json: &str,
+        settings: TopicSettings,
+    ) -> Result<Decider, ConfigError> {
         let _span = tracing::info_span!("init", policy = %self.provenance.name).entered();
         let policy = self.provenance.name.clone();
-        let mut instance = Instance::new(self).map_err(|fault| ConfigError::InitFault { policy: policy.clone(), fault })?;
+        let mut instance = Instance::new(self).map_err(|fault| ConfigError::InitFault {
+            policy: policy.clone(),
+            fault,
+        })?;
         match instance.init(self.host.limits(), config_json) {
             Ok(Ok(())) => {}
             Ok(Err(message)) => return Err(ConfigError::Rejected { policy, message }),
             Err(fault) => return Err(ConfigError::InitFault { policy, fault }),
         }
-        Ok(Decider::new(self.clone(), Arc::from(config_json), settings, Mutex::new(vec![instance])))
+        Ok(Decider::new(
+            self.clone(),
+            Arc::from(config_json),
+            settings,
+            Mutex::new(vec![instance]),
+        ))
     }
 
     pub(crate) fn host(&self) -> &Host {
@@ -103,14 +133,20 @@ impl Policy {
 fn check_header(bytes: &[u8], origin: &str) -> Result<(), LoadError> {
     const COMPONENT_LAYER: [u8; 2] = [0x01, 0x00];
     if bytes.is_empty() {
-        return Err(LoadError::Empty { origin: origin.into() });
+        return Err(LoadError::Empty {
+            origin: origin.into(),
+        });
     }
     if !bytes.starts_with(b"\0asm") {
-        return Err(LoadError::NotWasm { origin: origin.into() });
+        return Err(LoadError::NotWasm {
+            origin: origin.into(),
+        });
     }
     // Bytes 4..6 are the version, 6..8 the layer: 0 for core modules, 1 for components.
     if bytes.len() >= 8 && bytes[6..8] != COMPONENT_LAYER {
-        return Err(LoadError::CoreModule { origin: origin.into() });
+        return Err(LoadError::CoreModule {
+            origin: origin.into(),
+        });
     }
     Ok(())
 }

@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use verdict_host::{Action, Class, Clamp, ConfigError, Decision, Fault, Host, Limits, TopicSettings};
+use verdict_host::{
+    Action, Clamp, Class, ConfigError, Decision, Fault, Host, Limits, TopicSettings,
+};
 use verdict_tests::{at, decider, fixtures, host, load};
 
 /// Generous bound for "did not hang": deadline plus scheduling noise on a busy 2-core CI.
@@ -24,7 +26,10 @@ fn with_bystander<T>(hostile: impl FnOnce() -> T) -> T {
         s.spawn(|| {
             while !done.load(Ordering::Relaxed) || decided.load(Ordering::Relaxed) == 0 {
                 let d = bystander.decide(&at("db.timeout", 3));
-                assert_eq!((d.verdict.action, d.verdict.class), (Action::DeadLetter, Class::Exhausted));
+                assert_eq!(
+                    (d.verdict.action, d.verdict.class),
+                    (Action::DeadLetter, Class::Exhausted)
+                );
                 assert!(d.fallback.is_none());
                 decided.fetch_add(1, Ordering::Relaxed);
                 // Leave the CPU to the hostile call: this is a witness, not a load test.
@@ -45,22 +50,40 @@ fn hostile_decision_within(mode: &str, decide_timeout_ms: u64) -> Decision {
     let mut limits = Limits::new();
     limits.decide_timeout_ms(decide_timeout_ms);
     let host = Host::new(&limits).unwrap();
-    let topic = decider(&host, fixtures::HOSTILE, &format!(r#"{{"mode": "{mode}"}}"#));
+    let topic = decider(
+        &host,
+        fixtures::HOSTILE,
+        &format!(r#"{{"mode": "{mode}"}}"#),
+    );
     with_bystander(|| {
         let started = Instant::now();
         let d = topic.decide(&at("db.timeout", 1));
-        assert!(started.elapsed() < HANG, "{mode}: took {:?}", started.elapsed());
+        assert!(
+            started.elapsed() < HANG,
+            "{mode}: took {:?}",
+            started.elapsed()
+        );
         // The topic stays usable: the next decision is contained the same way.
         let again = topic.decide(&at("db.timeout", 1));
-        assert_eq!(d.fallback.is_some(), again.fallback.is_some(), "{mode}: second call differs");
+        assert_eq!(
+            d.fallback.is_some(),
+            again.fallback.is_some(),
+            "{mode}: second call differs"
+        );
         d
     })
 }
 
 fn assert_fallback_retry(d: &Decision) {
-    assert!(matches!(d.verdict.action, Action::Retry(ms) if ms <= 60_000), "{d:?}");
+    assert!(
+        matches!(d.verdict.action, Action::Retry(ms) if ms <= 60_000),
+        "{d:?}"
+    );
     assert_eq!(d.verdict.class, Class::Unknown);
-    assert!(d.verdict.labels.iter().any(|(k, _)| k == "fallback"), "{d:?}");
+    assert!(
+        d.verdict.labels.iter().any(|(k, _)| k == "fallback"),
+        "{d:?}"
+    );
 }
 
 #[test]
@@ -73,7 +96,10 @@ fn endless_loop_times_out_into_the_fallback() {
 #[test]
 fn memory_bomb_hits_the_cap_into_the_fallback() {
     let d = hostile_decision("oom");
-    assert!(matches!(d.fallback, Some(Fault::MemoryCap { cap_bytes: 16_777_216, requested_bytes }) if requested_bytes > 16_777_216), "{d:?}");
+    assert!(
+        matches!(d.fallback, Some(Fault::MemoryCap { cap_bytes: 16_777_216, requested_bytes }) if requested_bytes > 16_777_216),
+        "{d:?}"
+    );
     assert_fallback_retry(&d);
 }
 
@@ -81,7 +107,10 @@ fn memory_bomb_hits_the_cap_into_the_fallback() {
 fn panic_is_reported_with_its_message() {
     let d = hostile_decision("panic");
     match &d.fallback {
-        Some(Fault::Panic { message }) => assert!(message.contains("hostile policy panics on db.timeout"), "{message}"),
+        Some(Fault::Panic { message }) => assert!(
+            message.contains("hostile policy panics on db.timeout"),
+            "{message}"
+        ),
         other => panic!("expected a panic fault, got {other:?}"),
     }
     assert_fallback_retry(&d);
@@ -99,7 +128,10 @@ fn gigantic_reason_and_label_list_are_truncated() {
     let d = hostile_decision("huge-reason");
     assert!(d.fallback.is_none(), "{:?}", d.fallback);
     assert_eq!(d.verdict.reason.len(), 1_024);
-    assert!(d.clamps.contains(&Clamp::ReasonTruncated { bytes: 4 << 20 }));
+    assert!(
+        d.clamps
+            .contains(&Clamp::ReasonTruncated { bytes: 4 << 20 })
+    );
     let d = hostile_decision("many-labels");
     assert_eq!(d.verdict.labels.len(), 16);
     assert!(d.clamps.contains(&Clamp::LabelsTruncated { count: 10_000 }));
@@ -109,7 +141,17 @@ fn gigantic_reason_and_label_list_are_truncated() {
 fn delay_past_the_cap_is_clamped() {
     let d = hostile_decision("past-the-cap");
     assert_eq!(d.verdict.action, Action::Retry(6 * 3_600_000));
-    assert!(matches!(d.clamps[..], [Clamp::DelayCapped { requested_ms: u64::MAX, .. }]), "{:?}", d.clamps);
+    assert!(
+        matches!(
+            d.clamps[..],
+            [Clamp::DelayCapped {
+                requested_ms: u64::MAX,
+                ..
+            }]
+        ),
+        "{:?}",
+        d.clamps
+    );
 }
 
 #[test]
@@ -117,23 +159,36 @@ fn retry_past_the_attempt_ceiling_is_exhausted() {
     let host = host();
     let topic = decider(&host, fixtures::HOSTILE, r#"{"mode": "ok"}"#);
     let d = topic.decide(&at("db.timeout", 32));
-    assert_eq!((d.verdict.action, d.verdict.class), (Action::DeadLetter, Class::Exhausted));
+    assert_eq!(
+        (d.verdict.action, d.verdict.class),
+        (Action::DeadLetter, Class::Exhausted)
+    );
     assert_eq!(d.clamps, [Clamp::AttemptCeiling { max_attempts: 32 }]);
 }
 
 #[test]
 fn init_that_rejects_its_config_is_a_config_error_naming_the_field() {
     let host = host();
-    let err = load(&host, fixtures::HOSTILE).configure(r#"{"mode": "reject-init"}"#, TopicSettings::default()).unwrap_err();
-    assert!(matches!(&err, ConfigError::Rejected { policy, message } if policy == "hostile" && message.contains("config.mode")), "{err}");
+    let err = load(&host, fixtures::HOSTILE)
+        .configure(r#"{"mode": "reject-init"}"#, TopicSettings::default())
+        .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Rejected { policy, message } if policy == "hostile" && message.contains("config.mode")),
+        "{err}"
+    );
 }
 
 #[test]
 fn trap_in_init_is_a_config_error_with_the_panic() {
     let host = host();
-    let err = load(&host, fixtures::HOSTILE).configure(r#"{"mode": "trap-in-init"}"#, TopicSettings::default()).unwrap_err();
+    let err = load(&host, fixtures::HOSTILE)
+        .configure(r#"{"mode": "trap-in-init"}"#, TopicSettings::default())
+        .unwrap_err();
     match err {
-        ConfigError::InitFault { fault: Fault::Panic { message }, .. } => assert!(message.contains("trap-in-init"), "{message}"),
+        ConfigError::InitFault {
+            fault: Fault::Panic { message },
+            ..
+        } => assert!(message.contains("trap-in-init"), "{message}"),
         other => panic!("expected an init panic, got {other}"),
     }
 }

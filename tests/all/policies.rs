@@ -6,8 +6,8 @@ use verdict_tests::{at, decider, failure, fixtures, host};
 
 /// RocketMQ's levels 3 to 18: the delays of retries 1 to 16.
 const LADDER: [u64; 16] = [
-    10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000, 480_000, 540_000, 600_000,
-    1_200_000, 1_800_000, 3_600_000, 7_200_000,
+    10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000, 480_000, 540_000,
+    600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
 ];
 
 #[test]
@@ -16,11 +16,17 @@ fn rules_payments_retries_db_timeout_at_1_to_4_and_exhausts_at_5() {
     let payments = decider(&host, fixtures::RULES, r#"{"max_attempts": 5}"#);
     for attempt in 1..=4 {
         let d = payments.decide(&at("db.timeout", attempt));
-        assert!(matches!(d.verdict.action, Action::Retry(_)), "attempt {attempt}: {d:?}");
+        assert!(
+            matches!(d.verdict.action, Action::Retry(_)),
+            "attempt {attempt}: {d:?}"
+        );
         assert!(d.fallback.is_none() && d.clamps.is_empty());
     }
     let d = payments.decide(&at("db.timeout", 5));
-    assert_eq!((d.verdict.action, d.verdict.class), (Action::DeadLetter, Class::Exhausted));
+    assert_eq!(
+        (d.verdict.action, d.verdict.class),
+        (Action::DeadLetter, Class::Exhausted)
+    );
     assert_eq!(d.provenance.name, "rules");
     assert_eq!(d.provenance.sha256.len(), 64);
 }
@@ -30,12 +36,21 @@ fn rules_notifications_exhausts_at_3_and_json_parse_is_poison_under_both() {
     let host = host();
     let notifications = decider(&host, fixtures::RULES, r#"{"max_attempts": 3}"#);
     let payments = decider(&host, fixtures::RULES, r#"{"max_attempts": 5}"#);
-    assert!(matches!(notifications.decide(&at("db.timeout", 2)).verdict.action, Action::Retry(_)));
+    assert!(matches!(
+        notifications.decide(&at("db.timeout", 2)).verdict.action,
+        Action::Retry(_)
+    ));
     let d = notifications.decide(&at("db.timeout", 3));
-    assert_eq!((d.verdict.action, d.verdict.class), (Action::DeadLetter, Class::Exhausted));
+    assert_eq!(
+        (d.verdict.action, d.verdict.class),
+        (Action::DeadLetter, Class::Exhausted)
+    );
     for topic in [&notifications, &payments] {
         let d = topic.decide(&at("json.parse", 1));
-        assert_eq!((d.verdict.action, d.verdict.class), (Action::DeadLetter, Class::Poison));
+        assert_eq!(
+            (d.verdict.action, d.verdict.class),
+            (Action::DeadLetter, Class::Poison)
+        );
     }
 }
 
@@ -45,10 +60,17 @@ fn rocketmq_gives_the_ladder_attempt_by_attempt_then_dead_letters_after_16_retri
     let rocketmq = decider(&host, fixtures::ROCKETMQ, "{}");
     for (i, want) in LADDER.iter().enumerate() {
         let attempt = i as u32 + 1;
-        assert_eq!(rocketmq.decide(&at("http.503", attempt)).verdict.action, Action::Retry(*want), "attempt {attempt}");
+        assert_eq!(
+            rocketmq.decide(&at("http.503", attempt)).verdict.action,
+            Action::Retry(*want),
+            "attempt {attempt}"
+        );
     }
     let d = rocketmq.decide(&at("http.503", 17));
-    assert_eq!((d.verdict.action, d.verdict.class), (Action::DeadLetter, Class::Exhausted));
+    assert_eq!(
+        (d.verdict.action, d.verdict.class),
+        (Action::DeadLetter, Class::Exhausted)
+    );
 }
 
 #[test]
@@ -59,13 +81,17 @@ fn same_failure_same_seed_same_verdict_jitter_included() {
     let second = decider(&verdict_tests::host(), fixtures::RULES, "{}");
     let mut delays = std::collections::BTreeSet::new();
     for seed in 0..50u64 {
-        let f = failure(json!({"attempt": 3, "jitter-seed": seed, "error": {"kind": "db.timeout"}}));
+        let f =
+            failure(json!({"attempt": 3, "jitter-seed": seed, "error": {"kind": "db.timeout"}}));
         let a = first.decide(&f);
         assert_eq!(a, first.decide(&f));
         assert_eq!(a, second.decide(&f));
         delays.insert(a.verdict.delay_ms());
     }
-    assert!(delays.len() > 10, "jitter should vary with the seed: {delays:?}");
+    assert!(
+        delays.len() > 10,
+        "jitter should vary with the seed: {delays:?}"
+    );
 }
 
 #[test]
@@ -73,13 +99,25 @@ fn adaptive_scales_with_success_rate_and_opens_the_circuit() {
     let host = host();
     let adaptive = decider(&host, fixtures::ADAPTIVE, "{}");
     let with = |deliveries: u32, failures: u32, consecutive: u32| {
-        failure(json!({"attempt": 2, "jitter-seed": 1, "error": {"kind": "http.503"},
-            "stats": {"window-ms": 60000, "deliveries": deliveries, "failures": failures, "consecutive-failures": consecutive}}))
+        failure(
+            json!({"attempt": 2, "jitter-seed": 1, "error": {"kind": "http.503"},
+            "stats": {"window-ms": 60000, "deliveries": deliveries, "failures": failures, "consecutive-failures": consecutive}}),
+        )
     };
     let delay = |f| adaptive.decide(&f).verdict.delay_ms().unwrap();
-    let (high, medium, low) = (delay(with(100, 10, 1)), delay(with(100, 50, 1)), delay(with(100, 90, 1)));
-    assert!(high <= 1_000 && (1_000..=2_000).contains(&medium) && (4_000..=8_000).contains(&low), "{high} {medium} {low}");
-    assert_eq!(adaptive.decide(&with(100, 100, 50)).verdict.action, Action::Delay(30_000));
+    let (high, medium, low) = (
+        delay(with(100, 10, 1)),
+        delay(with(100, 50, 1)),
+        delay(with(100, 90, 1)),
+    );
+    assert!(
+        high <= 1_000 && (1_000..=2_000).contains(&medium) && (4_000..=8_000).contains(&low),
+        "{high} {medium} {low}"
+    );
+    assert_eq!(
+        adaptive.decide(&with(100, 100, 50)).verdict.action,
+        Action::Delay(30_000)
+    );
 }
 
 #[test]
@@ -87,15 +125,38 @@ fn payments_reads_the_payload_through_the_host() {
     let host = host();
     let payments = decider(&host, fixtures::PAYMENTS, "{}");
     let pay = |kind: &str, payload: serde_json::Value| {
-        payments.decide(&failure(json!({"error": {"kind": kind}, "payload": payload, "jitter-seed": 5})))
+        payments.decide(&failure(
+            json!({"error": {"kind": kind}, "payload": payload, "jitter-seed": 5}),
+        ))
     };
     let ok = json!({"schema_version": 1, "amount": 42.0});
-    assert_eq!(pay("gateway.503", json!({"schema_version": 7, "amount": 1})).verdict.class, Class::Poison);
-    assert_eq!(pay("gateway.503", json!("not a payment")).verdict.class, Class::Poison);
-    let d = pay("gateway.503", json!({"schema_version": 2, "amount": -1, "currency": "EUR"}));
-    assert_eq!((d.verdict.class, d.verdict.alert), (Class::Permanent, Severity::Critical));
-    assert!(d.verdict.labels.contains(&("currency".into(), "EUR".into())));
-    assert_eq!(pay("card.declined", ok.clone()).verdict.class, Class::Permanent);
+    assert_eq!(
+        pay("gateway.503", json!({"schema_version": 7, "amount": 1}))
+            .verdict
+            .class,
+        Class::Poison
+    );
+    assert_eq!(
+        pay("gateway.503", json!("not a payment")).verdict.class,
+        Class::Poison
+    );
+    let d = pay(
+        "gateway.503",
+        json!({"schema_version": 2, "amount": -1, "currency": "EUR"}),
+    );
+    assert_eq!(
+        (d.verdict.class, d.verdict.alert),
+        (Class::Permanent, Severity::Critical)
+    );
+    assert!(
+        d.verdict
+            .labels
+            .contains(&("currency".into(), "EUR".into()))
+    );
+    assert_eq!(
+        pay("card.declined", ok.clone()).verdict.class,
+        Class::Permanent
+    );
     assert!(matches!(pay("gateway.503", ok).verdict.action, Action::Retry(d) if d <= 500));
 }
 
@@ -106,5 +167,8 @@ fn a_refused_config_names_the_policy_and_field() {
         .configure(r#"{"max_attempts": "five"}"#, Default::default())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("rules") && err.contains("config.max_attempts"), "{err}");
+    assert!(
+        err.contains("rules") && err.contains("config.max_attempts"),
+        "{err}"
+    );
 }

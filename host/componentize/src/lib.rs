@@ -43,7 +43,9 @@ pub enum BuildError {
     #[error("cargo build failed for {0} (see the compiler output above)")]
     Compile(PathBuf),
     /// The crate built, but produced no `.wasm` library.
-    #[error("{0}: built no .wasm; a policy crate needs `[lib] crate-type = [\"cdylib\", \"rlib\"]`")]
+    #[error(
+        "{0}: built no .wasm; a policy crate needs `[lib] crate-type = [\"cdylib\", \"rlib\"]`"
+    )]
     NoCdylib(PathBuf),
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
@@ -76,7 +78,11 @@ pub struct BuildOptions {
 
 impl Default for BuildOptions {
     fn default() -> Self {
-        BuildOptions { target_dir: None, release: true, quiet: false }
+        BuildOptions {
+            target_dir: None,
+            release: true,
+            quiet: false,
+        }
     }
 }
 
@@ -94,16 +100,24 @@ pub struct Built {
 /// Compile the policy crate in `crate_dir` and wrap it into a component.
 pub fn build_crate(crate_dir: &Path, options: &BuildOptions) -> Result<Built, BuildError> {
     let manifest = crate_dir.join("Cargo.toml");
-    let manifest = manifest.canonicalize().map_err(|_| BuildError::NotACrate(crate_dir.to_path_buf()))?;
+    let manifest = manifest
+        .canonicalize()
+        .map_err(|_| BuildError::NotACrate(crate_dir.to_path_buf()))?;
     ensure_target_installed()?;
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     let mut cmd = Command::new(&cargo);
-    cmd.args(["build", "--lib", "--target", TARGET, "--message-format=json-render-diagnostics"])
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
+    cmd.args([
+        "build",
+        "--lib",
+        "--target",
+        TARGET,
+        "--message-format=json-render-diagnostics",
+    ])
+    .arg("--manifest-path")
+    .arg(&manifest)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
     if options.release {
         cmd.arg("--release");
     }
@@ -115,27 +129,43 @@ pub fn build_crate(crate_dir: &Path, options: &BuildOptions) -> Result<Built, Bu
     }
     // When run from a build script, the outer build's flags are for the host target, not
     // for wasm32; never leak them into the guest build.
-    cmd.env_remove("CARGO_ENCODED_RUSTFLAGS").env_remove("CARGO_BUILD_TARGET");
-    let output = cmd.output().map_err(|source| BuildError::Spawn { cargo: cargo.clone(), source })?;
+    cmd.env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("CARGO_BUILD_TARGET");
+    let output = cmd.output().map_err(|source| BuildError::Spawn {
+        cargo: cargo.clone(),
+        source,
+    })?;
     if !output.status.success() {
         return Err(BuildError::Compile(crate_dir.to_path_buf()));
     }
-    let (name, core_module) =
-        find_cdylib(&output.stdout, &manifest).ok_or_else(|| BuildError::NoCdylib(crate_dir.to_path_buf()))?;
-    let core = std::fs::read(&core_module).map_err(|source| BuildError::Io { path: core_module.clone(), source })?;
-    let component_bytes = componentize(&core).map_err(|message| BuildError::Encode { path: core_module.clone(), message })?;
+    let (name, core_module) = find_cdylib(&output.stdout, &manifest)
+        .ok_or_else(|| BuildError::NoCdylib(crate_dir.to_path_buf()))?;
+    let core = std::fs::read(&core_module).map_err(|source| BuildError::Io {
+        path: core_module.clone(),
+        source,
+    })?;
+    let component_bytes = componentize(&core).map_err(|message| BuildError::Encode {
+        path: core_module.clone(),
+        message,
+    })?;
     let component = core_module.with_file_name(format!("{name}.component.wasm"));
     write_if_changed(&component, &component_bytes)?;
-    Ok(Built { name, core_module, component })
+    Ok(Built {
+        name,
+        core_module,
+        component,
+    })
 }
 
 /// Wrap a core module built with `wit-bindgen` into a component. The error is
 /// wit-component's explanation.
 pub fn componentize(core_module: &[u8]) -> Result<Vec<u8>, String> {
     if !has_component_type(core_module) {
-        return Err("the module carries no component type; was it built with verdict-sdk's \
+        return Err(
+            "the module carries no component type; was it built with verdict-sdk's \
                     `export_policy!` (or wit-bindgen for the verdict:policy world)?"
-            .to_string());
+                .to_string(),
+        );
     }
     wit_component::ComponentEncoder::default()
         .module(core_module)
@@ -157,7 +187,10 @@ fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), BuildError> {
     if std::fs::read(path).is_ok_and(|old| old == bytes) {
         return Ok(());
     }
-    std::fs::write(path, bytes).map_err(|source| BuildError::Io { path: path.to_path_buf(), source })
+    std::fs::write(path, bytes).map_err(|source| BuildError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn ensure_target_installed() -> Result<(), BuildError> {
@@ -167,24 +200,39 @@ fn ensure_target_installed() -> Result<(), BuildError> {
         return Ok(());
     };
     let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    if sysroot.join("lib/rustlib").join(TARGET).exists() { Ok(()) } else { Err(BuildError::MissingTarget) }
+    if sysroot.join("lib/rustlib").join(TARGET).exists() {
+        Ok(())
+    } else {
+        Err(BuildError::MissingTarget)
+    }
 }
 
 /// Find the `.wasm` of the crate's library among cargo's JSON messages.
 fn find_cdylib(stdout: &[u8], manifest: &Path) -> Option<(String, PathBuf)> {
     let mut found = None;
     for line in stdout.split(|&b| b == b'\n') {
-        let Ok(msg) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
+        let Ok(msg) = serde_json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
         if msg["reason"] != "compiler-artifact" {
             continue;
         }
-        let same_crate = msg["manifest_path"].as_str().is_some_and(|p| Path::new(p) == manifest);
+        let same_crate = msg["manifest_path"]
+            .as_str()
+            .is_some_and(|p| Path::new(p) == manifest);
         if !same_crate {
             continue;
         }
         let files = msg["filenames"].as_array()?;
-        if let Some(wasm) = files.iter().filter_map(|f| f.as_str()).find(|f| f.ends_with(".wasm")) {
-            let name = msg["target"]["name"].as_str().unwrap_or("policy").replace('-', "_");
+        if let Some(wasm) = files
+            .iter()
+            .filter_map(|f| f.as_str())
+            .find(|f| f.ends_with(".wasm"))
+        {
+            let name = msg["target"]["name"]
+                .as_str()
+                .unwrap_or("policy")
+                .replace('-', "_");
             found = Some((name, PathBuf::from(wasm)));
         }
     }
@@ -217,7 +265,8 @@ mod tests {
 
     #[test]
     fn a_missing_crate_is_named() {
-        let err = build_crate(Path::new("/nonexistent/policy"), &BuildOptions::default()).unwrap_err();
+        let err =
+            build_crate(Path::new("/nonexistent/policy"), &BuildOptions::default()).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/policy"), "{err}");
     }
 }

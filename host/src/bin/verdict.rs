@@ -51,7 +51,10 @@ enum Command {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(Args::parse()) {
@@ -70,10 +73,19 @@ fn run(args: Args) -> anyhow::Result<()> {
                 println!("{}", path.display());
             }
         }
-        Command::Inspect { policy } => println!("{}", serde_json::to_string_pretty(&cli::inspect(&policy)?)?),
-        Command::Decide { policy, config, failure, settings } => {
+        Command::Inspect { policy } => {
+            println!("{}", serde_json::to_string_pretty(&cli::inspect(&policy)?)?);
+        }
+        Command::Decide {
+            policy,
+            config,
+            failure,
+            settings,
+        } => {
             let settings: TopicSettings = match settings {
-                Some(s) => serde_json::from_str(&s).map_err(|e| anyhow::anyhow!("--settings: {e}"))?,
+                Some(s) => {
+                    serde_json::from_str(&s).map_err(|e| anyhow::anyhow!("--settings: {e}"))?
+                }
                 None => TopicSettings::default(),
             };
             let decision = cli::decide(&policy, config.as_deref(), &failure, settings)?;

@@ -61,7 +61,11 @@ impl Policy for Adaptive {
 
     fn new(c: Config) -> Result<Self, String> {
         let rate = |name: &str, v: f64| {
-            if (0.0..=1.0).contains(&v) { Ok(()) } else { Err(format!("config.{name}: must be between 0 and 1, got {v}")) }
+            if (0.0..=1.0).contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("config.{name}: must be between 0 and 1, got {v}"))
+            }
         };
         rate("slow_below", c.slow_below)?;
         rate("fast_above", c.fast_above)?;
@@ -72,7 +76,9 @@ impl Policy for Adaptive {
             return Err("config.cap_ms: needs base_ms >= 1 and cap_ms >= base_ms".into());
         }
         if c.max_attempts == 0 || c.slow_factor == 0 || c.fast_divisor == 0 {
-            return Err("config.max_attempts, slow_factor and fast_divisor must be at least 1".into());
+            return Err(
+                "config.max_attempts, slow_factor and fast_divisor must be at least 1".into(),
+            );
         }
         Ok(Adaptive { c })
     }
@@ -80,11 +86,15 @@ impl Policy for Adaptive {
     fn decide(&self, f: &Failure) -> Verdict {
         let c = &self.c;
         if c.poison_kinds.iter().any(|k| f.kind_is(k)) {
-            return Verdict::dead_letter(Class::Poison).because(format!("{} cannot succeed on retry", f.kind()));
+            return Verdict::dead_letter(Class::Poison)
+                .because(format!("{} cannot succeed on retry", f.kind()));
         }
         if f.stats().consecutive_failures >= c.circuit_after {
             return Verdict::delay(c.circuit_open_ms)
-                .because(format!("circuit open: {} failures in a row", f.stats().consecutive_failures))
+                .because(format!(
+                    "circuit open: {} failures in a row",
+                    f.stats().consecutive_failures
+                ))
                 .alert(Severity::Warning)
                 .label("circuit", "open");
         }
@@ -94,7 +104,12 @@ impl Policy for Adaptive {
                 .alert(Severity::Warning);
         }
         let rate = f.stats().success_rate();
-        let raw = Backoff::Exponential { base_ms: c.base_ms, cap_ms: c.cap_ms, jitter: Jitter::None }.delay_ms(f.attempt(), 0);
+        let raw = Backoff::Exponential {
+            base_ms: c.base_ms,
+            cap_ms: c.cap_ms,
+            jitter: Jitter::None,
+        }
+        .delay_ms(f.attempt(), 0);
         let (scaled, band) = if rate < c.slow_below {
             (raw.saturating_mul(c.slow_factor), "low")
         } else if rate > c.fast_above {
@@ -103,7 +118,11 @@ impl Policy for Adaptive {
             (raw, "medium")
         };
         // Equal jitter keeps the adaptive shape while spreading retries.
-        let delay = Backoff::Fixed { delay_ms: scaled.min(c.cap_ms), jitter: Jitter::Equal }.delay_ms(1, f.jitter_seed());
+        let delay = Backoff::Fixed {
+            delay_ms: scaled.min(c.cap_ms),
+            jitter: Jitter::Equal,
+        }
+        .delay_ms(1, f.jitter_seed());
         Verdict::retry_after(delay)
             .because(format!("success rate {:.0}% ({band})", rate * 100.0))
             .label("success_rate", band)
@@ -121,7 +140,11 @@ mod tests {
         Failure::new("http.503")
             .with_attempt(2)
             .with_jitter_seed(9)
-            .with_stats(TopicStats { deliveries, failures, ..TopicStats::default() })
+            .with_stats(TopicStats {
+                deliveries,
+                failures,
+                ..TopicStats::default()
+            })
     }
 
     fn delay(v: &Verdict) -> u64 {
@@ -144,7 +167,10 @@ mod tests {
     #[test]
     fn open_circuit_defers_without_spending_attempts() {
         let p: Adaptive = instantiate("{}").unwrap();
-        let f = Failure::new("http.503").with_stats(TopicStats { consecutive_failures: 25, ..TopicStats::default() });
+        let f = Failure::new("http.503").with_stats(TopicStats {
+            consecutive_failures: 25,
+            ..TopicStats::default()
+        });
         let v = p.decide(&f);
         assert_eq!(v.action, Action::Delay(30_000));
     }
@@ -152,7 +178,14 @@ mod tests {
     #[test]
     fn exhausts_and_refuses_bad_config() {
         let p: Adaptive = instantiate("{}").unwrap();
-        assert_eq!(p.decide(&Failure::new("http.503").with_attempt(5)).class, Class::Exhausted);
-        assert!(instantiate::<Adaptive>(r#"{"slow_below": 1.5}"#).unwrap_err().contains("slow_below"));
+        assert_eq!(
+            p.decide(&Failure::new("http.503").with_attempt(5)).class,
+            Class::Exhausted
+        );
+        assert!(
+            instantiate::<Adaptive>(r#"{"slow_below": 1.5}"#)
+                .unwrap_err()
+                .contains("slow_below")
+        );
     }
 }

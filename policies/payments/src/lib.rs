@@ -26,7 +26,12 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { schema_versions: vec![1, 2], max_attempts: 5, base_ms: 500, cap_ms: 30_000 }
+        Config {
+            schema_versions: vec![1, 2],
+            max_attempts: 5,
+            base_ms: 500,
+            cap_ms: 30_000,
+        }
     }
 }
 
@@ -57,15 +62,26 @@ impl Policy for Payments {
         if c.max_attempts == 0 {
             return Err("config.max_attempts: must be at least 1".into());
         }
-        let backoff = Backoff::Exponential { base_ms: c.base_ms, cap_ms: c.cap_ms, jitter: Jitter::Full };
+        let backoff = Backoff::Exponential {
+            base_ms: c.base_ms,
+            cap_ms: c.cap_ms,
+            jitter: Jitter::Full,
+        };
         backoff.validate().map_err(|e| format!("config: {e}"))?;
-        Ok(Payments { schema_versions: c.schema_versions, max_attempts: c.max_attempts, backoff })
+        Ok(Payments {
+            schema_versions: c.schema_versions,
+            max_attempts: c.max_attempts,
+            backoff,
+        })
     }
 
     fn decide(&self, f: &Failure) -> Verdict {
         let payment = match f.payload_json::<Payment>() {
             Ok(p) => p,
-            Err(e) => return Verdict::dead_letter(Class::Poison).because(format!("payload is not a payment: {e}")),
+            Err(e) => {
+                return Verdict::dead_letter(Class::Poison)
+                    .because(format!("payload is not a payment: {e}"));
+            }
         };
         if !self.schema_versions.contains(&payment.schema_version) {
             return Verdict::dead_letter(Class::Poison)
@@ -84,13 +100,18 @@ impl Policy for Payments {
         if f.kind_is("gateway.5*") || f.kind_is("http.5*") || f.kind_is("*.timeout") {
             if f.attempt() >= self.max_attempts {
                 return Verdict::dead_letter(Class::Exhausted)
-                    .because(format!("payment gateway still failing after {} attempts", f.attempt()))
+                    .because(format!(
+                        "payment gateway still failing after {} attempts",
+                        f.attempt()
+                    ))
                     .alert(Severity::Warning);
             }
             return Verdict::retry_after(self.backoff.delay_ms(f.attempt(), f.jitter_seed()))
                 .because(format!("{} is transient", f.kind()));
         }
-        Verdict::dead_letter(Class::Unknown).because(format!("no payment rule for {}", f.kind())).alert(Severity::Info)
+        Verdict::dead_letter(Class::Unknown)
+            .because(format!("no payment rule for {}", f.kind()))
+            .alert(Severity::Info)
     }
 }
 
@@ -102,27 +123,50 @@ mod tests {
     use verdict_sdk::{Action, instantiate};
 
     fn pay(kind: &str, payload: &str) -> Failure {
-        Failure::new(kind).with_payload(payload.as_bytes().to_vec()).with_jitter_seed(3)
+        Failure::new(kind)
+            .with_payload(payload.as_bytes().to_vec())
+            .with_jitter_seed(3)
     }
 
     #[test]
     fn payload_rules() {
         let p: Payments = instantiate("{}").unwrap();
         let ok = r#"{"schema_version": 2, "amount": 10.5}"#;
-        assert_eq!(p.decide(&pay("gateway.502", "not json")).class, Class::Poison);
-        assert_eq!(p.decide(&pay("gateway.502", r#"{"schema_version": 9, "amount": 1}"#)).class, Class::Poison);
-        let v = p.decide(&pay("gateway.502", r#"{"schema_version": 1, "amount": -5, "currency": "EUR"}"#));
+        assert_eq!(
+            p.decide(&pay("gateway.502", "not json")).class,
+            Class::Poison
+        );
+        assert_eq!(
+            p.decide(&pay("gateway.502", r#"{"schema_version": 9, "amount": 1}"#))
+                .class,
+            Class::Poison
+        );
+        let v = p.decide(&pay(
+            "gateway.502",
+            r#"{"schema_version": 1, "amount": -5, "currency": "EUR"}"#,
+        ));
         assert_eq!((v.class, v.alert), (Class::Permanent, Severity::Critical));
         assert_eq!(p.decide(&pay("card.declined", ok)).class, Class::Permanent);
         let v = p.decide(&pay("gateway.502", ok));
         assert!(matches!(v.action, Action::Retry(d) if d <= 500), "{v:?}");
-        assert_eq!(p.decide(&pay("payments.timeout", ok).with_attempt(5)).class, Class::Exhausted);
+        assert_eq!(
+            p.decide(&pay("payments.timeout", ok).with_attempt(5)).class,
+            Class::Exhausted
+        );
         assert_eq!(p.decide(&pay("ledger.mismatch", ok)).class, Class::Unknown);
     }
 
     #[test]
     fn config_is_checked() {
-        assert!(instantiate::<Payments>(r#"{"schema_versions": []}"#).unwrap_err().contains("schema_versions"));
-        assert!(instantiate::<Payments>(r#"{"base_ms": 10, "cap_ms": 1}"#).unwrap_err().contains("cap_ms"));
+        assert!(
+            instantiate::<Payments>(r#"{"schema_versions": []}"#)
+                .unwrap_err()
+                .contains("schema_versions")
+        );
+        assert!(
+            instantiate::<Payments>(r#"{"base_ms": 10, "cap_ms": 1}"#)
+                .unwrap_err()
+                .contains("cap_ms")
+        );
     }
 }

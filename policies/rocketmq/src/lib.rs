@@ -4,7 +4,9 @@
 //! RocketMQ moves it to `%DLQ%<group>`. Poison kinds skip the ladder.
 
 use serde::Deserialize;
-use verdict_sdk::{Backoff, Class, Failure, Jitter, Policy, ROCKETMQ_LEVELS_MS, Severity, Verdict, export_policy};
+use verdict_sdk::{
+    Backoff, Class, Failure, Jitter, Policy, ROCKETMQ_LEVELS_MS, Severity, Verdict, export_policy,
+};
 
 /// Per-topic configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -47,26 +49,44 @@ impl Policy for RocketMq {
             return Err("config.levels_ms: needs at least one level".into());
         }
         if c.start_level == 0 || c.start_level > c.levels_ms.len() {
-            return Err(format!("config.start_level: must be between 1 and {}", c.levels_ms.len()));
+            return Err(format!(
+                "config.start_level: must be between 1 and {}",
+                c.levels_ms.len()
+            ));
         }
         let steps_ms = c.levels_ms[c.start_level - 1..].to_vec();
-        Ok(RocketMq { max_retries: c.max_retries, ladder: Backoff::Ladder { steps_ms, jitter: Jitter::None }, poison_kinds: c.poison_kinds })
+        Ok(RocketMq {
+            max_retries: c.max_retries,
+            ladder: Backoff::Ladder {
+                steps_ms,
+                jitter: Jitter::None,
+            },
+            poison_kinds: c.poison_kinds,
+        })
     }
 
     fn decide(&self, f: &Failure) -> Verdict {
         if self.poison_kinds.iter().any(|k| f.kind_is(k)) {
-            return Verdict::dead_letter(Class::Poison).because(format!("{} cannot succeed on retry", f.kind()));
+            return Verdict::dead_letter(Class::Poison)
+                .because(format!("{} cannot succeed on retry", f.kind()));
         }
         // Attempt N has already used N - 1 retries; RocketMQ dead-letters once the retry
         // count reaches maxReconsumeTimes.
         let retries_used = f.attempt().saturating_sub(1);
         if retries_used >= self.max_retries {
             return Verdict::dead_letter(Class::Exhausted)
-                .because(format!("{} retries used (maxReconsumeTimes {})", retries_used, self.max_retries))
+                .because(format!(
+                    "{} retries used (maxReconsumeTimes {})",
+                    retries_used, self.max_retries
+                ))
                 .alert(Severity::Warning);
         }
         let delay = self.ladder.delay_ms(f.attempt(), f.jitter_seed());
-        Verdict::retry_after(delay).because(format!("retry {} of {}", retries_used + 1, self.max_retries))
+        Verdict::retry_after(delay).because(format!(
+            "retry {} of {}",
+            retries_used + 1,
+            self.max_retries
+        ))
     }
 }
 
@@ -83,7 +103,12 @@ mod tests {
         let expected = &ROCKETMQ_LEVELS_MS[2..];
         for (i, want) in expected.iter().enumerate() {
             let attempt = i as u32 + 1;
-            assert_eq!(p.decide(&Failure::new("http.503").with_attempt(attempt)).action, Action::Retry(*want), "attempt {attempt}");
+            assert_eq!(
+                p.decide(&Failure::new("http.503").with_attempt(attempt))
+                    .action,
+                Action::Retry(*want),
+                "attempt {attempt}"
+            );
         }
         let v = p.decide(&Failure::new("http.503").with_attempt(17));
         assert_eq!((v.action, v.class), (Action::DeadLetter, Class::Exhausted));
@@ -92,10 +117,23 @@ mod tests {
     #[test]
     fn configurable_retries_and_start() {
         let p: RocketMq = instantiate(r#"{"max_retries": 2, "start_level": 1}"#).unwrap();
-        assert_eq!(p.decide(&Failure::new("x").with_attempt(1)).action, Action::Retry(1_000));
-        assert_eq!(p.decide(&Failure::new("x").with_attempt(2)).action, Action::Retry(5_000));
-        assert_eq!(p.decide(&Failure::new("x").with_attempt(3)).action, Action::DeadLetter);
-        assert!(instantiate::<RocketMq>(r#"{"start_level": 19}"#).unwrap_err().contains("start_level"));
+        assert_eq!(
+            p.decide(&Failure::new("x").with_attempt(1)).action,
+            Action::Retry(1_000)
+        );
+        assert_eq!(
+            p.decide(&Failure::new("x").with_attempt(2)).action,
+            Action::Retry(5_000)
+        );
+        assert_eq!(
+            p.decide(&Failure::new("x").with_attempt(3)).action,
+            Action::DeadLetter
+        );
+        assert!(
+            instantiate::<RocketMq>(r#"{"start_level": 19}"#)
+                .unwrap_err()
+                .contains("start_level")
+        );
     }
 
     #[test]

@@ -39,7 +39,11 @@ impl Default for Config {
             max_attempts: 5,
             rules: default_rules(),
             default: Rule {
-                retry: Some(Backoff::Exponential { base_ms: 1_000, cap_ms: 60_000, jitter: Jitter::Full }),
+                retry: Some(Backoff::Exponential {
+                    base_ms: 1_000,
+                    cap_ms: 60_000,
+                    jitter: Jitter::Full,
+                }),
                 ..Rule::default()
             },
             honor_retry_after: true,
@@ -115,21 +119,38 @@ pub struct Rules {
 }
 
 fn compile(field: &str, o: Rule, max_attempts: u32) -> Result<Compiled, String> {
-    let name = o.name.or_else(|| o.kinds.first().cloned()).unwrap_or_else(|| field.to_string());
+    let name = o
+        .name
+        .or_else(|| o.kinds.first().cloned())
+        .unwrap_or_else(|| field.to_string());
     let then = match (o.retry, o.dead_letter, o.discard) {
         (Some(backoff), None, false) => {
-            backoff.validate().map_err(|e| format!("config.{field}.retry: {e}"))?;
+            backoff
+                .validate()
+                .map_err(|e| format!("config.{field}.retry: {e}"))?;
             let max_attempts = o.max_attempts.unwrap_or(max_attempts);
             if max_attempts == 0 {
                 return Err(format!("config.{field}.max_attempts: must be at least 1"));
             }
-            Then::Retry { backoff, max_attempts }
+            Then::Retry {
+                backoff,
+                max_attempts,
+            }
         }
         (None, Some(class), false) => Then::DeadLetter(class),
         (None, None, true) => Then::Discard,
-        _ => return Err(format!("config.{field}: give exactly one of `retry`, `dead_letter` or `discard: true`")),
+        _ => {
+            return Err(format!(
+                "config.{field}: give exactly one of `retry`, `dead_letter` or `discard: true`"
+            ));
+        }
     };
-    Ok(Compiled { name, kinds: o.kinds, then, alert: o.alert })
+    Ok(Compiled {
+        name,
+        kinds: o.kinds,
+        then,
+        alert: o.alert,
+    })
 }
 
 impl Policy for Rules {
@@ -142,12 +163,16 @@ impl Policy for Rules {
         let mut rules = Vec::with_capacity(c.rules.len());
         for (i, rule) in c.rules.into_iter().enumerate() {
             if rule.kinds.is_empty() {
-                return Err(format!("config.rules[{i}].match: needs at least one kind pattern"));
+                return Err(format!(
+                    "config.rules[{i}].match: needs at least one kind pattern"
+                ));
             }
             rules.push(compile(&format!("rules[{i}]"), rule, c.max_attempts)?);
         }
         if !c.default.kinds.is_empty() {
-            return Err("config.default.match: the default applies to every kind; remove `match`".into());
+            return Err(
+                "config.default.match: the default applies to every kind; remove `match`".into(),
+            );
         }
         let default = compile("default", c.default, c.max_attempts)?;
         Ok(Rules {
@@ -172,11 +197,19 @@ impl Policy for Rules {
             };
             return v.because("the message passed its deadline");
         }
-        let rule = self.rules.iter().find(|r| r.kinds.iter().any(|k| f.kind_is(k))).unwrap_or(&self.default);
+        let rule = self
+            .rules
+            .iter()
+            .find(|r| r.kinds.iter().any(|k| f.kind_is(k)))
+            .unwrap_or(&self.default);
         let verdict = match &rule.then {
             Then::Retry { max_attempts, .. } if f.attempt() >= *max_attempts => {
                 Verdict::dead_letter(Class::Exhausted)
-                    .because(format!("{} failed {} times (limit {max_attempts})", f.kind(), f.attempt()))
+                    .because(format!(
+                        "{} failed {} times (limit {max_attempts})",
+                        f.kind(),
+                        f.attempt()
+                    ))
                     .alert(rule.alert.unwrap_or(Severity::Warning))
             }
             Then::Retry { backoff, .. } => {

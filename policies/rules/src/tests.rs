@@ -7,7 +7,9 @@ fn policy(config: &str) -> Rules {
 }
 
 fn at(kind: &str, attempt: u32) -> Failure {
-    Failure::new(kind).with_attempt(attempt).with_jitter_seed(42)
+    Failure::new(kind)
+        .with_attempt(attempt)
+        .with_jitter_seed(42)
 }
 
 #[test]
@@ -15,7 +17,10 @@ fn payments_retries_db_timeout_four_times_then_exhausts_at_five() {
     let p = policy(r#"{"max_attempts": 5}"#);
     for attempt in 1..=4 {
         let v = p.decide(&at("db.timeout", attempt));
-        assert!(matches!(v.action, Action::Retry(_)), "attempt {attempt}: {v:?}");
+        assert!(
+            matches!(v.action, Action::Retry(_)),
+            "attempt {attempt}: {v:?}"
+        );
         assert_eq!(v.class, Class::Transient);
     }
     let v = p.decide(&at("db.timeout", 5));
@@ -26,7 +31,10 @@ fn payments_retries_db_timeout_four_times_then_exhausts_at_five() {
 #[test]
 fn notifications_dead_letter_at_three() {
     let p = policy(r#"{"max_attempts": 3}"#);
-    assert!(matches!(p.decide(&at("db.timeout", 2)).action, Action::Retry(_)));
+    assert!(matches!(
+        p.decide(&at("db.timeout", 2)).action,
+        Action::Retry(_)
+    ));
     let v = p.decide(&at("db.timeout", 3));
     assert_eq!((v.action, v.class), (Action::DeadLetter, Class::Exhausted));
 }
@@ -35,7 +43,11 @@ fn notifications_dead_letter_at_three() {
 fn json_parse_is_poison_at_attempt_one_under_any_limit() {
     for config in [r#"{"max_attempts": 5}"#, r#"{"max_attempts": 3}"#, "{}"] {
         let v = policy(config).decide(&at("json.parse", 1));
-        assert_eq!((v.action, v.class), (Action::DeadLetter, Class::Poison), "{config}");
+        assert_eq!(
+            (v.action, v.class),
+            (Action::DeadLetter, Class::Poison),
+            "{config}"
+        );
     }
 }
 
@@ -44,14 +56,23 @@ fn seed_two_table_limits() {
     let p = policy("{}");
     // deadlock: random delay, 3 attempts
     let v = p.decide(&at("db.deadlock", 2));
-    assert!(matches!(v.action, Action::Retry(d) if (100..=1_000).contains(&d)), "{v:?}");
+    assert!(
+        matches!(v.action, Action::Retry(d) if (100..=1_000).contains(&d)),
+        "{v:?}"
+    );
     assert_eq!(p.decide(&at("db.deadlock", 3)).class, Class::Exhausted);
     // business: fixed 1 s, 2 attempts
-    assert_eq!(p.decide(&at("biz.stock_locked", 1)).action, Action::Retry(1_000));
+    assert_eq!(
+        p.decide(&at("biz.stock_locked", 1)).action,
+        Action::Retry(1_000)
+    );
     assert_eq!(p.decide(&at("biz.stock_locked", 2)).class, Class::Exhausted);
     // auth: permanent, never retried
     let v = p.decide(&at("auth.expired_token", 1));
-    assert_eq!((v.action, v.class, v.alert), (Action::DeadLetter, Class::Permanent, Severity::Warning));
+    assert_eq!(
+        (v.action, v.class, v.alert),
+        (Action::DeadLetter, Class::Permanent, Severity::Warning)
+    );
 }
 
 #[test]
@@ -67,7 +88,9 @@ fn rejects_and_expiry_come_before_rules() {
     let p = policy("{}");
     let v = p.decide(&at("db.timeout", 1).with_rejected(true));
     assert_eq!((v.action, v.class), (Action::DeadLetter, Class::Rejected));
-    let expired = at("db.timeout", 1).with_now_ms(10_000).with_deadline_ms(9_000);
+    let expired = at("db.timeout", 1)
+        .with_now_ms(10_000)
+        .with_deadline_ms(9_000);
     assert_eq!(p.decide(&expired).class, Class::Expired);
     let v = policy(r#"{"on_expired": "discard"}"#).decide(&expired);
     assert_eq!(v.action, Action::Discard);
@@ -83,7 +106,10 @@ fn custom_rules_replace_the_table_and_label_the_verdict() {
     let v = p.decide(&at("order.duplicate", 1));
     assert_eq!(v.action, Action::Discard);
     assert!(v.labels.contains(&("rule".into(), "dup".into())));
-    assert_eq!(p.decide(&at("inventory.locked", 1)).action, Action::Retry(250));
+    assert_eq!(
+        p.decide(&at("inventory.locked", 1)).action,
+        Action::Retry(250)
+    );
     assert_eq!(p.decide(&at("inventory.locked", 2)).class, Class::Exhausted);
     // json.parse is no longer in the table: the default applies.
     assert_eq!(p.decide(&at("json.parse", 1)).class, Class::Unknown);
@@ -102,10 +128,19 @@ fn bad_configs_name_the_field() {
     let cases = [
         (r#"{"max_attempts": 0}"#, "config.max_attempts"),
         (r#"{"max_atempts": 3}"#, "max_atempts"),
-        (r#"{"rules": [{"match": ["a"], "retry": {"strategy": "fixed", "delay_ms": 1}, "dead_letter": "poison"}]}"#, "config.rules[0]"),
-        (r#"{"rules": [{"match": [], "discard": true}]}"#, "config.rules[0].match"),
+        (
+            r#"{"rules": [{"match": ["a"], "retry": {"strategy": "fixed", "delay_ms": 1}, "dead_letter": "poison"}]}"#,
+            "config.rules[0]",
+        ),
+        (
+            r#"{"rules": [{"match": [], "discard": true}]}"#,
+            "config.rules[0].match",
+        ),
         (r#"{"rules": [{"match": ["a"], "retyr": {}}]}"#, "retyr"),
-        (r#"{"rules": [{"match": ["a"], "retry": {"strategy": "exponential", "base_ms": 9, "cap_ms": 1}}]}"#, "cap_ms"),
+        (
+            r#"{"rules": [{"match": ["a"], "retry": {"strategy": "exponential", "base_ms": 9, "cap_ms": 1}}]}"#,
+            "cap_ms",
+        ),
     ];
     for (config, needle) in cases {
         let err = instantiate::<Rules>(config).unwrap_err();

@@ -50,7 +50,11 @@ pub struct Config {
 pub struct Hostile(Mode);
 
 fn recurse(n: u64) -> u64 {
-    if black_box(n) == 0 { 0 } else { black_box(recurse(n + 1)) + 1 }
+    if black_box(n) == 0 {
+        0
+    } else {
+        black_box(recurse(n + 1)) + 1
+    }
 }
 
 impl Policy for Hostile {
@@ -81,9 +85,13 @@ impl Policy for Hostile {
             Mode::Panic => panic!("hostile policy panics on {}", f.kind()),
             Mode::Recurse => Verdict::retry_after(recurse(1)),
             Mode::HugeReason => Verdict::dead_letter(Class::Poison).because("x".repeat(4 << 20)),
-            Mode::ManyLabels => (0..10_000).fold(Verdict::dead_letter(Class::Poison), |v, i| v.label(format!("k{i}"), "v")),
+            Mode::ManyLabels => (0..10_000).fold(Verdict::dead_letter(Class::Poison), |v, i| {
+                v.label(format!("k{i}"), "v")
+            }),
             Mode::PastTheCap => Verdict::retry_after(u64::MAX),
-            Mode::Ok | Mode::RejectInit | Mode::TrapInInit => Verdict::retry_after(1_000).because("ok"),
+            Mode::Ok | Mode::RejectInit | Mode::TrapInInit => {
+                Verdict::retry_after(1_000).because("ok")
+            }
         }
     }
 }
