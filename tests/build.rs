@@ -1,6 +1,7 @@
 //! Builds every shipped policy and every purpose-built guest into a component, and writes
 //! `fixtures.rs` with one constant per component path. The guests are compiled by a nested
-//! cargo in a target directory of their own (the outer build holds the lock on the main one).
+//! cargo in `<target>/verdict-guests` (the outer build holds the lock on `<target>/debug`);
+//! the CLI tests and the benches share that directory, so each guest is compiled once.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,8 +29,13 @@ fn main() {
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
+    let target = match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir,
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    };
     let options = verdict_componentize::BuildOptions {
-        target_dir: Some(out.join("guests")),
+        target_dir: Some(target.join("verdict-guests")),
         release: true,
         quiet: true,
     };

@@ -1,0 +1,182 @@
+//! The `verdict` binary as a user runs it: build a policy crate, inspect the component,
+//! ask it for decisions, and get clear errors for bad input.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+fn verdict(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("verdict runs");
+    let mut pipe = child.stdin.take().expect("stdin is piped");
+    pipe.write_all(stdin.unwrap_or("").as_bytes())
+        .expect("writing stdin");
+    drop(pipe);
+    child.wait_with_output().expect("verdict finishes")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `verdict build policies/rules`, once per test run, in a target dir of its own.
+fn rules() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        // Shared with tests/build.rs, so the guest is compiled once per target dir.
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests");
+        let crate_dir = root.join("policies/rules");
+        let out = verdict(
+            &[
+                "build",
+                "--target-dir",
+                target.to_str().unwrap(),
+                crate_dir.to_str().unwrap(),
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "verdict build failed: {}",
+            text(&out.stderr)
+        );
+        let path = text(&out.stdout).trim().to_string();
+        assert!(
+            path.ends_with("rules.component.wasm") && Path::new(&path).is_file(),
+            "{path}"
+        );
+        path
+    })
+}
+
+fn json(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)))
+}
+
+#[test]
+fn inspect_prints_name_version_digest_imports_exports() {
+    let v = json(&verdict(&["inspect", rules()], None));
+    assert_eq!(v["name"], "rules");
+    assert_eq!(v["sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(
+        v["exports"],
+        serde_json::json!(["verdict:policy/decider@0.1.0"])
+    );
+    assert!(
+        v["imports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|i| i.as_str().unwrap().starts_with("verdict:policy/"))
+    );
+}
+
+#[test]
+fn decide_from_stdin_and_from_a_file() {
+    let failure = r#"{"topic": "payments", "message-id": "m-9", "attempt": 5, "error": {"kind": "db.timeout"}}"#;
+    let v = json(&verdict(
+        &[
+            "decide",
+            "--policy",
+            rules(),
+            "--config",
+            r#"{"max_attempts": 5}"#,
+            "--failure",
+            "-",
+        ],
+        Some(failure),
+    ));
+    assert_eq!(v["verdict"]["action"]["type"], "dead-letter");
+    assert_eq!(v["verdict"]["class"], "exhausted");
+    assert_eq!(v["provenance"]["name"], "rules");
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let file = dir.join("cli-failure.json");
+    std::fs::write(&file, failure.replace("\"attempt\": 5", "\"attempt\": 1")).unwrap();
+    let config = dir.join("cli-config.json");
+    std::fs::write(&config, r#"{"max_attempts": 3}"#).unwrap();
+    let v = json(&verdict(
+        &[
+            "decide",
+            "--policy",
+            rules(),
+            "--config",
+            config.to_str().unwrap(),
+            "--failure",
+            file.to_str().unwrap(),
+        ],
+        None,
+    ));
+    assert_eq!(v["verdict"]["action"]["type"], "retry");
+    // Same input, same output: the jitter seed derives from message id and attempt.
+    let again = json(&verdict(
+        &[
+            "decide",
+            "--policy",
+            rules(),
+            "--failure",
+            file.to_str().unwrap(),
+        ],
+        None,
+    ));
+    assert_eq!(v["verdict"]["action"], again["verdict"]["action"]);
+}
+
+#[test]
+fn bad_input_fails_with_an_error_naming_the_problem() {
+    let cases: [(&[&str], Option<&str>, &str); 5] = [
+        (
+            &["decide", "--policy", rules(), "--failure", "-"],
+            Some(r#"{"error": {"kind": "x"}, "atempt": 2}"#),
+            "atempt",
+        ),
+        (
+            &["decide", "--policy", rules(), "--failure", "-"],
+            Some(r#"{"error": {}}"#),
+            "kind",
+        ),
+        (
+            &[
+                "decide",
+                "--policy",
+                rules(),
+                "--config",
+                r#"{"max_attempts": -1}"#,
+                "--failure",
+                "-",
+            ],
+            Some(r#"{"error": {"kind": "x"}}"#),
+            "config.max_attempts",
+        ),
+        (
+            &["decide", "--policy", "/nonexistent.wasm", "--failure", "-"],
+            Some(r#"{"error": {"kind": "x"}}"#),
+            "/nonexistent.wasm",
+        ),
+        (&["build", "/nonexistent/crate"], None, "/nonexistent/crate"),
+    ];
+    for (args, stdin, needle) in cases {
+        let out = verdict(args, stdin);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains(needle),
+            "{args:?}: stderr lacks {needle:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    }
+}
