@@ -66,6 +66,9 @@ pub enum Severity {
 ///     .alert(Severity::Critical)
 ///     .label("rule", "negative-amount");
 /// assert_eq!(v.labels, vec![("rule".to_string(), "negative-amount".to_string())]);
+/// let json = serde_json::to_value(&v).unwrap();
+/// assert_eq!(json["labels"], serde_json::json!([{"key": "rule", "value": "negative-amount"}]));
+/// assert_eq!(json["action"], serde_json::json!({"type": "dead-letter"}));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verdict {
@@ -77,8 +80,32 @@ pub struct Verdict {
     pub reason: String,
     /// How loudly to alert.
     pub alert: Severity,
-    /// Context for the dead-letter envelope and logs.
+    /// Context for the dead-letter envelope and logs, in order. In JSON a list of
+    /// `{"key": ..., "value": ...}` objects.
+    #[serde(with = "labels_json")]
     pub labels: Vec<(String, String)>,
+}
+
+/// Labels as `[{"key": "rule", "value": "transient"}]`: readable, order kept, duplicates
+/// allowed (a map would lose both).
+mod labels_json {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Label<S> {
+        key: S,
+        value: S,
+    }
+
+    pub(super) fn serialize<S: Serializer>(labels: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(labels.iter().map(|(key, value)| Label { key, value }))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+        let labels = Vec::<Label<String>>::deserialize(d)?;
+        Ok(labels.into_iter().map(|l| (l.key, l.value)).collect())
+    }
 }
 
 impl Verdict {
