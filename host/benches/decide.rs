@@ -184,6 +184,24 @@ fn ns(d: Duration) -> String {
     format!("{} ns", d.as_nanos())
 }
 
+/// The boundary alone: the hostile guest in `ok` mode returns a constant verdict, so its
+/// time is the host's per-call floor (lowering, call, lifting, guardrails).
+fn floor(hosts: &Hosts) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let options = verdict_componentize::BuildOptions {
+        target_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests")),
+        release: true,
+        quiet: true,
+    };
+    let path = verdict_componentize::build_crate(&root.join("tests/guests/hostile"), &options).expect("guest builds").component;
+    let warm = decider(&hosts.warm, &path, r#"{"mode": "ok"}"#);
+    let hf = host_failure("db.timeout");
+    let (p50, p99) = percentiles(500, 200, || {
+        black_box(warm.decide(black_box(&hf)));
+    });
+    println!("{:<10} {:>10} {:>10} {:>10}   (constant verdict: the per-call floor)", "floor", "-", ns(p50), ns(p99));
+}
+
 fn summary() {
     let paths = components();
     let hosts = hosts();
@@ -227,6 +245,7 @@ fn summary() {
             ratio(x50)
         );
     }
+    floor(&hosts);
 }
 
 criterion_group! {
