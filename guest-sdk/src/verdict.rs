@@ -19,6 +19,7 @@ pub enum Action {
 
 /// Why the message failed, in the vocabulary shared by alerts, metrics and envelopes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Class {
     /// Will probably succeed later: timeouts, 503, rate limits, deadlocks.
@@ -41,6 +42,7 @@ pub enum Class {
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
 )]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "kebab-case")]
 pub enum Severity {
     /// No alert.
@@ -98,11 +100,16 @@ mod labels_json {
         value: S,
     }
 
-    pub(super) fn serialize<S: Serializer>(labels: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    pub(super) fn serialize<S: Serializer>(
+        labels: &[(String, String)],
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         s.collect_seq(labels.iter().map(|(key, value)| Label { key, value }))
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, String)>, D::Error> {
         let labels = Vec::<Label<String>>::deserialize(d)?;
         Ok(labels.into_iter().map(|l| (l.key, l.value)).collect())
     }

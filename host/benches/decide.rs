@@ -7,7 +7,7 @@
 //! target directory of their own).
 
 use std::hint::black_box;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
@@ -21,13 +21,13 @@ struct Case {
     name: &'static str,
     config: &'static str,
     kind: &'static str,
-    native: fn(&str, &verdict_sdk::Failure) -> Box<dyn Fn(&verdict_sdk::Failure) -> Verdict>,
+    native: fn(&str) -> NativeDecide,
 }
 
-fn native<P: Policy>(
-    config: &str,
-    _: &verdict_sdk::Failure,
-) -> Box<dyn Fn(&verdict_sdk::Failure) -> Verdict> {
+/// The policy's `decide`, called directly.
+type NativeDecide = Box<dyn Fn(&verdict_sdk::Failure) -> Verdict>;
+
+fn native<P: Policy>(config: &str) -> NativeDecide {
     let policy: P = verdict_sdk::instantiate(config).expect("bench config is valid");
     Box::new(move |f| policy.decide(f))
 }
@@ -135,7 +135,7 @@ fn hosts() -> Hosts {
     Hosts { warm, fresh, fuel }
 }
 
-fn decider(host: &Host, path: &PathBuf, config: &str) -> Decider {
+fn decider(host: &Host, path: &Path, config: &str) -> Decider {
     host.load_file(path)
         .expect("loads")
         .configure(config, TopicSettings::default())
@@ -148,18 +148,18 @@ fn bench(c: &mut Criterion) {
     for (case, path) in CASES.iter().zip(&paths) {
         let mut group = c.benchmark_group(format!("decide/{}", case.name));
         let nf = native_failure(case.kind);
-        let native = (case.native)(case.config, &nf);
+        let native = (case.native)(case.config);
         group.bench_function("native", |b| b.iter(|| native(black_box(&nf))));
         let hf = host_failure(case.kind);
         let warm = decider(&hosts.warm, path, case.config);
         group.bench_function("wasm-reused", |b| b.iter(|| warm.decide(black_box(&hf))));
         let fuel = decider(&hosts.fuel, path, case.config);
         group.bench_function("wasm-reused-fuel", |b| {
-            b.iter(|| fuel.decide(black_box(&hf)))
+            b.iter(|| fuel.decide(black_box(&hf)));
         });
         let fresh = decider(&hosts.fresh, path, case.config);
         group.bench_function("wasm-fresh-instance", |b| {
-            b.iter(|| fresh.decide(black_box(&hf)))
+            b.iter(|| fresh.decide(black_box(&hf)));
         });
         group.finish();
     }
@@ -193,13 +193,21 @@ fn floor(hosts: &Hosts) {
         release: true,
         quiet: true,
     };
-    let path = verdict_componentize::build_crate(&root.join("tests/guests/hostile"), &options).expect("guest builds").component;
+    let path = verdict_componentize::build_crate(&root.join("tests/guests/hostile"), &options)
+        .expect("guest builds")
+        .component;
     let warm = decider(&hosts.warm, &path, r#"{"mode": "ok"}"#);
     let hf = host_failure("db.timeout");
     let (p50, p99) = percentiles(500, 200, || {
         black_box(warm.decide(black_box(&hf)));
     });
-    println!("{:<10} {:>10} {:>10} {:>10}   (constant verdict: the per-call floor)", "floor", "-", ns(p50), ns(p99));
+    println!(
+        "{:<10} {:>10} {:>10} {:>10}   (constant verdict: the per-call floor)",
+        "floor",
+        "-",
+        ns(p50),
+        ns(p99)
+    );
 }
 
 fn summary() {
@@ -214,7 +222,7 @@ fn summary() {
     );
     for (case, path) in CASES.iter().zip(&paths) {
         let nf = native_failure(case.kind);
-        let native = (case.native)(case.config, &nf);
+        let native = (case.native)(case.config);
         let hf = host_failure(case.kind);
         let warm = decider(&hosts.warm, path, case.config);
         let fuel = decider(&hosts.fuel, path, case.config);

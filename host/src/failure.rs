@@ -83,7 +83,7 @@ impl Failure {
 /// assert_eq!(failure.attempt(), 2);
 /// # Ok::<(), serde_json::Error>(())
 /// ```
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct FailureSpec {
     /// Topic the message was published to.
@@ -144,7 +144,7 @@ fn one() -> u32 {
 }
 
 /// The error of a delivery.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct ErrorSpec {
     /// Machine-readable kind, e.g. `db.timeout`.
@@ -161,7 +161,9 @@ pub struct ErrorSpec {
 }
 
 /// One earlier failed attempt.
-#[derive(Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq)]
+#[derive(
+    Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct AttemptSpec {
     /// When it failed.
@@ -174,7 +176,7 @@ pub struct AttemptSpec {
 }
 
 /// Topic statistics over a recent window.
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct StatsSpec {
     /// Window length.

@@ -26,6 +26,7 @@
 
 mod bindings;
 pub mod cli;
+pub mod conformance;
 mod contract;
 mod decider;
 mod decision;

@@ -175,7 +175,8 @@ fn a_refused_config_names_the_policy_and_field() {
 
 #[test]
 fn rules_seed_two_table_example_config_behaves_as_its_readme_says() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/rules/examples/seed2-table.json");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../policies/rules/examples/seed2-table.json");
     let config = std::fs::read_to_string(path).unwrap();
     let host = host();
     let table = decider(&host, fixtures::RULES, &config);
@@ -184,16 +185,27 @@ fn rules_seed_two_table_example_config_behaves_as_its_readme_says() {
     assert!(matches!(verdict("net.timeout", 4).action, Action::Retry(d) if d <= 8_000));
     assert_eq!(verdict("net.timeout", 5).class, Class::Exhausted);
     // deadlock: random 100-1000 ms, 3 attempts
-    assert!(matches!(verdict("db.deadlock", 2).action, Action::Retry(d) if (100..=1_000).contains(&d)));
+    assert!(
+        matches!(verdict("db.deadlock", 2).action, Action::Retry(d) if (100..=1_000).contains(&d))
+    );
     assert_eq!(verdict("db.deadlock", 3).class, Class::Exhausted);
     // business: fixed 5 s, 2 attempts
     assert_eq!(verdict("biz.stock_locked", 1).action, Action::Retry(5_000));
     assert_eq!(verdict("biz.stock_locked", 2).class, Class::Exhausted);
     // format: never retried
-    assert_eq!((verdict("json.parse", 1).action, verdict("json.parse", 1).class), (Action::DeadLetter, Class::Poison));
+    assert_eq!(
+        (
+            verdict("json.parse", 1).action,
+            verdict("json.parse", 1).class
+        ),
+        (Action::DeadLetter, Class::Poison)
+    );
     // auth: never retried, critical
     let auth = verdict("auth.token_expired", 1);
-    assert_eq!((auth.action, auth.class, auth.alert), (Action::DeadLetter, Class::Permanent, Severity::Critical));
+    assert_eq!(
+        (auth.action, auth.class, auth.alert),
+        (Action::DeadLetter, Class::Permanent, Severity::Critical)
+    );
 }
 
 #[test]
@@ -201,9 +213,20 @@ fn example_configs_and_failure_load() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/rules/examples");
     let host = host();
     let failure = std::fs::read_to_string(dir.join("db-timeout.json")).unwrap();
-    let failure = verdict_host::FailureSpec::from_json(&failure).unwrap().into_failure();
-    for (config, class) in [("payments.json", Class::Exhausted), ("notifications.json", Class::Exhausted)] {
+    let failure = verdict_host::FailureSpec::from_json(&failure)
+        .unwrap()
+        .into_failure();
+    for (config, class) in [
+        ("payments.json", Class::Exhausted),
+        ("notifications.json", Class::Exhausted),
+    ] {
         let config = std::fs::read_to_string(dir.join(config)).unwrap();
-        assert_eq!(decider(&host, fixtures::RULES, &config).decide(&failure).verdict.class, class);
+        assert_eq!(
+            decider(&host, fixtures::RULES, &config)
+                .decide(&failure)
+                .verdict
+                .class,
+            class
+        );
     }
 }

@@ -1,0 +1,29 @@
+//! The conformance harness: vector suites any policy can be held to, property checks that
+//! need no vectors, and reports as text, JSON or JUnit XML. `verdict test` is its CLI; the
+//! registry's admission gate calls the same functions.
+//!
+//! ```no_run
+//! use verdict_host::conformance::{Report, Suite, run_suites};
+//! use verdict_host::{Host, Limits, TopicSettings};
+//!
+//! let host = Host::new(&Limits::new())?;
+//! let policy = host.load_file("rules.component.wasm".as_ref())?;
+//! let suite = Suite::load("policies/rules/vectors/seed2.json".as_ref())?;
+//! let results = run_suites(&policy, &[suite], &TopicSettings::default());
+//! let report = Report::new((**policy.provenance()).clone(), results, vec![]);
+//! print!("{}", report.human());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod properties;
+mod report;
+mod runner;
+mod vectors;
+
+pub use properties::{Counterexample, PropertyOptions, PropertyResult, check_properties};
+pub use report::Report;
+pub use runner::{CaseResult, Mismatch, SuiteResult, compare, run_suites, totals};
+pub use vectors::{
+    Case, CaseSpec, DelaySpec, Expect, ExpectedAction, Suite, VectorError, VectorFile,
+    vector_schema,
+};
