@@ -95,3 +95,84 @@ fn json_arg(arg: &str, flag: &str) -> Result<String> {
         .with_context(|| format!("{flag}: not valid JSON"))?;
     Ok(text)
 }
+
+/// Output formats of `verdict test`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One line per case, expected against got for failures.
+    Human,
+    /// The stable JSON report (`format: 1`).
+    Json,
+    /// JUnit XML for CI systems.
+    Junit,
+}
+
+/// What `verdict test` was asked to do.
+#[derive(Debug, Clone)]
+pub struct TestRequest<'a> {
+    /// The component.
+    pub policy: &'a Path,
+    /// Vector files.
+    pub vectors: &'a [PathBuf],
+    /// Config replacing each suite's default (inline JSON or a file).
+    pub config: Option<&'a str>,
+    /// Run the property checks too (always run when no vector file is given).
+    pub properties: bool,
+    /// Fuel budget per decision for the property checks.
+    pub fuel: u64,
+}
+
+/// The input of `verdict test` is invalid (exit code 2), as opposed to a failing case (1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0:#}")]
+pub struct InvalidInput(anyhow::Error);
+
+/// `verdict test`: run vectors (and properties); returns the rendered report and whether
+/// everything passed.
+pub fn test(
+    request: &TestRequest<'_>,
+    format: Format,
+) -> std::result::Result<(String, bool), InvalidInput> {
+    let invalid = |e: anyhow::Error| InvalidInput(e);
+    let config = request
+        .config
+        .map(|c| json_arg(c, "--config"))
+        .transpose()
+        .map_err(invalid)?;
+    let suites = request
+        .vectors
+        .iter()
+        .map(|path| crate::conformance::Suite::load_with_config(path, config.as_deref()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| invalid(e.into()))?;
+    let mut limits = Limits::new();
+    limits.fuel_per_decision(Some(request.fuel));
+    let host = Host::new(&limits).map_err(|e| invalid(e.into()))?;
+    let policy = host
+        .load_file(request.policy)
+        .map_err(|e| invalid(e.into()))?;
+    let settings = TopicSettings::default();
+    let results = crate::conformance::run_suites(&policy, &suites, &settings);
+    let properties = if request.properties || request.vectors.is_empty() {
+        let options = crate::conformance::PropertyOptions::default();
+        crate::conformance::check_properties(
+            &policy,
+            config.as_deref().unwrap_or("{}"),
+            &settings,
+            &options,
+        )
+        .map_err(|e| invalid(e.into()))?
+    } else {
+        Vec::new()
+    };
+    let report =
+        crate::conformance::Report::new((**policy.provenance()).clone(), results, properties);
+    let out = match format {
+        Format::Human => report.human(),
+        Format::Json => {
+            serde_json::to_string_pretty(&report).map_err(|e| invalid(e.into()))? + "\n"
+        }
+        Format::Junit => report.junit(),
+    };
+    Ok((out, report.failed == 0))
+}

@@ -32,6 +32,26 @@ enum Command {
         /// The component.
         policy: PathBuf,
     },
+    /// Run vector files (and property checks) against a policy. Exit code 0: all passed;
+    /// 1: some case or property failed; 2: the input itself is invalid.
+    Test {
+        /// The policy component.
+        policy: PathBuf,
+        /// Vector files (JSON). With none, the property checks run.
+        vectors: Vec<PathBuf>,
+        /// Config replacing each suite's default: inline JSON or a file.
+        #[arg(long)]
+        config: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "human")]
+        format: cli::Format,
+        /// Also run the property checks.
+        #[arg(long)]
+        properties: bool,
+        /// Fuel budget per decision (deterministic cost ceiling).
+        #[arg(long, default_value_t = 10_000_000)]
+        fuel: u64,
+    },
     /// Ask a policy for one decision and print it as JSON.
     Decide {
         /// The policy component.
@@ -53,12 +73,12 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+                .unwrap_or_else(|_| "error".into()),
         )
         .with_writer(std::io::stderr)
         .init();
     match run(Args::parse()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
@@ -66,15 +86,45 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: Args) -> anyhow::Result<()> {
+fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
         Command::Build { crates, target_dir } => {
             for path in cli::build(&crates, target_dir.as_deref())? {
-                println!("{}", path.display());
+                emit(&format!("{}\n", path.display()))?;
             }
         }
         Command::Inspect { policy } => {
-            println!("{}", serde_json::to_string_pretty(&cli::inspect(&policy)?)?);
+            emit(&(serde_json::to_string_pretty(&cli::inspect(&policy)?)? + "\n"))?;
+        }
+        Command::Test {
+            policy,
+            vectors,
+            config,
+            format,
+            properties,
+            fuel,
+        } => {
+            let request = cli::TestRequest {
+                policy: &policy,
+                vectors: &vectors,
+                config: config.as_deref(),
+                properties,
+                fuel,
+            };
+            return Ok(match cli::test(&request, format) {
+                Ok((report, passed)) => {
+                    emit(&report)?;
+                    if passed {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            });
         }
         Command::Decide {
             policy,
@@ -89,8 +139,17 @@ fn run(args: Args) -> anyhow::Result<()> {
                 None => TopicSettings::default(),
             };
             let decision = cli::decide(&policy, config.as_deref(), &failure, settings)?;
-            println!("{}", serde_json::to_string_pretty(&decision)?);
+            emit(&(serde_json::to_string_pretty(&decision)? + "\n"))?;
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write to stdout; a closed pipe (`verdict ... | head`) is the reader's choice, not an error.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }

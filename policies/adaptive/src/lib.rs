@@ -29,6 +29,11 @@ pub struct Config {
     pub circuit_after: u32,
     /// How long an open circuit defers a message, in ms.
     pub circuit_open_ms: u64,
+    /// Deferrals one message gets from an open circuit; after that it retries normally,
+    /// spending attempts, so a long outage ends in the DLQ rather than in the host's bound.
+    pub circuit_max_deferrals: u32,
+    /// Kinds dead-lettered at once, class permanent.
+    pub permanent_kinds: Vec<String>,
     /// Kinds dead-lettered at once, class poison.
     pub poison_kinds: Vec<String>,
 }
@@ -45,6 +50,8 @@ impl Default for Config {
             fast_divisor: 2,
             circuit_after: 20,
             circuit_open_ms: 30_000,
+            circuit_max_deferrals: 10,
+            permanent_kinds: vec!["auth.*".into(), "validation.*".into()],
             poison_kinds: vec!["json.*".into(), "schema.*".into()],
         }
     }
@@ -89,7 +96,13 @@ impl Policy for Adaptive {
             return Verdict::dead_letter(Class::Poison)
                 .because(format!("{} cannot succeed on retry", f.kind()));
         }
-        if f.stats().consecutive_failures >= c.circuit_after {
+        if c.permanent_kinds.iter().any(|k| f.kind_is(k)) {
+            return Verdict::dead_letter(Class::Permanent)
+                .because(format!("{} will not succeed on retry", f.kind()));
+        }
+        if f.stats().consecutive_failures >= c.circuit_after
+            && f.deferrals() < c.circuit_max_deferrals
+        {
             return Verdict::delay(c.circuit_open_ms)
                 .because(format!(
                     "circuit open: {} failures in a row",
@@ -173,6 +186,23 @@ mod tests {
         });
         let v = p.decide(&f);
         assert_eq!(v.action, Action::Delay(30_000));
+    }
+
+    #[test]
+    fn an_open_circuit_stops_deferring_after_its_bound() {
+        let p: Adaptive = instantiate("{}").unwrap();
+        let stats = TopicStats {
+            consecutive_failures: 25,
+            ..TopicStats::default()
+        };
+        let f = Failure::new("http.503")
+            .with_stats(stats)
+            .with_deferrals(10);
+        assert!(matches!(p.decide(&f).action, Action::Retry(_)));
+        assert_eq!(
+            p.decide(&Failure::new("auth.denied")).class,
+            Class::Permanent
+        );
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `rocketmq`: RocketMQ's retry schedule. Failed messages walk the broker's 18 delay levels
 //! (1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h), starting at level 3 (10 s)
 //! as RocketMQ does for consumer retries; after 16 retries the message is dead-lettered, as
-//! RocketMQ moves it to `%DLQ%<group>`. Poison kinds skip the ladder.
+//! RocketMQ moves it to `%DLQ%<group>`. Poison and permanent kinds (format and auth errors)
+//! skip the ladder: unlike RocketMQ, which retries everything, they go to the DLQ at once.
 
 use serde::Deserialize;
 use verdict_sdk::{
@@ -20,6 +21,8 @@ pub struct Config {
     pub levels_ms: Vec<u64>,
     /// Kinds dead-lettered at once, class poison.
     pub poison_kinds: Vec<String>,
+    /// Kinds dead-lettered at once, class permanent (retrying cannot fix them).
+    pub permanent_kinds: Vec<String>,
 }
 
 impl Default for Config {
@@ -29,6 +32,7 @@ impl Default for Config {
             start_level: 3,
             levels_ms: ROCKETMQ_LEVELS_MS.to_vec(),
             poison_kinds: vec!["json.*".into(), "schema.*".into(), "format.*".into()],
+            permanent_kinds: vec!["auth.*".into(), "validation.*".into()],
         }
     }
 }
@@ -39,6 +43,7 @@ pub struct RocketMq {
     max_retries: u32,
     ladder: Backoff,
     poison_kinds: Vec<String>,
+    permanent_kinds: Vec<String>,
 }
 
 impl Policy for RocketMq {
@@ -62,6 +67,7 @@ impl Policy for RocketMq {
                 jitter: Jitter::None,
             },
             poison_kinds: c.poison_kinds,
+            permanent_kinds: c.permanent_kinds,
         })
     }
 
@@ -69,6 +75,10 @@ impl Policy for RocketMq {
         if self.poison_kinds.iter().any(|k| f.kind_is(k)) {
             return Verdict::dead_letter(Class::Poison)
                 .because(format!("{} cannot succeed on retry", f.kind()));
+        }
+        if self.permanent_kinds.iter().any(|k| f.kind_is(k)) {
+            return Verdict::dead_letter(Class::Permanent)
+                .because(format!("{} will not succeed on retry", f.kind()));
         }
         // Attempt N has already used N - 1 retries; RocketMQ dead-letters once the retry
         // count reaches maxReconsumeTimes.
