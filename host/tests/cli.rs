@@ -180,3 +180,98 @@ fn bad_input_fails_with_an_error_naming_the_problem() {
         assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     }
 }
+
+fn vectors(file: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../policies/rules/vectors")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn test_exit_codes_are_0_pass_1_fail_2_invalid_input() {
+    let limits = vectors("limits.json");
+    let pass = verdict(&["test", rules(), &limits], None);
+    assert_eq!(
+        pass.status.code(),
+        Some(0),
+        "{}{}",
+        text(&pass.stdout),
+        text(&pass.stderr)
+    );
+    assert!(
+        text(&pass.stdout).contains("10 passed, 0 failed"),
+        "{}",
+        text(&pass.stdout)
+    );
+
+    // The same vectors against rules configured to retry json.parse: cases fail.
+    let broken =
+        r#"{"rules": [{"match": ["json.*"], "retry": {"strategy": "fixed", "delay_ms": 100}}]}"#;
+    let fail = verdict(&["test", rules(), &limits, "--config", broken], None);
+    assert_eq!(fail.status.code(), Some(1));
+    assert!(
+        text(&fail.stdout).contains("action: expected dead-letter, got retry"),
+        "{}",
+        text(&fail.stdout)
+    );
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let bad = dir.join("cli-bad-vectors.json");
+    std::fs::write(&bad, r#"{"suite": "s", "cases": [{"name": "x", "failure": {"error": {"kind": "a"}}, "expect": {"class": "poisonous"}}]}"#).unwrap();
+    let invalid = verdict(&["test", rules(), bad.to_str().unwrap()], None);
+    assert_eq!(invalid.status.code(), Some(2));
+    let err = text(&invalid.stderr);
+    assert!(
+        err.contains("cli-bad-vectors.json")
+            && err.contains("case `x`")
+            && err.contains("expect.class"),
+        "{err}"
+    );
+    let missing_policy = verdict(&["test", "/nonexistent.wasm", &limits], None);
+    assert_eq!(missing_policy.status.code(), Some(2));
+}
+
+#[test]
+fn test_formats_json_and_junit() {
+    let limits = vectors("limits.json");
+    let out = verdict(&["test", rules(), &limits, "--format", "json"], None);
+    let v = json(&out);
+    assert_eq!(
+        (
+            v["format"].as_u64(),
+            v["passed"].as_u64(),
+            v["failed"].as_u64()
+        ),
+        (Some(1), Some(10), Some(0))
+    );
+    let out = verdict(
+        &[
+            "test",
+            rules(),
+            &limits,
+            "--format",
+            "junit",
+            "--properties",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let xml = text(&out.stdout);
+    assert!(
+        xml.starts_with("<?xml") && xml.contains("<testsuite name=\"properties\""),
+        "{xml}"
+    );
+}
+
+#[test]
+fn test_without_vectors_runs_the_property_checks() {
+    let out = verdict(&["test", rules()], None);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("properties") && report.contains("never-retry kinds are not retried"),
+        "{report}"
+    );
+}
