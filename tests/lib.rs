@@ -2,8 +2,12 @@
 //! host, and shorthands for deciders and failures.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
 
-use verdict_host::{Decider, Failure, FailureSpec, Host, Limits, Policy, TopicSettings};
+use verdict_host::{
+    Action, Class, Decider, Failure, FailureSpec, Host, Limits, Policy, TopicSettings,
+};
 
 /// Paths of the components built from source by `build.rs`.
 pub mod fixtures {
@@ -47,4 +51,31 @@ pub fn at(kind: &str, attempt: u32) -> Failure {
     failure(
         serde_json::json!({"message-id": "m-1", "attempt": attempt, "jitter-seed": 7, "error": {"kind": kind}}),
     )
+}
+
+/// Run `hostile` while a `rules` topic decides on another thread, and assert that topic
+/// kept giving correct verdicts throughout (at least one, every one checked).
+pub fn with_bystander<T>(hostile: impl FnOnce() -> T) -> T {
+    let host = host();
+    let bystander = decider(&host, fixtures::RULES, r#"{"max_attempts": 3}"#);
+    let done = AtomicBool::new(false);
+    let decided = AtomicU32::new(0);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) || decided.load(Ordering::Relaxed) == 0 {
+                let d = bystander.decide(&at("db.timeout", 3));
+                assert_eq!(
+                    (d.verdict.action, d.verdict.class),
+                    (Action::DeadLetter, Class::Exhausted)
+                );
+                assert!(d.fallback.is_none());
+                decided.fetch_add(1, Ordering::Relaxed);
+                // Leave the CPU to the hostile call: this is a witness, not a load test.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        let out = hostile();
+        done.store(true, Ordering::Relaxed);
+        out
+    })
 }

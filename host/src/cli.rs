@@ -120,6 +120,8 @@ pub struct TestRequest<'a> {
     pub properties: bool,
     /// Fuel budget per decision for the property checks.
     pub fuel: u64,
+    /// The policy declares a monotone strategy (checked by the properties).
+    pub monotone: bool,
 }
 
 /// The input of `verdict test` is invalid (exit code 2), as opposed to a failing case (1).
@@ -153,8 +155,11 @@ pub fn test(
         .map_err(|e| invalid(e.into()))?;
     let settings = TopicSettings::default();
     let results = crate::conformance::run_suites(&policy, &suites, &settings);
-    let properties = if request.properties || request.vectors.is_empty() {
-        let options = crate::conformance::PropertyOptions::default();
+    let properties = if request.properties || request.monotone || request.vectors.is_empty() {
+        let options = crate::conformance::PropertyOptions {
+            monotone: request.monotone,
+            ..Default::default()
+        };
         crate::conformance::check_properties(
             &policy,
             config.as_deref().unwrap_or("{}"),

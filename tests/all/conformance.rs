@@ -213,3 +213,34 @@ fn a_new_policy_author_writes_a_vector_file_and_runs_it() {
     let results = run_suites(&policy, &[suite], &TopicSettings::default());
     assert!(results[0].cases.iter().all(|c| c.passed), "{results:?}");
 }
+
+#[test]
+fn monotone_is_checked_when_declared() {
+    let host = Host::new(Limits::new().fuel_per_decision(Some(10_000_000))).unwrap();
+    let options = PropertyOptions {
+        monotone: true,
+        ..PropertyOptions::default()
+    };
+    let name = "delays never go backwards (declared monotone)";
+    let run = |path: &str, config: &str| {
+        let results = check_properties(
+            &load(&host, path),
+            config,
+            &TopicSettings::default(),
+            &options,
+        )
+        .unwrap();
+        results.into_iter().find(|p| p.name == name).unwrap()
+    };
+    // RocketMQ's ladder is monotone; rules' full jitter is not, and the harness shows where.
+    assert!(run(fixtures::ROCKETMQ, "{}").passed);
+    let jittered = run(fixtures::RULES, "{}");
+    assert!(!jittered.passed);
+    assert!(
+        jittered
+            .counterexample
+            .unwrap()
+            .message
+            .contains("less than attempt")
+    );
+}

@@ -1,46 +1,18 @@
 //! A misbehaving policy is contained: each case yields the fallback verdict with its cause,
 //! within bounded time, while another topic's policy keeps deciding correctly.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use verdict_host::{
     Action, Clamp, Class, ConfigError, Decision, Fault, Host, Limits, TopicSettings,
 };
-use verdict_tests::{at, decider, fixtures, host, load};
+use verdict_tests::{at, decider, fixtures, host, load, with_bystander};
 
 /// Generous bound for "did not hang": deadline plus scheduling noise on a busy 2-core CI.
 const HANG: Duration = Duration::from_secs(10);
 /// Deadline for the cases that are not about time: long enough that a loaded machine never
 /// turns a memory bomb or a panic into a timeout, and still a bound if one hangs.
 const PATIENT_MS: u64 = 3_000;
-
-/// Run `hostile` while a `rules` topic decides on another thread; assert that topic kept
-/// giving correct verdicts throughout.
-fn with_bystander<T>(hostile: impl FnOnce() -> T) -> T {
-    let host = host();
-    let bystander = decider(&host, fixtures::RULES, r#"{"max_attempts": 3}"#);
-    let done = AtomicBool::new(false);
-    let decided = AtomicU32::new(0);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            while !done.load(Ordering::Relaxed) || decided.load(Ordering::Relaxed) == 0 {
-                let d = bystander.decide(&at("db.timeout", 3));
-                assert_eq!(
-                    (d.verdict.action, d.verdict.class),
-                    (Action::DeadLetter, Class::Exhausted)
-                );
-                assert!(d.fallback.is_none());
-                decided.fetch_add(1, Ordering::Relaxed);
-                // Leave the CPU to the hostile call: this is a witness, not a load test.
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        });
-        let out = hostile();
-        done.store(true, Ordering::Relaxed);
-        out
-    })
-}
 
 fn hostile_decision(mode: &str) -> Decision {
     hostile_decision_within(mode, PATIENT_MS)
@@ -158,7 +130,7 @@ fn delay_past_the_cap_is_clamped() {
 fn retry_past_the_attempt_ceiling_is_exhausted() {
     let host = host();
     let topic = decider(&host, fixtures::HOSTILE, r#"{"mode": "ok"}"#);
-    let d = topic.decide(&at("db.timeout", 32));
+    let d = with_bystander(|| topic.decide(&at("db.timeout", 32)));
     assert_eq!(
         (d.verdict.action, d.verdict.class),
         (Action::DeadLetter, Class::Exhausted)
@@ -169,9 +141,11 @@ fn retry_past_the_attempt_ceiling_is_exhausted() {
 #[test]
 fn init_that_rejects_its_config_is_a_config_error_naming_the_field() {
     let host = host();
-    let err = load(&host, fixtures::HOSTILE)
-        .configure(r#"{"mode": "reject-init"}"#, TopicSettings::default())
-        .unwrap_err();
+    let err = with_bystander(|| {
+        load(&host, fixtures::HOSTILE)
+            .configure(r#"{"mode": "reject-init"}"#, TopicSettings::default())
+            .unwrap_err()
+    });
     assert!(
         matches!(&err, ConfigError::Rejected { policy, message } if policy == "hostile" && message.contains("config.mode")),
         "{err}"
@@ -181,9 +155,11 @@ fn init_that_rejects_its_config_is_a_config_error_naming_the_field() {
 #[test]
 fn trap_in_init_is_a_config_error_with_the_panic() {
     let host = host();
-    let err = load(&host, fixtures::HOSTILE)
-        .configure(r#"{"mode": "trap-in-init"}"#, TopicSettings::default())
-        .unwrap_err();
+    let err = with_bystander(|| {
+        load(&host, fixtures::HOSTILE)
+            .configure(r#"{"mode": "trap-in-init"}"#, TopicSettings::default())
+            .unwrap_err()
+    });
     match err {
         ConfigError::InitFault {
             fault: Fault::Panic { message },

@@ -1,38 +1,53 @@
-//! Components that must be refused at load, each with an error naming the problem.
+//! Components that must be refused at load, one test per case, each with an error naming
+//! the problem while another topic keeps deciding.
 
 use verdict_host::LoadError;
-use verdict_tests::{fixtures, host};
+use verdict_tests::{fixtures, host, with_bystander};
 
-fn load_wat(name: &str) -> LoadError {
-    let path = fixtures::file(name);
-    let bytes = wat::parse_file(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
-    host().load_bytes(&bytes, name).expect_err(name)
+fn refused(bytes: &[u8], origin: &str) -> LoadError {
+    with_bystander(|| host().load_bytes(bytes, origin).expect_err(origin))
 }
 
-fn load_bytes(bytes: &[u8], origin: &str) -> LoadError {
-    host().load_bytes(bytes, origin).expect_err(origin)
+fn refused_wat(name: &str) -> LoadError {
+    let bytes = wat::parse_file(fixtures::file(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    refused(&bytes, name)
+}
+
+fn assert_foreign(file: &str, import: &str) {
+    let err = refused_wat(file);
+    assert!(
+        matches!(&err, LoadError::ForeignImport { import: i, .. } if i == import),
+        "{file}: {err}"
+    );
+    assert!(
+        err.to_string().contains(import) && err.to_string().contains(file),
+        "{err}"
+    );
 }
 
 #[test]
-fn foreign_imports_are_refused_naming_the_import() {
-    for (file, import) in [
-        ("imports-wasi-filesystem.wat", "wasi:filesystem/types@0.2.0"),
-        ("imports-wasi-sockets.wat", "wasi:sockets/tcp@0.2.0"),
-        ("imports-wasi-clocks.wat", "wasi:clocks/wall-clock@0.2.0"),
-        ("imports-unknown.wat", "acme:secrets/vault@1.0.0"),
-    ] {
-        let err = load_wat(file);
-        assert!(
-            matches!(&err, LoadError::ForeignImport { import: i, .. } if i == import),
-            "{file}: {err}"
-        );
-        assert!(err.to_string().contains(import), "{err}");
-    }
+fn foreign_import_wasi_filesystem_is_refused() {
+    assert_foreign("imports-wasi-filesystem.wat", "wasi:filesystem/types@0.2.0");
+}
+
+#[test]
+fn foreign_import_wasi_sockets_is_refused() {
+    assert_foreign("imports-wasi-sockets.wat", "wasi:sockets/tcp@0.2.0");
+}
+
+#[test]
+fn foreign_import_wasi_clocks_is_refused() {
+    assert_foreign("imports-wasi-clocks.wat", "wasi:clocks/wall-clock@0.2.0");
+}
+
+#[test]
+fn foreign_import_unknown_interface_is_refused() {
+    assert_foreign("imports-unknown.wat", "acme:secrets/vault@1.0.0");
 }
 
 #[test]
 fn wrong_contract_version_names_found_and_supported() {
-    let err = load_wat("wrong-version.wat").to_string();
+    let err = refused_wat("wrong-version.wat").to_string();
     assert!(
         err.contains("verdict:policy/decider@0.2.0") && err.contains("0.1.x"),
         "{err}"
@@ -41,7 +56,7 @@ fn wrong_contract_version_names_found_and_supported() {
 
 #[test]
 fn missing_export_is_named() {
-    let err = load_wat("missing-export.wat").to_string();
+    let err = refused_wat("missing-export.wat").to_string();
     assert!(
         err.contains("does not export verdict:policy/decider"),
         "{err}"
@@ -50,34 +65,48 @@ fn missing_export_is_named() {
 
 #[test]
 fn core_module_is_refused() {
+    let err = refused_wat("core-module.wat");
+    assert!(matches!(err, LoadError::CoreModule { .. }));
+    assert!(err.to_string().contains("verdict build"), "{err}");
+}
+
+#[test]
+fn empty_file_is_refused() {
     assert!(matches!(
-        load_wat("core-module.wat"),
-        LoadError::CoreModule { .. }
+        refused(b"", "empty.wasm"),
+        LoadError::Empty { .. }
     ));
 }
 
 #[test]
-fn empty_truncated_and_random_bytes_are_refused() {
-    assert!(matches!(
-        load_bytes(b"", "empty.wasm"),
-        LoadError::Empty { .. }
-    ));
+fn truncated_file_is_refused() {
     let rules = std::fs::read(fixtures::RULES).unwrap();
-    let err = load_bytes(&rules[..rules.len() / 2], "truncated.wasm");
+    let err = refused(&rules[..rules.len() / 2], "truncated.wasm");
     assert!(
         matches!(&err, LoadError::Compile { origin, .. } if origin == "truncated.wasm"),
         "{err}"
     );
-    let mut rng = verdict_sdk_free_rng(0xdead_beef);
-    let random: Vec<u8> = (0..4096).map(|_| rng() as u8).collect();
+}
+
+#[test]
+fn random_bytes_are_refused() {
+    let mut state = 0xdead_beef_u64;
+    let random: Vec<u8> = (0..4096)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
     assert!(matches!(
-        load_bytes(&random, "random.bin"),
+        refused(&random, "random.bin"),
         LoadError::NotWasm { .. }
     ));
     let mut header_then_noise = b"\0asm\x0d\x00\x01\x00".to_vec();
     header_then_noise.extend(&random);
     assert!(matches!(
-        load_bytes(&header_then_noise, "noise.wasm"),
+        refused(&header_then_noise, "noise.wasm"),
         LoadError::Compile { .. }
     ));
 }
@@ -109,15 +138,5 @@ fn shipped_policies_describe_themselves_and_import_only_the_contract() {
             p.imports()
         );
         assert_eq!(p.exports(), ["verdict:policy/decider@0.1.0"]);
-    }
-}
-
-/// A tiny deterministic byte source for the random-bytes case.
-fn verdict_sdk_free_rng(mut state: u64) -> impl FnMut() -> u64 {
-    move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
     }
 }

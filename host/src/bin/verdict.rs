@@ -51,6 +51,10 @@ enum Command {
         /// Fuel budget per decision (deterministic cost ceiling).
         #[arg(long, default_value_t = 10_000_000)]
         fuel: u64,
+        /// The policy's delays are monotone: check that later attempts never wait less
+        /// (implies --properties).
+        #[arg(long)]
+        monotone: bool,
     },
     /// Ask a policy for one decision and print it as JSON.
     Decide {
@@ -103,6 +107,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             format,
             properties,
             fuel,
+            monotone,
         } => {
             let request = cli::TestRequest {
                 policy: &policy,
@@ -110,6 +115,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 config: config.as_deref(),
                 properties,
                 fuel,
+                monotone,
             };
             return Ok(match cli::test(&request, format) {
                 Ok((report, passed)) => {

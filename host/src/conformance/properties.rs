@@ -20,6 +20,10 @@ pub struct PropertyOptions {
     /// Kinds known never to succeed on retry (the domain's format and auth errors): a policy
     /// must not retry them, whatever class it gives.
     pub never_retry_kinds: Vec<String>,
+    /// The policy declares a monotone strategy: for one message (same kind and statistics,
+    /// the seed the host derives for each attempt), a later attempt never gets a shorter
+    /// retry delay than an earlier one.
+    pub monotone: bool,
 }
 
 impl Default for PropertyOptions {
@@ -30,6 +34,7 @@ impl Default for PropertyOptions {
             never_retry_kinds: ["json.*", "schema.*", "format.*", "auth.*"]
                 .map(String::from)
                 .to_vec(),
+            monotone: false,
         }
     }
 }
@@ -209,6 +214,13 @@ pub fn check_properties(
             Box::new(move |i: &Input| terminates(d, i, guard)),
         ),
     ];
+    let mut properties = properties;
+    if options.monotone {
+        properties.push((
+            "delays never go backwards (declared monotone)",
+            Box::new(|i: &Input| monotone(d, i)),
+        ));
+    }
     let mut results = Vec::new();
     for (name, check) in properties {
         let mut rng = SplitMix64::new(options.seed);
@@ -268,6 +280,35 @@ fn never_retry(d: &Decider, i: &Input, kinds: &[String]) -> Option<String> {
     let v = decide(d, i).verdict;
     matches!(v.action, Action::Retry(_) | Action::Delay(_))
         .then(|| format!("{} was answered {:?}", i.kind, v.action))
+}
+
+/// Retry delays of one message at attempts 1..=input.attempt (same kind and statistics, and
+/// the seed the host derives for each attempt): none may be shorter than the one before.
+fn monotone(d: &Decider, i: &Input) -> Option<String> {
+    let mut previous: Option<(u32, u64)> = None;
+    let message = format!("m-{}", i.seed);
+    for attempt in 1..=i.attempt {
+        let at = Input {
+            seed: crate::jitter_seed(&message, attempt),
+            ..i.clone()
+        };
+        let Action::Retry(ms) = d
+            .decide(&at.spec(attempt, 0, 0).into_failure())
+            .verdict
+            .action
+        else {
+            break;
+        };
+        if let Some((at, before)) = previous
+            && ms < before
+        {
+            return Some(format!(
+                "attempt {attempt} waits {ms} ms, less than attempt {at}'s {before} ms"
+            ));
+        }
+        previous = Some((attempt, ms));
+    }
+    None
 }
 
 /// Replay one message's life: retries spend attempts, delays spend deferrals and time. The
