@@ -21,9 +21,11 @@ pub mod fixtures {
     }
 }
 
-/// A host with the default limits.
+/// A host with the default limits but a 1 s decide deadline: CI machines are loaded, and a
+/// descheduled thread must not turn a correct decision into a timeout fallback. The
+/// deadline itself is tested on purpose in `hostile.rs`.
 pub fn host() -> Host {
-    Host::new(&Limits::new()).expect("default limits are valid")
+    Host::new(Limits::new().decide_timeout_ms(1_000)).expect("limits are valid")
 }
 
 /// Load a component.

@@ -147,9 +147,8 @@ pub fn test(
         .map(|path| crate::conformance::Suite::load_with_config(path, config.as_deref()))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| invalid(e.into()))?;
-    let mut limits = Limits::new();
-    limits.fuel_per_decision(Some(request.fuel));
-    let host = Host::new(&limits).map_err(|e| invalid(e.into()))?;
+    let host = Host::new(&crate::conformance::metered_limits(request.fuel))
+        .map_err(|e| invalid(e.into()))?;
     let policy = host
         .load_file(request.policy)
         .map_err(|e| invalid(e.into()))?;

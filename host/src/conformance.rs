@@ -15,6 +15,17 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+/// Limits for conformance runs: fuel bounds the cost deterministically, so the wall-clock
+/// deadline only needs to be a generous safety net (a loaded CI machine must not turn a
+/// slow scheduler into a failed case).
+pub fn metered_limits(fuel_per_decision: u64) -> crate::Limits {
+    let mut limits = crate::Limits::new();
+    limits
+        .fuel_per_decision(Some(fuel_per_decision))
+        .decide_timeout_ms(1_000);
+    limits
+}
+
 mod properties;
 mod report;
 mod runner;

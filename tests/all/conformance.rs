@@ -3,8 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use verdict_host::conformance::{PropertyOptions, Report, Suite, check_properties, run_suites};
-use verdict_host::{Host, Limits, TopicSettings};
+use verdict_host::conformance::{
+    PropertyOptions, Report, Suite, check_properties, metered_limits, run_suites,
+};
+use verdict_host::{Host, TopicSettings};
 use verdict_tests::{fixtures, load};
 
 /// `rules` deliberately broken: it retries `json.parse` like a timeout (and is otherwise
@@ -29,7 +31,7 @@ fn scratch(name: &str, text: &str) -> PathBuf {
 }
 
 fn report_for(config: Option<&str>, files: &[&str], properties: bool) -> Report {
-    let host = Host::new(Limits::new().fuel_per_decision(Some(10_000_000))).unwrap();
+    let host = Host::new(&metered_limits(10_000_000)).unwrap();
     let policy = load(&host, fixtures::RULES);
     let suites: Vec<Suite> = files
         .iter()
@@ -216,7 +218,7 @@ fn a_new_policy_author_writes_a_vector_file_and_runs_it() {
 
 #[test]
 fn monotone_is_checked_when_declared() {
-    let host = Host::new(Limits::new().fuel_per_decision(Some(10_000_000))).unwrap();
+    let host = Host::new(&metered_limits(10_000_000)).unwrap();
     let options = PropertyOptions {
         monotone: true,
         ..PropertyOptions::default()

@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use verdict_host::conformance::{
-    PropertyOptions, Report, Suite, check_properties, run_suites, vector_schema,
+    PropertyOptions, Report, Suite, check_properties, metered_limits, run_suites, vector_schema,
 };
-use verdict_host::{Host, Limits, TopicSettings};
+use verdict_host::{Host, TopicSettings};
 use verdict_tests::fixtures;
 
 const POLICIES: [(&str, &str); 4] = [
@@ -26,7 +26,7 @@ fn root() -> PathBuf {
 }
 
 fn metered_host() -> Host {
-    Host::new(Limits::new().fuel_per_decision(Some(10_000_000))).expect("limits are valid")
+    Host::new(&metered_limits(10_000_000)).expect("limits are valid")
 }
 
 fn vector_file(component: &'static str, file: PathBuf) -> Result<(), Failed> {
