@@ -7,16 +7,26 @@ use serde::de::DeserializeOwned;
 /// expected u32`.
 pub fn parse_config<T: DeserializeOwned>(json: &str) -> Result<T, String> {
     let json = if json.trim().is_empty() { "{}" } else { json };
-    let mut de = serde_json::Deserializer::from_str(json);
-    let value: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        if path == "." {
-            format!("config: {}", e.inner())
-        } else {
-            format!("config.{path}: {}", e.inner())
-        }
-    })?;
-    de.end().map_err(|e| format!("config: {e}"))?;
+    parse_named(json.as_bytes(), Some("config"))
+}
+
+/// Parse JSON into `T`, naming the path of the offending field on error
+/// (`items[2].sku: missing field`); trailing characters are refused too.
+pub fn from_json_slice<T: DeserializeOwned>(json: &[u8]) -> Result<T, String> {
+    parse_named(json, None)
+}
+
+fn parse_named<T: DeserializeOwned>(json: &[u8], root: Option<&str>) -> Result<T, String> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let located = |path: &str, message: String| match (root, path) {
+        (Some(root), ".") => format!("{root}: {message}"),
+        (Some(root), path) => format!("{root}.{path}: {message}"),
+        (None, ".") => message,
+        (None, path) => format!("{path}: {message}"),
+    };
+    let value: T = serde_path_to_error::deserialize(&mut de)
+        .map_err(|e| located(&e.path().to_string(), e.inner().to_string()))?;
+    de.end().map_err(|e| located(".", e.to_string()))?;
     Ok(value)
 }
 

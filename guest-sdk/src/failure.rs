@@ -262,15 +262,7 @@ impl Failure {
     }
     /// The payload parsed as JSON into `T`; the error names the failing path.
     pub fn payload_json<T: DeserializeOwned>(&self) -> Result<T, String> {
-        let mut de = serde_json::Deserializer::from_slice(self.payload());
-        serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "." {
-                e.inner().to_string()
-            } else {
-                format!("{path}: {}", e.inner())
-            }
-        })
+        crate::from_json_slice(self.payload())
     }
     /// Earlier failed attempts, oldest first (fetched on first use).
     pub fn history(&self) -> &[AttemptRecord] {

@@ -104,7 +104,7 @@ mod verdict;
 mod export;
 
 pub use backoff::{Backoff, Jitter, ROCKETMQ_LEVELS_MS, SplitMix64};
-pub use config::parse_config;
+pub use config::{from_json_slice, parse_config};
 pub use failure::{AttemptRecord, Failure, Header, TopicStats};
 pub use kinds::{first_match, kind_matches};
 pub use log::{Level, info, log, warn};

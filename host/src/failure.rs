@@ -196,15 +196,7 @@ pub struct StatsSpec {
 impl FailureSpec {
     /// Parse JSON, naming the offending field on error (e.g. `error.kind: missing field`).
     pub fn from_json(json: &str) -> Result<Self, String> {
-        let mut de = serde_json::Deserializer::from_str(json);
-        serde_path_to_error::deserialize(&mut de).map_err(|e| {
-            let path = e.path().to_string();
-            if path == "." {
-                e.inner().to_string()
-            } else {
-                format!("{path}: {}", e.inner())
-            }
-        })
+        verdict_sdk::from_json_slice(json.as_bytes())
     }
 
     /// Freeze into a [`Failure`].
