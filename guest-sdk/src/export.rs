@@ -65,7 +65,6 @@ pub fn decide<P: Policy>(policy: Option<&P>, f: WitFailure) -> WitVerdict {
         deferrals: f.deferrals,
         first_failed_at_ms: f.first_failed_at_ms,
         now_ms: f.now_ms,
-        published_at_ms: f.published_at_ms,
         deadline_ms: f.deadline_ms,
         jitter_seed: f.jitter_seed,
         stats: TopicStats {
@@ -74,8 +73,6 @@ pub fn decide<P: Policy>(policy: Option<&P>, f: WitFailure) -> WitVerdict {
             failures: f.stats.failures,
             consecutive_failures: f.stats.consecutive_failures,
         },
-        payload_size: f.payload_size,
-        history_len: f.history_len,
         details: host_details(),
     };
     lower(policy.decide(&failure))
@@ -88,6 +85,8 @@ fn host_details() -> Details {
         consumer_group: Lazy::host(host::consumer_group),
         error_message: Lazy::host(host::error_message),
         content_type: Lazy::host(host::content_type),
+        published_at_ms: Lazy::host(host::published_at_ms),
+        payload_size: Lazy::host(host::payload_size),
         headers: Lazy::host(|| {
             host::headers()
                 .into_iter()

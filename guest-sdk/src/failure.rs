@@ -97,6 +97,8 @@ pub(crate) struct Details {
     pub(crate) consumer_group: Lazy<String>,
     pub(crate) error_message: Lazy<String>,
     pub(crate) content_type: Lazy<Option<String>>,
+    pub(crate) published_at_ms: Lazy<Option<u64>>,
+    pub(crate) payload_size: Lazy<u32>,
     pub(crate) headers: Lazy<Vec<Header>>,
     pub(crate) payload: Lazy<Vec<u8>>,
     pub(crate) history: Lazy<Vec<AttemptRecord>>,
@@ -124,12 +126,9 @@ pub struct Failure {
     pub(crate) deferrals: u32,
     pub(crate) first_failed_at_ms: u64,
     pub(crate) now_ms: u64,
-    pub(crate) published_at_ms: Option<u64>,
     pub(crate) deadline_ms: Option<u64>,
     pub(crate) jitter_seed: u64,
     pub(crate) stats: TopicStats,
-    pub(crate) payload_size: u32,
-    pub(crate) history_len: u32,
     pub(crate) details: Details,
 }
 
@@ -144,12 +143,9 @@ impl Failure {
             deferrals: 0,
             first_failed_at_ms: 0,
             now_ms: 0,
-            published_at_ms: None,
             deadline_ms: None,
             jitter_seed: 0,
             stats: TopicStats::default(),
-            payload_size: 0,
-            history_len: 0,
             details: Details::default(),
         }
     }
@@ -186,9 +182,9 @@ impl Failure {
     pub fn now_ms(&self) -> u64 {
         self.now_ms
     }
-    /// When the message was published, if known.
+    /// When the message was published, if known (fetched on first use).
     pub fn published_at_ms(&self) -> Option<u64> {
-        self.published_at_ms
+        *self.details.published_at_ms.get()
     }
     /// The message's deadline (TTL), if it has one.
     pub fn deadline_ms(&self) -> Option<u64> {
@@ -205,7 +201,7 @@ impl Failure {
     /// Age of the message: since publication when known, else since its first failure.
     pub fn age_ms(&self) -> u64 {
         self.now_ms
-            .saturating_sub(self.published_at_ms.unwrap_or(self.first_failed_at_ms))
+            .saturating_sub(self.published_at_ms().unwrap_or(self.first_failed_at_ms))
     }
     /// The seed for deterministic jitter.
     pub fn jitter_seed(&self) -> u64 {
@@ -215,13 +211,9 @@ impl Failure {
     pub fn stats(&self) -> &TopicStats {
         &self.stats
     }
-    /// Size of the payload in bytes, known without fetching it.
+    /// Size of the payload in bytes, known without fetching the payload.
     pub fn payload_size(&self) -> u32 {
-        self.payload_size
-    }
-    /// Number of earlier failed attempts, known without fetching the history.
-    pub fn history_len(&self) -> u32 {
-        self.history_len
+        *self.details.payload_size.get()
     }
 
     /// The topic (fetched on first use).
@@ -311,7 +303,7 @@ impl Failure {
     /// Set the publication time.
     #[must_use]
     pub fn with_published_at_ms(mut self, ms: u64) -> Self {
-        self.published_at_ms = Some(ms);
+        self.details.published_at_ms = Lazy::given(Some(ms));
         self
     }
     /// Set the deadline (TTL).
@@ -368,14 +360,13 @@ impl Failure {
     #[must_use]
     pub fn with_payload(mut self, payload: impl Into<Vec<u8>>) -> Self {
         let payload = payload.into();
-        self.payload_size = u32::try_from(payload.len()).unwrap_or(u32::MAX);
+        self.details.payload_size = Lazy::given(u32::try_from(payload.len()).unwrap_or(u32::MAX));
         self.details.payload = Lazy::given(payload);
         self
     }
-    /// Set the history of earlier attempts (and its length).
+    /// Set the history of earlier attempts.
     #[must_use]
     pub fn with_history(mut self, history: Vec<AttemptRecord>) -> Self {
-        self.history_len = u32::try_from(history.len()).unwrap_or(u32::MAX);
         self.details.history = Lazy::given(history);
         self
     }

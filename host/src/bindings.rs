@@ -115,6 +115,15 @@ impl Host for HostState {
             .unwrap_or_default()
     }
 
+    fn published_at_ms(&mut self) -> Option<u64> {
+        self.details().and_then(|d| d.published_at_ms)
+    }
+
+    fn payload_size(&mut self) -> u32 {
+        self.details()
+            .map_or(0, |d| u32::try_from(d.payload.len()).unwrap_or(u32::MAX))
+    }
+
     fn content_type(&mut self) -> Option<String> {
         self.details().and_then(|d| d.content_type.clone())
     }

@@ -19,6 +19,7 @@ pub(crate) struct Details {
     pub(crate) consumer_group: String,
     pub(crate) error_message: String,
     pub(crate) content_type: Option<String>,
+    pub(crate) published_at_ms: Option<u64>,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) payload: Vec<u8>,
     pub(crate) history: Vec<AttemptSpec>,
@@ -60,7 +61,7 @@ impl Failure {
     /// Milliseconds since the message was published (or first failed), by the failure's clock.
     pub fn age_ms(&self) -> u64 {
         let since = self
-            .record
+            .details
             .published_at_ms
             .unwrap_or(self.record.first_failed_at_ms);
         self.record.now_ms.saturating_sub(since)
@@ -214,7 +215,6 @@ impl FailureSpec {
             deferrals: self.deferrals,
             first_failed_at_ms: self.first_failed_at_ms,
             now_ms: self.now_ms.unwrap_or(self.first_failed_at_ms),
-            published_at_ms: self.published_at_ms,
             deadline_ms: self.deadline_ms,
             error: wit::ErrorInfo {
                 kind: self.error.kind,
@@ -228,8 +228,6 @@ impl FailureSpec {
                 failures: self.stats.failures,
                 consecutive_failures: self.stats.consecutive_failures,
             },
-            payload_size: u32::try_from(payload.len()).unwrap_or(u32::MAX),
-            history_len: u32::try_from(self.history.len()).unwrap_or(u32::MAX),
         };
         let details = Details {
             topic: self.topic,
@@ -237,6 +235,7 @@ impl FailureSpec {
             consumer_group: self.consumer_group,
             error_message: self.error.message,
             content_type: self.content_type,
+            published_at_ms: self.published_at_ms,
             headers: self.headers.into_iter().collect(),
             payload,
             history: self.history,
@@ -299,6 +298,6 @@ mod tests {
             .unwrap()
             .into_failure();
         assert_eq!(f.details.payload, br#"{"a":1}"#);
-        assert_eq!(f.record.payload_size, 7);
+        assert_eq!(f.details.payload.len(), 7);
     }
 }

@@ -230,3 +230,38 @@ fn example_configs_and_failure_load() {
         );
     }
 }
+
+#[test]
+fn every_on_demand_fact_reaches_the_policy_through_the_host() {
+    let host = host();
+    let echo = decider(&host, fixtures::HOSTILE, r#"{"mode": "echo"}"#);
+    let d = echo.decide(&failure(json!({
+        "topic": "orders", "message-id": "m-42", "consumer-group": "billing",
+        "now-ms": 5_000, "published-at-ms": 1_000,
+        "error": {"kind": "http.503", "message": "upstream down"},
+        "content-type": "application/json", "headers": {"x-trace": "t-1"},
+        "payload": "hello",
+        "history": [{"at-ms": 1, "kind": "db.timeout"}, {"at-ms": 2, "kind": "http.503"}]
+    })));
+    let label = |k: &str| {
+        d.verdict
+            .labels
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(label("topic"), "orders");
+    assert_eq!(label("message-id"), "m-42");
+    assert_eq!(label("consumer-group"), "billing");
+    assert_eq!(label("error-message"), "upstream down");
+    assert_eq!(label("content-type"), "application/json");
+    assert_eq!(label("published-at-ms"), "Some(1000)");
+    assert_eq!(
+        (label("payload-size"), label("payload")),
+        ("5".into(), "hello".into())
+    );
+    assert_eq!(label("header"), "t-1");
+    assert_eq!(label("history"), "db.timeout,http.503");
+    assert_eq!(label("age-ms"), "4000");
+}

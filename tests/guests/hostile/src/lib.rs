@@ -5,7 +5,7 @@
 //! `"panic"` panics; `"recurse"` recurses without end; `"huge-reason"` returns a 4 MiB
 //! reason; `"many-labels"` returns 10 000 labels; `"past-the-cap"` asks for a retry in
 //! `u64::MAX` ms; `"reject-init"` refuses its config; `"trap-in-init"` panics in `init`;
-//! `"ok"` retries after 1 s.
+//! `"ok"` retries after 1 s; `"echo"` retries and returns every on-demand fact as labels.
 
 use std::hint::black_box;
 
@@ -36,6 +36,8 @@ pub enum Mode {
     RejectInit,
     /// `init` panics.
     TrapInInit,
+    /// Behave, and echo every on-demand fact the host offers as labels (tests the getters).
+    Echo,
 }
 
 /// Config: `{"mode": "..."}`.
@@ -89,6 +91,25 @@ impl Policy for Hostile {
                 v.label(format!("k{i}"), "v")
             }),
             Mode::PastTheCap => Verdict::retry_after(u64::MAX),
+            Mode::Echo => Verdict::retry_after(1_000)
+                .label("topic", f.topic())
+                .label("message-id", f.message_id())
+                .label("consumer-group", f.consumer_group())
+                .label("error-message", f.error_message())
+                .label("content-type", f.content_type().unwrap_or("-"))
+                .label("published-at-ms", format!("{:?}", f.published_at_ms()))
+                .label("payload-size", f.payload_size().to_string())
+                .label("payload", String::from_utf8_lossy(f.payload()))
+                .label("header", f.header("X-Trace").unwrap_or("-"))
+                .label(
+                    "history",
+                    f.history()
+                        .iter()
+                        .map(|a| a.kind.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                )
+                .label("age-ms", f.age_ms().to_string()),
             Mode::Ok | Mode::RejectInit | Mode::TrapInInit => {
                 Verdict::retry_after(1_000).because("ok")
             }
