@@ -153,7 +153,7 @@ pub fn test(
         .load_file(request.policy)
         .map_err(|e| invalid(e.into()))?;
     let settings = TopicSettings::default();
-    let results = crate::conformance::run_suites(&policy, &suites, &settings);
+    let results = crate::conformance::run_suites(&policy, &suites);
     let properties = if request.properties || request.monotone || request.vectors.is_empty() {
         let options = crate::conformance::PropertyOptions {
             monotone: request.monotone,

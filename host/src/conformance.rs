@@ -4,12 +4,12 @@
 //!
 //! ```no_run
 //! use verdict_host::conformance::{Report, Suite, run_suites};
-//! use verdict_host::{Host, Limits, TopicSettings};
+//! use verdict_host::{Host, Limits};
 //!
 //! let host = Host::new(&Limits::new())?;
 //! let policy = host.load_file("rules.component.wasm".as_ref())?;
 //! let suite = Suite::load("policies/rules/vectors/seed2-table.json".as_ref())?;
-//! let results = run_suites(&policy, &[suite], &TopicSettings::default());
+//! let results = run_suites(&policy, &[suite]);
 //! let report = Report::new((**policy.provenance()).clone(), results, vec![]);
 //! print!("{}", report.human());
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -8,7 +8,7 @@ use crate::instance::Instance;
 use crate::{Decision, Failure, Fallback, Fault, Guardrails, Policy};
 
 /// What a topic adds to its policy: guardrails and the fallback verdict.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TopicSettings {
     /// Bounds on every verdict.

@@ -8,7 +8,7 @@ use crate::{Failure, Fault};
 /// What happens to a message whose policy trapped, timed out, ran out of memory or could
 /// not be instantiated: retry with capped exponential backoff (full jitter) while attempts
 /// remain, then dead-letter. Never discard: a broken policy must not lose messages.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Fallback {
     /// Delay after the first failure.

@@ -6,7 +6,7 @@ use verdict_sdk::{Action, Class, Verdict};
 use crate::{Clamp, Failure};
 
 /// Bounds applied to every verdict of a topic.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Guardrails {
     /// A retry at or past this attempt becomes a dead-letter (class exhausted).

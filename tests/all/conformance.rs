@@ -38,7 +38,7 @@ fn report_for(config: Option<&str>, files: &[&str], properties: bool) -> Report 
         .map(|f| Suite::load_with_config(&vectors(f), config).unwrap())
         .collect();
     let settings = TopicSettings::default();
-    let results = run_suites(&policy, &suites, &settings);
+    let results = run_suites(&policy, &suites);
     let props = if properties {
         check_properties(
             &policy,
@@ -212,7 +212,7 @@ fn a_new_policy_author_writes_a_vector_file_and_runs_it() {
     let suite = Suite::load(&path).unwrap();
     assert_eq!(suite.cases.len(), 2);
     assert_eq!(suite.cases[1].name, "retry then DLQ [attempt=2]");
-    let results = run_suites(&policy, &[suite], &TopicSettings::default());
+    let results = run_suites(&policy, &[suite]);
     assert!(results[0].cases.iter().all(|c| c.passed), "{results:?}");
 }
 
@@ -245,4 +245,25 @@ fn monotone_is_checked_when_declared() {
             .message
             .contains("less than attempt")
     );
+}
+
+#[test]
+fn suite_settings_apply_and_missing_clamps_are_reported() {
+    let path = scratch(
+        "clamps.json",
+        r#"{"suite": "clamps", "settings": {"guardrails": {"max_delay_ms": 100}},
+            "cases": [{"name": "capped", "failure": {"attempt": 1, "error": {"kind": "biz.x"}},
+                       "expect": {"delay_ms": 100, "clamps": ["delay-capped"]}},
+                      {"name": "not capped", "failure": {"attempt": 1, "error": {"kind": "json.parse"}},
+                       "expect": {"clamps": ["delay-capped"]}}]}"#,
+    );
+    let host = verdict_tests::host();
+    let results = run_suites(
+        &load(&host, fixtures::RULES),
+        &[Suite::load(&path).unwrap()],
+    );
+    let cases = &results[0].cases;
+    assert!(cases[0].passed, "{:?}", cases[0].mismatches);
+    assert!(!cases[1].passed);
+    assert_eq!(cases[1].mismatches[0].field, "clamps.delay-capped");
 }

@@ -35,7 +35,7 @@ fn vector_file(component: &'static str, file: PathBuf) -> Result<(), Failed> {
     let policy = host
         .load_file(component.as_ref())
         .map_err(|e| e.to_string())?;
-    let results = run_suites(&policy, &[suite], &TopicSettings::default());
+    let results = run_suites(&policy, &[suite]);
     let report = Report::new((**policy.provenance()).clone(), results, vec![]);
     if report.failed > 0 || report.passed == 0 {
         return Err(report.human().into());

@@ -1,6 +1,5 @@
 //! Running vector suites against a policy.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -46,13 +45,12 @@ pub struct SuiteResult {
     pub cases: Vec<CaseResult>,
 }
 
-/// Run `suites` against `policy`, one decider per distinct config.
-pub fn run_suites(
-    policy: &Arc<Policy>,
-    suites: &[Suite],
-    settings: &TopicSettings,
-) -> Vec<SuiteResult> {
-    let mut deciders: HashMap<String, Result<Decider, String>> = HashMap::new();
+/// Deciders made so far, by (config, settings): a run configures each pair once.
+type Deciders = Vec<((String, TopicSettings), Result<Decider, String>)>;
+
+/// Run `suites` against `policy`, one decider per distinct (config, settings).
+pub fn run_suites(policy: &Arc<Policy>, suites: &[Suite]) -> Vec<SuiteResult> {
+    let mut deciders: Deciders = Vec::new();
     suites
         .iter()
         .map(|suite| SuiteResult {
@@ -61,7 +59,7 @@ pub fn run_suites(
             cases: suite
                 .cases
                 .iter()
-                .map(|case| run_case(policy, case, settings, &mut deciders))
+                .map(|case| run_case(policy, case, &suite.settings, &mut deciders))
                 .collect(),
         })
         .collect()
@@ -71,14 +69,20 @@ fn run_case(
     policy: &Arc<Policy>,
     case: &Case,
     settings: &TopicSettings,
-    deciders: &mut HashMap<String, Result<Decider, String>>,
+    deciders: &mut Deciders,
 ) -> CaseResult {
-    let decider = deciders.entry(case.config.clone()).or_insert_with(|| {
-        policy
-            .configure(&case.config, settings.clone())
-            .map_err(|e| e.to_string())
-    });
-    match decider {
+    let key = (case.config.clone(), settings.clone());
+    let index = match deciders.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            let decider = policy
+                .configure(&case.config, settings.clone())
+                .map_err(|e| e.to_string());
+            deciders.push((key, decider));
+            deciders.len() - 1
+        }
+    };
+    match &deciders[index].1 {
         Ok(decider) => {
             let decision = decider.decide(&case.failure.clone().into_failure());
             let mismatches = compare(&case.expect, &decision);
@@ -115,6 +119,14 @@ fn kebab<T: Serialize>(value: &T) -> String {
     serde_json::to_value(value)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+/// The `clamp` tag a clamp serializes with (`delay-capped`, `attempt-ceiling`, ...).
+fn kebab_tag(clamp: &crate::Clamp) -> String {
+    serde_json::to_value(clamp)
+        .ok()
+        .and_then(|v| v["clamp"].as_str().map(str::to_string))
         .unwrap_or_default()
 }
 
@@ -179,6 +191,15 @@ pub fn compare(expect: &Expect, d: &Decision) -> Vec<Mismatch> {
             got == Some(want.as_str()),
             want.clone(),
             got.unwrap_or("(absent)").into(),
+        );
+    }
+    let got_clamps: Vec<String> = d.clamps.iter().map(kebab_tag).collect();
+    for want in &expect.clamps {
+        check(
+            &format!("clamps.{want}"),
+            got_clamps.contains(want),
+            "present".into(),
+            format!("{got_clamps:?}"),
         );
     }
     let want_fallback = expect.fallback.unwrap_or(false);

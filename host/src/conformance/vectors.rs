@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use verdict_sdk::{Class, Severity};
 
-use crate::FailureSpec;
+use crate::{FailureSpec, TopicSettings};
 
 /// A vector file: one suite of cases for one policy.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -29,6 +29,10 @@ pub struct VectorFile {
     /// policy accepts). Default `{}`.
     #[serde(default)]
     pub config: Option<Value>,
+    /// The topic's guardrails and fallback for every case (default: the host's defaults),
+    /// so a suite can hold a policy to a stricter topic, or check the clamps.
+    #[serde(default)]
+    pub settings: TopicSettings,
     /// The cases.
     pub cases: Vec<CaseSpec>,
 }
@@ -85,6 +89,10 @@ pub struct Expect {
     /// Whether the host's fallback applied (default: it must not have).
     #[serde(default)]
     pub fallback: Option<bool>,
+    /// Guardrail clamps that must have applied (`delay-capped`, `attempt-ceiling`,
+    /// `deferral-bound`, `terminal-class`, `reason-truncated`, `labels-truncated`).
+    #[serde(default)]
+    pub clamps: Vec<String>,
 }
 
 /// An action, without its delay.
@@ -166,6 +174,8 @@ pub struct Suite {
     pub file: PathBuf,
     /// Its name.
     pub name: String,
+    /// Guardrails and fallback for its cases.
+    pub settings: TopicSettings,
     /// The expanded cases.
     pub cases: Vec<Case>,
 }
@@ -280,6 +290,7 @@ impl Suite {
         Ok(Suite {
             file: path.to_path_buf(),
             name: file.suite,
+            settings: file.settings,
             cases,
         })
     }
