@@ -38,6 +38,7 @@ mod guardrails;
 mod instance;
 mod limits;
 mod policy;
+mod routing;
 
 pub use contract::SUPPORTED_CONTRACT;
 pub use decider::{Decider, TopicSettings};
@@ -49,6 +50,7 @@ pub use fallback::Fallback;
 pub use guardrails::Guardrails;
 pub use limits::Limits;
 pub use policy::Policy;
+pub use routing::{RouteError, Router, TopicPattern};
 pub use verdict_sdk::{Action, Class, Severity, Verdict};
 
 /// Cut `s` to at most `max` bytes on a character boundary.
