@@ -85,6 +85,7 @@ impl Decider {
         Decision {
             verdict,
             provenance: self.policy.provenance().clone(),
+            generation: None,
             fallback,
             clamps,
         }

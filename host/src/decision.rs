@@ -61,6 +61,9 @@ pub struct Decision {
     pub verdict: Verdict,
     /// The policy that was asked.
     pub provenance: Arc<Provenance>,
+    /// The registry generation that routed the decision (absent outside a registry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
     /// Set when the policy failed and the topic's fallback verdict applies instead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback: Option<Fault>,

@@ -26,6 +26,7 @@
 
 mod bindings;
 pub mod cli;
+mod config;
 pub mod conformance;
 mod contract;
 mod decider;
@@ -38,8 +39,10 @@ mod guardrails;
 mod instance;
 mod limits;
 mod policy;
+mod registry;
 mod routing;
 
+pub use config::{GatewayConfig, GatewayConfigError, PolicyConfig, RouteConfig, SandboxConfig};
 pub use contract::SUPPORTED_CONTRACT;
 pub use decider::{Decider, TopicSettings};
 pub use decision::{Clamp, Decision, Provenance};
@@ -50,6 +53,7 @@ pub use fallback::Fallback;
 pub use guardrails::Guardrails;
 pub use limits::Limits;
 pub use policy::Policy;
+pub use registry::{ActiveRoute, Generation, Registry, RegistryError};
 pub use routing::{RouteError, Router, TopicPattern};
 pub use verdict_sdk::{Action, Class, Severity, Verdict};
 

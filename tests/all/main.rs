@@ -5,3 +5,4 @@ mod conformance;
 mod hostile;
 mod loading;
 mod policies;
+mod registry;

@@ -1,5 +1,6 @@
 //! Data-driven conformance tests: one named test per vector file of every shipped policy,
-//! one per policy for the property checks, and the schema kept current. `harness = false`
+//! one per policy for the property checks, and the checked-in schemas (vector files,
+//! `verdict.toml`) kept current. `harness = false`
 //! with libtest-mimic, so `cargo test` filters and reports these like any other test.
 //!
 //! `VERDICT_BLESS=1 cargo test -p verdict-tests --test conformance` rewrites the checked-in
@@ -62,10 +63,9 @@ fn properties(component: &'static str) -> Result<(), Failed> {
     Ok(())
 }
 
-fn schema_is_current() -> Result<(), Failed> {
-    let path = root().join("tests/conformance/vectors.schema.json");
-    let generated =
-        serde_json::to_string_pretty(&vector_schema()).map_err(|e| e.to_string())? + "\n";
+fn schema_is_current(relative: &str, schema: serde_json::Value) -> Result<(), Failed> {
+    let path = root().join(relative);
+    let generated = serde_json::to_string_pretty(&schema).map_err(|e| e.to_string())? + "\n";
     if std::env::var_os("VERDICT_BLESS").is_some() {
         std::fs::write(&path, &generated).map_err(|e| e.to_string())?;
     }
@@ -82,10 +82,17 @@ fn schema_is_current() -> Result<(), Failed> {
 
 fn main() {
     let args = Arguments::from_args();
-    let mut trials = vec![Trial::test(
-        "schema::vectors_schema_is_current",
-        schema_is_current,
-    )];
+    let mut trials = vec![
+        Trial::test("schema::vectors_schema_is_current", || {
+            schema_is_current("tests/conformance/vectors.schema.json", vector_schema())
+        }),
+        Trial::test("schema::gateway_config_schema_is_current", || {
+            schema_is_current(
+                "host/verdict.schema.json",
+                verdict_host::GatewayConfig::schema(),
+            )
+        }),
+    ];
     for (name, component) in POLICIES {
         let dir = root().join("policies").join(name).join("vectors");
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)

@@ -1,0 +1,310 @@
+//! The operator's gateway config (`verdict.toml`): sandbox limits, policies, routes.
+//!
+//! ```toml
+//! [sandbox]
+//! decide_timeout_ms = 10
+//!
+//! [policies.rules]
+//! path = "policies/rules.component.wasm"
+//! vectors = ["policies/rules/vectors/limits.json"]
+//!
+//! [[routes]]
+//! topic = "payments.>"
+//! policy = "rules"
+//! config = { max_attempts = 5 }
+//!
+//! [[routes]]
+//! topic = ">"            # the default route: every other topic
+//! policy = "rules"
+//! config = { max_attempts = 3 }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::{Limits, TopicSettings};
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Limits every policy runs under.
+    #[serde(default)]
+    pub sandbox: SandboxConfig,
+    /// Guardrails and fallback every route starts from.
+    #[serde(default)]
+    pub defaults: TopicSettings,
+    /// Policy components by name.
+    pub policies: BTreeMap<String, PolicyConfig>,
+    /// Topic routes. `topic = ">"` is the default route (it matches every topic, least
+    /// specifically).
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+/// One policy component.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// The component, relative to the config file's directory.
+    pub path: PathBuf,
+    /// Pin: refuse the component unless its SHA-256 (hex) is this.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// Vector files it must pass before it goes live (relative to the config file).
+    #[serde(default)]
+    pub vectors: Vec<PathBuf>,
+}
+
+/// One route.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Topic pattern: dot-separated, `*` one token, `>` the rest.
+    pub topic: String,
+    /// Name of a policy in `[policies]`.
+    pub policy: String,
+    /// The policy's per-topic config (any table the policy accepts).
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub config: Option<serde_json::Value>,
+    /// Guardrails and fallback for this route, replacing `[defaults]`.
+    #[serde(default)]
+    pub settings: Option<TopicSettings>,
+}
+
+/// Sandbox limits (see [`Limits`] for what each does).
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SandboxConfig {
+    /// Wall-clock deadline of one `decide`.
+    pub decide_timeout_ms: u64,
+    /// Wall-clock deadline of `init` and `describe`.
+    pub init_timeout_ms: u64,
+    /// Resolution of the deadline clock.
+    pub epoch_tick_ms: u64,
+    /// Fuel per decision (off when absent).
+    pub fuel_per_decision: Option<u64>,
+    /// Largest linear memory of a policy.
+    pub memory_cap_bytes: usize,
+    /// Largest Wasm stack.
+    pub max_wasm_stack_bytes: usize,
+    /// Instance slots shared by all policies.
+    pub pooled_instances: u32,
+    /// Decisions one warm instance serves before it is replaced.
+    pub instance_max_uses: u32,
+    /// Memory growth after which an instance is replaced.
+    pub instance_recycle_bytes: usize,
+    /// Idle instances kept warm per route.
+    pub warm_instances: usize,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        let l = Limits::new();
+        SandboxConfig {
+            decide_timeout_ms: l.decide_timeout_ms,
+            init_timeout_ms: l.init_timeout_ms,
+            epoch_tick_ms: l.epoch_tick_ms,
+            fuel_per_decision: l.fuel_per_decision,
+            memory_cap_bytes: l.memory_cap_bytes,
+            max_wasm_stack_bytes: l.max_wasm_stack_bytes,
+            pooled_instances: l.pooled_instances,
+            instance_max_uses: l.instance_max_uses,
+            instance_recycle_bytes: l.instance_recycle_bytes,
+            warm_instances: l.warm_instances,
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// The limits (validated when the host is created).
+    pub fn limits(&self) -> Limits {
+        let mut l = Limits::new();
+        l.decide_timeout_ms(self.decide_timeout_ms)
+            .init_timeout_ms(self.init_timeout_ms)
+            .epoch_tick_ms(self.epoch_tick_ms)
+            .fuel_per_decision(self.fuel_per_decision)
+            .memory_cap_bytes(self.memory_cap_bytes)
+            .max_wasm_stack_bytes(self.max_wasm_stack_bytes)
+            .pooled_instances(self.pooled_instances)
+            .instance_max_uses(self.instance_max_uses)
+            .instance_recycle_bytes(self.instance_recycle_bytes)
+            .warm_instances(self.warm_instances);
+        l
+    }
+}
+
+/// A config file that could not be read or is invalid; names the file and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {field}: {message}")]
+pub struct GatewayConfigError {
+    /// The file.
+    pub file: String,
+    /// The field path (`routes[2].policy`).
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl GatewayConfig {
+    /// Read and validate `path`.
+    pub fn load(path: &Path) -> Result<GatewayConfig, GatewayConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| GatewayConfigError {
+            file: file.clone(),
+            field: "(file)".into(),
+            message: e.to_string(),
+        })?;
+        Self::parse(&text, &file)
+    }
+
+    /// Parse and validate TOML; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<GatewayConfig, GatewayConfigError> {
+        let err = |field: String, message: String| GatewayConfigError {
+            file: file.to_string(),
+            field,
+            message,
+        };
+        let de = toml::Deserializer::parse(text)
+            .map_err(|e| err("(syntax)".into(), e.message().to_string()))?;
+        let config: GatewayConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            err(
+                if path == "." { "(root)".into() } else { path },
+                e.inner().message().to_string(),
+            )
+        })?;
+        config
+            .sandbox
+            .limits()
+            .validate()
+            .map_err(|e| err("sandbox".into(), e.to_string()))?;
+        for (i, route) in config.routes.iter().enumerate() {
+            if !config.policies.contains_key(&route.policy) {
+                let known: Vec<&str> = config.policies.keys().map(String::as_str).collect();
+                return Err(err(
+                    format!("routes[{i}].policy"),
+                    format!(
+                        "no policy named `{}` (defined: {})",
+                        route.policy,
+                        known.join(", ")
+                    ),
+                ));
+            }
+            crate::TopicPattern::parse(&route.topic)
+                .map_err(|e| err(format!("routes[{i}].topic"), e.to_string()))?;
+        }
+        for (name, policy) in &config.policies {
+            if let Some(pin) = &policy.sha256
+                && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
+            {
+                return Err(err(
+                    format!("policies.{name}.sha256"),
+                    "must be 64 hex digits".into(),
+                ));
+            }
+        }
+        Ok(config)
+    }
+
+    /// The JSON Schema of this file, as checked in at `host/verdict.schema.json`.
+    pub fn schema() -> serde_json::Value {
+        serde_json::to_value(schemars::schema_for!(GatewayConfig)).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [sandbox]
+        decide_timeout_ms = 20
+        [policies.rules]
+        path = "rules.wasm"
+        [[routes]]
+        topic = "payments.>"
+        policy = "rules"
+        config = { max_attempts = 5 }
+        [[routes]]
+        topic = ">"
+        policy = "rules"
+        settings = { guardrails = { max_attempts = 10 } }
+    "#;
+
+    #[test]
+    fn a_good_config_parses_with_defaults() {
+        let c = GatewayConfig::parse(GOOD, "verdict.toml").unwrap();
+        assert_eq!(c.sandbox.decide_timeout_ms, 20);
+        assert_eq!(c.sandbox.memory_cap_bytes, 16 << 20);
+        assert_eq!(
+            c.routes[0].config,
+            Some(serde_json::json!({"max_attempts": 5}))
+        );
+        assert_eq!(
+            c.routes[1]
+                .settings
+                .as_ref()
+                .unwrap()
+                .guardrails
+                .max_attempts,
+            10
+        );
+        assert_eq!(
+            c.routes[1]
+                .settings
+                .as_ref()
+                .unwrap()
+                .guardrails
+                .max_delay_ms,
+            6 * 3_600_000
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_and_field() {
+        let cases = [
+            (
+                GOOD.replace("decide_timeout_ms = 20", "decide_timeout_ms = \"soon\""),
+                "sandbox.decide_timeout_ms",
+            ),
+            (
+                GOOD.replace("decide_timeout_ms = 20", "decide_timeout = 20"),
+                "sandbox",
+            ),
+            (
+                GOOD.replace("decide_timeout_ms = 20", "decide_timeout_ms = 0"),
+                "sandbox",
+            ),
+            (
+                GOOD.replace(
+                    "policy = \"rules\"\n        config",
+                    "policy = \"rulez\"\n        config",
+                ),
+                "routes[0].policy",
+            ),
+            (GOOD.replace("payments.>", "payments..x"), "routes[0].topic"),
+            (
+                GOOD.replace(
+                    "path = \"rules.wasm\"",
+                    "path = \"rules.wasm\"\n        sha256 = \"abc\"",
+                ),
+                "policies.rules.sha256",
+            ),
+            (
+                GOOD.replace("max_attempts = 10", "max_atempts = 10"),
+                "routes[1].settings.guardrails",
+            ),
+            ("[[routes]\n".to_string(), "(syntax)"),
+        ];
+        for (text, field) in cases {
+            let e = GatewayConfig::parse(&text, "verdict.toml").unwrap_err();
+            assert!(e.field.starts_with(field), "want {field}, got {e}");
+            assert!(e.to_string().starts_with("verdict.toml: "), "{e}");
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! The policy registry: topic -> active (policy, config), in numbered generations.
+//!
+//! A [`Generation`] is built from a [`GatewayConfig`] behind an admission gate (the component
+//! loads and speaks the contract, matches its sha256 pin, passes its vector files, accepts
+//! every route's config in `init`) and only then swapped in atomically. Readers take the
+//! current generation without locks (`arc-swap`); a decision in flight keeps the generation
+//! it started with, so a swap never fails or double-decides it. Previous generations are
+//! kept (bounded) for [`Registry::rollback`].
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
+
+use crate::conformance::{Report, Suite, run_suites};
+use crate::{
+    Decider, Decision, Failure, GatewayConfig, Host, LoadError, Policy, Router, TopicPattern,
+};
+
+/// Generations kept for rollback.
+const HISTORY: usize = 16;
+
+/// Why a configuration was refused. The active generation is untouched.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The sandbox limits are invalid.
+    #[error("sandbox: {0}")]
+    Sandbox(#[from] crate::ConfigError),
+    /// A policy component failed to load.
+    #[error("policy `{policy}`: {source}")]
+    Load {
+        /// The policy's name in the config.
+        policy: String,
+        /// Why.
+        source: LoadError,
+    },
+    /// A component's digest does not match its pin.
+    #[error("policy `{policy}`: sha256 is {actual}, but the config pins {pinned}")]
+    Pin {
+        /// The policy.
+        policy: String,
+        /// The pin.
+        pinned: String,
+        /// The component's digest.
+        actual: String,
+    },
+    /// A policy failed its vectors.
+    #[error("policy `{policy}` failed admission: {failed} case(s) failed\n{report}")]
+    Admission {
+        /// The policy.
+        policy: String,
+        /// Failed cases.
+        failed: usize,
+        /// The human report.
+        report: String,
+    },
+    /// A vector file is invalid.
+    #[error("policy `{policy}`: {source}")]
+    Vectors {
+        /// The policy.
+        policy: String,
+        /// Why.
+        source: crate::conformance::VectorError,
+    },
+    /// A route's config was refused by its policy.
+    #[error("routes[{index}] (`{topic}`): {source}")]
+    Route {
+        /// The route's index.
+        index: usize,
+        /// Its topic pattern.
+        topic: String,
+        /// Why.
+        source: crate::ConfigError,
+    },
+    /// Routes are malformed or ambiguous.
+    #[error("routes: {0}")]
+    Routing(#[from] crate::RouteError),
+    /// No earlier generation to roll back to.
+    #[error("no earlier generation to roll back to")]
+    NoHistory,
+}
+
+/// One route of a generation.
+#[derive(Debug)]
+pub struct ActiveRoute {
+    /// The topic pattern.
+    pub topic: String,
+    /// The policy's name in the config.
+    pub policy: String,
+    /// The configured policy.
+    pub decider: Decider,
+}
+
+/// An immutable routing table with its deciders.
+#[derive(Debug)]
+pub struct Generation {
+    /// Activation number, increasing.
+    pub number: u64,
+    router: Router,
+    /// The routes, in config order.
+    pub routes: Vec<ActiveRoute>,
+}
+
+impl Generation {
+    /// The route for `topic`.
+    pub fn route(&self, topic: &str) -> Option<&ActiveRoute> {
+        self.router.resolve(topic).and_then(|i| self.routes.get(i))
+    }
+}
+
+/// Topic -> policy, hot-swappable.
+pub struct Registry {
+    host: Host,
+    current: ArcSwap<Generation>,
+    history: Mutex<VecDeque<Arc<Generation>>>,
+    next: Mutex<u64>,
+}
+
+impl Registry {
+    /// Build the first generation from `config` (paths relative to `base_dir`).
+    pub fn new(config: &GatewayConfig, base_dir: &Path) -> Result<Registry, RegistryError> {
+        let host = Host::new(&config.sandbox.limits())?;
+        let first = build(&host, config, base_dir, 1)?;
+        Ok(Registry {
+            host,
+            current: ArcSwap::from_pointee(first),
+            history: Mutex::new(VecDeque::new()),
+            next: Mutex::new(2),
+        })
+    }
+
+    /// The active generation.
+    pub fn current(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// Decide for `topic`; `None` when no route matches.
+    pub fn decide(&self, topic: &str, failure: &Failure) -> Option<Decision> {
+        let generation = self.current.load();
+        let route = generation.route(topic)?;
+        let mut decision = route.decider.decide(failure);
+        decision.generation = Some(generation.number);
+        Some(decision)
+    }
+
+    /// Build a new generation from `config` behind the admission gate and swap it in. On
+    /// error the active generation stays.
+    pub fn reload(&self, config: &GatewayConfig, base_dir: &Path) -> Result<u64, RegistryError> {
+        let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+        let generation = build(&self.host, config, base_dir, *next)?;
+        *next += 1;
+        Ok(self.swap_in(Arc::new(generation)))
+    }
+
+    /// Return to the previous generation (as a new activation of it).
+    pub fn rollback(&self) -> Result<u64, RegistryError> {
+        let previous = self
+            .history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_back()
+            .ok_or(RegistryError::NoHistory)?;
+        let number = previous.number;
+        let replaced = self.current.swap(previous);
+        drop(replaced);
+        Ok(number)
+    }
+
+    fn swap_in(&self, generation: Arc<Generation>) -> u64 {
+        let number = generation.number;
+        let old = self.current.swap(generation);
+        let mut history = self.history.lock().unwrap_or_else(PoisonError::into_inner);
+        history.push_back(old);
+        while history.len() > HISTORY {
+            history.pop_front();
+        }
+        number
+    }
+}
+
+fn build(
+    host: &Host,
+    config: &GatewayConfig,
+    base_dir: &Path,
+    number: u64,
+) -> Result<Generation, RegistryError> {
+    let mut policies: BTreeMap<&str, Arc<Policy>> = BTreeMap::new();
+    for (name, spec) in &config.policies {
+        let policy = host
+            .load_file(&base_dir.join(&spec.path))
+            .map_err(|source| RegistryError::Load {
+                policy: name.clone(),
+                source,
+            })?;
+        if let Some(pinned) = &spec.sha256
+            && !pinned.eq_ignore_ascii_case(&policy.provenance().sha256)
+        {
+            return Err(RegistryError::Pin {
+                policy: name.clone(),
+                pinned: pinned.clone(),
+                actual: policy.provenance().sha256.clone(),
+            });
+        }
+        admit(name, &policy, &spec.vectors, base_dir)?;
+        policies.insert(name, policy);
+    }
+    let patterns = config
+        .routes
+        .iter()
+        .map(|r| TopicPattern::parse(&r.topic))
+        .collect::<Result<Vec<_>, _>>()?;
+    let router = Router::new(patterns, None)?;
+    let mut routes = Vec::with_capacity(config.routes.len());
+    for (index, route) in config.routes.iter().enumerate() {
+        // `GatewayConfig::parse` checked that every route names a defined policy.
+        let Some(policy) = policies.get(route.policy.as_str()) else {
+            continue;
+        };
+        let json = route
+            .config
+            .as_ref()
+            .map_or_else(|| "{}".to_string(), serde_json::Value::to_string);
+        let settings = route
+            .settings
+            .clone()
+            .unwrap_or_else(|| config.defaults.clone());
+        let decider = policy
+            .configure(&json, settings)
+            .map_err(|source| RegistryError::Route {
+                index,
+                topic: route.topic.clone(),
+                source,
+            })?;
+        routes.push(ActiveRoute {
+            topic: route.topic.clone(),
+            policy: route.policy.clone(),
+            decider,
+        });
+    }
+    Ok(Generation {
+        number,
+        router,
+        routes,
+    })
+}
+
+fn admit(
+    name: &str,
+    policy: &Arc<Policy>,
+    vectors: &[std::path::PathBuf],
+    base_dir: &Path,
+) -> Result<(), RegistryError> {
+    if vectors.is_empty() {
+        return Ok(());
+    }
+    let suites = vectors
+        .iter()
+        .map(|v| Suite::load(&base_dir.join(v)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| RegistryError::Vectors {
+            policy: name.to_string(),
+            source,
+        })?;
+    let report = Report::new(
+        (**policy.provenance()).clone(),
+        run_suites(policy, &suites),
+        vec![],
+    );
+    if report.failed > 0 {
+        return Err(RegistryError::Admission {
+            policy: name.to_string(),
+            failed: report.failed,
+            report: report.human(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! The registry through its library API: routing from a gateway config, the admission gate,
+//! rollback, and reloads under concurrent decisions.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use verdict_host::{Action, Class, GatewayConfig, Registry, RegistryError};
+use verdict_tests::{at, fixtures};
+
+fn vectors(file: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../policies/rules/vectors")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// payments retries 5, everything else 3; `rules` must pass its `limits` vectors.
+fn config(rules_path: &str, payments_attempts: u32) -> GatewayConfig {
+    let text = format!(
+        r#"
+        [sandbox]
+        decide_timeout_ms = 1000
+        [policies.rules]
+        path = "{rules_path}"
+        vectors = ["{vectors}"]
+        [[routes]]
+        topic = "payments.>"
+        policy = "rules"
+        config = {{ max_attempts = {payments_attempts} }}
+        [[routes]]
+        topic = ">"
+        policy = "rules"
+        config = {{ max_attempts = 3 }}
+        "#,
+        vectors = vectors("limits.json")
+    );
+    GatewayConfig::parse(&text, "verdict.toml").unwrap()
+}
+
+fn registry() -> Registry {
+    Registry::new(&config(fixtures::RULES, 5), Path::new("/")).unwrap()
+}
+
+#[test]
+fn topics_route_to_their_config_and_decisions_name_the_generation() {
+    let r = registry();
+    let payments = r.decide("payments.captured", &at("db.timeout", 3)).unwrap();
+    assert!(matches!(payments.verdict.action, Action::Retry(_)));
+    let other = r
+        .decide("notifications.email", &at("db.timeout", 3))
+        .unwrap();
+    assert_eq!(
+        (other.verdict.action, other.verdict.class),
+        (Action::DeadLetter, Class::Exhausted)
+    );
+    assert_eq!((payments.generation, other.generation), (Some(1), Some(1)));
+    assert_eq!(
+        r.current().route("payments.eu.captured").unwrap().topic,
+        "payments.>"
+    );
+}
+
+#[test]
+fn a_refused_reload_keeps_the_active_generation() {
+    let r = registry();
+    let dir = std::env::temp_dir().join(format!("verdict-registry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wrong = dir.join("wrong-version.wasm");
+    std::fs::write(
+        &wrong,
+        wat::parse_file(fixtures::file("wrong-version.wat")).unwrap(),
+    )
+    .unwrap();
+
+    // Fails its vectors: rocketmq's component under the name `rules`.
+    let err = r
+        .reload(&config(fixtures::ROCKETMQ, 5), Path::new("/"))
+        .unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::Admission { policy, .. } if policy == "rules"),
+        "{err}"
+    );
+    // Wrong contract version.
+    let err = r
+        .reload(&config(wrong.to_str().unwrap(), 5), Path::new("/"))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("verdict:policy/decider@0.2.0"),
+        "{err}"
+    );
+    // sha256 pin mismatch.
+    let mut pinned = config(fixtures::RULES, 5);
+    pinned.policies.get_mut("rules").unwrap().sha256 = Some("0".repeat(64));
+    assert!(matches!(
+        r.reload(&pinned, Path::new("/")),
+        Err(RegistryError::Pin { .. })
+    ));
+    // A route config the policy refuses.
+    let mut refused = config(fixtures::RULES, 5);
+    refused.routes[0].config = Some(serde_json::json!({"max_attempts": 0}));
+    let err = r.reload(&refused, Path::new("/")).unwrap_err();
+    assert!(
+        err.to_string().contains("routes[0]") && err.to_string().contains("config.max_attempts"),
+        "{err}"
+    );
+
+    assert_eq!(r.current().number, 1);
+    let d = r.decide("payments.captured", &at("db.timeout", 4)).unwrap();
+    assert!(matches!(d.verdict.action, Action::Retry(_)) && d.generation == Some(1));
+}
+
+#[test]
+fn rollback_restores_the_previous_generation() {
+    let r = registry();
+    assert!(matches!(r.rollback(), Err(RegistryError::NoHistory)));
+    assert_eq!(
+        r.reload(&config(fixtures::RULES, 3), Path::new("/"))
+            .unwrap(),
+        2
+    );
+    let d = r.decide("payments.captured", &at("db.timeout", 3)).unwrap();
+    assert_eq!((d.verdict.class, d.generation), (Class::Exhausted, Some(2)));
+    assert_eq!(r.rollback().unwrap(), 1);
+    let d = r.decide("payments.captured", &at("db.timeout", 3)).unwrap();
+    assert_eq!((d.verdict.class, d.generation), (Class::Transient, Some(1)));
+}
+
+#[test]
+fn reloads_under_concurrent_decisions_lose_nothing() {
+    let r = registry();
+    let (five, three) = (config(fixtures::RULES, 5), config(fixtures::RULES, 3));
+    let stop = AtomicBool::new(false);
+    let decided = AtomicU32::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let d = r
+                        .decide("payments.captured", &at("db.timeout", 4))
+                        .expect("route exists");
+                    assert!(d.fallback.is_none(), "{d:?}");
+                    assert_eq!(d.provenance.name, "rules");
+                    // Generation parity tells which config decided: odd = 5 attempts, even = 3.
+                    let want = if d.generation.unwrap() % 2 == 1 {
+                        Class::Transient
+                    } else {
+                        Class::Exhausted
+                    };
+                    assert_eq!(d.verdict.class, want, "{d:?}");
+                    decided.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        for i in 0..20 {
+            let next = if i % 2 == 0 { &three } else { &five };
+            r.reload(next, Path::new("/")).unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(r.current().number, 21);
+    assert!(decided.load(Ordering::Relaxed) > 0);
+}
