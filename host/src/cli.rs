@@ -66,17 +66,7 @@ pub fn decide(
         Some(arg) => json_arg(arg, "--config")?,
         None => "{}".to_string(),
     };
-    let failure_json = if failure == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("--failure -: reading stdin")?;
-        s
-    } else {
-        std::fs::read_to_string(failure).with_context(|| format!("--failure {failure}"))?
-    };
-    let spec = FailureSpec::from_json(&failure_json)
-        .map_err(|e| anyhow::anyhow!("--failure {failure}: {e}"))?;
+    let spec = read_failure(failure)?;
     let host = Host::new(&Limits::new())?;
     let decider = host.load_file(policy)?.configure(&config, settings)?;
     Ok(decider.decide(&spec.into_failure()))
@@ -179,4 +169,83 @@ pub fn test(
         Format::Junit => report.junit(),
     };
     Ok((out, report.failed == 0))
+}
+
+/// One route of `verdict check`'s summary.
+#[derive(Debug, Serialize)]
+pub struct RouteSummary {
+    /// The topic pattern.
+    pub topic: String,
+    /// The policy's name in the config.
+    pub policy: String,
+    /// What the component says it is.
+    pub provenance: crate::Provenance,
+    /// The config it was initialised with.
+    pub config: serde_json::Value,
+}
+
+/// What `verdict check` prints: the generation the config would activate.
+#[derive(Debug, Serialize)]
+pub struct CheckSummary {
+    /// Generation number (1 for a fresh registry).
+    pub generation: u64,
+    /// The routes, in config order.
+    pub routes: Vec<RouteSummary>,
+}
+
+fn open_registry(config_path: &Path) -> Result<crate::Registry> {
+    let config = crate::GatewayConfig::load(config_path)?;
+    let base = config_path.parent().unwrap_or(Path::new("."));
+    Ok(crate::Registry::new(&config, base)?)
+}
+
+/// `verdict check -c verdict.toml`: validate the config and run the admission gate (load,
+/// pins, vectors, every route's `init`) without starting anything.
+pub fn check(config_path: &Path) -> Result<CheckSummary> {
+    let registry = open_registry(config_path)?;
+    let generation = registry.current();
+    let routes = generation
+        .routes
+        .iter()
+        .map(|r| RouteSummary {
+            topic: r.topic.clone(),
+            policy: r.policy.clone(),
+            provenance: (**r.decider.policy().provenance()).clone(),
+            config: serde_json::from_str(r.decider.config()).unwrap_or(serde_json::Value::Null),
+        })
+        .collect();
+    Ok(CheckSummary {
+        generation: generation.number,
+        routes,
+    })
+}
+
+/// `verdict route -c verdict.toml --topic T [--failure F]`: which route a topic takes and,
+/// with a failure, the decision it would get.
+pub fn route(config_path: &Path, topic: &str, failure: Option<&str>) -> Result<serde_json::Value> {
+    let registry = open_registry(config_path)?;
+    let generation = registry.current();
+    let Some(route) = generation.route(topic) else {
+        bail!("no route matches topic `{topic}` (add a `>` route as the default)");
+    };
+    let mut out = serde_json::json!({"topic": topic, "route": route.topic, "policy": route.policy});
+    if let Some(failure) = failure {
+        let spec = read_failure(failure)?;
+        let decision = registry.decide(topic, &spec.into_failure());
+        out["decision"] = serde_json::to_value(decision)?;
+    }
+    Ok(out)
+}
+
+fn read_failure(arg: &str) -> Result<FailureSpec> {
+    let text = if arg == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("--failure -: reading stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(arg).with_context(|| format!("--failure {arg}"))?
+    };
+    FailureSpec::from_json(&text).map_err(|e| anyhow::anyhow!("--failure {arg}: {e}"))
 }

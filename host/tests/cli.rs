@@ -275,3 +275,93 @@ fn test_without_vectors_runs_the_property_checks() {
         "{report}"
     );
 }
+
+/// A gateway config next to a copy of the rules component: payments 5, default 3.
+fn gateway_config(name: &str, extra_route: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let config = format!(
+        r#"[policies.rules]
+path = "rules.wasm"
+vectors = ["{}"]
+
+[[routes]]
+topic = "payments.>"
+policy = "rules"
+config = {{ max_attempts = 5 }}
+{extra_route}
+[[routes]]
+topic = ">"
+policy = "rules"
+config = {{ max_attempts = 3 }}
+"#,
+        vectors("limits.json")
+    );
+    let path = dir.join("verdict.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+#[test]
+fn check_runs_the_admission_gate_and_route_decides_per_topic() {
+    let config = gateway_config("gateway-ok", "");
+    let v = json(&verdict(&["check", "-c", config.to_str().unwrap()], None));
+    assert_eq!(v["generation"], 1);
+    assert_eq!(v["routes"][0]["topic"], "payments.>");
+    assert_eq!(v["routes"][1]["config"]["max_attempts"], 3);
+
+    let failure = r#"{"attempt": 3, "error": {"kind": "db.timeout"}}"#;
+    let args = |topic: &'static str| {
+        [
+            "route",
+            "-c",
+            config.to_str().unwrap(),
+            "--topic",
+            topic,
+            "--failure",
+            "-",
+        ]
+        .map(String::from)
+    };
+    let run = |topic: &'static str| {
+        let a = args(topic);
+        json(&verdict(
+            &a.iter().map(String::as_str).collect::<Vec<_>>(),
+            Some(failure),
+        ))
+    };
+    let payments = run("payments.captured");
+    assert_eq!(payments["route"], "payments.>");
+    assert_eq!(payments["decision"]["verdict"]["action"]["type"], "retry");
+    let other = run("notifications.email");
+    assert_eq!(other["route"], ">");
+    assert_eq!(other["decision"]["verdict"]["class"], "exhausted");
+    assert_eq!(other["decision"]["generation"], 1);
+}
+
+#[test]
+fn check_refuses_bad_gateway_configs_naming_the_problem() {
+    let ambiguous = gateway_config(
+        "gateway-ambiguous",
+        "[[routes]]\ntopic = \"payments.*\"\npolicy = \"rules\"\n[[routes]]\ntopic = \"*.captured\"\npolicy = \"rules\"\n",
+    );
+    let out = verdict(&["check", "-c", ambiguous.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("ambiguous") && text(&out.stderr).contains("payments.captured"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let typo = gateway_config(
+        "gateway-typo",
+        "[[routes]]\ntopic = \"orders\"\npolicy = \"rulez\"\n",
+    );
+    let out = verdict(&["check", "-c", typo.to_str().unwrap()], None);
+    assert!(
+        text(&out.stderr).contains("routes[1].policy") && text(&out.stderr).contains("rulez"),
+        "{}",
+        text(&out.stderr)
+    );
+}

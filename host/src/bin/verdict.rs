@@ -56,6 +56,26 @@ enum Command {
         #[arg(long)]
         monotone: bool,
     },
+    /// Validate a gateway config and run its admission gate (policies load, pins match,
+    /// vectors pass, every route's config is accepted); print the routes as JSON.
+    Check {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Show which route a topic takes under a gateway config and, with a failure, the
+    /// decision it would get.
+    Route {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long)]
+        config: PathBuf,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// A failure (JSON file, or `-` for stdin) to decide.
+        #[arg(long)]
+        failure: Option<String>,
+    },
     /// Ask a policy for one decision and print it as JSON.
     Decide {
         /// The policy component.
@@ -131,6 +151,17 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     ExitCode::from(2)
                 }
             });
+        }
+        Command::Check { config } => {
+            emit(&(serde_json::to_string_pretty(&cli::check(&config)?)? + "\n"))?;
+        }
+        Command::Route {
+            config,
+            topic,
+            failure,
+        } => {
+            let out = cli::route(&config, &topic, failure.as_deref())?;
+            emit(&(serde_json::to_string_pretty(&out)? + "\n"))?;
         }
         Command::Decide {
             policy,
