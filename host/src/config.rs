@@ -74,6 +74,23 @@ pub struct RouteConfig {
     /// Guardrails and fallback for this route, replacing `[defaults]`.
     #[serde(default)]
     pub settings: Option<TopicSettings>,
+    /// A second policy that decides alongside the active one without its verdict being
+    /// applied; disagreements are counted and logged, so a candidate is promoted with
+    /// evidence.
+    #[serde(default)]
+    pub shadow: Option<ShadowConfig>,
+}
+
+/// The shadow of a route.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShadowConfig {
+    /// Name of a policy in `[policies]`.
+    pub policy: String,
+    /// Its per-topic config.
+    #[serde(default)]
+    #[schemars(with = "BTreeMap<String, serde_json::Value>")]
+    pub config: Option<serde_json::Value>,
 }
 
 /// Sandbox limits (see [`Limits`] for what each does).
@@ -193,6 +210,14 @@ impl GatewayConfig {
                         route.policy,
                         known.join(", ")
                     ),
+                ));
+            }
+            if let Some(shadow) = &route.shadow
+                && !config.policies.contains_key(&shadow.policy)
+            {
+                return Err(err(
+                    format!("routes[{i}].shadow.policy"),
+                    format!("no policy named `{}`", shadow.policy),
                 ));
             }
             crate::TopicPattern::parse(&route.topic)

@@ -41,8 +41,11 @@ mod limits;
 mod policy;
 mod registry;
 mod routing;
+mod shadow;
 
-pub use config::{GatewayConfig, GatewayConfigError, PolicyConfig, RouteConfig, SandboxConfig};
+pub use config::{
+    GatewayConfig, GatewayConfigError, PolicyConfig, RouteConfig, SandboxConfig, ShadowConfig,
+};
 pub use contract::SUPPORTED_CONTRACT;
 pub use decider::{Decider, TopicSettings};
 pub use decision::{Clamp, Decision, Provenance};
@@ -55,6 +58,7 @@ pub use limits::Limits;
 pub use policy::Policy;
 pub use registry::{ActiveRoute, Generation, Registry, RegistryError};
 pub use routing::{RouteError, Router, TopicPattern};
+pub use shadow::{Shadow, ShadowReport};
 pub use verdict_sdk::{Action, Class, Severity, Verdict};
 
 /// Cut `s` to at most `max` bytes on a character boundary.

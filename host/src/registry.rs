@@ -15,7 +15,8 @@ use arc_swap::ArcSwap;
 
 use crate::conformance::{Report, Suite, run_suites};
 use crate::{
-    Decider, Decision, Failure, GatewayConfig, Host, LoadError, Policy, Router, TopicPattern,
+    Decider, Decision, Failure, GatewayConfig, Host, LoadError, Policy, Router, Shadow,
+    ShadowReport, TopicPattern,
 };
 
 /// Generations kept for rollback.
@@ -90,6 +91,8 @@ pub struct ActiveRoute {
     pub policy: String,
     /// The configured policy.
     pub decider: Decider,
+    /// The shadow policy, if the route has one.
+    pub shadow: Option<Shadow>,
 }
 
 /// An immutable routing table with its deciders.
@@ -141,7 +144,20 @@ impl Registry {
         let route = generation.route(topic)?;
         let mut decision = route.decider.decide(failure);
         decision.generation = Some(generation.number);
+        if let Some(shadow) = &route.shadow {
+            shadow.observe(topic, failure, &decision);
+        }
         Some(decision)
+    }
+
+    /// Shadow counters of the active generation's routes that have a shadow.
+    pub fn shadow_report(&self) -> Vec<ShadowReport> {
+        let generation = self.current.load();
+        generation
+            .routes
+            .iter()
+            .filter_map(|r| r.shadow.as_ref().map(|s| s.report(&r.topic, &r.policy)))
+            .collect()
     }
 
     /// Build a new generation from `config` behind the admission gate and swap it in. On
@@ -225,17 +241,38 @@ fn build(
             .settings
             .clone()
             .unwrap_or_else(|| config.defaults.clone());
-        let decider = policy
-            .configure(&json, settings)
-            .map_err(|source| RegistryError::Route {
-                index,
-                topic: route.topic.clone(),
-                source,
-            })?;
+        let configure = |policy: &Arc<Policy>, json: &str| {
+            policy
+                .configure(json, settings.clone())
+                .map_err(|source| RegistryError::Route {
+                    index,
+                    topic: route.topic.clone(),
+                    source,
+                })
+        };
+        let decider = configure(policy, &json)?;
+        let shadow = match &route.shadow {
+            Some(spec) => {
+                // `GatewayConfig::parse` checked that the shadow names a defined policy.
+                let Some(shadow_policy) = policies.get(spec.policy.as_str()) else {
+                    continue;
+                };
+                let json = spec
+                    .config
+                    .as_ref()
+                    .map_or_else(|| "{}".to_string(), serde_json::Value::to_string);
+                Some(Shadow::new(
+                    spec.policy.clone(),
+                    configure(shadow_policy, &json)?,
+                ))
+            }
+            None => None,
+        };
         routes.push(ActiveRoute {
             topic: route.topic.clone(),
             policy: route.policy.clone(),
             decider,
+            shadow,
         });
     }
     Ok(Generation {

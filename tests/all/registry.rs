@@ -161,3 +161,46 @@ fn reloads_under_concurrent_decisions_lose_nothing() {
     assert_eq!(r.current().number, 21);
     assert!(decided.load(Ordering::Relaxed) > 0);
 }
+
+#[test]
+fn shadow_counts_exactly_the_disagreements_between_5_and_3_attempts() {
+    let mut cfg = config(fixtures::RULES, 5);
+    cfg.routes[0].shadow = Some(verdict_host::ShadowConfig {
+        policy: "rules".into(),
+        config: Some(serde_json::json!({"max_attempts": 3})),
+    });
+    let r = Registry::new(&cfg, Path::new("/")).unwrap();
+    // Per message, attempts 1-5 of a db.timeout: 1-2 both retry, 3-4 the active (5) retries
+    // while the shadow (3) dead-letters, 5 both dead-letter. So 2 disagreements a message,
+    // both with the active class transient.
+    for message in 0..10 {
+        for attempt in 1..=5 {
+            let f = verdict_tests::failure(serde_json::json!({
+                "message-id": format!("m-{message}"), "attempt": attempt, "error": {"kind": "db.timeout"}
+            }));
+            let d = r.decide("payments.captured", &f).unwrap();
+            // The active verdict applies, never the shadow's.
+            let want = if attempt < 5 {
+                Class::Transient
+            } else {
+                Class::Exhausted
+            };
+            assert_eq!(d.verdict.class, want);
+        }
+        // Topics on routes without a shadow are not compared.
+        r.decide("notifications.email", &at("db.timeout", 1))
+            .unwrap();
+    }
+    let report = r.shadow_report();
+    assert_eq!(report.len(), 1);
+    let s = &report[0];
+    assert_eq!(
+        (s.topic.as_str(), s.active.as_str(), s.shadow.as_str()),
+        ("payments.>", "rules", "rules")
+    );
+    assert_eq!((s.compared, s.disagreements), (50, 20));
+    assert_eq!(
+        s.by_class,
+        [("transient".to_string(), 20)].into_iter().collect()
+    );
+}
