@@ -80,6 +80,12 @@ pub enum RegistryError {
     /// No earlier generation to roll back to.
     #[error("no earlier generation to roll back to")]
     NoHistory,
+    /// The topic pattern is not a route of both the current and the previous generation.
+    #[error("no route `{topic}` in both the current and the previous generation")]
+    NoSuchRoute {
+        /// The pattern asked for.
+        topic: String,
+    },
 }
 
 /// One route of a generation.
@@ -102,13 +108,16 @@ pub struct Generation {
     pub number: u64,
     router: Router,
     /// The routes, in config order.
-    pub routes: Vec<ActiveRoute>,
+    pub routes: Vec<Arc<ActiveRoute>>,
 }
 
 impl Generation {
     /// The route for `topic`.
     pub fn route(&self, topic: &str) -> Option<&ActiveRoute> {
-        self.router.resolve(topic).and_then(|i| self.routes.get(i))
+        self.router
+            .resolve(topic)
+            .and_then(|i| self.routes.get(i))
+            .map(|r| &**r)
     }
 }
 
@@ -169,7 +178,8 @@ impl Registry {
         Ok(self.swap_in(Arc::new(generation)))
     }
 
-    /// Return to the previous generation (as a new activation of it).
+    /// Make the previous generation active again (it keeps its number; the replaced one
+    /// is dropped once its in-flight decisions finish).
     pub fn rollback(&self) -> Result<u64, RegistryError> {
         let previous = self
             .history
@@ -181,6 +191,53 @@ impl Registry {
         let replaced = self.current.swap(previous);
         drop(replaced);
         Ok(number)
+    }
+
+    /// Return one route (named by its topic pattern) to the policy and config it had in the
+    /// previous generation, leaving every other route as it is. Activates a new generation.
+    pub fn rollback_topic(&self, topic: &str) -> Result<u64, RegistryError> {
+        let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+        let previous = self
+            .history
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .back()
+            .cloned()
+            .ok_or(RegistryError::NoHistory)?;
+        let no_route = || RegistryError::NoSuchRoute {
+            topic: topic.to_string(),
+        };
+        let earlier = previous
+            .routes
+            .iter()
+            .find(|r| r.topic == topic)
+            .ok_or_else(no_route)?;
+        let current = self.current.load_full();
+        if !current.routes.iter().any(|r| r.topic == topic) {
+            return Err(no_route());
+        }
+        let routes: Vec<Arc<ActiveRoute>> = current
+            .routes
+            .iter()
+            .map(|r| {
+                if r.topic == topic {
+                    earlier.clone()
+                } else {
+                    r.clone()
+                }
+            })
+            .collect();
+        let patterns = routes
+            .iter()
+            .map(|r| TopicPattern::parse(&r.topic))
+            .collect::<Result<Vec<_>, _>>()?;
+        let generation = Generation {
+            number: *next,
+            router: Router::new(patterns, None)?,
+            routes,
+        };
+        *next += 1;
+        Ok(self.swap_in(Arc::new(generation)))
     }
 
     fn swap_in(&self, generation: Arc<Generation>) -> u64 {
@@ -268,12 +325,12 @@ fn build(
             }
             None => None,
         };
-        routes.push(ActiveRoute {
+        routes.push(Arc::new(ActiveRoute {
             topic: route.topic.clone(),
             policy: route.policy.clone(),
             decider,
             shadow,
-        });
+        }));
     }
     Ok(Generation {
         number,

@@ -204,3 +204,36 @@ fn shadow_counts_exactly_the_disagreements_between_5_and_3_attempts() {
         [("transient".to_string(), 20)].into_iter().collect()
     );
 }
+
+#[test]
+fn rollback_of_one_topic_leaves_the_others() {
+    let r = registry();
+    // Generation 2 changes both routes: payments 3 attempts, the default 2.
+    let mut changed = config(fixtures::RULES, 3);
+    changed.routes[1].config = Some(serde_json::json!({"max_attempts": 2}));
+    assert_eq!(r.reload(&changed, Path::new("/")).unwrap(), 2);
+    assert!(matches!(
+        r.rollback_topic("orders.>"),
+        Err(RegistryError::NoSuchRoute { .. })
+    ));
+    // Roll back payments only: it is 5 attempts again, the default keeps its new 2.
+    assert_eq!(r.rollback_topic("payments.>").unwrap(), 3);
+    let payments = r.decide("payments.captured", &at("db.timeout", 3)).unwrap();
+    assert_eq!(
+        (payments.verdict.class, payments.generation),
+        (Class::Transient, Some(3))
+    );
+    let other = r
+        .decide("notifications.email", &at("db.timeout", 2))
+        .unwrap();
+    assert_eq!(other.verdict.class, Class::Exhausted);
+    // And a whole rollback returns to generation 2 (payments 3, default 2).
+    assert_eq!(r.rollback().unwrap(), 2);
+    assert_eq!(
+        r.decide("payments.captured", &at("db.timeout", 3))
+            .unwrap()
+            .verdict
+            .class,
+        Class::Exhausted
+    );
+}
