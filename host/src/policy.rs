@@ -31,7 +31,7 @@ impl Policy {
     pub(crate) fn load(host: &Host, bytes: &[u8], origin: &str) -> Result<Self, LoadError> {
         let _span = tracing::info_span!("load", origin).entered();
         check_header(bytes, origin)?;
-        let sha256 = hex(&Sha256::digest(bytes));
+        let sha256 = sha256_hex(bytes);
         let component = Component::new(host.engine(), bytes).map_err(|e| LoadError::Compile {
             origin: origin.into(),
             message: format!("{e:#}"),
@@ -151,6 +151,10 @@ fn check_header(bytes: &[u8], origin: &str) -> Result<(), LoadError> {
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// SHA-256 of `bytes`, lowercase hex: a component's identity in provenance and caches.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -7,9 +7,9 @@
 //! it started with, so a swap never fails or double-decides it. Previous generations are
 //! kept (bounded) for [`Registry::rollback`].
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use arc_swap::ArcSwap;
 
@@ -124,6 +124,9 @@ impl Generation {
 /// Topic -> policy, hot-swappable.
 pub struct Registry {
     host: Host,
+    /// Components already compiled, by sha256: a reload that keeps a component reuses it
+    /// instead of recompiling (weak, so retired components are freed).
+    compiled: CompiledCache,
     current: ArcSwap<Generation>,
     history: Mutex<VecDeque<Arc<Generation>>>,
     next: Mutex<u64>,
@@ -133,9 +136,11 @@ impl Registry {
     /// Build the first generation from `config` (paths relative to `base_dir`).
     pub fn new(config: &GatewayConfig, base_dir: &Path) -> Result<Registry, RegistryError> {
         let host = Host::new(&config.sandbox.limits())?;
-        let first = build(&host, config, base_dir, 1)?;
+        let compiled = CompiledCache::default();
+        let first = build(&host, &compiled, config, base_dir, 1)?;
         Ok(Registry {
             host,
+            compiled,
             current: ArcSwap::from_pointee(first),
             history: Mutex::new(VecDeque::new()),
             next: Mutex::new(2),
@@ -173,7 +178,7 @@ impl Registry {
     /// error the active generation stays.
     pub fn reload(&self, config: &GatewayConfig, base_dir: &Path) -> Result<u64, RegistryError> {
         let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
-        let generation = build(&self.host, config, base_dir, *next)?;
+        let generation = build(&self.host, &self.compiled, config, base_dir, *next)?;
         *next += 1;
         Ok(self.swap_in(Arc::new(generation)))
     }
@@ -252,20 +257,40 @@ impl Registry {
     }
 }
 
+type CompiledCache = Mutex<HashMap<String, Weak<Policy>>>;
+
+/// Load a component, or reuse the compiled one with the same digest.
+fn load(host: &Host, compiled: &CompiledCache, path: &Path) -> Result<Arc<Policy>, LoadError> {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let digest = crate::policy::sha256_hex(&bytes);
+    let mut cache = compiled.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(policy) = cache.get(&digest).and_then(Weak::upgrade) {
+        return Ok(policy);
+    }
+    let policy = host.load_bytes(&bytes, &path.display().to_string())?;
+    cache.retain(|_, weak| weak.strong_count() > 0);
+    cache.insert(digest, Arc::downgrade(&policy));
+    Ok(policy)
+}
+
 fn build(
     host: &Host,
+    compiled: &CompiledCache,
     config: &GatewayConfig,
     base_dir: &Path,
     number: u64,
 ) -> Result<Generation, RegistryError> {
     let mut policies: BTreeMap<&str, Arc<Policy>> = BTreeMap::new();
     for (name, spec) in &config.policies {
-        let policy = host
-            .load_file(&base_dir.join(&spec.path))
-            .map_err(|source| RegistryError::Load {
+        let policy = load(host, compiled, &base_dir.join(&spec.path)).map_err(|source| {
+            RegistryError::Load {
                 policy: name.clone(),
                 source,
-            })?;
+            }
+        })?;
         if let Some(pinned) = &spec.sha256
             && !pinned.eq_ignore_ascii_case(&policy.provenance().sha256)
         {
