@@ -40,6 +40,7 @@ mod instance;
 mod limits;
 mod policy;
 mod registry;
+mod reload;
 mod routing;
 mod shadow;
 
@@ -57,6 +58,7 @@ pub use guardrails::Guardrails;
 pub use limits::Limits;
 pub use policy::Policy;
 pub use registry::{ActiveRoute, Generation, Registry, RegistryError};
+pub use reload::{ConfigWatcher, ReloadStatus, WatchError};
 pub use routing::{RouteError, Router, TopicPattern};
 pub use shadow::{Shadow, ShadowReport};
 pub use verdict_sdk::{Action, Class, Severity, Verdict};

@@ -256,3 +256,89 @@ fn a_reload_reuses_an_unchanged_component_and_compiles_a_changed_one() {
     );
     assert_eq!(r.current().number, 2);
 }
+
+/// Poll `status` until `done` holds (file events are asynchronous), at most 20 s.
+fn eventually(
+    watcher: &verdict_host::ConfigWatcher,
+    done: impl Fn(&verdict_host::ReloadStatus) -> bool,
+) -> verdict_host::ReloadStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let status = watcher.status();
+        if done(&status) || std::time::Instant::now() > deadline {
+            return status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_watcher_reloads_on_change_and_keeps_the_old_generation_on_a_bad_one() {
+    let dir = std::env::temp_dir().join(format!("verdict-watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(fixtures::RULES, dir.join("rules.wasm")).unwrap();
+    let write = |attempts: u32| {
+        let text = format!(
+            "[sandbox]\ndecide_timeout_ms = 1000\n[policies.rules]\npath = \"rules.wasm\"\nvectors = [\"{}\"]\n\
+             [[routes]]\ntopic = \">\"\npolicy = \"rules\"\nconfig = {{ max_attempts = {attempts} }}\n",
+            vectors("limits.json")
+        );
+        std::fs::write(dir.join("verdict.toml"), text).unwrap();
+    };
+    write(5);
+    let path = dir.join("verdict.toml");
+    let r = std::sync::Arc::new(Registry::new(&GatewayConfig::load(&path).unwrap(), &dir).unwrap());
+    let watcher =
+        verdict_host::ConfigWatcher::start(r.clone(), &path, std::time::Duration::from_millis(200))
+            .unwrap();
+
+    write(3);
+    let status = eventually(&watcher, |s| s.reloads >= 1);
+    assert!(status.reloads >= 1 && status.generation >= 2, "{status:?}");
+    assert_eq!(
+        r.decide("orders", &at("db.timeout", 3))
+            .unwrap()
+            .verdict
+            .class,
+        Class::Exhausted
+    );
+
+    std::fs::write(&path, "[[routes]\n").unwrap();
+    let status = eventually(&watcher, |s| s.refused >= 1);
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("verdict.toml"),
+        "{status:?}"
+    );
+    assert_eq!(r.current().number, status.generation);
+
+    // A component that fails its vectors is refused too. (One edit may arrive as more than
+    // one debounced burst, so wait on what happened, not on exact counts.)
+    write(3);
+    let before = eventually(&watcher, |s| s.reloads >= 2);
+    assert!(before.reloads >= 2, "{before:?}");
+    std::fs::copy(fixtures::ROCKETMQ, dir.join("rules.wasm")).unwrap();
+    let status = eventually(&watcher, |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("failed admission"))
+    });
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("failed admission"),
+        "{status:?}"
+    );
+    assert_eq!(
+        r.decide("orders", &at("db.timeout", 3))
+            .unwrap()
+            .verdict
+            .class,
+        Class::Exhausted
+    );
+}
