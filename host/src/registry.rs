@@ -77,6 +77,14 @@ pub enum RegistryError {
     /// Routes are malformed or ambiguous.
     #[error("routes: {0}")]
     Routing(#[from] crate::RouteError),
+    /// A route names a policy the config does not define.
+    #[error("routes[{index}]: no policy named `{policy}`")]
+    UnknownPolicy {
+        /// The route's index.
+        index: usize,
+        /// The name.
+        policy: String,
+    },
     /// No earlier generation to roll back to.
     #[error("no earlier generation to roll back to")]
     NoHistory,
@@ -311,10 +319,14 @@ fn build(
     let router = Router::new(patterns, None)?;
     let mut routes = Vec::with_capacity(config.routes.len());
     for (index, route) in config.routes.iter().enumerate() {
-        // `GatewayConfig::parse` checked that every route names a defined policy.
-        let Some(policy) = policies.get(route.policy.as_str()) else {
-            continue;
+        // A config built in code skips `GatewayConfig::parse`'s check: refuse, never drop.
+        let unknown = |name: &str| RegistryError::UnknownPolicy {
+            index,
+            policy: name.to_string(),
         };
+        let policy = policies
+            .get(route.policy.as_str())
+            .ok_or_else(|| unknown(&route.policy))?;
         let json = route
             .config
             .as_ref()
@@ -335,10 +347,9 @@ fn build(
         let decider = configure(policy, &json)?;
         let shadow = match &route.shadow {
             Some(spec) => {
-                // `GatewayConfig::parse` checked that the shadow names a defined policy.
-                let Some(shadow_policy) = policies.get(spec.policy.as_str()) else {
-                    continue;
-                };
+                let shadow_policy = policies
+                    .get(spec.policy.as_str())
+                    .ok_or_else(|| unknown(&spec.policy))?;
                 let json = spec
                     .config
                     .as_ref()

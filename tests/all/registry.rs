@@ -342,3 +342,25 @@ fn the_watcher_reloads_on_change_and_keeps_the_old_generation_on_a_bad_one() {
         Class::Exhausted
     );
 }
+
+#[test]
+fn a_route_naming_an_undefined_policy_is_refused_not_dropped() {
+    let r = registry();
+    let mut cfg = config(fixtures::RULES, 5);
+    cfg.routes[1].policy = "missing".into();
+    let err = r.reload(&cfg, Path::new("/")).unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::UnknownPolicy { index: 1, policy } if policy == "missing"),
+        "{err}"
+    );
+    cfg.routes[1].policy = "rules".into();
+    cfg.routes[1].shadow = Some(verdict_host::ShadowConfig {
+        policy: "candidate".into(),
+        config: None,
+    });
+    assert!(matches!(
+        r.reload(&cfg, Path::new("/")),
+        Err(RegistryError::UnknownPolicy { .. })
+    ));
+    assert_eq!(r.current().number, 1);
+}
