@@ -13,6 +13,13 @@ use verdict_host::{
 pub mod fixtures {
     include!(concat!(env!("OUT_DIR"), "/fixtures.rs"));
 
+    /// A vector file of the `rules` policy (`policies/rules/vectors/<file>`).
+    pub fn rules_vectors(file: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../policies/rules/vectors")
+            .join(file)
+    }
+
     /// A hand-written or deliberately broken fixture under `tests/fixtures/`.
     pub fn file(name: &str) -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

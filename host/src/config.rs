@@ -33,7 +33,7 @@ use crate::{Limits, TopicSettings};
 pub struct GatewayConfig {
     /// Limits every policy runs under.
     #[serde(default)]
-    pub sandbox: SandboxConfig,
+    pub sandbox: Limits,
     /// Guardrails and fallback every route starts from.
     #[serde(default)]
     pub defaults: TopicSettings,
@@ -93,68 +93,6 @@ pub struct ShadowConfig {
     pub config: Option<serde_json::Value>,
 }
 
-/// Sandbox limits (see [`Limits`] for what each does).
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct SandboxConfig {
-    /// Wall-clock deadline of one `decide`.
-    pub decide_timeout_ms: u64,
-    /// Wall-clock deadline of `init` and `describe`.
-    pub init_timeout_ms: u64,
-    /// Resolution of the deadline clock.
-    pub epoch_tick_ms: u64,
-    /// Fuel per decision (off when absent).
-    pub fuel_per_decision: Option<u64>,
-    /// Largest linear memory of a policy.
-    pub memory_cap_bytes: usize,
-    /// Largest Wasm stack.
-    pub max_wasm_stack_bytes: usize,
-    /// Instance slots shared by all policies.
-    pub pooled_instances: u32,
-    /// Decisions one warm instance serves before it is replaced.
-    pub instance_max_uses: u32,
-    /// Memory growth after which an instance is replaced.
-    pub instance_recycle_bytes: usize,
-    /// Idle instances kept warm per route.
-    pub warm_instances: usize,
-}
-
-impl Default for SandboxConfig {
-    fn default() -> Self {
-        let l = Limits::new();
-        SandboxConfig {
-            decide_timeout_ms: l.decide_timeout_ms,
-            init_timeout_ms: l.init_timeout_ms,
-            epoch_tick_ms: l.epoch_tick_ms,
-            fuel_per_decision: l.fuel_per_decision,
-            memory_cap_bytes: l.memory_cap_bytes,
-            max_wasm_stack_bytes: l.max_wasm_stack_bytes,
-            pooled_instances: l.pooled_instances,
-            instance_max_uses: l.instance_max_uses,
-            instance_recycle_bytes: l.instance_recycle_bytes,
-            warm_instances: l.warm_instances,
-        }
-    }
-}
-
-impl SandboxConfig {
-    /// The limits (validated when the host is created).
-    pub fn limits(&self) -> Limits {
-        let mut l = Limits::new();
-        l.decide_timeout_ms(self.decide_timeout_ms)
-            .init_timeout_ms(self.init_timeout_ms)
-            .epoch_tick_ms(self.epoch_tick_ms)
-            .fuel_per_decision(self.fuel_per_decision)
-            .memory_cap_bytes(self.memory_cap_bytes)
-            .max_wasm_stack_bytes(self.max_wasm_stack_bytes)
-            .pooled_instances(self.pooled_instances)
-            .instance_max_uses(self.instance_max_uses)
-            .instance_recycle_bytes(self.instance_recycle_bytes)
-            .warm_instances(self.warm_instances);
-        l
-    }
-}
-
 /// A config file that could not be read or is invalid; names the file and the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}: {field}: {message}")]
@@ -197,7 +135,6 @@ impl GatewayConfig {
         })?;
         config
             .sandbox
-            .limits()
             .validate()
             .map_err(|e| err("sandbox".into(), e.to_string()))?;
         for (i, route) in config.routes.iter().enumerate() {
@@ -265,7 +202,7 @@ mod tests {
     fn a_good_config_parses_with_defaults() {
         let c = GatewayConfig::parse(GOOD, "verdict.toml").unwrap();
         assert_eq!(c.sandbox.decide_timeout_ms, 20);
-        assert_eq!(c.sandbox.memory_cap_bytes, 16 << 20);
+        assert_eq!(c.sandbox.memory_cap_bytes, Limits::new().memory_cap_bytes);
         assert_eq!(
             c.routes[0].config,
             Some(serde_json::json!({"max_attempts": 5}))

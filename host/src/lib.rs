@@ -44,9 +44,7 @@ mod reload;
 mod routing;
 mod shadow;
 
-pub use config::{
-    GatewayConfig, GatewayConfigError, PolicyConfig, RouteConfig, SandboxConfig, ShadowConfig,
-};
+pub use config::{GatewayConfig, GatewayConfigError, PolicyConfig, RouteConfig, ShadowConfig};
 pub use contract::SUPPORTED_CONTRACT;
 pub use decider::{Decider, TopicSettings};
 pub use decision::{Clamp, Decision, Provenance};

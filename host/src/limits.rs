@@ -6,7 +6,8 @@
 use crate::ConfigError;
 
 /// Limits every policy runs under. Defaults suit a gateway deciding thousands of failures
-/// per second; each setter returns `&mut Self` so calls chain.
+/// per second; each setter returns `&mut Self` so calls chain. The same struct is the
+/// `[sandbox]` table of `verdict.toml` (every field optional).
 ///
 /// ```
 /// use verdict_host::{Host, Limits};
@@ -16,17 +17,28 @@ use crate::ConfigError;
 /// let host = Host::new(&limits)?;
 /// # Ok::<(), verdict_host::ConfigError>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
 pub struct Limits {
+    /// Wall-clock deadline of one `decide`.
     pub(crate) decide_timeout_ms: u64,
+    /// Wall-clock deadline of `init` and `describe`.
     pub(crate) init_timeout_ms: u64,
+    /// Resolution of the deadline clock.
     pub(crate) epoch_tick_ms: u64,
+    /// Fuel per decision (metering off when absent).
     pub(crate) fuel_per_decision: Option<u64>,
+    /// Largest linear memory of a policy.
     pub(crate) memory_cap_bytes: usize,
+    /// Largest Wasm stack.
     pub(crate) max_wasm_stack_bytes: usize,
+    /// Instance slots shared by all policies.
     pub(crate) pooled_instances: u32,
+    /// Decisions one warm instance serves before it is replaced.
     pub(crate) instance_max_uses: u32,
+    /// Memory growth after which an instance is replaced.
     pub(crate) instance_recycle_bytes: usize,
+    /// Idle instances kept warm per route.
     pub(crate) warm_instances: usize,
 }
 

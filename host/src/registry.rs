@@ -143,7 +143,7 @@ pub struct Registry {
 impl Registry {
     /// Build the first generation from `config` (paths relative to `base_dir`).
     pub fn new(config: &GatewayConfig, base_dir: &Path) -> Result<Registry, RegistryError> {
-        let host = Host::new(&config.sandbox.limits())?;
+        let host = Host::new(&config.sandbox)?;
         let compiled = CompiledCache::default();
         let first = build(&host, &compiled, config, base_dir, 1)?;
         Ok(Registry {
@@ -201,8 +201,7 @@ impl Registry {
             .pop_back()
             .ok_or(RegistryError::NoHistory)?;
         let number = previous.number;
-        let replaced = self.current.swap(previous);
-        drop(replaced);
+        self.current.store(previous);
         Ok(number)
     }
 
@@ -327,10 +326,7 @@ fn build(
         let policy = policies
             .get(route.policy.as_str())
             .ok_or_else(|| unknown(&route.policy))?;
-        let json = route
-            .config
-            .as_ref()
-            .map_or_else(|| "{}".to_string(), serde_json::Value::to_string);
+        let json = config_text(route.config.as_ref());
         let settings = route
             .settings
             .clone()
@@ -350,10 +346,7 @@ fn build(
                 let shadow_policy = policies
                     .get(spec.policy.as_str())
                     .ok_or_else(|| unknown(&spec.policy))?;
-                let json = spec
-                    .config
-                    .as_ref()
-                    .map_or_else(|| "{}".to_string(), serde_json::Value::to_string);
+                let json = config_text(spec.config.as_ref());
                 Some(Shadow::new(
                     spec.policy.clone(),
                     configure(shadow_policy, &json)?,
@@ -373,6 +366,11 @@ fn build(
         router,
         routes,
     })
+}
+
+/// A route's policy config as the JSON text `init` receives (`{}` when absent).
+fn config_text(config: Option<&serde_json::Value>) -> String {
+    config.map_or_else(|| "{}".to_string(), serde_json::Value::to_string)
 }
 
 fn admit(

@@ -128,26 +128,12 @@ impl TopicPattern {
         loop {
             match (a.next(), b.next()) {
                 (None, None) => return Some((out.join("."), single)),
-                (Some(Token::Rest), rest_b) => {
-                    // `>` absorbs whatever the other has left (at least one token).
-                    let tail: Vec<String> =
-                        rest_b.into_iter().chain(b).map(example_token).collect();
-                    out.extend(if tail.is_empty() {
-                        vec!["x".to_string()]
-                    } else {
-                        tail
-                    });
-                    return Some((out.join("."), false));
+                // `>` absorbs whatever the other has left (at least one token).
+                (Some(Token::Rest), other) => {
+                    return Some((absorb(out, other.into_iter().chain(b)), false));
                 }
-                (rest_a, Some(Token::Rest)) => {
-                    let tail: Vec<String> =
-                        rest_a.into_iter().chain(a).map(example_token).collect();
-                    out.extend(if tail.is_empty() {
-                        vec!["x".to_string()]
-                    } else {
-                        tail
-                    });
-                    return Some((out.join("."), false));
+                (other, Some(Token::Rest)) => {
+                    return Some((absorb(out, other.into_iter().chain(a)), false));
                 }
                 (Some(Token::Literal(x)), Some(Token::Literal(y))) if x != y => return None,
                 (Some(x), Some(y)) => {
@@ -162,6 +148,16 @@ impl TopicPattern {
             }
         }
     }
+}
+
+/// Finish a witness topic: the other side's remaining tokens, or one token for `>` to take.
+fn absorb<'a>(mut out: Vec<String>, rest: impl Iterator<Item = &'a Token>) -> String {
+    let before = out.len();
+    out.extend(rest.map(example_token));
+    if out.len() == before {
+        out.push("x".to_string());
+    }
+    out.join(".")
 }
 
 fn example_token(t: &Token) -> String {

@@ -1,7 +1,7 @@
 //! The harness itself: it catches a broken policy through vectors and properties, its
 //! reports are well-formed, and invalid vector input is named precisely.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use verdict_host::conformance::{
     PropertyOptions, Report, Suite, check_properties, metered_limits, run_suites,
@@ -16,12 +16,6 @@ const BROKEN_RULES: &str = r#"{"rules": [
     {"match": ["schema.*", "format.*"], "dead_letter": "poison"},
     {"match": ["auth.*"], "dead_letter": "permanent"}]}"#;
 
-fn vectors(file: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../policies/rules/vectors")
-        .join(file)
-}
-
 fn scratch(name: &str, text: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("verdict-vectors-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -35,7 +29,7 @@ fn report_for(config: Option<&str>, files: &[&str], properties: bool) -> Report 
     let policy = load(&host, fixtures::RULES);
     let suites: Vec<Suite> = files
         .iter()
-        .map(|f| Suite::load_with_config(&vectors(f), config).unwrap())
+        .map(|f| Suite::load_with_config(&fixtures::rules_vectors(f), config).unwrap())
         .collect();
     let settings = TopicSettings::default();
     let results = run_suites(&policy, &suites);

@@ -7,14 +7,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use verdict_host::{Action, Class, GatewayConfig, Registry, RegistryError};
 use verdict_tests::{at, fixtures};
 
-fn vectors(file: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../policies/rules/vectors")
-        .join(file)
-        .display()
-        .to_string()
-}
-
 /// payments retries 5, everything else 3; `rules` must pass its `limits` vectors.
 fn config(rules_path: &str, payments_attempts: u32) -> GatewayConfig {
     let text = format!(
@@ -33,7 +25,7 @@ fn config(rules_path: &str, payments_attempts: u32) -> GatewayConfig {
         policy = "rules"
         config = {{ max_attempts = 3 }}
         "#,
-        vectors = vectors("limits.json")
+        vectors = fixtures::rules_vectors("limits.json").display()
     );
     GatewayConfig::parse(&text, "verdict.toml").unwrap()
 }
@@ -281,7 +273,7 @@ fn the_watcher_reloads_on_change_and_keeps_the_old_generation_on_a_bad_one() {
         let text = format!(
             "[sandbox]\ndecide_timeout_ms = 1000\n[policies.rules]\npath = \"rules.wasm\"\nvectors = [\"{}\"]\n\
              [[routes]]\ntopic = \">\"\npolicy = \"rules\"\nconfig = {{ max_attempts = {attempts} }}\n",
-            vectors("limits.json")
+            fixtures::rules_vectors("limits.json").display()
         );
         std::fs::write(dir.join("verdict.toml"), text).unwrap();
     };
