@@ -88,3 +88,11 @@ pub fn with_bystander<T>(hostile: impl FnOnce() -> T) -> T {
         out
     })
 }
+
+/// A fresh directory under the system temp dir, unique to this process and `name`.
+pub fn scratch_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("verdict-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating a scratch dir");
+    dir
+}

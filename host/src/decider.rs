@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::Deserialize;
 
 use crate::instance::Instance;
+use crate::stats::{DecisionCounters, DecisionStats};
 use crate::{Decision, Failure, Fallback, Fault, Guardrails, Policy};
 
 /// What a topic adds to its policy: guardrails and the fallback verdict.
@@ -24,6 +25,7 @@ pub struct Decider {
     config: Arc<str>,
     settings: TopicSettings,
     idle: Mutex<Vec<Instance>>,
+    counters: DecisionCounters,
 }
 
 impl std::fmt::Debug for Decider {
@@ -47,6 +49,7 @@ impl Decider {
             config,
             settings,
             idle,
+            counters: DecisionCounters::default(),
         }
     }
 
@@ -82,13 +85,20 @@ impl Decider {
             .settings
             .guardrails
             .apply(verdict, failure, &mut clamps);
-        Decision {
+        let decision = Decision {
             verdict,
             provenance: self.policy.provenance().clone(),
             generation: None,
             fallback,
             clamps,
-        }
+        };
+        self.counters.record(&decision);
+        decision
+    }
+
+    /// What this decider has decided so far.
+    pub fn stats(&self) -> DecisionStats {
+        self.counters.snapshot()
     }
 
     fn ask(&self, failure: &Failure) -> Result<verdict_sdk::Verdict, Fault> {

@@ -1,6 +1,6 @@
 //! The [`Host`]: one Wasmtime engine, its linker and the epoch clock, shared by every policy.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
+use crate::artifacts::{ArtifactCache, CacheStats};
 use crate::bindings::{self, HostState};
 use crate::{ConfigError, Limits, LoadError, Policy};
 
@@ -21,12 +22,23 @@ struct Inner {
     engine: Engine,
     linker: Linker<HostState>,
     limits: Limits,
+    artifacts: ArtifactCache,
     _ticker: EpochTicker,
 }
 
 impl Host {
     /// Create a host with validated limits.
     pub fn new(limits: &Limits) -> Result<Host, ConfigError> {
+        Host::with_artifact_cache(limits, None)
+    }
+
+    /// Create a host that keeps compiled components in `cache_dir` (when given), so loading
+    /// a component it has compiled before, in this process or an earlier one, skips the
+    /// compiler. A stale or corrupt entry is rebuilt, never trusted.
+    pub fn with_artifact_cache(
+        limits: &Limits,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<Host, ConfigError> {
         limits.validate()?;
         let engine = Engine::new(&engine_config(limits))
             .map_err(|e| ConfigError::Engine(format!("{e:#}")))?;
@@ -40,6 +52,7 @@ impl Host {
                 engine,
                 linker,
                 limits: limits.clone(),
+                artifacts: ArtifactCache::new(cache_dir),
                 _ticker: ticker,
             }),
         })
@@ -62,6 +75,15 @@ impl Host {
     /// The limits in force.
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
+    }
+
+    /// How many components were compiled, and taken from or refused by the artifact cache.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.artifacts.stats()
+    }
+
+    pub(crate) fn artifacts(&self) -> &ArtifactCache {
+        &self.inner.artifacts
     }
 
     pub(crate) fn engine(&self) -> &Engine {

@@ -22,8 +22,10 @@
 //! Decisions never panic and never hang: the epoch deadline stops endless loops, the memory
 //! cap stops memory bombs, and any trap yields the topic's fallback verdict with the cause.
 
-#![forbid(unsafe_code)]
+// One audited exception: loading compiled code from the artifact cache (`artifacts.rs`).
+#![deny(unsafe_code)]
 
+mod artifacts;
 mod bindings;
 pub mod cli;
 mod config;
@@ -43,8 +45,13 @@ mod registry;
 mod reload;
 mod routing;
 mod shadow;
+mod stats;
 
-pub use config::{GatewayConfig, GatewayConfigError, PolicyConfig, RouteConfig, ShadowConfig};
+pub use artifacts::CacheStats;
+pub use config::{
+    AdminConfig, AdmissionConfig, DEFAULT_ADMIN_PORT, GatewayConfig, GatewayConfigError,
+    PolicyConfig, RouteConfig, ShadowConfig, StorageConfig,
+};
 pub use contract::SUPPORTED_CONTRACT;
 pub use decider::{Decider, TopicSettings};
 pub use decision::{Clamp, Decision, Provenance};
@@ -55,10 +62,11 @@ pub use fallback::Fallback;
 pub use guardrails::Guardrails;
 pub use limits::Limits;
 pub use policy::Policy;
-pub use registry::{ActiveRoute, Generation, Registry, RegistryError};
+pub use registry::{ActiveRoute, Generation, Registry, RegistryError, Upload};
 pub use reload::{ConfigWatcher, ReloadStatus, WatchError};
 pub use routing::{RouteError, Router, TopicPattern};
 pub use shadow::{Shadow, ShadowReport};
+pub use stats::{DecisionStats, VerdictCount};
 pub use verdict_sdk::{Action, Class, Severity, Verdict};
 
 /// Cut `s` to at most `max` bytes on a character boundary.

@@ -1,6 +1,7 @@
 //! A loaded policy: compiled, checked against the contract, described, fingerprinted.
 
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -17,6 +18,7 @@ pub struct Policy {
     description: String,
     imports: Vec<String>,
     exports: Vec<String>,
+    loaded_at: SystemTime,
 }
 
 impl std::fmt::Debug for Policy {
@@ -32,10 +34,15 @@ impl Policy {
         let _span = tracing::info_span!("load", origin).entered();
         check_header(bytes, origin)?;
         let sha256 = sha256_hex(bytes);
-        let component = Component::new(host.engine(), bytes).map_err(|e| LoadError::Compile {
-            origin: origin.into(),
-            message: format!("{e:#}"),
-        })?;
+        let component = host
+            .artifacts()
+            .get_or_compile(host.engine(), &sha256, bytes, |bytes| {
+                Component::new(host.engine(), bytes)
+            })
+            .map_err(|e| LoadError::Compile {
+                origin: origin.into(),
+                message: format!("{e:#}"),
+            })?;
         let surface = contract::check(&component, host.engine(), origin)?;
         let pre = host
             .linker()
@@ -56,6 +63,7 @@ impl Policy {
             description: String::new(),
             imports: surface.imports,
             exports: surface.exports,
+            loaded_at: SystemTime::now(),
         };
         let info = Instance::new(&policy)
             .and_then(|mut instance| instance.describe(host.limits()))
@@ -87,6 +95,11 @@ impl Policy {
     /// The component's imports (all within the contract).
     pub fn imports(&self) -> &[String] {
         &self.imports
+    }
+
+    /// When this component was loaded (compiled or taken from the artifact cache).
+    pub fn loaded_at(&self) -> SystemTime {
+        self.loaded_at
     }
 
     /// The component's exports.
@@ -153,8 +166,14 @@ fn check_header(bytes: &[u8], origin: &str) -> Result<(), LoadError> {
 
 /// SHA-256 of `bytes`, lowercase hex: a component's identity in provenance and caches.
 pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(bytes))
+}
+
+/// Lowercase hex.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }

@@ -5,19 +5,10 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
-use verdict_sdk::{Action, Class};
+use verdict_sdk::Action;
 
+use crate::stats::{CLASSES, class_index, class_name};
 use crate::{Decider, Decision, Failure};
-
-const CLASSES: [Class; 7] = [
-    Class::Transient,
-    Class::Permanent,
-    Class::Poison,
-    Class::Exhausted,
-    Class::Expired,
-    Class::Rejected,
-    Class::Unknown,
-];
 
 /// The shadow of one route, with its counters (lock-free: decisions only add).
 #[derive(Debug)]
@@ -75,9 +66,7 @@ impl Shadow {
             return;
         }
         self.disagreements.fetch_add(1, Ordering::Relaxed);
-        if let Some(i) = CLASSES.iter().position(|c| *c == active.verdict.class) {
-            self.by_class[i].fetch_add(1, Ordering::Relaxed);
-        }
+        self.by_class[class_index(active.verdict.class)].fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             topic,
             active = ?active.verdict,
@@ -94,8 +83,7 @@ impl Shadow {
             .zip(&self.by_class)
             .filter_map(|(class, n)| {
                 let n = n.load(Ordering::Relaxed);
-                let name = serde_json::to_value(class).ok()?.as_str()?.to_string();
-                (n > 0).then_some((name, n))
+                (n > 0).then(|| (class_name(*class).to_string(), n))
             })
             .collect();
         ShadowReport {

@@ -13,6 +13,8 @@ fn config(rules_path: &str, payments_attempts: u32) -> GatewayConfig {
         r#"
         [sandbox]
         decide_timeout_ms = 1000
+        [storage]
+        dir = "{state}"
         [policies.rules]
         path = "{rules_path}"
         vectors = ["{vectors}"]
@@ -25,9 +27,16 @@ fn config(rules_path: &str, payments_attempts: u32) -> GatewayConfig {
         policy = "rules"
         config = {{ max_attempts = 3 }}
         "#,
-        vectors = fixtures::rules_vectors("limits.json").display()
+        vectors = fixtures::rules_vectors("limits.json").display(),
+        state = state_dir().display(),
     );
     GatewayConfig::parse(&text, "verdict.toml").unwrap()
+}
+
+/// One state directory (uploads, artifact cache) for this test process.
+fn state_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| verdict_tests::scratch_dir("registry-state"))
 }
 
 fn registry() -> Registry {

@@ -27,6 +27,14 @@ use serde::Deserialize;
 
 use crate::{Limits, TopicSettings};
 
+mod admin;
+mod admission;
+mod storage;
+
+pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
+pub use admission::AdmissionConfig;
+pub use storage::StorageConfig;
+
 /// The whole file.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -37,6 +45,15 @@ pub struct GatewayConfig {
     /// Guardrails and fallback every route starts from.
     #[serde(default)]
     pub defaults: TopicSettings,
+    /// The admission gate every policy passes before it goes live.
+    #[serde(default)]
+    pub admission: AdmissionConfig,
+    /// The admin HTTP API.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// The state directory.
+    #[serde(default)]
+    pub storage: StorageConfig,
     /// Policy components by name.
     pub policies: BTreeMap<String, PolicyConfig>,
     /// Topic routes. `topic = ">"` is the default route (it matches every topic, least
@@ -46,12 +63,13 @@ pub struct GatewayConfig {
 }
 
 /// One policy component.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
     /// The component, relative to the config file's directory.
     pub path: PathBuf,
-    /// Pin: refuse the component unless its SHA-256 (hex) is this.
+    /// Pin: refuse the component unless its SHA-256 (hex) is this (an uploaded component
+    /// too).
     #[serde(default)]
     pub sha256: Option<String>,
     /// Vector files it must pass before it goes live (relative to the config file).
@@ -60,7 +78,7 @@ pub struct PolicyConfig {
 }
 
 /// One route.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Topic pattern: dot-separated, `*` one token, `>` the rest.
@@ -82,7 +100,7 @@ pub struct RouteConfig {
 }
 
 /// The shadow of a route.
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShadowConfig {
     /// Name of a policy in `[policies]`.
@@ -159,6 +177,22 @@ impl GatewayConfig {
             }
             crate::TopicPattern::parse(&route.topic)
                 .map_err(|e| err(format!("routes[{i}].topic"), e.to_string()))?;
+        }
+        if !config.admin.allow_remote && !config.admin.listen.ip().is_loopback() {
+            return Err(err(
+                "admin.listen".into(),
+                format!(
+                    "{} is not a loopback address; set admin.allow_remote = true to listen \
+                     beyond this machine",
+                    config.admin.listen
+                ),
+            ));
+        }
+        if config.admission.fuel_per_decision == 0 {
+            return Err(err(
+                "admission.fuel_per_decision".into(),
+                "must be at least 1".into(),
+            ));
         }
         for (name, policy) in &config.policies {
             if let Some(pin) = &policy.sha256

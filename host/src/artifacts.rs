@@ -1,0 +1,176 @@
+//! The on-disk cache of compiled components, so a restart with many policies does not
+//! recompile them.
+//!
+//! An entry is keyed by the component's SHA-256 and everything that makes compiled code
+//! valid for an engine (Wasmtime's compatibility hash covers the Wasmtime version, target,
+//! compiler flags, tunables and features; the host's own version is added). The file holds
+//! a magic line, the SHA-256 of the artifact and the artifact; an entry whose checksum does
+//! not match is deleted and rebuilt, never loaded. Deserializing compiled code is `unsafe` in
+//! Wasmtime because the bytes are trusted to be native code Wasmtime wrote: the checksum
+//! guards against truncation and bit rot, and the directory must be writable only by the
+//! gateway's user (it is created 0700) to guard against tampering.
+
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+const MAGIC: &[u8] = b"verdict-artifact-1\n";
+const DIGEST_LEN: usize = 32;
+
+/// What the cache has done since the process started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CacheStats {
+    /// Components compiled (cache miss or cache off).
+    pub compiled: u64,
+    /// Components loaded from the disk cache.
+    pub hits: u64,
+    /// Entries found stale or corrupt, deleted and rebuilt.
+    pub rejected: u64,
+}
+
+/// A directory of compiled components.
+#[derive(Debug)]
+pub(crate) struct ArtifactCache {
+    dir: Option<PathBuf>,
+    compiled: AtomicU64,
+    hits: AtomicU64,
+    rejected: AtomicU64,
+}
+
+impl ArtifactCache {
+    /// A cache in `dir`, or none (always compile) for `None`.
+    pub(crate) fn new(dir: Option<PathBuf>) -> Self {
+        ArtifactCache {
+            dir,
+            compiled: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> CacheStats {
+        CacheStats {
+            compiled: self.compiled.load(Ordering::Relaxed),
+            hits: self.hits.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The compiled component for `bytes` (whose digest is `sha256`): from the cache when a
+    /// sound entry exists, else compiled with `compile` and stored.
+    pub(crate) fn get_or_compile(
+        &self,
+        engine: &Engine,
+        sha256: &str,
+        bytes: &[u8],
+        compile: impl FnOnce(&[u8]) -> wasmtime::Result<Component>,
+    ) -> wasmtime::Result<Component> {
+        let Some(dir) = &self.dir else {
+            self.compiled.fetch_add(1, Ordering::Relaxed);
+            return compile(bytes);
+        };
+        let path = dir.join(format!("{}.cwasm", key(engine, sha256)));
+        match read_entry(&path) {
+            Entry::Sound(artifact) => match deserialize(engine, &artifact) {
+                Ok(component) => {
+                    self.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(component);
+                }
+                Err(e) => self.reject(&path, &format!("{e:#}")),
+            },
+            Entry::Corrupt(why) => self.reject(&path, why),
+            Entry::Missing => {}
+        }
+        self.compiled.fetch_add(1, Ordering::Relaxed);
+        let component = compile(bytes)?;
+        // A cache that cannot be written costs a recompile next time, nothing else.
+        if let Err(e) = component
+            .serialize()
+            .map_err(|e| std::io::Error::other(format!("{e:#}")))
+            .and_then(|artifact| write_entry(dir, &path, &artifact))
+        {
+            tracing::warn!(path = %path.display(), error = %e, "could not write the artifact cache");
+        }
+        Ok(component)
+    }
+
+    fn reject(&self, path: &Path, why: &str) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(path = %path.display(), why, "artifact cache entry rejected; recompiling");
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The entry's file name: everything compiled code depends on, hashed.
+fn key(engine: &Engine, sha256: &str) -> String {
+    let mut engine_hash = std::collections::hash_map::DefaultHasher::new();
+    engine
+        .precompile_compatibility_hash()
+        .hash(&mut engine_hash);
+    let mut h = Sha256::new();
+    h.update(env!("CARGO_PKG_VERSION").as_bytes());
+    h.update(engine_hash.finish().to_le_bytes());
+    h.update(sha256.as_bytes());
+    crate::policy::hex(&h.finalize())
+}
+
+enum Entry {
+    Missing,
+    Corrupt(&'static str),
+    Sound(Vec<u8>),
+}
+
+fn read_entry(path: &Path) -> Entry {
+    let Ok(mut file) = std::fs::read(path) else {
+        return Entry::Missing;
+    };
+    let Some(rest) = file.strip_prefix(MAGIC) else {
+        return Entry::Corrupt("bad magic");
+    };
+    if rest.len() < DIGEST_LEN {
+        return Entry::Corrupt("truncated");
+    }
+    let (digest, artifact) = rest.split_at(DIGEST_LEN);
+    if Sha256::digest(artifact).as_slice() != digest {
+        return Entry::Corrupt("checksum mismatch");
+    }
+    let start = MAGIC.len() + DIGEST_LEN;
+    file.drain(..start);
+    Entry::Sound(file)
+}
+
+/// Write to a temporary file and rename, so a reader never sees half an entry.
+fn write_entry(dir: &Path, path: &Path, artifact: &[u8]) -> std::io::Result<()> {
+    create_private_dir(dir)?;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut file = std::fs::File::create(&tmp)?;
+    file.write_all(MAGIC)?;
+    file.write_all(&Sha256::digest(artifact))?;
+    file.write_all(artifact)?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, path)
+}
+
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+#[allow(unsafe_code)]
+fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> {
+    // SAFETY: `artifact` is exactly the bytes `Component::serialize` produced for an engine
+    // with the same compatibility hash (the key) and the same host version: the checksum
+    // written next to it matched, so it is neither truncated nor altered by accident, and
+    // the cache directory is private to the gateway's user. Wasmtime itself re-checks the
+    // header's version and engine settings and refuses a mismatch with an error.
+    unsafe { Component::deserialize(engine, artifact) }
+}

@@ -1,0 +1,26 @@
+//! `[storage]`: where the gateway keeps its state.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// The gateway's state directory: uploaded components (`uploads/`) and the compiled-artifact
+/// cache (`artifacts/`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// The directory, relative to the config file. Created (mode 0700) when missing.
+    pub dir: PathBuf,
+    /// Keep compiled components on disk, so a restart does not recompile them.
+    pub artifact_cache: bool,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            dir: PathBuf::from(".verdict"),
+            artifact_cache: true,
+        }
+    }
+}

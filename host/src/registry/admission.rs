@@ -1,0 +1,181 @@
+//! The admission gate: what a policy must pass before any topic uses it.
+//!
+//! Vectors and property checks run on a second engine that meters fuel (the serving engine
+//! does not, as fuel costs every decision ~15%), so a looping or slow policy is refused
+//! deterministically, however loaded the machine. Checks are pure functions of the
+//! component, its config and the vector files, so a passed check is remembered by digest and
+//! not repeated when a reload brings the same inputs back.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use sha2::{Digest, Sha256};
+
+use super::RegistryError;
+use crate::conformance::{Report, Suite, check_properties, run_suites};
+use crate::{AdmissionConfig, Host, Limits, Policy, TopicSettings};
+
+pub(crate) struct Admission {
+    host: Host,
+    config: AdmissionConfig,
+    passed: Mutex<HashSet<[u8; 32]>>,
+}
+
+/// One component under admission: its bytes, compiled for the metered engine on first need.
+pub(crate) struct Candidate<'a> {
+    pub name: &'a str,
+    pub bytes: &'a [u8],
+    pub sha256: &'a str,
+    metered: Option<Arc<Policy>>,
+}
+
+impl<'a> Candidate<'a> {
+    pub(crate) fn new(name: &'a str, bytes: &'a [u8], sha256: &'a str) -> Self {
+        Candidate {
+            name,
+            bytes,
+            sha256,
+            metered: None,
+        }
+    }
+}
+
+impl Admission {
+    pub(crate) fn new(
+        sandbox: &Limits,
+        config: &AdmissionConfig,
+        artifacts: Option<PathBuf>,
+    ) -> Result<Self, RegistryError> {
+        let mut limits = crate::conformance::metered_limits(config.fuel_per_decision);
+        limits
+            .memory_cap_bytes(sandbox.memory_cap_bytes)
+            .max_wasm_stack_bytes(sandbox.max_wasm_stack_bytes)
+            .pooled_instances(16)
+            .warm_instances(1);
+        Ok(Admission {
+            host: Host::with_artifact_cache(&limits, artifacts)?,
+            config: config.clone(),
+            passed: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The candidate passes every vector file (each suite brings its own config).
+    pub(crate) fn vectors(
+        &self,
+        candidate: &mut Candidate<'_>,
+        files: &[PathBuf],
+        base_dir: &Path,
+    ) -> Result<(), RegistryError> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let name = candidate.name;
+        let vectors_error = |source| RegistryError::Vectors {
+            policy: name.to_string(),
+            source,
+        };
+        let mut key = Sha256::new();
+        key.update(b"vectors\0");
+        key.update(candidate.sha256.as_bytes());
+        let mut suites = Vec::with_capacity(files.len());
+        for file in files {
+            let path = base_dir.join(file);
+            let text = std::fs::read(&path).map_err(|e| {
+                vectors_error(crate::conformance::VectorError {
+                    file: path.clone(),
+                    case: None,
+                    field: "(file)".into(),
+                    message: e.to_string(),
+                })
+            })?;
+            key.update(Sha256::digest(&text));
+            suites.push(path);
+        }
+        let key: [u8; 32] = key.finalize().into();
+        if self.already(&key) {
+            return Ok(());
+        }
+        let suites = suites
+            .iter()
+            .map(|path| Suite::load(path))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(vectors_error)?;
+        let policy = self.metered(candidate)?;
+        let report = Report::new(
+            (**policy.provenance()).clone(),
+            run_suites(&policy, &suites),
+            vec![],
+        );
+        self.verdict(name, &report, key)
+    }
+
+    /// The candidate, configured for a route, passes the property checks.
+    pub(crate) fn properties(
+        &self,
+        candidate: &mut Candidate<'_>,
+        config: &str,
+        settings: &TopicSettings,
+    ) -> Result<(), RegistryError> {
+        if !self.config.properties {
+            return Ok(());
+        }
+        let mut key = Sha256::new();
+        key.update(b"properties\0");
+        key.update(candidate.sha256.as_bytes());
+        key.update(config.as_bytes());
+        key.update(format!("{settings:?}{:?}", self.config).as_bytes());
+        let key: [u8; 32] = key.finalize().into();
+        if self.already(&key) {
+            return Ok(());
+        }
+        let name = candidate.name;
+        let policy = self.metered(candidate)?;
+        // A config the policy refuses is reported by the route that carries it, with its
+        // index; here it only means there is nothing to check.
+        let Ok(results) =
+            check_properties(&policy, config, settings, &self.config.property_options())
+        else {
+            return Ok(());
+        };
+        let report = Report::new((**policy.provenance()).clone(), vec![], results);
+        self.verdict(name, &report, key)
+    }
+
+    fn already(&self, key: &[u8; 32]) -> bool {
+        self.passed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(key)
+    }
+
+    fn verdict(&self, name: &str, report: &Report, key: [u8; 32]) -> Result<(), RegistryError> {
+        if report.failed > 0 {
+            return Err(RegistryError::Admission {
+                policy: name.to_string(),
+                failed: report.failed,
+                report: report.human(),
+            });
+        }
+        self.passed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key);
+        Ok(())
+    }
+
+    fn metered(&self, candidate: &mut Candidate<'_>) -> Result<Arc<Policy>, RegistryError> {
+        if let Some(policy) = &candidate.metered {
+            return Ok(policy.clone());
+        }
+        let policy = self
+            .host
+            .load_bytes(candidate.bytes, candidate.name)
+            .map_err(|source| RegistryError::Load {
+                policy: candidate.name.to_string(),
+                source,
+            })?;
+        candidate.metered = Some(policy.clone());
+        Ok(policy)
+    }
+}

@@ -1,0 +1,102 @@
+//! Why the registry refused a change. The active generation is untouched by every one.
+
+use crate::{ConfigError, LoadError, RouteError};
+
+/// Why a configuration, upload or operator action was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The sandbox limits are invalid.
+    #[error("sandbox: {0}")]
+    Sandbox(#[from] ConfigError),
+    /// A policy component failed to load.
+    #[error("policy `{policy}`: {source}")]
+    Load {
+        /// The policy's name in the config.
+        policy: String,
+        /// Why.
+        source: LoadError,
+    },
+    /// A component's digest does not match its pin.
+    #[error("policy `{policy}`: sha256 is {actual}, but the config pins {pinned}")]
+    Pin {
+        /// The policy.
+        policy: String,
+        /// The pin.
+        pinned: String,
+        /// The component's digest.
+        actual: String,
+    },
+    /// A policy failed its vectors or property checks.
+    #[error("policy `{policy}` failed admission: {failed} check(s) failed\n{report}")]
+    Admission {
+        /// The policy.
+        policy: String,
+        /// Failed cases and properties.
+        failed: usize,
+        /// The human report.
+        report: String,
+    },
+    /// A vector file is invalid.
+    #[error("policy `{policy}`: {source}")]
+    Vectors {
+        /// The policy.
+        policy: String,
+        /// Why.
+        source: crate::conformance::VectorError,
+    },
+    /// A route's config was refused by its policy.
+    #[error("routes[{index}] (`{topic}`): {source}")]
+    Route {
+        /// The route's index.
+        index: usize,
+        /// Its topic pattern.
+        topic: String,
+        /// Why.
+        source: ConfigError,
+    },
+    /// Routes are malformed or ambiguous.
+    #[error("routes: {0}")]
+    Routing(#[from] RouteError),
+    /// A route names a policy the config does not define.
+    #[error("routes[{index}]: no policy named `{policy}`")]
+    UnknownPolicy {
+        /// The route's index.
+        index: usize,
+        /// The name.
+        policy: String,
+    },
+    /// An operator action names a policy the config does not define.
+    #[error("no policy named `{policy}` (defined: {defined})")]
+    NoSuchPolicy {
+        /// The name asked for.
+        policy: String,
+        /// The names defined.
+        defined: String,
+    },
+    /// Activation names a component that was never uploaded for the policy.
+    #[error("policy `{policy}`: no uploaded component with sha256 {sha256}")]
+    NotUploaded {
+        /// The policy.
+        policy: String,
+        /// The digest asked for.
+        sha256: String,
+    },
+    /// The state directory could not be written.
+    #[error("{path}: {source}")]
+    Storage {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// No earlier generation to roll back to.
+    #[error("no earlier generation to roll back to")]
+    NoHistory,
+    /// The topic pattern is not a route (of both the current and the previous generation,
+    /// for a rollback).
+    #[error("no route `{topic}`")]
+    NoSuchRoute {
+        /// The pattern asked for.
+        topic: String,
+    },
+}

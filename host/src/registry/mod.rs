@@ -1,0 +1,356 @@
+//! The policy registry: topic -> active (policy, config), in numbered generations.
+//!
+//! A [`Generation`] is built from a [`GatewayConfig`] (plus the operator's changes made
+//! through the admin API) behind an admission gate - the component loads and speaks the
+//! contract, matches its sha256 pin, passes its vector files and the property checks under a
+//! fuel ceiling, accepts every route's config in `init` - and only then swapped in
+//! atomically. Readers take the current generation without locks (`arc-swap`); a decision
+//! in flight keeps the generation it started with, so a swap never fails or double-decides
+//! it. Previous generations are kept (bounded) for [`Registry::rollback`].
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+
+use crate::{
+    CacheStats, Decider, Decision, Failure, GatewayConfig, Host, Router, Shadow, ShadowConfig,
+    ShadowReport, TopicPattern,
+};
+
+mod admission;
+mod build;
+mod error;
+mod source;
+mod upload;
+
+use build::{Builder, CompiledCache};
+pub use error::RegistryError;
+use source::{ComponentOverride, ShadowOverride, Source};
+pub use upload::Upload;
+
+/// Generations kept for rollback.
+const HISTORY: usize = 16;
+
+/// One route of a generation.
+#[derive(Debug)]
+pub struct ActiveRoute {
+    /// The topic pattern.
+    pub topic: String,
+    /// The policy's name in the config.
+    pub policy: String,
+    /// The configured policy.
+    pub decider: Decider,
+    /// The shadow policy, if the route has one.
+    pub shadow: Option<Shadow>,
+    /// Everything the route was built from; equal fingerprints mean the route is reused.
+    fingerprint: String,
+}
+
+/// An immutable routing table with its deciders.
+#[derive(Debug)]
+pub struct Generation {
+    /// Activation number, increasing.
+    pub number: u64,
+    /// When it was built.
+    pub activated_at: SystemTime,
+    /// What made it: `config file`, `activate rules 3f2a...`, `shadow on payments.>`, ...
+    pub cause: String,
+    router: Router,
+    /// The routes, in config order.
+    pub routes: Vec<Arc<ActiveRoute>>,
+    source: Arc<Source>,
+}
+
+impl Generation {
+    /// The route for `topic`.
+    pub fn route(&self, topic: &str) -> Option<&ActiveRoute> {
+        self.router
+            .resolve(topic)
+            .and_then(|i| self.routes.get(i))
+            .map(|r| &**r)
+    }
+
+    /// The config this generation runs, with the operator's API changes applied.
+    pub fn config(&self) -> GatewayConfig {
+        self.source.effective()
+    }
+}
+
+/// Topic -> policy, hot-swappable.
+pub struct Registry {
+    host: Host,
+    admission: admission::Admission,
+    compiled: CompiledCache,
+    uploads: PathBuf,
+    current: ArcSwap<Generation>,
+    history: Mutex<VecDeque<Arc<Generation>>>,
+    /// The next generation number; held for the whole of a change, so changes are serial.
+    next: Mutex<u64>,
+}
+
+impl Registry {
+    /// Build the first generation from `config` (paths relative to `base_dir`, where the
+    /// state directory is too).
+    pub fn new(config: &GatewayConfig, base_dir: &Path) -> Result<Registry, RegistryError> {
+        let state = base_dir.join(&config.storage.dir);
+        let artifacts = config
+            .storage
+            .artifact_cache
+            .then(|| state.join("artifacts"));
+        let host = Host::with_artifact_cache(&config.sandbox, artifacts.clone())?;
+        let admission = admission::Admission::new(&config.sandbox, &config.admission, artifacts)?;
+        let compiled = CompiledCache::default();
+        let source = Arc::new(Source::from_file(config.clone(), base_dir.to_path_buf()));
+        let first = Builder {
+            host: &host,
+            compiled: &compiled,
+            admission: &admission,
+        }
+        .build(source, None, 1, "config file".into())?;
+        Ok(Registry {
+            host,
+            admission,
+            compiled,
+            uploads: state.join("uploads"),
+            current: ArcSwap::from_pointee(first),
+            history: Mutex::new(VecDeque::new()),
+            next: Mutex::new(2),
+        })
+    }
+
+    /// The active generation.
+    pub fn current(&self) -> Arc<Generation> {
+        self.current.load_full()
+    }
+
+    /// The generations kept for rollback, oldest first (the active one is not among them).
+    pub fn history(&self) -> Vec<Arc<Generation>> {
+        self.history_lock().iter().cloned().collect()
+    }
+
+    /// Compilations and artifact-cache hits of the serving engine.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.host.cache_stats()
+    }
+
+    /// Decide for `topic`; `None` when no route matches.
+    pub fn decide(&self, topic: &str, failure: &Failure) -> Option<Decision> {
+        let generation = self.current.load();
+        let route = generation.route(topic)?;
+        let mut decision = route.decider.decide(failure);
+        decision.generation = Some(generation.number);
+        if let Some(shadow) = &route.shadow {
+            shadow.observe(topic, failure, &decision);
+        }
+        Some(decision)
+    }
+
+    /// Shadow counters of the active generation's routes that have a shadow.
+    pub fn shadow_report(&self) -> Vec<ShadowReport> {
+        let generation = self.current.load();
+        generation
+            .routes
+            .iter()
+            .filter_map(|r| r.shadow.as_ref().map(|s| s.report(&r.topic, &r.policy)))
+            .collect()
+    }
+
+    /// Build a new generation from `config` (a new version of the file) behind the admission
+    /// gate and swap it in. API changes whose file entry is unchanged carry over. On error
+    /// the active generation stays.
+    pub fn reload(&self, config: &GatewayConfig, base_dir: &Path) -> Result<u64, RegistryError> {
+        self.change("config file".into(), |current| {
+            Ok(current.with_file(config.clone(), base_dir.to_path_buf()))
+        })
+    }
+
+    /// Make `policy` run the uploaded component with digest `sha256` (see
+    /// [`Registry::upload`]), behind the admission gate (its vector files and pin still apply).
+    pub fn activate(&self, policy: &str, sha256: &str) -> Result<u64, RegistryError> {
+        let sha256 = sha256.to_ascii_lowercase();
+        let path = self.uploaded_path(policy, &sha256)?;
+        if !path.is_file() {
+            return Err(RegistryError::NotUploaded {
+                policy: policy.into(),
+                sha256,
+            });
+        }
+        let cause = format!("activate {policy} {}", &sha256[..12.min(sha256.len())]);
+        self.change(cause, |current| {
+            self.check_policy(current, policy)?;
+            let mut next = current.clone();
+            let replaced = current.file.policies[policy].clone();
+            next.components
+                .insert(policy.into(), ComponentOverride { path, replaced });
+            Ok(next)
+        })
+    }
+
+    /// Turn the shadow of the route `topic` (its pattern) on with `shadow`, or off with `None`.
+    pub fn set_shadow(
+        &self,
+        topic: &str,
+        shadow: Option<ShadowConfig>,
+    ) -> Result<u64, RegistryError> {
+        let cause = match &shadow {
+            Some(s) => format!("shadow {} on {topic}", s.policy),
+            None => format!("shadow off on {topic}"),
+        };
+        self.change(cause, |current| {
+            let route = current
+                .file
+                .routes
+                .iter()
+                .find(|r| r.topic == topic)
+                .ok_or_else(|| RegistryError::NoSuchRoute {
+                    topic: topic.into(),
+                })?;
+            if let Some(s) = &shadow {
+                self.check_policy(current, &s.policy)?;
+            }
+            let mut next = current.clone();
+            next.shadows.insert(
+                topic.into(),
+                ShadowOverride {
+                    shadow,
+                    replaced: route.shadow.clone(),
+                },
+            );
+            Ok(next)
+        })
+    }
+
+    /// Make the previous generation active again (it keeps its number; the replaced one
+    /// is dropped once its in-flight decisions finish).
+    pub fn rollback(&self) -> Result<u64, RegistryError> {
+        let _serial = self.next_lock();
+        let previous = self
+            .history_lock()
+            .pop_back()
+            .ok_or(RegistryError::NoHistory)?;
+        let number = previous.number;
+        self.current.store(previous);
+        tracing::info!(generation = number, "rolled back");
+        Ok(number)
+    }
+
+    /// Return one route (named by its topic pattern) to the policy and config it had in the
+    /// previous generation, leaving every other route as it is. Activates a new generation.
+    /// The route stays rolled back until a change rebuilds it (a reload that changes the
+    /// route's policy or config, an activation of its policy).
+    pub fn rollback_topic(&self, topic: &str) -> Result<u64, RegistryError> {
+        let mut next = self.next_lock();
+        let previous = self
+            .history_lock()
+            .back()
+            .cloned()
+            .ok_or(RegistryError::NoHistory)?;
+        let no_route = || RegistryError::NoSuchRoute {
+            topic: topic.to_string(),
+        };
+        let earlier = previous
+            .routes
+            .iter()
+            .find(|r| r.topic == topic)
+            .ok_or_else(no_route)?;
+        let current = self.current.load_full();
+        if !current.routes.iter().any(|r| r.topic == topic) {
+            return Err(no_route());
+        }
+        let routes: Vec<Arc<ActiveRoute>> = current
+            .routes
+            .iter()
+            .map(|r| if r.topic == topic { earlier } else { r }.clone())
+            .collect();
+        let patterns = routes
+            .iter()
+            .map(|r| TopicPattern::parse(&r.topic))
+            .collect::<Result<Vec<_>, _>>()?;
+        let generation = Generation {
+            number: *next,
+            activated_at: SystemTime::now(),
+            cause: format!("rollback {topic} to generation {}", previous.number),
+            router: Router::new(patterns, None)?,
+            routes,
+            source: current.source.clone(),
+        };
+        *next += 1;
+        Ok(self.swap_in(Arc::new(generation)))
+    }
+
+    /// Build the generation `edit` makes of the current source and swap it in.
+    fn change(
+        &self,
+        cause: String,
+        edit: impl FnOnce(&Source) -> Result<Source, RegistryError>,
+    ) -> Result<u64, RegistryError> {
+        let mut next = self.next_lock();
+        let current = self.current.load_full();
+        let result = edit(&current.source).and_then(|source| {
+            Builder {
+                host: &self.host,
+                compiled: &self.compiled,
+                admission: &self.admission,
+            }
+            .build(Arc::new(source), Some(&current), *next, cause.clone())
+        });
+        match result {
+            Ok(generation) => {
+                *next += 1;
+                let number = self.swap_in(Arc::new(generation));
+                tracing::info!(generation = number, cause, "generation activated");
+                Ok(number)
+            }
+            Err(e) => {
+                tracing::warn!(cause, error = %e, "change refused; the active generation stays");
+                Err(e)
+            }
+        }
+    }
+
+    fn check_policy(&self, source: &Source, policy: &str) -> Result<(), RegistryError> {
+        if source.file.policies.contains_key(policy) {
+            return Ok(());
+        }
+        Err(RegistryError::NoSuchPolicy {
+            policy: policy.into(),
+            defined: source
+                .file
+                .policies
+                .keys()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    }
+
+    fn swap_in(&self, generation: Arc<Generation>) -> u64 {
+        let number = generation.number;
+        let old = self.current.swap(generation);
+        let mut history = self.history_lock();
+        history.push_back(old);
+        while history.len() > HISTORY {
+            history.pop_front();
+        }
+        number
+    }
+
+    fn history_lock(&self) -> MutexGuard<'_, VecDeque<Arc<Generation>>> {
+        self.history.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn next_lock(&self) -> MutexGuard<'_, u64> {
+        self.next.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("generation", &self.current.load().number)
+            .finish_non_exhaustive()
+    }
+}
