@@ -96,3 +96,27 @@ pub fn scratch_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).expect("creating a scratch dir");
     dir
 }
+
+/// A copy of the component at `path` with a custom section named `tag` appended: the same
+/// policy, different bytes (a new sha256) - a second "version" to reload to and from.
+pub fn variant(path: &str, tag: &str) -> Vec<u8> {
+    fn leb(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut bytes = std::fs::read(path).expect("reading a fixture");
+    let mut section = Vec::new();
+    leb(tag.len(), &mut section);
+    section.extend_from_slice(tag.as_bytes());
+    bytes.push(0); // custom section id
+    leb(section.len(), &mut bytes);
+    bytes.extend_from_slice(&section);
+    bytes
+}

@@ -8,7 +8,7 @@ use verdict_sdk::Verdict;
 use crate::Fault;
 
 /// Which policy made a decision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Provenance {
     /// The policy's name (from `describe`).
     pub name: String,

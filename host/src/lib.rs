@@ -25,6 +25,7 @@
 // One audited exception: loading compiled code from the artifact cache (`artifacts.rs`).
 #![deny(unsafe_code)]
 
+pub mod admin;
 mod artifacts;
 mod bindings;
 pub mod cli;
@@ -40,6 +41,7 @@ mod fallback;
 mod guardrails;
 mod instance;
 mod limits;
+mod metrics;
 mod policy;
 mod registry;
 mod reload;
@@ -61,6 +63,7 @@ pub use failure::{AttemptSpec, ErrorSpec, Failure, FailureSpec, StatsSpec, jitte
 pub use fallback::Fallback;
 pub use guardrails::Guardrails;
 pub use limits::Limits;
+pub use metrics::{METRICS_CONTENT_TYPE, Metrics};
 pub use policy::Policy;
 pub use registry::{ActiveRoute, Generation, Registry, RegistryError, Upload};
 pub use reload::{ConfigWatcher, ReloadStatus, WatchError};

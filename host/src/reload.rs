@@ -3,25 +3,27 @@
 //! active generation and record why.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 use crate::{GatewayConfig, Registry};
 
-/// What the watcher has done so far.
+/// The changes a registry has applied and refused (reloads from the file, API
+/// activations, rollbacks, shadow changes).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReloadStatus {
-    /// Reloads that went live.
+    /// Changes that went live.
     pub reloads: u64,
-    /// Reloads refused (the previous generation stayed active).
+    /// Changes refused (the previous generation stayed active).
     pub refused: u64,
-    /// Why the last refused reload was refused.
+    /// Why the last refused change was refused.
     pub last_error: Option<String>,
-    /// The active generation after the last attempt.
+    /// The active generation after the last change.
     pub generation: u64,
 }
 
@@ -38,7 +40,7 @@ pub struct WatchError {
 /// Reloads `registry` when the config file or a file it names changes. Stops when dropped.
 pub struct ConfigWatcher {
     _debouncer: Debouncer<RecommendedWatcher>,
-    status: Arc<Mutex<ReloadStatus>>,
+    registry: Arc<Registry>,
 }
 
 impl ConfigWatcher {
@@ -50,16 +52,32 @@ impl ConfigWatcher {
         debounce: Duration,
     ) -> Result<Self, WatchError> {
         let config_path = config_path.to_path_buf();
-        let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let status = Arc::new(Mutex::new(ReloadStatus {
-            generation: registry.current().number,
-            ..Default::default()
-        }));
-        let shared = status.clone();
         let path = config_path.clone();
+        let target = registry.clone();
+        // Events are only a hint: reading a file is an event too (the reload itself reads
+        // them), and the state directory changes as the registry works. What counts is
+        // whether the bytes of the config or a file it names changed.
+        let mut last = fingerprint(&config_path);
         let mut debouncer = new_debouncer(debounce, move |events: DebounceEventResult| {
-            if events.is_ok_and(|events| !events.is_empty()) {
-                reload(&registry, &path, &base, &shared);
+            if events.is_err() {
+                return;
+            }
+            let now = fingerprint(&path);
+            let edited = now != last;
+            last = now;
+            if edited {
+                let before = target.current().number;
+                match target.reload_file(&path) {
+                    Ok(generation) if generation == before => {
+                        tracing::debug!(config = %path.display(), "files changed, routes did not");
+                    }
+                    Ok(generation) => {
+                        tracing::info!(generation, config = %path.display(), "reloaded");
+                    }
+                    Err(error) => {
+                        tracing::warn!(config = %path.display(), %error, "reload refused; the active generation stays");
+                    }
+                }
             }
         })
         .map_err(|e| WatchError {
@@ -79,36 +97,30 @@ impl ConfigWatcher {
         }
         Ok(ConfigWatcher {
             _debouncer: debouncer,
-            status,
+            registry,
         })
     }
 
-    /// What has happened so far.
+    /// What the registry has applied and refused so far.
     pub fn status(&self) -> ReloadStatus {
-        self.status
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.registry.status()
     }
 }
 
-fn reload(registry: &Registry, config_path: &Path, base: &Path, status: &Mutex<ReloadStatus>) {
-    let outcome = GatewayConfig::load(config_path)
-        .map_err(|e| e.to_string())
-        .and_then(|config| registry.reload(&config, base).map_err(|e| e.to_string()));
-    let mut status = status.lock().unwrap_or_else(PoisonError::into_inner);
-    match outcome {
-        Ok(generation) => {
-            tracing::info!(generation, config = %config_path.display(), "reloaded");
-            status.reloads += 1;
-            status.generation = generation;
-        }
-        Err(error) => {
-            tracing::warn!(config = %config_path.display(), %error, "reload refused; the active generation stays");
-            status.refused += 1;
-            status.last_error = Some(error);
+/// SHA-256 of the config file and of every file it names (`None` for one that cannot be
+/// read).
+fn fingerprint(config_path: &Path) -> Vec<Option<[u8; 32]>> {
+    let digest = |p: &Path| std::fs::read(p).ok().map(|b| Sha256::digest(b).into());
+    let mut out = vec![digest(config_path)];
+    let base = config_path.parent().unwrap_or(Path::new("."));
+    if let Ok(config) = GatewayConfig::load(config_path) {
+        for policy in config.policies.values() {
+            for file in std::iter::once(&policy.path).chain(&policy.vectors) {
+                out.push(digest(&base.join(file)));
+            }
         }
     }
+    out
 }
 
 /// The config's directory and those of the files it names.

@@ -24,7 +24,7 @@ pub struct Shadow {
 }
 
 /// What a shadow has seen.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct ShadowReport {
     /// The route's topic pattern.
     pub topic: String,

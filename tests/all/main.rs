@@ -1,6 +1,7 @@
 //! Every shipped policy and every hostile guest through the real host. One binary, shared
 //! helpers in the `verdict_tests` library.
 
+mod admin;
 mod conformance;
 mod hostile;
 mod loading;

@@ -76,6 +76,24 @@ enum Command {
         #[arg(long)]
         failure: Option<String>,
     },
+    /// Run the gateway: build the registry from the config (behind the admission gate),
+    /// reload it when the config or its files change, and serve the admin API and
+    /// `/metrics` until Ctrl-C or SIGTERM.
+    Run {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Inspect and change the policies of a running gateway (a client of its admin API).
+    Policy {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Print the API's JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: PolicyArgs,
+    },
     /// Ask a policy for one decision and print it as JSON.
     Decide {
         /// The policy component.
@@ -91,6 +109,76 @@ enum Command {
         #[arg(long)]
         settings: Option<String>,
     },
+}
+
+/// Where the admin API is and how to authorise changes.
+#[derive(clap::Args)]
+struct AdminArgs {
+    /// The admin API's base URL.
+    #[arg(
+        long,
+        env = "VERDICT_ADMIN_URL",
+        default_value = "http://127.0.0.1:9474",
+        global = true
+    )]
+    admin: String,
+    /// File holding the admin token (default: the VERDICT_ADMIN_TOKEN variable).
+    #[arg(long, global = true)]
+    token_file: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum PolicyArgs {
+    /// Policies: component, version, sha256, decisions, faults, uploads.
+    List,
+    /// Routes: policy, component, decisions, faults, shadow.
+    Routes,
+    /// The active generation (*) and those kept for rollback.
+    History,
+    /// Return to the previous generation, for one route or for all.
+    Rollback {
+        /// Roll back only this route (its topic pattern).
+        #[arg(long)]
+        topic: Option<String>,
+    },
+    /// How often each route's shadow policy disagreed with the active one.
+    ShadowReport,
+    /// Turn a route's shadow policy on, or off with --off.
+    Shadow {
+        /// The route (its topic pattern).
+        #[arg(long)]
+        topic: String,
+        /// The shadow policy (a name in the config's [policies]).
+        #[arg(long, required_unless_present = "off")]
+        policy: Option<String>,
+        /// The shadow's config: inline JSON or a file.
+        #[arg(long)]
+        config: Option<String>,
+        /// Turn the shadow off.
+        #[arg(long, conflicts_with_all = ["policy", "config"])]
+        off: bool,
+    },
+    /// Stage a component for a policy (checked on arrival); --activate puts it live.
+    Upload {
+        /// The policy (a name in the config's [policies]).
+        name: String,
+        /// The component file.
+        file: PathBuf,
+        /// Activate it once staged (the admission gate runs first).
+        #[arg(long)]
+        activate: bool,
+    },
+    /// Activate a staged component by its sha256 (the admission gate runs first).
+    Activate {
+        /// The policy.
+        name: String,
+        /// The component's sha256.
+        sha256: String,
+    },
+    /// Make the gateway re-read its config file now.
+    Reload,
+    /// Generation, changes applied and refused, artifact cache.
+    Status,
 }
 
 fn main() -> ExitCode {
@@ -163,6 +251,35 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             let out = cli::route(&config, &topic, failure.as_deref())?;
             emit(&(serde_json::to_string_pretty(&out)? + "\n"))?;
         }
+        Command::Run { config } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async {
+                let running = cli::start(&config, cli::shutdown_signal()).await?;
+                eprintln!(
+                    "verdict: generation {} active; admin API on http://{}",
+                    running.registry.current().number,
+                    running.admin
+                );
+                running.wait().await
+            })?;
+        }
+        Command::Policy {
+            admin,
+            json,
+            command,
+        } => {
+            let token = match &admin.token_file {
+                Some(file) => Some(
+                    std::fs::read_to_string(file)
+                        .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", file.display()))?
+                        .trim()
+                        .to_string(),
+                ),
+                None => std::env::var("VERDICT_ADMIN_TOKEN").ok(),
+            };
+            let client = verdict_host::admin::AdminClient::new(&admin.admin, token);
+            emit(&cli::policy(&client, &policy_command(command)?, json)?)?;
+        }
         Command::Decide {
             policy,
             config,
@@ -189,4 +306,40 @@ fn emit(text: &str) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
+}
+
+fn policy_command(args: PolicyArgs) -> anyhow::Result<cli::PolicyCommand> {
+    use cli::PolicyCommand as P;
+    Ok(match args {
+        PolicyArgs::List => P::List,
+        PolicyArgs::Routes => P::Routes,
+        PolicyArgs::History => P::History,
+        PolicyArgs::Rollback { topic } => P::Rollback { topic },
+        PolicyArgs::ShadowReport => P::ShadowReport,
+        PolicyArgs::Shadow {
+            topic,
+            policy,
+            config,
+            off: _,
+        } => P::Shadow {
+            topic,
+            policy,
+            config: config
+                .as_deref()
+                .map(|c| cli::json_value_arg(c, "--config"))
+                .transpose()?,
+        },
+        PolicyArgs::Upload {
+            name,
+            file,
+            activate,
+        } => P::Upload {
+            name,
+            file,
+            activate,
+        },
+        PolicyArgs::Activate { name, sha256 } => P::Activate { name, sha256 },
+        PolicyArgs::Reload => P::Reload,
+        PolicyArgs::Status => P::Status,
+    })
 }

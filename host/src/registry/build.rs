@@ -130,6 +130,10 @@ impl Builder<'_> {
             cause,
             router,
             routes,
+            policies: policies
+                .into_iter()
+                .map(|(name, loaded)| (name.to_string(), loaded.serving))
+                .collect(),
             source,
         })
     }

@@ -5,6 +5,9 @@ use crate::{ConfigError, LoadError, RouteError};
 /// Why a configuration, upload or operator action was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
+    /// The config file could not be read or is invalid.
+    #[error("{0}")]
+    Config(#[from] crate::GatewayConfigError),
     /// The sandbox limits are invalid.
     #[error("sandbox: {0}")]
     Sandbox(#[from] ConfigError),

@@ -8,7 +8,7 @@
 //! in flight keeps the generation it started with, so a swap never fails or double-decides
 //! it. Previous generations are kept (bounded) for [`Registry::rollback`].
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
@@ -16,8 +16,8 @@ use std::time::SystemTime;
 use arc_swap::ArcSwap;
 
 use crate::{
-    CacheStats, Decider, Decision, Failure, GatewayConfig, Host, Router, Shadow, ShadowConfig,
-    ShadowReport, TopicPattern,
+    CacheStats, Decider, Decision, Failure, GatewayConfig, Host, Policy, ReloadStatus, Router,
+    Shadow, ShadowConfig, ShadowReport, TopicPattern,
 };
 
 mod admission;
@@ -61,6 +61,9 @@ pub struct Generation {
     router: Router,
     /// The routes, in config order.
     pub routes: Vec<Arc<ActiveRoute>>,
+    /// Every policy of the config, compiled (also those no route uses yet, so a shadow or
+    /// a route added later does not recompile them).
+    pub policies: BTreeMap<String, Arc<Policy>>,
     source: Arc<Source>,
 }
 
@@ -71,6 +74,16 @@ impl Generation {
             .resolve(topic)
             .and_then(|i| self.routes.get(i))
             .map(|r| &**r)
+    }
+
+    /// Every route is the same one, in the same order.
+    fn same_routes(&self, other: &Generation) -> bool {
+        self.routes.len() == other.routes.len()
+            && self
+                .routes
+                .iter()
+                .zip(&other.routes)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
     /// The config this generation runs, with the operator's API changes applied.
@@ -84,11 +97,13 @@ pub struct Registry {
     host: Host,
     admission: admission::Admission,
     compiled: CompiledCache,
+    state: PathBuf,
     uploads: PathBuf,
     current: ArcSwap<Generation>,
     history: Mutex<VecDeque<Arc<Generation>>>,
     /// The next generation number; held for the whole of a change, so changes are serial.
     next: Mutex<u64>,
+    status: Mutex<ReloadStatus>,
 }
 
 impl Registry {
@@ -115,15 +130,25 @@ impl Registry {
             admission,
             compiled,
             uploads: state.join("uploads"),
+            state,
             current: ArcSwap::from_pointee(first),
             history: Mutex::new(VecDeque::new()),
             next: Mutex::new(2),
+            status: Mutex::new(ReloadStatus {
+                generation: 1,
+                ..ReloadStatus::default()
+            }),
         })
     }
 
     /// The active generation.
     pub fn current(&self) -> Arc<Generation> {
         self.current.load_full()
+    }
+
+    /// The state directory (uploads, artifact cache).
+    pub fn state_dir(&self) -> &Path {
+        &self.state
     }
 
     /// The generations kept for rollback, oldest first (the active one is not among them).
@@ -165,6 +190,28 @@ impl Registry {
         self.change("config file".into(), |current| {
             Ok(current.with_file(config.clone(), base_dir.to_path_buf()))
         })
+    }
+
+    /// Read the config file at `path` again and [`reload`](Registry::reload) it (paths
+    /// relative to its directory). A file that does not parse is refused like any other
+    /// change, and counted.
+    pub fn reload_file(&self, path: &Path) -> Result<u64, RegistryError> {
+        match GatewayConfig::load(path) {
+            Ok(config) => self.reload(&config, path.parent().unwrap_or(Path::new("."))),
+            Err(e) => {
+                let e = RegistryError::from(e);
+                self.record(Err(&e));
+                Err(e)
+            }
+        }
+    }
+
+    /// Changes applied and refused so far, with the last refusal's reason.
+    pub fn status(&self) -> ReloadStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Make `policy` run the uploaded component with digest `sha256` (see
@@ -234,6 +281,7 @@ impl Registry {
         let number = previous.number;
         self.current.store(previous);
         tracing::info!(generation = number, "rolled back");
+        self.record(Ok(number));
         Ok(number)
     }
 
@@ -275,10 +323,13 @@ impl Registry {
             cause: format!("rollback {topic} to generation {}", previous.number),
             router: Router::new(patterns, None)?,
             routes,
+            policies: current.policies.clone(),
             source: current.source.clone(),
         };
         *next += 1;
-        Ok(self.swap_in(Arc::new(generation)))
+        let number = self.swap_in(Arc::new(generation));
+        self.record(Ok(number));
+        Ok(number)
     }
 
     /// Build the generation `edit` makes of the current source and swap it in.
@@ -298,15 +349,34 @@ impl Registry {
             .build(Arc::new(source), Some(&current), *next, cause.clone())
         });
         match result {
+            // Nothing a decision depends on changed (an editor touched the file, a reload of
+            // the same text): no new generation, nothing to roll back to.
+            Ok(generation) if generation.same_routes(&current) => Ok(current.number),
             Ok(generation) => {
                 *next += 1;
                 let number = self.swap_in(Arc::new(generation));
                 tracing::info!(generation = number, cause, "generation activated");
+                self.record(Ok(number));
                 Ok(number)
             }
             Err(e) => {
                 tracing::warn!(cause, error = %e, "change refused; the active generation stays");
+                self.record(Err(&e));
                 Err(e)
+            }
+        }
+    }
+
+    fn record(&self, outcome: Result<u64, &RegistryError>) {
+        let mut status = self.status.lock().unwrap_or_else(PoisonError::into_inner);
+        match outcome {
+            Ok(generation) => {
+                status.reloads += 1;
+                status.generation = generation;
+            }
+            Err(e) => {
+                status.refused += 1;
+                status.last_error = Some(e.to_string());
             }
         }
     }

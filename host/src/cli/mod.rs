@@ -8,6 +8,12 @@ use serde::Serialize;
 
 use crate::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, TopicSettings};
 
+mod policy;
+mod run;
+
+pub use policy::{PolicyCommand, policy};
+pub use run::{Running, shutdown_signal, start};
+
 /// `verdict build`: compile each policy crate to a component; returns the component paths.
 pub fn build(crate_dirs: &[PathBuf], target_dir: Option<&Path>) -> Result<Vec<PathBuf>> {
     let options = verdict_componentize::BuildOptions {
@@ -84,6 +90,12 @@ fn json_arg(arg: &str, flag: &str) -> Result<String> {
     serde_json::from_str::<serde_json::Value>(&text)
         .with_context(|| format!("{flag}: not valid JSON"))?;
     Ok(text)
+}
+
+/// A JSON value given inline (starts with `{`) or as a file path (`--config` of
+/// `verdict policy shadow`).
+pub fn json_value_arg(arg: &str, flag: &str) -> Result<serde_json::Value> {
+    Ok(serde_json::from_str(&json_arg(arg, flag)?)?)
 }
 
 /// Output formats of `verdict test`.

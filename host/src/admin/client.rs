@@ -1,0 +1,167 @@
+//! A blocking client of the admin API: what `verdict policy ...` is built on, and a
+//! library for scripts and tests.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing answered.
+    #[error(
+        "{url}: {message} (is `verdict run` running there? pass --admin or set VERDICT_ADMIN_URL)"
+    )]
+    Unreachable {
+        /// The URL called.
+        url: String,
+        /// What the transport said.
+        message: String,
+    },
+    /// The API answered with an error.
+    #[error("{status} {code}: {message}")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The error code.
+        code: String,
+        /// The message.
+        message: String,
+    },
+    /// The answer was not what this client understands.
+    #[error("{url}: unexpected answer: {message}")]
+    Decode {
+        /// The URL called.
+        url: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// Calls one gateway's admin API.
+#[derive(Debug, Clone)]
+pub struct AdminClient {
+    agent: ureq::Agent,
+    base: String,
+    token: Option<String>,
+}
+
+impl AdminClient {
+    /// A client of the API at `base_url` (`http://127.0.0.1:9474`), sending `token` with
+    /// every call.
+    pub fn new(base_url: &str, token: Option<String>) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            // Activation compiles and runs the admission gate: allow it minutes, not seconds.
+            .timeout_global(Some(Duration::from_secs(600)))
+            .build()
+            .into();
+        AdminClient {
+            agent,
+            base: base_url.trim_end_matches('/').to_string(),
+            token,
+        }
+    }
+
+    /// `GET path`.
+    pub fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let url = self.url(path);
+        let request = self.authorise(self.agent.get(&url));
+        finish(&url, request.call())
+    }
+
+    /// `GET path` as text (`/metrics`).
+    pub fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        let url = self.url(path);
+        let mut response =
+            self.authorise(self.agent.get(&url))
+                .call()
+                .map_err(|e| ClientError::Unreachable {
+                    url: url.clone(),
+                    message: e.to_string(),
+                })?;
+        response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| ClientError::Decode {
+                url,
+                message: e.to_string(),
+            })
+    }
+
+    /// `POST path` with a JSON body.
+    pub fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ClientError> {
+        let url = self.url(path);
+        let request = self.authorise(self.agent.post(&url));
+        finish(&url, request.send_json(body))
+    }
+
+    /// `PUT path` with raw bytes.
+    pub fn put_bytes<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        bytes: &[u8],
+    ) -> Result<T, ClientError> {
+        let url = self.url(path);
+        let request = self
+            .authorise(self.agent.put(&url))
+            .header("content-type", "application/wasm");
+        finish(&url, request.send(bytes))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn authorise<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(token) => request.header("authorization", format!("Bearer {token}")),
+            None => request,
+        }
+    }
+}
+
+fn finish<T: DeserializeOwned>(
+    url: &str,
+    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> Result<T, ClientError> {
+    let mut response = response.map_err(|e| ClientError::Unreachable {
+        url: url.into(),
+        message: e.to_string(),
+    })?;
+    let status = response.status().as_u16();
+    let text = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| ClientError::Decode {
+            url: url.into(),
+            message: e.to_string(),
+        })?;
+    if (200..300).contains(&status) {
+        return serde_json::from_str(&text).map_err(|e| ClientError::Decode {
+            url: url.into(),
+            message: e.to_string(),
+        });
+    }
+    let error: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let field = |name: &str| {
+        error["error"][name]
+            .as_str()
+            .map(String::from)
+            .unwrap_or_default()
+    };
+    Err(ClientError::Api {
+        status,
+        code: field("code"),
+        message: if error.is_null() {
+            text
+        } else {
+            field("message")
+        },
+    })
+}

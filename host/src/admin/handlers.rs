@@ -1,0 +1,227 @@
+//! The admin API's handlers: thin translations between HTTP and the [`Registry`]. Work that
+//! compiles components (upload, activate, reload, shadow) runs on the blocking pool, so a
+//! slow compile never stalls the decisions served on the async workers.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::{AdminState, ApiError, views};
+use crate::{FailureSpec, Registry, RegistryError, ShadowConfig};
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Parse a JSON body; errors name the field.
+fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+    let body = body.map_err(body_error)?;
+    let de = &mut serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!("{path}: ")
+        };
+        ApiError::bad_request(format!("request body: {at}{}", e.inner()))
+    })
+}
+
+fn body_error(e: BytesRejection) -> ApiError {
+    ApiError::new(e.status(), "bad_body", e.body_text())
+}
+
+/// Run a registry change on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    state: &AdminState,
+    change: impl FnOnce(&Registry) -> Result<T, RegistryError> + Send + 'static,
+) -> ApiResult<T> {
+    let registry = state.registry.clone();
+    tokio::task::spawn_blocking(move || change(&registry))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("the change did not finish: {e}"),
+            )
+        })?
+        .map_err(ApiError::from)
+}
+
+fn activated(generation: u64) -> Json<Value> {
+    Json(json!({ "generation": generation }))
+}
+
+pub(crate) async fn not_found() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint (see `GET /v1/status`, `/v1/routes`, `/v1/policies`)",
+    )
+}
+
+pub(crate) async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, crate::METRICS_CONTENT_TYPE)],
+        state.metrics.render(),
+    )
+}
+
+pub(crate) async fn status(State(state): State<AdminState>) -> Json<views::StatusView> {
+    Json(views::status(&state.registry))
+}
+
+pub(crate) async fn routes(State(state): State<AdminState>) -> Json<Vec<views::RouteView>> {
+    Json(views::routes(&state.registry.current()))
+}
+
+pub(crate) async fn policies(State(state): State<AdminState>) -> Json<Vec<views::PolicyView>> {
+    Json(views::policies(&state.registry))
+}
+
+pub(crate) async fn generations(
+    State(state): State<AdminState>,
+) -> Json<Vec<views::GenerationView>> {
+    let mut out: Vec<_> = state
+        .registry
+        .history()
+        .iter()
+        .map(|g| views::generation(g, false))
+        .collect();
+    out.push(views::generation(&state.registry.current(), true));
+    Json(out)
+}
+
+pub(crate) async fn shadow_report(
+    State(state): State<AdminState>,
+) -> Json<Vec<crate::ShadowReport>> {
+    Json(state.registry.shadow_report())
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DecideRequest {
+    topic: String,
+    failure: Value,
+}
+
+pub(crate) async fn decide(
+    State(state): State<AdminState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<crate::Decision>> {
+    let request: DecideRequest = parse(body)?;
+    let spec = FailureSpec::from_json(&request.failure.to_string())
+        .map_err(|e| ApiError::bad_request(format!("failure: {e}")))?;
+    state
+        .registry
+        .decide(&request.topic, &spec.into_failure())
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no_route",
+                format!(
+                    "no route matches topic `{}` (add a `>` route as the default)",
+                    request.topic
+                ),
+            )
+        })
+}
+
+pub(crate) async fn upload(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<(StatusCode, Json<crate::Upload>)> {
+    let bytes = body.map_err(body_error)?;
+    let upload = blocking(&state, move |r| r.upload(&name, &bytes)).await?;
+    Ok((StatusCode::CREATED, Json(upload)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ActivateRequest {
+    sha256: String,
+}
+
+pub(crate) async fn activate(
+    State(state): State<AdminState>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    let request: ActivateRequest = parse(body)?;
+    let generation = blocking(&state, move |r| r.activate(&name, &request.sha256)).await?;
+    Ok(activated(generation))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RollbackRequest {
+    #[serde(default)]
+    topic: Option<String>,
+}
+
+pub(crate) async fn rollback(
+    State(state): State<AdminState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    let bytes = body.map_err(body_error)?;
+    let request: RollbackRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
+        RollbackRequest::default()
+    } else {
+        parse(Ok(bytes))?
+    };
+    let generation = blocking(&state, move |r| match &request.topic {
+        Some(topic) => r.rollback_topic(topic),
+        None => r.rollback(),
+    })
+    .await?;
+    Ok(activated(generation))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ShadowRequest {
+    topic: String,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    config: Option<Value>,
+}
+
+pub(crate) async fn shadow(
+    State(state): State<AdminState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Json<Value>> {
+    let request: ShadowRequest = parse(body)?;
+    let shadow = match (request.policy, request.config) {
+        (Some(policy), config) => Some(ShadowConfig { policy, config }),
+        (None, None) => None,
+        (None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "request body: config: a shadow config needs a `policy` (omit both to turn the \
+                 shadow off)",
+            ));
+        }
+    };
+    let generation = blocking(&state, move |r| r.set_shadow(&request.topic, shadow)).await?;
+    Ok(activated(generation))
+}
+
+pub(crate) async fn reload(State(state): State<AdminState>) -> ApiResult<Json<Value>> {
+    let Some(path) = state.config_path.clone() else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "no_config_file",
+            "this gateway was not started from a config file",
+        ));
+    };
+    let generation = blocking(&state, move |r| r.reload_file(&path)).await?;
+    Ok(activated(generation))
+}

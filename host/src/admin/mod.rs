@@ -1,0 +1,122 @@
+//! The admin HTTP API: what operators (and `verdict policy ...`) use to see and change the
+//! registry of a running gateway, and what consumers in any language use to ask for a
+//! verdict (`POST /v1/decide`).
+//!
+//! | method | path | auth | what |
+//! |---|---|---|---|
+//! | GET | `/healthz` | | liveness |
+//! | GET | `/metrics` | | Prometheus (OpenMetrics text) |
+//! | GET | `/v1/status` | | generation, changes applied/refused, artifact cache |
+//! | GET | `/v1/routes` | | routes with component, config, counts, shadow |
+//! | GET | `/v1/policies` | | policies with component, loaded-at, fault counts, uploads |
+//! | GET | `/v1/generations` | | the active generation and those kept for rollback |
+//! | GET | `/v1/shadow` | | shadow reports |
+//! | POST | `/v1/decide` | | `{"topic", "failure"}` -> decision |
+//! | PUT | `/v1/policies/{name}/component` | token | upload a component (body: bytes) |
+//! | POST | `/v1/policies/{name}/activate` | token | `{"sha256"}`: activate an upload |
+//! | POST | `/v1/rollback` | token | `{"topic"?}`: previous generation, for one route or all |
+//! | POST | `/v1/shadow` | token | `{"topic", "policy"?, "config"?}`: shadow on (or off) |
+//! | POST | `/v1/reload` | token | re-read the config file |
+//!
+//! Errors are JSON with a status a client can act on (see [`ApiError`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::middleware;
+use axum::routing::{get, post, put};
+
+use crate::{Metrics, Registry};
+
+mod auth;
+mod client;
+mod error;
+mod handlers;
+mod views;
+
+pub use client::{AdminClient, ClientError};
+pub use error::ApiError;
+pub use views::{
+    CacheStatsView, DecisionStatsView, GenerationView, PolicyView, ReloadStatusView, RouteView,
+    StatusView,
+};
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    config_path: Option<PathBuf>,
+    token: Option<Arc<str>>,
+}
+
+impl AdminState {
+    /// The API over `registry`. `config_path` is what `POST /v1/reload` re-reads (none: the
+    /// endpoint answers 409); `token` authorises changes (none: every change gets 401).
+    pub fn new(
+        registry: Arc<Registry>,
+        metrics: Arc<Metrics>,
+        config_path: Option<PathBuf>,
+        token: Option<String>,
+    ) -> Self {
+        AdminState {
+            registry,
+            metrics,
+            config_path,
+            token: token.filter(|t| !t.is_empty()).map(Arc::from),
+        }
+    }
+}
+
+/// The API's routes. `max_body_bytes` bounds every request body (an upload is one).
+pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
+    let changes = Router::new()
+        .route("/v1/policies/{name}/component", put(handlers::upload))
+        .route("/v1/policies/{name}/activate", post(handlers::activate))
+        .route("/v1/rollback", post(handlers::rollback))
+        .route("/v1/shadow", post(handlers::shadow))
+        .route("/v1/reload", post(handlers::reload))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/metrics", get(handlers::metrics))
+        .route("/v1/status", get(handlers::status))
+        .route("/v1/routes", get(handlers::routes))
+        .route("/v1/policies", get(handlers::policies))
+        .route("/v1/generations", get(handlers::generations))
+        .route("/v1/shadow", get(handlers::shadow_report))
+        .route("/v1/decide", post(handlers::decide))
+        .merge(changes)
+        .fallback(handlers::not_found)
+        .layer(DefaultBodyLimit::max(max_body_bytes))
+        .with_state(state)
+}
+
+/// Serve the API on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Refuse to listen beyond loopback unless the operator said so.
+pub fn check_listen(addr: SocketAddr, allow_remote: bool) -> Result<(), String> {
+    if allow_remote || addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(format!(
+            "admin.listen = {addr} is not a loopback address; set admin.allow_remote = true to \
+             listen beyond this machine"
+        ))
+    }
+}

@@ -1,0 +1,129 @@
+//! `verdict run -c verdict.toml`: the long-running gateway process. Today it serves the
+//! registry - hot reload on file changes, the admin API, `/metrics` - so consumers that
+//! keep their own consumption ask it for verdicts over `POST /v1/decide`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::admin::{self, AdminState};
+use crate::{AdminConfig, ConfigWatcher, GatewayConfig, Metrics, Registry};
+
+/// How long file changes are coalesced before a reload.
+const DEBOUNCE: Duration = Duration::from_millis(300);
+
+/// A started gateway: its registry and where its admin API listens.
+pub struct Running {
+    /// The registry.
+    pub registry: Arc<Registry>,
+    /// The admin API's address.
+    pub admin: SocketAddr,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    _watcher: ConfigWatcher,
+}
+
+impl Running {
+    /// Wait until the server stops (after `shutdown` completes).
+    pub async fn wait(self) -> Result<()> {
+        self.server.await.context("the admin server task")??;
+        Ok(())
+    }
+}
+
+/// Load `config_path`, build the first generation (the whole admission gate), watch the
+/// files, and serve the admin API until `shutdown` completes.
+pub async fn start(
+    config_path: &Path,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<Running> {
+    let config = GatewayConfig::load(config_path)?;
+    admin::check_listen(config.admin.listen, config.admin.allow_remote)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| config_path.display().to_string())?;
+    let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let token = admin_token(&config.admin, &base)?;
+    if token.is_none() {
+        tracing::warn!(
+            env = %config.admin.token_env,
+            "no admin token configured: the admin API is read-only"
+        );
+    }
+    let registry = {
+        let (config, base) = (config.clone(), base.clone());
+        tokio::task::spawn_blocking(move || Registry::new(&config, &base))
+            .await
+            .context("building the first generation")??
+    };
+    let registry = Arc::new(registry);
+    let watcher = ConfigWatcher::start(registry.clone(), config_path, DEBOUNCE)?;
+    let metrics = Arc::new(Metrics::new(registry.clone()));
+    let listener = tokio::net::TcpListener::bind(config.admin.listen)
+        .await
+        .with_context(|| format!("admin.listen = {}", config.admin.listen))?;
+    let admin = listener.local_addr()?;
+    let state = AdminState::new(
+        registry.clone(),
+        metrics,
+        Some(PathBuf::from(config_path)),
+        token,
+    );
+    let router = admin::router(state, config.admin.max_body_bytes);
+    let server = tokio::spawn(admin::serve(listener, router, shutdown));
+    let generation = registry.current();
+    tracing::info!(
+        generation = generation.number,
+        routes = generation.routes.len(),
+        %admin,
+        "verdict is running"
+    );
+    Ok(Running {
+        registry,
+        admin,
+        server,
+        _watcher: watcher,
+    })
+}
+
+/// The bearer token: from the environment variable, else the token file.
+fn admin_token(admin: &AdminConfig, base: &Path) -> Result<Option<String>> {
+    if let Ok(token) = std::env::var(&admin.token_env)
+        && !token.trim().is_empty()
+    {
+        return Ok(Some(token.trim().to_string()));
+    }
+    match &admin.token_file {
+        Some(file) => {
+            let path = base.join(file);
+            let token = std::fs::read_to_string(&path)
+                .with_context(|| format!("admin.token_file = {}", path.display()))?;
+            Ok(Some(token.trim().to_string()).filter(|t| !t.is_empty()))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutting down");
+}

@@ -1,0 +1,174 @@
+//! Prometheus exposition of the registry: read at scrape time from the counters decisions
+//! already keep, so metrics cost the hot path nothing. Labels are the route's topic pattern,
+//! policy, action and class - never payload data, never an unbounded value.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use crate::Registry;
+
+/// The `/metrics` page of a gateway: the registry's collector plus whatever else registers.
+pub struct Metrics {
+    registry: prometheus_client::registry::Registry,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// The content type of [`Metrics::render`].
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+impl Metrics {
+    /// Metrics of `registry`.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        let mut metrics = prometheus_client::registry::Registry::default();
+        metrics.register_collector(Box::new(RegistryCollector(registry)));
+        Metrics { registry: metrics }
+    }
+
+    /// The OpenMetrics text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+struct RegistryCollector(Arc<Registry>);
+
+impl std::fmt::Debug for RegistryCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RegistryCollector")
+    }
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: &[(Vec<(&str, &str)>, u64)],
+) -> std::fmt::Result {
+    let mut metric = encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Counter,
+    )?;
+    for (labels, value) in series {
+        ConstCounter::new(*value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for RegistryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let registry = &self.0;
+        let generation = registry.current();
+        let mut decisions = Vec::new();
+        let mut faults = Vec::new();
+        let mut clamps = Vec::new();
+        let stats: Vec<_> = generation
+            .routes
+            .iter()
+            .map(|r| (r, r.decider.stats()))
+            .collect();
+        for (route, stats) in &stats {
+            let base = [
+                ("topic", route.topic.as_str()),
+                ("policy", route.policy.as_str()),
+            ];
+            for v in &stats.by_verdict {
+                let mut labels = base.to_vec();
+                labels.extend([("action", v.action), ("class", v.class)]);
+                decisions.push((labels, v.count));
+            }
+            faults.push((base.to_vec(), stats.faults));
+            clamps.push((base.to_vec(), stats.clamped));
+        }
+        counter(
+            &mut encoder,
+            "verdict_decisions",
+            "Decisions by route, policy, action and class",
+            &decisions,
+        )?;
+        counter(
+            &mut encoder,
+            "verdict_policy_faults",
+            "Decisions where the policy faulted and the route's fallback verdict applied",
+            &faults,
+        )?;
+        counter(
+            &mut encoder,
+            "verdict_guardrail_clamps",
+            "Decisions a guardrail changed",
+            &clamps,
+        )?;
+
+        let reports = registry.shadow_report();
+        let mut compared = Vec::new();
+        let mut disagreements = Vec::new();
+        for r in &reports {
+            let base = [
+                ("topic", r.topic.as_str()),
+                ("policy", r.active.as_str()),
+                ("shadow", r.shadow.as_str()),
+            ];
+            compared.push((base.to_vec(), r.compared));
+            for (class, n) in &r.by_class {
+                let mut labels = base.to_vec();
+                labels.push(("class", class.as_str()));
+                disagreements.push((labels, *n));
+            }
+        }
+        counter(
+            &mut encoder,
+            "verdict_shadow_comparisons",
+            "Decisions a shadow policy was compared on",
+            &compared,
+        )?;
+        counter(
+            &mut encoder,
+            "verdict_shadow_disagreements",
+            "Shadow decisions whose action or class differed, by the active verdict's class",
+            &disagreements,
+        )?;
+
+        let status = registry.status();
+        counter(
+            &mut encoder,
+            "verdict_registry_changes",
+            "Registry changes (reloads, activations, rollbacks) by outcome",
+            &[
+                (vec![("outcome", "applied")], status.reloads),
+                (vec![("outcome", "refused")], status.refused),
+            ],
+        )?;
+        let cache = registry.cache_stats();
+        counter(
+            &mut encoder,
+            "verdict_component_loads",
+            "Components loaded by the serving engine, by how",
+            &[
+                (vec![("outcome", "compiled")], cache.compiled),
+                (vec![("outcome", "cache_hit")], cache.hits),
+                (vec![("outcome", "cache_rejected")], cache.rejected),
+            ],
+        )?;
+        let gauge = ConstGauge::new(i64::try_from(generation.number).unwrap_or(i64::MAX));
+        let metric = encoder.encode_descriptor(
+            "verdict_registry_generation",
+            "The active generation's number",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
+    }
+}
