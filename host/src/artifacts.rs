@@ -157,7 +157,7 @@ fn write_entry(dir: &Path, path: &Path, artifact: &[u8]) -> std::io::Result<()> 
     std::fs::rename(&tmp, path)
 }
 
-fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

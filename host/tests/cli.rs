@@ -1,60 +1,12 @@
 //! The `verdict` binary as a user runs it: build a policy crate, inspect the component,
 //! ask it for decisions, and get clear errors for bad input.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+mod common;
 
-fn verdict(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("verdict runs");
-    let mut pipe = child.stdin.take().expect("stdin is piped");
-    pipe.write_all(stdin.unwrap_or("").as_bytes())
-        .expect("writing stdin");
-    drop(pipe);
-    child.wait_with_output().expect("verdict finishes")
-}
+use std::path::PathBuf;
+use std::process::Output;
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `verdict build policies/rules`, once per test run, in a target dir of its own.
-fn rules() -> &'static str {
-    static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        // Shared with tests/build.rs, so the guest is compiled once per target dir.
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests");
-        let crate_dir = root.join("policies/rules");
-        let out = verdict(
-            &[
-                "build",
-                "--target-dir",
-                target.to_str().unwrap(),
-                crate_dir.to_str().unwrap(),
-            ],
-            None,
-        );
-        assert!(
-            out.status.success(),
-            "verdict build failed: {}",
-            text(&out.stderr)
-        );
-        let path = text(&out.stdout).trim().to_string();
-        assert!(
-            path.ends_with("rules.component.wasm") && Path::new(&path).is_file(),
-            "{path}"
-        );
-        path
-    })
-}
+use common::{gateway_config, rules, text, vectors, verdict};
 
 fn json(out: &Output) -> serde_json::Value {
     assert!(
@@ -181,14 +133,6 @@ fn bad_input_fails_with_an_error_naming_the_problem() {
     }
 }
 
-fn vectors(file: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../policies/rules/vectors")
-        .join(file)
-        .display()
-        .to_string()
-}
-
 #[test]
 fn test_exit_codes_are_0_pass_1_fail_2_invalid_input() {
     let limits = vectors("limits.json");
@@ -274,33 +218,6 @@ fn test_without_vectors_runs_the_property_checks() {
         report.contains("properties") && report.contains("never-retry kinds are not retried"),
         "{report}"
     );
-}
-
-/// A gateway config next to a copy of the rules component: payments 5, default 3.
-fn gateway_config(name: &str, extra_route: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
-    let config = format!(
-        r#"[policies.rules]
-path = "rules.wasm"
-vectors = ["{}"]
-
-[[routes]]
-topic = "payments.>"
-policy = "rules"
-config = {{ max_attempts = 5 }}
-{extra_route}
-[[routes]]
-topic = ">"
-policy = "rules"
-config = {{ max_attempts = 3 }}
-"#,
-        vectors("limits.json")
-    );
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! helpers in the `verdict_tests` library.
 
 mod admin;
+mod admission;
 mod conformance;
 mod hostile;
 mod loading;

@@ -5,14 +5,15 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-/// The gateway's state directory: uploaded components (`uploads/`) and the compiled-artifact
-/// cache (`artifacts/`).
+/// The gateway's state directory: uploaded components (`uploads/`), the compiled-artifact
+/// cache (`artifacts/`) and the admission ledger (`admitted`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
     /// The directory, relative to the config file. Created (mode 0700) when missing.
     pub dir: PathBuf,
-    /// Keep compiled components on disk, so a restart does not recompile them.
+    /// Keep compiled components and passed admission checks on disk (keyed by digests of
+    /// everything they depend on), so a restart neither recompiles nor re-checks them.
     pub artifact_cache: bool,
 }
 

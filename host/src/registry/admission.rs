@@ -20,6 +20,8 @@ pub(crate) struct Admission {
     host: Host,
     config: AdmissionConfig,
     passed: Mutex<HashSet<[u8; 32]>>,
+    /// Where passed checks are remembered across restarts (one hex key per line).
+    ledger: Option<PathBuf>,
 }
 
 /// One component under admission: its bytes, compiled for the metered engine on first need.
@@ -42,11 +44,25 @@ impl<'a> Candidate<'a> {
 }
 
 impl Admission {
+    /// With `state`, compiled artifacts and passed checks persist there, so a restart
+    /// neither recompiles nor re-checks what it has admitted before.
     pub(crate) fn new(
         sandbox: &Limits,
         config: &AdmissionConfig,
-        artifacts: Option<PathBuf>,
+        state: Option<&Path>,
     ) -> Result<Self, RegistryError> {
+        if let Some(state) = state
+            && let Err(e) = crate::artifacts::create_private_dir(state)
+        {
+            tracing::warn!(path = %state.display(), error = %e, "could not create the state directory");
+        }
+        let artifacts = state.map(|s| s.join("artifacts"));
+        let ledger = state.map(|s| s.join("admitted"));
+        let passed = ledger
+            .as_deref()
+            .and_then(|l| std::fs::read_to_string(l).ok())
+            .map(|text| text.lines().filter_map(parse_key).collect())
+            .unwrap_or_default();
         let mut limits = crate::conformance::metered_limits(config.fuel_per_decision);
         limits
             .memory_cap_bytes(sandbox.memory_cap_bytes)
@@ -56,7 +72,8 @@ impl Admission {
         Ok(Admission {
             host: Host::with_artifact_cache(&limits, artifacts)?,
             config: config.clone(),
-            passed: Mutex::new(HashSet::new()),
+            passed: Mutex::new(passed),
+            ledger,
         })
     }
 
@@ -77,6 +94,7 @@ impl Admission {
         };
         let mut key = Sha256::new();
         key.update(b"vectors\0");
+        key.update(env!("CARGO_PKG_VERSION").as_bytes());
         key.update(candidate.sha256.as_bytes());
         let mut suites = Vec::with_capacity(files.len());
         for file in files {
@@ -122,6 +140,7 @@ impl Admission {
         }
         let mut key = Sha256::new();
         key.update(b"properties\0");
+        key.update(env!("CARGO_PKG_VERSION").as_bytes());
         key.update(candidate.sha256.as_bytes());
         key.update(config.as_bytes());
         key.update(format!("{settings:?}{:?}", self.config).as_bytes());
@@ -161,6 +180,18 @@ impl Admission {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key);
+        if let Some(ledger) = &self.ledger {
+            // Losing the ledger costs a re-check on the next start, nothing else.
+            let line = format!("{}\n", crate::policy::hex(&key));
+            let written = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(ledger)
+                .and_then(|mut f| std::io::Write::write_all(&mut f, line.as_bytes()));
+            if let Err(e) = written {
+                tracing::warn!(path = %ledger.display(), error = %e, "could not record a passed admission check");
+            }
+        }
         Ok(())
     }
 
@@ -178,4 +209,16 @@ impl Admission {
         candidate.metered = Some(policy.clone());
         Ok(policy)
     }
+}
+
+fn parse_key(line: &str) -> Option<[u8; 32]> {
+    let line = line.trim();
+    if line.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(line.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(key)
 }

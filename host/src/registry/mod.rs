@@ -111,12 +111,9 @@ impl Registry {
     /// state directory is too).
     pub fn new(config: &GatewayConfig, base_dir: &Path) -> Result<Registry, RegistryError> {
         let state = base_dir.join(&config.storage.dir);
-        let artifacts = config
-            .storage
-            .artifact_cache
-            .then(|| state.join("artifacts"));
-        let host = Host::with_artifact_cache(&config.sandbox, artifacts.clone())?;
-        let admission = admission::Admission::new(&config.sandbox, &config.admission, artifacts)?;
+        let cached = config.storage.artifact_cache.then_some(state.as_path());
+        let host = Host::with_artifact_cache(&config.sandbox, cached.map(|s| s.join("artifacts")))?;
+        let admission = admission::Admission::new(&config.sandbox, &config.admission, cached)?;
         let compiled = CompiledCache::default();
         let source = Arc::new(Source::from_file(config.clone(), base_dir.to_path_buf()));
         let first = Builder {

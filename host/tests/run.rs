@@ -1,0 +1,161 @@
+//! `verdict run` as an operator runs it, and `verdict policy ...` against it: read-only
+//! without the token, hot reload on an edit, rollback of one route, a shadow and its report,
+//! graceful stop on SIGTERM.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{gateway_config, text, verdict};
+
+const TOKEN: &str = "run-test-token";
+
+/// A `verdict run` child; killed if the test ends early.
+struct Gateway {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(config: &Path) -> Gateway {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["run", "-c", config.to_str().unwrap()])
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("verdict run starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("verdict run printed its address before exiting")
+            .unwrap();
+        if let Some(at) = line.find("http://") {
+            break line[at..].trim().to_string();
+        }
+    };
+    // Keep draining stderr so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Gateway { child, url }
+}
+
+fn policy(gw: &Gateway, args: &[&str], token: bool) -> (bool, String, String) {
+    let token_file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("run-token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let mut all = vec!["policy", "--admin", gw.url.as_str()];
+    if token {
+        all.extend(["--token-file", token_file.to_str().unwrap()]);
+    }
+    all.extend(args);
+    let out = verdict(&all, None);
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// Poll `verdict policy history` until generation `n` is active (file events are
+/// asynchronous), at most 30 s.
+fn wait_for_generation(gw: &Gateway, n: u64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, out, _) = policy(gw, &["history"], false);
+        if out.lines().any(|l| l.starts_with(&format!("* {n:>4}"))) || Instant::now() > deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn run_serves_the_registry_and_policy_commands_operate_it() {
+    let config = gateway_config("run-gateway", "");
+    let dir = config.parent().unwrap();
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    let _ = std::fs::remove_dir_all(dir.join(".verdict"));
+    let original = std::fs::read_to_string(&config).unwrap();
+    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n\n";
+    std::fs::write(&config, format!("{admin}{original}")).unwrap();
+    let mut gw = start(&config);
+
+    let (ok, out, err) = policy(&gw, &["list"], false);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("rules@0.1.0") && out.contains("payments.>, >"),
+        "{out}"
+    );
+
+    // Changes need the token.
+    let (ok, _, err) = policy(&gw, &["rollback"], false);
+    assert!(
+        !ok && err.contains("401") && err.contains("Bearer"),
+        "{err}"
+    );
+
+    // An edit to the file goes live by itself: the default route now allows 4 attempts.
+    let edited = original.replace("max_attempts = 3", "max_attempts = 4");
+    std::fs::write(&config, format!("{admin}{edited}")).unwrap();
+    let history = wait_for_generation(&gw, 2);
+    assert!(history.contains("*    2  config file"), "{history}");
+
+    // Roll back the default route only.
+    let (ok, out, err) = policy(&gw, &["rollback", "--topic", ">"], true);
+    assert!(ok, "{err}");
+    assert_eq!(out, "generation 3 is active\n");
+    let (_, history, _) = policy(&gw, &["history"], false);
+    assert!(
+        history.contains("*    3  rollback > to generation 1"),
+        "{history}"
+    );
+
+    // A shadow on payments with 3 attempts, then its report (nothing decided yet).
+    let (ok, out, err) = policy(
+        &gw,
+        &[
+            "shadow",
+            "--topic",
+            "payments.>",
+            "--policy",
+            "rules",
+            "--config",
+            r#"{"max_attempts": 3}"#,
+        ],
+        true,
+    );
+    assert!(ok, "{err}");
+    assert_eq!(out, "generation 4 is active\n");
+    let (ok, report, _) = policy(&gw, &["shadow-report", "--json"], false);
+    assert!(ok);
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report[0]["topic"], "payments.>");
+    assert_eq!(report[0]["compared"], 0);
+
+    // Nothing is listening after SIGTERM, and the process exits cleanly.
+    let pid = gw.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = gw.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "verdict run ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    let (ok, _, err) = policy(&gw, &["list"], false);
+    assert!(!ok && err.contains("is `verdict run` running"), "{err}");
+}
