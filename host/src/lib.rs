@@ -21,6 +21,11 @@
 //!
 //! Decisions never panic and never hang: the epoch deadline stops endless loops, the memory
 //! cap stops memory bombs, and any trap yields the topic's fallback verdict with the cause.
+//!
+//! A gateway runs many topics: a [`Registry`] routes each topic to its policy and config from a
+//! [`GatewayConfig`], admits every new version through the [`conformance`] harness before it
+//! goes live, swaps generations atomically, and rolls back. [`admin`] serves it over HTTP
+//! (`verdict run`), and [`cli`] holds every `verdict` command as a function.
 
 // One audited exception: loading compiled code from the artifact cache (`artifacts.rs`).
 #![deny(unsafe_code)]
