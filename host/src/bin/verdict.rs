@@ -148,7 +148,7 @@ enum PolicyArgs {
         /// The route (its topic pattern).
         #[arg(long)]
         topic: String,
-        /// The shadow policy (a name in the config's [policies]).
+        /// The shadow policy (a name in the config's `[policies]`).
         #[arg(long, required_unless_present = "off")]
         policy: Option<String>,
         /// The shadow's config: inline JSON or a file.
@@ -160,7 +160,7 @@ enum PolicyArgs {
     },
     /// Stage a component for a policy (checked on arrival); --activate puts it live.
     Upload {
-        /// The policy (a name in the config's [policies]).
+        /// The policy (a name in the config's `[policies]`).
         name: String,
         /// The component file.
         file: PathBuf,
