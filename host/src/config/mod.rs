@@ -262,6 +262,21 @@ mod tests {
     }
 
     #[test]
+    fn the_admin_api_stays_on_loopback_unless_allowed() {
+        let c = GatewayConfig::parse(GOOD, "verdict.toml").unwrap();
+        assert!(c.admin.listen.ip().is_loopback());
+        let remote = format!("[admin]\nlisten = \"0.0.0.0:9474\"\n{GOOD}");
+        let e = GatewayConfig::parse(&remote, "verdict.toml").unwrap_err();
+        assert_eq!(e.field, "admin.listen");
+        assert!(e.message.contains("allow_remote"), "{e}");
+        let allowed = remote.replace("[admin]\n", "[admin]\nallow_remote = true\n");
+        let c = GatewayConfig::parse(&allowed, "verdict.toml").unwrap();
+        assert!(!c.admin.listen.ip().is_loopback());
+        let v6 = format!("[admin]\nlisten = \"[::1]:9474\"\n{GOOD}");
+        assert!(GatewayConfig::parse(&v6, "verdict.toml").is_ok());
+    }
+
+    #[test]
     fn errors_name_the_file_and_field() {
         let cases = [
             (
