@@ -120,3 +120,9 @@ pub fn variant(path: &str, tag: &str) -> Vec<u8> {
     bytes.extend_from_slice(&section);
     bytes
 }
+
+#[path = "consumer.rs"]
+pub mod consumer;
+
+#[path = "gateway.rs"]
+pub mod gateway;

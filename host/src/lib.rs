@@ -40,6 +40,7 @@ mod contract;
 mod decider;
 mod decision;
 mod engine;
+pub mod envelope;
 mod error;
 mod failure;
 mod fallback;
@@ -47,17 +48,20 @@ mod guardrails;
 mod instance;
 mod limits;
 mod metrics;
+pub mod pipeline;
 mod policy;
 mod registry;
 mod reload;
 mod routing;
 mod shadow;
 mod stats;
+pub mod store;
 
 pub use artifacts::CacheStats;
 pub use config::{
-    AdminConfig, AdmissionConfig, DEFAULT_ADMIN_PORT, GatewayConfig, GatewayConfigError,
-    PolicyConfig, RouteConfig, ShadowConfig, StorageConfig,
+    AdminConfig, AdmissionConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DlqFormat, DlqNaming,
+    GatewayConfig, GatewayConfigError, GatewaySection, PolicyConfig, RouteConfig, ShadowConfig,
+    StorageConfig,
 };
 pub use contract::SUPPORTED_CONTRACT;
 pub use decider::{Decider, TopicSettings};

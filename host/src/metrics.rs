@@ -10,6 +10,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::Registry;
+use crate::pipeline::PipelineMetrics;
+use crate::store::Store;
 
 /// The `/metrics` page of a gateway: the registry's collector plus whatever else registers.
 pub struct Metrics {
@@ -31,6 +33,15 @@ impl Metrics {
         let mut metrics = prometheus_client::registry::Registry::default();
         metrics.register_collector(Box::new(RegistryCollector(registry)));
         Metrics { registry: metrics }
+    }
+
+    /// Add the gateway's: deliveries and verdicts applied, and the store's message states and
+    /// DLQ depths (read at scrape time, so `/metrics` always equals the store).
+    pub fn with_gateway(mut self, store: Arc<Store>, pipeline: &PipelineMetrics) -> Self {
+        pipeline.register(&mut self.registry);
+        self.registry
+            .register_collector(Box::new(StoreCollector(store)));
+        self
     }
 
     /// The OpenMetrics text.
@@ -170,5 +181,91 @@ impl Collector for RegistryCollector {
             gauge.metric_type(),
         )?;
         gauge.encode(metric)
+    }
+}
+
+struct StoreCollector(Arc<Store>);
+
+impl std::fmt::Debug for StoreCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreCollector")
+    }
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: &[(Vec<(&str, &str)>, i64)],
+) -> std::fmt::Result {
+    let mut metric = encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    for (labels, value) in series {
+        ConstGauge::new(*value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for StoreCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let now = crate::pipeline::now_ms();
+        // A store that cannot be read shows as missing series, not as a failed scrape.
+        let (Ok(dlqs), Ok(counts)) = (self.0.dlq_stats(), self.0.counts()) else {
+            tracing::warn!("metrics: the store could not be read");
+            return Ok(());
+        };
+        let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let depth: Vec<_> = dlqs
+            .iter()
+            .map(|d| {
+                (
+                    vec![("dlq", d.dlq.as_str()), ("topic", d.topic.as_str())],
+                    as_i64(d.depth),
+                )
+            })
+            .collect();
+        gauge(
+            &mut encoder,
+            "verdict_dlq_depth",
+            "Dead letters waiting, by DLQ and source topic",
+            &depth,
+        )?;
+        let age: Vec<_> = dlqs
+            .iter()
+            .map(|d| {
+                (
+                    vec![("dlq", d.dlq.as_str()), ("topic", d.topic.as_str())],
+                    as_i64(now.saturating_sub(d.oldest_at_ms) / 1_000),
+                )
+            })
+            .collect();
+        gauge(
+            &mut encoder,
+            "verdict_dlq_oldest_age_seconds",
+            "Age of the oldest dead letter, by DLQ and source topic",
+            &age,
+        )?;
+        let states = [
+            ("ready", counts.ready),
+            ("scheduled", counts.scheduled),
+            ("leased", counts.leased),
+            ("delivered", counts.delivered),
+            ("dead", counts.dead),
+            ("discarded", counts.discarded),
+        ];
+        let series: Vec<_> = states
+            .iter()
+            .map(|(state, n)| (vec![("state", *state)], as_i64(*n)))
+            .collect();
+        gauge(
+            &mut encoder,
+            "verdict_messages",
+            "Messages in the store by state",
+            &series,
+        )
     }
 }

@@ -2,36 +2,12 @@
 //! client: who may change what, JSON errors for bad input, upload -> activate -> rollback,
 //! shadow on and off, `/v1/decide` and `/metrics`.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 use verdict_host::admin::{AdminClient, ClientError, GenerationView, PolicyView};
-use verdict_host::{Registry, cli};
+use verdict_tests::gateway::Gateway;
 use verdict_tests::{fixtures, scratch_dir, variant};
 
 const TOKEN: &str = "test-token-7c1e";
-
-/// A gateway on an ephemeral loopback port; stops when dropped.
-struct Gateway {
-    registry: Arc<Registry>,
-    /// Sends the token.
-    admin: AdminClient,
-    /// Sends no token.
-    anonymous: AdminClient,
-    url: String,
-    dir: PathBuf,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    _runtime: tokio::runtime::Runtime,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-}
 
 /// payments.> retries 5, orders 3; no default route. With `token`, changes need it.
 fn gateway(name: &str, token: Option<&str>) -> Gateway {
@@ -71,26 +47,7 @@ fn gateway(name: &str, token: Option<&str>) -> Gateway {
     if let Some(token) = token {
         std::fs::write(dir.join("token"), format!("{token}\n")).unwrap();
     }
-    std::fs::write(dir.join("verdict.toml"), text).unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = runtime
-        .block_on(cli::start(&dir.join("verdict.toml"), async {
-            let _ = stopped.await;
-        }))
-        .expect("the gateway starts");
-    let url = format!("http://{}", running.admin);
-    let registry = running.registry.clone();
-    runtime.spawn(running.wait());
-    Gateway {
-        registry,
-        admin: AdminClient::new(&url, Some(TOKEN.into())),
-        anonymous: AdminClient::new(&url, None),
-        url,
-        dir,
-        stop: Some(stop),
-        _runtime: runtime,
-    }
+    Gateway::start(&dir, &text, TOKEN)
 }
 
 /// The error's status and code.

@@ -4,6 +4,7 @@
 mod admin;
 mod admission;
 mod conformance;
+mod gateway;
 mod hostile;
 mod loading;
 mod policies;

@@ -12,6 +12,7 @@
 //! | GET | `/v1/generations` | | the active generation and those kept for rollback |
 //! | GET | `/v1/shadow` | | shadow reports |
 //! | POST | `/v1/decide` | | `{"topic", "failure"}` -> decision |
+//! | POST | `/v1/topics/{topic}/messages` | | publish one message or a batch into the store |
 //! | PUT | `/v1/policies/{name}/component` | token | upload a component (body: bytes) |
 //! | POST | `/v1/policies/{name}/activate` | token | `{"sha256"}`: activate an upload |
 //! | POST | `/v1/rollback` | token | `{"topic"?}`: previous generation, for one route or all |
@@ -29,12 +30,14 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post, put};
 
+use crate::pipeline::Pipeline;
 use crate::{Metrics, Registry};
 
 mod auth;
 mod client;
 mod error;
 mod handlers;
+mod publish;
 mod views;
 
 pub use client::{AdminClient, ClientError};
@@ -51,6 +54,7 @@ pub struct AdminState {
     metrics: Arc<Metrics>,
     config_path: Option<PathBuf>,
     token: Option<Arc<str>>,
+    gateway: Option<Arc<Pipeline>>,
 }
 
 impl AdminState {
@@ -67,7 +71,14 @@ impl AdminState {
             metrics,
             config_path,
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
+            gateway: None,
         }
+    }
+
+    /// Serve the gateway's endpoints too: publishing into the store.
+    pub fn with_gateway(mut self, pipeline: Arc<Pipeline>) -> Self {
+        self.gateway = Some(pipeline);
+        self
     }
 }
 
@@ -92,6 +103,7 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/generations", get(handlers::generations))
         .route("/v1/shadow", get(handlers::shadow_report))
         .route("/v1/decide", post(handlers::decide))
+        .route("/v1/topics/{topic}/messages", post(publish::publish))
         .merge(changes)
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))

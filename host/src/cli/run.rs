@@ -1,6 +1,6 @@
-//! `verdict run -c verdict.toml`: the long-running gateway process. Today it serves the
-//! registry - hot reload on file changes, the admin API, `/metrics` - so consumers that
-//! keep their own consumption ask it for verdicts over `POST /v1/decide`.
+//! `verdict run -c verdict.toml`: the long-running gateway process: the registry (hot reload
+//! on file changes), the embedded store and the delivery pipeline, the admin API with
+//! publishing, `/v1/decide` and `/metrics`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,19 +9,29 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 
+use tokio::sync::watch;
+
 use crate::admin::{self, AdminState};
+use crate::pipeline::{Pipeline, now_ms};
+use crate::store::Store;
 use crate::{AdminConfig, ConfigWatcher, GatewayConfig, Metrics, Registry};
 
 /// How long file changes are coalesced before a reload.
 const DEBOUNCE: Duration = Duration::from_millis(300);
 
+/// How long deliveries in flight may finish after a shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// A started gateway: its registry and where its admin API listens.
 pub struct Running {
     /// The registry.
     pub registry: Arc<Registry>,
+    /// The embedded store.
+    pub store: Arc<Store>,
     /// The admin API's address.
     pub admin: SocketAddr,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
+    deliveries: tokio::task::JoinHandle<()>,
     _watcher: ConfigWatcher,
 }
 
@@ -29,6 +39,7 @@ impl Running {
     /// Wait until the server stops (after `shutdown` completes).
     pub async fn wait(self) -> Result<()> {
         self.server.await.context("the admin server task")??;
+        self.deliveries.await.context("the delivery task")?;
         Ok(())
     }
 }
@@ -59,7 +70,30 @@ pub async fn start(
     };
     let registry = Arc::new(registry);
     let watcher = ConfigWatcher::start(registry.clone(), config_path, DEBOUNCE)?;
-    let metrics = Arc::new(Metrics::new(registry.clone()));
+    let database = base
+        .join(&config.storage.dir)
+        .join(&config.gateway.database);
+    let store = Arc::new(Store::open(&database)?);
+    let recovered = store.recover_leases(now_ms())?;
+    if recovered > 0 {
+        tracing::warn!(
+            recovered,
+            "messages leased when the gateway stopped are delivered again (possible duplicates)"
+        );
+    }
+    let pipeline = Arc::new(Pipeline::new(
+        store.clone(),
+        registry.clone(),
+        config.gateway.clone(),
+    )?);
+    let metrics =
+        Arc::new(Metrics::new(registry.clone()).with_gateway(store.clone(), pipeline.metrics()));
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let deliveries = tokio::spawn(pipeline.clone().run(stopped.clone(), SHUTDOWN_GRACE));
     let listener = tokio::net::TcpListener::bind(config.admin.listen)
         .await
         .with_context(|| format!("admin.listen = {}", config.admin.listen))?;
@@ -69,9 +103,13 @@ pub async fn start(
         metrics,
         Some(PathBuf::from(config_path)),
         token,
-    );
+    )
+    .with_gateway(pipeline.clone());
     let router = admin::router(state, config.admin.max_body_bytes);
-    let server = tokio::spawn(admin::serve(listener, router, shutdown));
+    let mut stopped_admin = stopped;
+    let server = tokio::spawn(admin::serve(listener, router, async move {
+        let _ = stopped_admin.wait_for(|stop| *stop).await;
+    }));
     let generation = registry.current();
     tracing::info!(
         generation = generation.number,
@@ -81,8 +119,10 @@ pub async fn start(
     );
     Ok(Running {
         registry,
+        store,
         admin,
         server,
+        deliveries,
         _watcher: watcher,
     })
 }

@@ -29,10 +29,12 @@ use crate::{Limits, TopicSettings};
 
 mod admin;
 mod admission;
+mod gateway;
 mod storage;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
 pub use admission::AdmissionConfig;
+pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};
 pub use storage::StorageConfig;
 
 /// The whole file.
@@ -54,6 +56,9 @@ pub struct GatewayConfig {
     /// The state directory.
     #[serde(default)]
     pub storage: StorageConfig,
+    /// The gateway process: consumption, delivery, dead-lettering.
+    #[serde(default)]
+    pub gateway: GatewaySection,
     /// Policy components by name.
     pub policies: BTreeMap<String, PolicyConfig>,
     /// Topic routes. `topic = ">"` is the default route (it matches every topic, least
@@ -92,6 +97,10 @@ pub struct RouteConfig {
     /// Guardrails and fallback for this route, replacing `[defaults]`.
     #[serde(default)]
     pub settings: Option<TopicSettings>,
+    /// Where the gateway delivers this route's messages. A route without one only decides
+    /// (`POST /v1/decide`); publishing to it is refused.
+    #[serde(default)]
+    pub consumer: Option<ConsumerConfig>,
     /// A second policy that decides alongside the active one without its verdict being
     /// applied; disagreements are counted and logged, so a candidate is promoted with
     /// evidence.
@@ -121,6 +130,26 @@ pub struct GatewayConfigError {
     pub field: String,
     /// What is wrong.
     pub message: String,
+}
+
+fn check_consumer(c: &ConsumerConfig, lease_ms: u64) -> Result<(), (&'static str, String)> {
+    if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
+        return Err(("url", format!("`{}` is not an http(s) URL", c.url)));
+    }
+    if c.timeout_ms == 0 || c.timeout_ms >= lease_ms {
+        return Err((
+            "timeout_ms",
+            format!(
+                "{} must be at least 1 and below gateway.lease_ms ({lease_ms}), or a slow \
+                 delivery would be handed out twice",
+                c.timeout_ms
+            ),
+        ));
+    }
+    if c.concurrency == 0 {
+        return Err(("concurrency", "must be at least 1".into()));
+    }
+    Ok(())
 }
 
 impl GatewayConfig {
@@ -177,6 +206,11 @@ impl GatewayConfig {
             }
             crate::TopicPattern::parse(&route.topic)
                 .map_err(|e| err(format!("routes[{i}].topic"), e.to_string()))?;
+            if let Some(consumer) = &route.consumer {
+                check_consumer(consumer, config.gateway.lease_ms).map_err(|(field, message)| {
+                    err(format!("routes[{i}].consumer.{field}"), message)
+                })?;
+            }
         }
         if !config.admin.allow_remote && !config.admin.listen.ip().is_loopback() {
             return Err(err(

@@ -85,9 +85,10 @@ impl Builder<'_> {
                 None => None,
             };
             let fingerprint = format!(
-                "{}\0{}\0{settings:?}\0{}",
+                "{}\0{}\0{settings:?}\0{:?}\0{}",
                 route.topic,
                 active.fingerprint(),
+                route.consumer,
                 shadow.as_ref().map(Part::fingerprint).unwrap_or_default()
             );
             if let Some(same) =
@@ -121,6 +122,7 @@ impl Builder<'_> {
                 policy: route.policy.clone(),
                 decider,
                 shadow,
+                consumer: route.consumer.clone(),
                 fingerprint,
             }));
         }

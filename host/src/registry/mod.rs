@@ -45,6 +45,8 @@ pub struct ActiveRoute {
     pub decider: Decider,
     /// The shadow policy, if the route has one.
     pub shadow: Option<Shadow>,
+    /// Where the gateway delivers the route's messages.
+    pub consumer: Option<crate::ConsumerConfig>,
     /// Everything the route was built from; equal fingerprints mean the route is reused.
     fingerprint: String,
 }

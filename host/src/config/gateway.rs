@@ -1,0 +1,104 @@
+//! `[gateway]` and a route's `consumer`: how the gateway consumes, delivers and dead-letters.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// The gateway process.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewaySection {
+    /// This gateway's name, written into every dead-letter envelope.
+    pub instance: String,
+    /// The consumer group named in failures and envelopes.
+    pub consumer_group: String,
+    /// The embedded store (SQLite), relative to `[storage] dir`.
+    pub database: PathBuf,
+    /// How long a delivery holds its message; a message whose lease expires (the gateway
+    /// died mid-delivery) is delivered again. Must exceed every consumer's `timeout_ms`.
+    pub lease_ms: u64,
+    /// How often the store is polled for due messages when idle.
+    pub poll_ms: u64,
+    /// Deliveries in flight across all routes.
+    pub max_in_flight: usize,
+    /// How dead-letter queues are named.
+    pub dlq_naming: DlqNaming,
+    /// The one DLQ's name when `dlq_naming = "global"`.
+    pub global_dlq: String,
+    /// Encoding of dead-letter envelopes.
+    pub dlq_format: DlqFormat,
+}
+
+impl Default for GatewaySection {
+    fn default() -> Self {
+        GatewaySection {
+            instance: std::env::var("HOSTNAME").unwrap_or_else(|_| "verdict".into()),
+            consumer_group: "verdict".into(),
+            database: PathBuf::from("verdict.db"),
+            lease_ms: 60_000,
+            poll_ms: 50,
+            max_in_flight: 64,
+            dlq_naming: DlqNaming::Suffix,
+            global_dlq: "DLQ".into(),
+            dlq_format: DlqFormat::Json,
+        }
+    }
+}
+
+/// DLQ naming (seed 2): `<topic>.DLQ`, `DLQ.<topic>`, or one DLQ for every topic (the
+/// source topic is in the envelope).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DlqNaming {
+    /// `<topic>.DLQ`.
+    Suffix,
+    /// `DLQ.<topic>`.
+    Prefix,
+    /// `global_dlq` for every topic.
+    Global,
+}
+
+impl DlqNaming {
+    /// The DLQ of `topic`.
+    pub fn dlq_for(self, topic: &str, global: &str) -> String {
+        match self {
+            DlqNaming::Suffix => format!("{topic}.DLQ"),
+            DlqNaming::Prefix => format!("DLQ.{topic}"),
+            DlqNaming::Global => global.to_string(),
+        }
+    }
+}
+
+/// How envelopes are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum DlqFormat {
+    /// JSON.
+    Json,
+    /// MessagePack (rmp-serde), the same fields.
+    Msgpack,
+}
+
+/// Where a route's messages are delivered: HTTP push.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumerConfig {
+    /// The consumer's URL; each message is POSTed to it with `x-verdict-message-id`,
+    /// `x-verdict-topic` and `x-verdict-attempt` headers.
+    pub url: String,
+    /// Per-delivery timeout; a timeout is the failure kind `transport.timeout`.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Deliveries of this route in flight at once.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+}
+
+fn default_timeout_ms() -> u64 {
+    10_000
+}
+
+fn default_concurrency() -> usize {
+    16
+}

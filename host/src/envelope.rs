@@ -1,0 +1,252 @@
+//! The dead-letter envelope: the original message and everything an operator needs to
+//! understand it, with field names close to seed 1's example (`original`, `attempts`,
+//! `errors`, `consumerGroup`, `firstFailedAt`) so operators recognise it.
+//!
+//! ```json
+//! {"original": {"topic": "orders", "id": "m-1", "headers": {}, "payload": {"order": 7}},
+//!  "attempts": 5,
+//!  "errors": [{"at": "2026-10-13T00:01:00.000Z", "atMs": 1791849660000,
+//!              "kind": "http.503", "message": "upstream unavailable"}],
+//!  "consumerGroup": "verdict", "firstFailedAt": "...", "lastFailedAt": "...",
+//!  "verdict": {"action": "dead-letter", "class": "exhausted", "reason": "...",
+//!              "alert": "warning", "labels": {"rule": "transient"}},
+//!  "policy": {"name": "rules", "version": "0.1.0", "sha256": "...", "generation": 3,
+//!             "fallback": null},
+//!  "dlq": "orders.DLQ", "gateway": "gw-1", "deadLetteredAt": "..."}
+//! ```
+
+use std::collections::BTreeMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::{AttemptSpec, Decision, DlqFormat};
+
+/// A dead letter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelope {
+    /// The message as published.
+    pub original: Original,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Every attempt's error, oldest first.
+    pub errors: Vec<ErrorEntry>,
+    /// The consumer group.
+    pub consumer_group: String,
+    /// First failure (RFC 3339).
+    pub first_failed_at: String,
+    /// Last failure (RFC 3339).
+    pub last_failed_at: String,
+    /// The final verdict.
+    pub verdict: VerdictEntry,
+    /// Who decided it.
+    pub policy: PolicyEntry,
+    /// The DLQ it was written to.
+    pub dlq: String,
+    /// The gateway instance.
+    pub gateway: String,
+    /// When (RFC 3339).
+    pub dead_lettered_at: String,
+}
+
+/// The original message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Original {
+    /// Topic.
+    pub topic: String,
+    /// Message id.
+    pub id: String,
+    /// Headers.
+    pub headers: BTreeMap<String, String>,
+    /// The payload: JSON when it parses as JSON, else text when UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub payload: Option<serde_json::Value>,
+    /// The payload in base64 when it is neither JSON nor UTF-8.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub payload_base64: Option<String>,
+    /// Content type.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub content_type: Option<String>,
+}
+
+/// One attempt's error.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorEntry {
+    /// When (RFC 3339).
+    pub at: String,
+    /// When (ms since the epoch).
+    pub at_ms: u64,
+    /// Error kind.
+    pub kind: String,
+    /// Error message.
+    pub message: String,
+}
+
+/// The final verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerdictEntry {
+    /// `dead-letter`.
+    pub action: String,
+    /// Class.
+    pub class: String,
+    /// Reason.
+    pub reason: String,
+    /// Alert severity.
+    pub alert: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Provenance of the verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyEntry {
+    /// Policy name.
+    pub name: String,
+    /// Its version.
+    pub version: String,
+    /// Component sha256.
+    pub sha256: String,
+    /// Registry generation.
+    pub generation: Option<u64>,
+    /// The fault, when the fallback verdict applied.
+    pub fallback: Option<String>,
+}
+
+/// RFC 3339 with milliseconds, UTC.
+pub fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+/// The original message's fields, for [`Envelope::new`].
+#[derive(Debug, Clone, Copy)]
+pub struct MessageRef<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Id.
+    pub id: &'a str,
+    /// Headers.
+    pub headers: &'a BTreeMap<String, String>,
+    /// Payload.
+    pub payload: &'a [u8],
+    /// Content type.
+    pub content_type: Option<&'a str>,
+}
+
+/// Where and by whom, for [`Envelope::new`].
+#[derive(Debug, Clone, Copy)]
+pub struct Context<'a> {
+    /// The DLQ's name.
+    pub dlq: &'a str,
+    /// Consumer group.
+    pub consumer_group: &'a str,
+    /// Gateway instance.
+    pub gateway: &'a str,
+    /// Now.
+    pub now_ms: u64,
+}
+
+impl Envelope {
+    /// The envelope of `message`, dead-lettered by `decision` after `history` (every failed
+    /// attempt, this one last).
+    pub fn new(
+        message: MessageRef<'_>,
+        history: &[AttemptSpec],
+        decision: &Decision,
+        ctx: Context<'_>,
+    ) -> Envelope {
+        let (payload, payload_base64) = payload_fields(message.payload);
+        let errors: Vec<ErrorEntry> = history
+            .iter()
+            .map(|a| ErrorEntry {
+                at: rfc3339(a.at_ms),
+                at_ms: a.at_ms,
+                kind: a.kind.clone(),
+                message: a.message.clone(),
+            })
+            .collect();
+        let first = history.first().map_or(ctx.now_ms, |a| a.at_ms);
+        let last = history.last().map_or(ctx.now_ms, |a| a.at_ms);
+        let v = &decision.verdict;
+        let name = |value: serde_json::Value| value.as_str().unwrap_or_default().to_string();
+        Envelope {
+            original: Original {
+                topic: message.topic.into(),
+                id: message.id.into(),
+                headers: message.headers.clone(),
+                payload,
+                payload_base64,
+                content_type: message.content_type.map(String::from),
+            },
+            attempts: u32::try_from(history.len()).unwrap_or(u32::MAX),
+            errors,
+            consumer_group: ctx.consumer_group.into(),
+            first_failed_at: rfc3339(first),
+            last_failed_at: rfc3339(last),
+            verdict: VerdictEntry {
+                action: "dead-letter".into(),
+                class: crate::stats::class_name(v.class).into(),
+                reason: v.reason.clone(),
+                alert: name(serde_json::to_value(v.alert).unwrap_or_default()),
+                labels: v
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            },
+            policy: PolicyEntry {
+                name: decision.provenance.name.clone(),
+                version: decision.provenance.version.clone(),
+                sha256: decision.provenance.sha256.clone(),
+                generation: decision.generation,
+                fallback: decision.fallback.as_ref().map(ToString::to_string),
+            },
+            dlq: ctx.dlq.into(),
+            gateway: ctx.gateway.into(),
+            dead_lettered_at: rfc3339(ctx.now_ms),
+        }
+    }
+
+    /// Encode in `format`.
+    pub fn encode(&self, format: DlqFormat) -> Result<Vec<u8>, String> {
+        match format {
+            DlqFormat::Json => serde_json::to_vec(self).map_err(|e| e.to_string()),
+            DlqFormat::Msgpack => rmp_serde::to_vec_named(self).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// The stored format's name.
+pub fn format_name(format: DlqFormat) -> &'static str {
+    match format {
+        DlqFormat::Json => "json",
+        DlqFormat::Msgpack => "msgpack",
+    }
+}
+
+/// Decode a stored envelope into JSON, whatever its format.
+pub fn decode(format: &str, bytes: &[u8]) -> Result<serde_json::Value, String> {
+    match format {
+        "json" => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
+        "msgpack" => rmp_serde::from_slice::<Envelope>(bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|e| serde_json::to_value(e).map_err(|e| e.to_string())),
+        other => Err(format!("unknown envelope format `{other}`")),
+    }
+}
+
+fn payload_fields(bytes: &[u8]) -> (Option<serde_json::Value>, Option<String>) {
+    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) {
+        return (Some(value), None);
+    }
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (Some(serde_json::Value::String(text.into())), None),
+        Err(_) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        ),
+    }
+}

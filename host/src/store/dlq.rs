@@ -1,0 +1,214 @@
+//! The dead-letter queues: listing, statistics, replay and operator discards.
+
+use rusqlite::params;
+use serde::{Deserialize, Serialize};
+
+use super::{Store, StoreError, audit};
+
+/// Which dead letters an operation applies to. Empty fields match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DlqFilter {
+    /// Source topic.
+    pub topic: Option<String>,
+    /// The DLQ's name.
+    pub dlq: Option<String>,
+    /// The verdict's class.
+    pub class: Option<String>,
+    /// The last error's kind.
+    pub kind: Option<String>,
+    /// Only dead letters at least this old (ms).
+    pub min_age_ms: Option<u64>,
+    /// At most this many, oldest first.
+    pub limit: Option<usize>,
+}
+
+/// One dead letter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DlqEntry {
+    /// Its key (what `show`, `replay` and `discard` take).
+    pub seq: i64,
+    /// The message id.
+    pub message_id: String,
+    /// Source topic.
+    pub topic: String,
+    /// The DLQ.
+    pub dlq: String,
+    /// The verdict's class.
+    pub class: String,
+    /// The last error's kind.
+    pub kind: String,
+    /// The verdict's reason.
+    pub reason: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When it was dead-lettered (ms since the epoch).
+    pub created_at_ms: u64,
+    /// The envelope, decoded (JSON whatever the stored format).
+    pub envelope: serde_json::Value,
+}
+
+/// One DLQ's depth.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DlqStats {
+    /// The DLQ.
+    pub dlq: String,
+    /// Source topic.
+    pub topic: String,
+    /// Dead letters waiting.
+    pub depth: u64,
+    /// The oldest one's time (ms since the epoch).
+    pub oldest_at_ms: u64,
+}
+
+const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
+                             created_at_ms, format, envelope FROM dlq WHERE state = 'dead'";
+
+impl Store {
+    /// Dead letters matching `filter`, oldest first.
+    pub fn dlq_list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, StoreError> {
+        let conn = self.conn();
+        let (sql, args) = where_clause(filter, now_ms);
+        let limit = filter
+            .limit
+            .map(|n| format!(" LIMIT {n}"))
+            .unwrap_or_default();
+        let mut stmt = conn.prepare(&format!("{SELECT}{sql} ORDER BY seq{limit}"))?;
+        let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
+            let format: String = r.get(9)?;
+            let bytes: Vec<u8> = r.get(10)?;
+            Ok((
+                DlqEntry {
+                    seq: r.get(0)?,
+                    message_id: r.get(1)?,
+                    topic: r.get(2)?,
+                    dlq: r.get(3)?,
+                    class: r.get(4)?,
+                    kind: r.get(5)?,
+                    reason: r.get(6)?,
+                    attempts: r.get(7)?,
+                    created_at_ms: r.get(8)?,
+                    envelope: serde_json::Value::Null,
+                },
+                format,
+                bytes,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (mut entry, format, bytes) = row?;
+            entry.envelope = crate::envelope::decode(&format, &bytes)
+                .map_err(|e| StoreError::Corrupt(format!("dlq entry {}: {e}", entry.seq)))?;
+            out.push(entry);
+        }
+        Ok(out)
+    }
+
+    /// Depth and oldest entry of every DLQ (per source topic).
+    pub fn dlq_stats(&self) -> Result<Vec<DlqStats>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(
+            "SELECT dlq, topic, COUNT(*), MIN(created_at_ms) FROM dlq WHERE state = 'dead'
+             GROUP BY dlq, topic ORDER BY dlq, topic",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(DlqStats {
+                dlq: r.get(0)?,
+                topic: r.get(1)?,
+                depth: r.get(2)?,
+                oldest_at_ms: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Put dead letters back as ready messages with their attempts reset, in one
+    /// transaction, each audited with `note` (who and why).
+    pub fn dlq_replay(
+        &self,
+        seqs: &[i64],
+        now_ms: u64,
+        note: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mut ids = Vec::new();
+        for seq in seqs {
+            let Some((message_seq, id, topic)) = dead_entry(&tx, *seq)? else {
+                continue;
+            };
+            tx.execute("DELETE FROM attempts WHERE message_seq = ?1", [message_seq])?;
+            tx.execute(
+                "UPDATE messages SET state = 'ready', attempt = 0, deferrals = 0,
+                        first_failed_at_ms = NULL, next_at_ms = ?2, lease_until_ms = NULL,
+                        updated_at_ms = ?2
+                 WHERE seq = ?1",
+                params![message_seq, now_ms],
+            )?;
+            tx.execute("UPDATE dlq SET state = 'replayed' WHERE seq = ?1", [seq])?;
+            audit(&tx, now_ms, &id, &topic, "replayed", note)?;
+            ids.push(id);
+        }
+        tx.commit()?;
+        Ok(ids)
+    }
+
+    /// Discard dead letters for good, each audited with the operator's `reason`.
+    pub fn dlq_discard(&self, seqs: &[i64], now_ms: u64, reason: &str) -> Result<u64, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mut n = 0;
+        for seq in seqs {
+            let Some((message_seq, id, topic)) = dead_entry(&tx, *seq)? else {
+                continue;
+            };
+            tx.execute("UPDATE dlq SET state = 'discarded' WHERE seq = ?1", [seq])?;
+            tx.execute(
+                "UPDATE messages SET state = 'discarded', updated_at_ms = ?2 WHERE seq = ?1",
+                params![message_seq, now_ms],
+            )?;
+            audit(&tx, now_ms, &id, &topic, "dlq-discarded", reason)?;
+            n += 1;
+        }
+        tx.commit()?;
+        Ok(n)
+    }
+}
+
+fn dead_entry(
+    tx: &rusqlite::Transaction<'_>,
+    seq: i64,
+) -> Result<Option<(i64, String, String)>, StoreError> {
+    use rusqlite::OptionalExtension;
+    Ok(tx
+        .query_row(
+            "SELECT message_seq, message_id, topic FROM dlq WHERE seq = ?1 AND state = 'dead'",
+            [seq],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .optional()?)
+}
+
+fn where_clause(f: &DlqFilter, now_ms: u64) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value;
+    let mut sql = String::new();
+    let mut args: Vec<Value> = Vec::new();
+    for (column, value) in [
+        ("topic", &f.topic),
+        ("dlq", &f.dlq),
+        ("class", &f.class),
+        ("kind", &f.kind),
+    ] {
+        if let Some(v) = value {
+            args.push(Value::Text(v.clone()));
+            sql += &format!(" AND {column} = ?{}", args.len());
+        }
+    }
+    if let Some(age) = f.min_age_ms {
+        args.push(Value::Integer(
+            i64::try_from(now_ms.saturating_sub(age)).unwrap_or(i64::MAX),
+        ));
+        sql += &format!(" AND created_at_ms <= ?{}", args.len());
+    }
+    (sql, args)
+}

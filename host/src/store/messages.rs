@@ -1,0 +1,370 @@
+//! Messages through their life: published, claimed (leased), then delivered, scheduled
+//! again, dead-lettered or discarded - each change one transaction.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use super::{Store, StoreError, audit};
+use crate::AttemptSpec;
+
+/// A message to publish.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewMessage {
+    /// Its id; a message whose id is already stored is a duplicate and is not stored again.
+    pub id: String,
+    /// The topic.
+    pub topic: String,
+    /// Headers passed to the consumer and kept in the envelope.
+    pub headers: BTreeMap<String, String>,
+    /// The body.
+    pub payload: Vec<u8>,
+    /// The body's content type.
+    pub content_type: Option<String>,
+}
+
+/// What a publish stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Published {
+    /// Ids stored.
+    pub accepted: Vec<String>,
+    /// Ids already stored before (not stored again).
+    pub duplicates: Vec<String>,
+}
+
+/// A message leased for one delivery.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// Store key.
+    pub seq: i64,
+    /// Message id.
+    pub id: String,
+    /// Topic.
+    pub topic: String,
+    /// Headers.
+    pub headers: BTreeMap<String, String>,
+    /// Body.
+    pub payload: Vec<u8>,
+    /// Content type.
+    pub content_type: Option<String>,
+    /// Attempts spent so far (failed deliveries that were retried).
+    pub attempt: u32,
+    /// Delays granted so far.
+    pub deferrals: u32,
+    /// Publication time.
+    pub published_at_ms: u64,
+    /// First failure, if any.
+    pub first_failed_at_ms: Option<u64>,
+    /// Earlier failed attempts, oldest first.
+    pub history: Vec<AttemptSpec>,
+    /// The lease had expired: an earlier delivery may have reached the consumer.
+    pub redelivery: bool,
+}
+
+/// A failed delivery, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptRecord {
+    /// When.
+    pub at_ms: u64,
+    /// Error kind.
+    pub kind: String,
+    /// Error message.
+    pub message: String,
+}
+
+impl Store {
+    /// Store `messages` as ready, in one transaction.
+    pub fn publish(&self, messages: &[NewMessage], now_ms: u64) -> Result<Published, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mut out = Published::default();
+        {
+            let mut insert = tx.prepare_cached(
+                "INSERT OR IGNORE INTO messages
+                 (id, topic, headers, payload, content_type, state, next_at_ms, published_at_ms,
+                  updated_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'ready', ?6, ?6, ?6)",
+            )?;
+            for m in messages {
+                let headers = serde_json::to_string(&m.headers)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                let n = insert.execute(params![
+                    m.id,
+                    m.topic,
+                    headers,
+                    m.payload,
+                    m.content_type,
+                    now_ms
+                ])?;
+                if n == 1 {
+                    out.accepted.push(m.id.clone());
+                } else {
+                    out.duplicates.push(m.id.clone());
+                }
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Return every leased message to ready (at start: the process that leased them is
+    /// gone). Each is counted as a possible duplicate delivery in the audit log.
+    pub fn recover_leases(&self, now_ms: u64) -> Result<u64, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let leased: Vec<(String, String)> = tx
+            .prepare("SELECT id, topic FROM messages WHERE state = 'leased'")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        for (id, topic) in &leased {
+            audit(
+                &tx,
+                now_ms,
+                id,
+                topic,
+                "lease-recovered",
+                "leased at shutdown or crash",
+            )?;
+        }
+        tx.execute(
+            "UPDATE messages SET state = 'ready', lease_until_ms = NULL, updated_at_ms = ?1
+             WHERE state = 'leased'",
+            [now_ms],
+        )?;
+        tx.commit()?;
+        Ok(leased.len() as u64)
+    }
+
+    /// Lease up to `limit` due messages (ready or scheduled with `next_at` passed, or leased
+    /// with the lease expired) for `lease_ms`.
+    pub fn claim(
+        &self,
+        now_ms: u64,
+        limit: usize,
+        lease_ms: u64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mut claimed = Vec::new();
+        {
+            let mut due = tx.prepare_cached(
+                "SELECT seq, id, topic, headers, payload, content_type, attempt, deferrals,
+                        published_at_ms, first_failed_at_ms, state
+                 FROM messages
+                 WHERE (state IN ('ready', 'scheduled') AND next_at_ms <= ?1)
+                    OR (state = 'leased' AND lease_until_ms <= ?1)
+                 ORDER BY next_at_ms LIMIT ?2",
+            )?;
+            let rows = due.query_map(params![now_ms, limit as i64], |r| {
+                let headers: String = r.get(3)?;
+                let state: String = r.get(10)?;
+                Ok((
+                    Claimed {
+                        seq: r.get(0)?,
+                        id: r.get(1)?,
+                        topic: r.get(2)?,
+                        headers: BTreeMap::new(),
+                        payload: r.get(4)?,
+                        content_type: r.get(5)?,
+                        attempt: r.get(6)?,
+                        deferrals: r.get(7)?,
+                        published_at_ms: r.get(8)?,
+                        first_failed_at_ms: r.get(9)?,
+                        history: Vec::new(),
+                        redelivery: state == "leased",
+                    },
+                    headers,
+                ))
+            })?;
+            for row in rows {
+                let (mut c, headers) = row?;
+                c.headers = serde_json::from_str(&headers)
+                    .map_err(|e| StoreError::Corrupt(format!("message {}: headers: {e}", c.id)))?;
+                claimed.push(c);
+            }
+            let mut lease = tx.prepare_cached(
+                "UPDATE messages SET state = 'leased', lease_until_ms = ?2,
+                        deliveries = deliveries + 1, updated_at_ms = ?3 WHERE seq = ?1",
+            )?;
+            let mut history = tx.prepare_cached(
+                "SELECT at_ms, kind, message FROM attempts WHERE message_seq = ?1 ORDER BY rowid",
+            )?;
+            for c in &mut claimed {
+                lease.execute(params![c.seq, now_ms + lease_ms, now_ms])?;
+                c.history = history
+                    .query_map([c.seq], |r| {
+                        Ok(AttemptSpec {
+                            at_ms: r.get(0)?,
+                            kind: r.get(1)?,
+                            message: r.get(2)?,
+                        })
+                    })?
+                    .collect::<Result<_, _>>()?;
+            }
+        }
+        for c in claimed.iter().filter(|c| c.redelivery) {
+            audit(
+                &tx,
+                now_ms,
+                &c.id,
+                &c.topic,
+                "lease-expired",
+                "delivered again: possible duplicate",
+            )?;
+        }
+        tx.commit()?;
+        Ok(claimed)
+    }
+
+    /// The consumer took the message.
+    pub fn delivered(&self, seq: i64, now_ms: u64) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = ?2
+             WHERE seq = ?1",
+            params![seq, now_ms],
+        )?;
+        Ok(())
+    }
+
+    /// Schedule the message again at `next_at_ms`, recording the failed attempt; a retry
+    /// spends an attempt, a delay counts a deferral instead.
+    pub fn schedule(
+        &self,
+        seq: i64,
+        failed: &AttemptRecord,
+        next_at_ms: u64,
+        spend_attempt: bool,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        record_attempt(&tx, seq, failed)?;
+        let (attempt, deferral) = if spend_attempt { (1, 0) } else { (0, 1) };
+        tx.execute(
+            "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = ?2,
+                    attempt = attempt + ?3, deferrals = deferrals + ?4,
+                    first_failed_at_ms = COALESCE(first_failed_at_ms, ?5), updated_at_ms = ?5
+             WHERE seq = ?1",
+            params![seq, next_at_ms, attempt, deferral, failed.at_ms],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Retire the message into `dlq` with its envelope, in one transaction.
+    pub fn dead_letter(
+        &self,
+        seq: i64,
+        failed: &AttemptRecord,
+        entry: &NewDlqEntry<'_>,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        record_attempt(&tx, seq, failed)?;
+        let (id, topic, attempt): (String, String, u32) = tx.query_row(
+            "UPDATE messages SET state = 'dead', lease_until_ms = NULL, attempt = attempt + 1,
+                    first_failed_at_ms = COALESCE(first_failed_at_ms, ?2), updated_at_ms = ?2
+             WHERE seq = ?1 RETURNING id, topic, attempt",
+            params![seq, failed.at_ms],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
+        tx.execute(
+            "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
+                              created_at_ms, format, envelope, state)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'dead')",
+            params![
+                seq,
+                id,
+                topic,
+                entry.dlq,
+                entry.class,
+                failed.kind,
+                entry.reason,
+                attempt,
+                failed.at_ms,
+                entry.format,
+                entry.envelope
+            ],
+        )?;
+        audit(
+            &tx,
+            failed.at_ms,
+            &id,
+            &topic,
+            "dead-lettered",
+            entry.reason,
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Discard the message on a policy's word, with an audit record of the reason.
+    pub fn discard(
+        &self,
+        seq: i64,
+        failed: &AttemptRecord,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        record_attempt(&tx, seq, failed)?;
+        let (id, topic): (String, String) = tx.query_row(
+            "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = ?2
+             WHERE seq = ?1 RETURNING id, topic",
+            params![seq, failed.at_ms],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        audit(&tx, failed.at_ms, &id, &topic, "discarded", reason)?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Give a leased message back without a verdict (no route for it now, or shutting
+    /// down): ready again at `next_at_ms`, nothing spent.
+    pub fn release(&self, seq: i64, next_at_ms: u64) -> Result<(), StoreError> {
+        self.conn().execute(
+            "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = ?2,
+                    deliveries = MAX(deliveries - 1, 0)
+             WHERE seq = ?1 AND state = 'leased'",
+            params![seq, next_at_ms],
+        )?;
+        Ok(())
+    }
+
+    /// A message's state by id.
+    pub fn state_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT state FROM messages WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+}
+
+/// A dead letter about to be written.
+#[derive(Debug)]
+pub struct NewDlqEntry<'a> {
+    /// The DLQ's name.
+    pub dlq: &'a str,
+    /// The verdict's class (kebab-case).
+    pub class: &'a str,
+    /// The verdict's reason.
+    pub reason: &'a str,
+    /// `json` or `msgpack`.
+    pub format: &'a str,
+    /// The encoded envelope.
+    pub envelope: &'a [u8],
+}
+
+fn record_attempt(
+    tx: &rusqlite::Transaction<'_>,
+    seq: i64,
+    failed: &AttemptRecord,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![seq, failed.at_ms, failed.kind, failed.message])?;
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! The embedded store: one SQLite file in WAL mode holding ready messages, in-flight leases,
+//! scheduled retries with their per-attempt history, the dead-letter queues and an audit log.
+//!
+//! Every state change of a message is one transaction, so a crash at any instant leaves each
+//! message ready, leased (delivered again once the lease expires, or at restart), scheduled,
+//! delivered, dead-lettered or discarded - never gone. `synchronous = FULL`: a change is on
+//! disk before the call returns, which is when a delivery counts as acknowledged.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use rusqlite::Connection;
+use serde::Serialize;
+
+mod dlq;
+mod messages;
+
+pub use dlq::{DlqEntry, DlqFilter, DlqStats};
+pub use messages::{AttemptRecord, Claimed, NewDlqEntry, NewMessage, Published};
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database file could not be opened or set up.
+    #[error("{path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// A statement failed.
+    #[error("store: {0}")]
+    Sql(#[from] rusqlite::Error),
+    /// A stored value could not be decoded.
+    #[error("store: {0}")]
+    Corrupt(String),
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    topic TEXT NOT NULL,
+    headers TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    content_type TEXT,
+    state TEXT NOT NULL CHECK (state IN
+        ('ready', 'scheduled', 'leased', 'delivered', 'dead', 'discarded')),
+    attempt INTEGER NOT NULL DEFAULT 0,
+    deferrals INTEGER NOT NULL DEFAULT 0,
+    deliveries INTEGER NOT NULL DEFAULT 0,
+    next_at_ms INTEGER NOT NULL,
+    lease_until_ms INTEGER,
+    published_at_ms INTEGER NOT NULL,
+    first_failed_at_ms INTEGER,
+    updated_at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_due ON messages (state, next_at_ms);
+CREATE TABLE IF NOT EXISTS attempts (
+    message_seq INTEGER NOT NULL REFERENCES messages (seq),
+    at_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS attempts_message ON attempts (message_seq);
+CREATE TABLE IF NOT EXISTS dlq (
+    seq INTEGER PRIMARY KEY,
+    message_seq INTEGER NOT NULL REFERENCES messages (seq),
+    message_id TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    dlq TEXT NOT NULL,
+    class TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    format TEXT NOT NULL,
+    envelope BLOB NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('dead', 'replayed', 'discarded'))
+);
+CREATE INDEX IF NOT EXISTS dlq_state ON dlq (state, dlq);
+CREATE TABLE IF NOT EXISTS audit (
+    seq INTEGER PRIMARY KEY,
+    at_ms INTEGER NOT NULL,
+    message_id TEXT,
+    topic TEXT,
+    event TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+";
+
+/// The store. Cheap to share behind an `Arc`; calls are serialised on one connection (SQLite
+/// has one writer anyway), so call it from blocking threads, not async tasks.
+#[derive(Debug)]
+pub struct Store {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+/// Messages by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StateCounts {
+    /// Waiting for delivery.
+    pub ready: u64,
+    /// Waiting for a retry or delay to fall due.
+    pub scheduled: u64,
+    /// Being delivered.
+    pub leased: u64,
+    /// Delivered (the consumer answered 2xx).
+    pub delivered: u64,
+    /// Dead-lettered (and not replayed since).
+    pub dead: u64,
+    /// Discarded on a policy's word or an operator's.
+    pub discarded: u64,
+}
+
+impl StateCounts {
+    /// Every message the store holds.
+    pub fn total(&self) -> u64 {
+        self.ready + self.scheduled + self.leased + self.delivered + self.dead + self.discarded
+    }
+
+    /// Messages not yet in a final state.
+    pub fn pending(&self) -> u64 {
+        self.ready + self.scheduled + self.leased
+    }
+}
+
+impl Store {
+    /// Open (creating when missing) the store at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let open_err = |source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                open_err(rusqlite::Error::InvalidPath(
+                    format!("{}: {e}", dir.display()).into(),
+                ))
+            })?;
+        }
+        let conn = Connection::open(path).map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(open_err)?;
+        conn.execute_batch(SCHEMA).map_err(open_err)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Messages by state.
+    pub fn counts(&self) -> Result<StateCounts, StoreError> {
+        let conn = self.conn();
+        let mut counts = StateCounts::default();
+        let mut stmt =
+            conn.prepare_cached("SELECT state, COUNT(*) FROM messages GROUP BY state")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))?;
+        for row in rows {
+            let (state, n) = row?;
+            match state.as_str() {
+                "ready" => counts.ready = n,
+                "scheduled" => counts.scheduled = n,
+                "leased" => counts.leased = n,
+                "delivered" => counts.delivered = n,
+                "dead" => counts.dead = n,
+                "discarded" => counts.discarded = n,
+                other => return Err(StoreError::Corrupt(format!("unknown state `{other}`"))),
+            }
+        }
+        Ok(counts)
+    }
+
+    /// Audit events with this name (`lease-expired`, `replayed`, ...).
+    pub fn audit_count(&self, event: &str) -> Result<u64, StoreError> {
+        Ok(self.conn().query_row(
+            "SELECT COUNT(*) FROM audit WHERE event = ?1",
+            [event],
+            |r| r.get(0),
+        )?)
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn audit(
+    tx: &rusqlite::Transaction<'_>,
+    at_ms: u64,
+    message_id: &str,
+    topic: &str,
+    event: &str,
+    detail: &str,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO audit (at_ms, message_id, topic, event, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?
+    .execute(rusqlite::params![at_ms, message_id, topic, event, detail])?;
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! The gateway end to end on the embedded store: publish, deliver over HTTP to a consumer
+//! that fails on purpose, decide with `rules`, retry, dead-letter with the whole history.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use verdict_host::store::{DlqFilter, StateCounts};
+use verdict_tests::consumer::{Behaviour, Consumer};
+use verdict_tests::gateway::Gateway;
+use verdict_tests::{fixtures, scratch_dir};
+
+/// Retry 5xx and transport failures quickly (fixed 20 ms) up to 8 attempts; format errors
+/// are dead-lettered at once.
+const RULES_CONFIG: &str = r#"{ max_attempts = 8, rules = [
+    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
+] }"#;
+
+fn config(consumer_url: &str, extra: &str) -> String {
+    format!(
+        r#"
+[sandbox]
+decide_timeout_ms = 1000
+[admin]
+listen = "127.0.0.1:0"
+token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
+[gateway]
+instance = "gw-test"
+poll_ms = 10
+{extra}
+[policies.rules]
+path = "{rules}"
+[[routes]]
+topic = "orders"
+policy = "rules"
+config = {RULES_CONFIG}
+consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 16 }}
+"#,
+        rules = fixtures::RULES,
+    )
+}
+
+/// Message i: 5% permanent, 20% transient (1-3 failures first), the rest fine.
+fn behaviour(id: &str) -> Behaviour {
+    let i: u32 = id.trim_start_matches("m-").parse().unwrap_or(0);
+    match i % 100 {
+        0..5 => Behaviour::Permanent,
+        5..25 => Behaviour::FailsFirst(1 + i % 3),
+        _ => Behaviour::Ok,
+    }
+}
+
+fn publish(gw: &Gateway, ids: std::ops::Range<u32>) {
+    let batch: Vec<Value> = ids
+        .map(|i| json!({"id": format!("m-{i}"), "headers": {"tenant": "eu"}, "payload": {"order": i}}))
+        .collect();
+    let published: Value = gw
+        .anonymous
+        .post("/v1/topics/orders/messages", &batch)
+        .expect("publish");
+    assert_eq!(published["accepted"].as_array().unwrap().len(), batch.len());
+}
+
+/// Wait until nothing is pending (at most `limit`), returning the final counts.
+fn drained(gw: &Gateway, limit: Duration) -> StateCounts {
+    let deadline = Instant::now() + limit;
+    loop {
+        let counts = gw.store.counts().unwrap();
+        if counts.pending() == 0 || Instant::now() > deadline {
+            return counts;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_thousand_messages_end_delivered_or_dead_lettered_with_their_history() {
+    let dir = scratch_dir("gateway-thousand");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, behaviour);
+    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), ""), "unused");
+    publish(&gw, 0..1_000);
+    let counts = drained(&gw, Duration::from_secs(120));
+
+    // Count equality against the store: every message delivered or dead-lettered.
+    assert_eq!(counts.total(), 1_000, "{counts:?}");
+    assert_eq!((counts.delivered, counts.dead), (950, 50), "{counts:?}");
+    let (deliveries, accepted) = consumer.snapshot();
+    for i in 0..1_000 {
+        let id = format!("m-{i}");
+        match behaviour(&id) {
+            Behaviour::Permanent => assert_eq!(accepted.get(&id), None),
+            Behaviour::FailsFirst(k) => {
+                assert_eq!(deliveries[&id], k + 1, "{id}");
+                assert_eq!(accepted[&id], 1, "{id}");
+            }
+            Behaviour::Ok => assert_eq!((deliveries[&id], accepted[&id]), (1, 1), "{id}"),
+        }
+    }
+
+    // The DLQ holds exactly the permanent ones, each with its history and provenance.
+    let dead = gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap();
+    assert_eq!(dead.len(), 50);
+    for entry in &dead {
+        assert_eq!(behaviour(&entry.message_id), Behaviour::Permanent);
+        assert_eq!(
+            (entry.dlq.as_str(), entry.class.as_str()),
+            ("orders.DLQ", "poison")
+        );
+        let e = &entry.envelope;
+        assert_eq!(e["original"]["topic"], "orders");
+        assert_eq!(e["original"]["id"], json!(entry.message_id));
+        assert_eq!(e["original"]["headers"]["tenant"], "eu");
+        assert!(e["original"]["payload"]["order"].is_u64(), "{e}");
+        assert_eq!(e["attempts"], 1);
+        assert_eq!(e["errors"][0]["kind"], "schema.unknown-version");
+        assert_eq!(e["errors"][0]["message"], "schema v9 is unknown");
+        assert_eq!(e["consumerGroup"], "verdict");
+        assert_eq!(e["gateway"], "gw-test");
+        assert_eq!(e["policy"]["name"], "rules");
+        assert_eq!(e["policy"]["sha256"].as_str().unwrap().len(), 64);
+        assert_eq!(e["policy"]["generation"], 1);
+        assert_eq!(e["verdict"]["class"], "poison");
+        assert!(e["firstFailedAt"].as_str().unwrap().ends_with('Z'), "{e}");
+    }
+    // `/metrics` agrees with the store.
+    let metrics = gw.anonymous.get_text("/metrics").unwrap();
+    assert!(
+        metrics.contains(r#"verdict_dlq_depth{dlq="orders.DLQ",topic="orders"} 50"#),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn retries_run_out_into_the_dlq_with_every_attempt() {
+    let dir = scratch_dir("gateway-exhausted");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::FailsFirst(100));
+    let gw = Gateway::start_on(
+        runtime,
+        &dir,
+        &config(
+            &consumer.url(),
+            "dlq_format = \"msgpack\"\ndlq_naming = \"prefix\"",
+        ),
+        "unused",
+    );
+    publish(&gw, 0..3);
+    let counts = drained(&gw, Duration::from_secs(60));
+    assert_eq!(counts.dead, 3, "{counts:?}");
+    let dead = gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap();
+    for entry in &dead {
+        assert_eq!(
+            (entry.dlq.as_str(), entry.class.as_str()),
+            ("DLQ.orders", "exhausted")
+        );
+        let e = &entry.envelope;
+        assert_eq!(e["attempts"], 8);
+        let errors = e["errors"].as_array().unwrap();
+        assert_eq!(errors.len(), 8);
+        assert!(errors.iter().all(|x| x["kind"] == "http.503"));
+        let at: Vec<u64> = errors.iter().map(|x| x["atMs"].as_u64().unwrap()).collect();
+        assert!(at.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
+    }
+    let (deliveries, _) = consumer.snapshot();
+    assert_eq!(deliveries["m-0"], 8);
+}
+
+#[test]
+fn publishing_bad_input_or_to_an_unknown_topic_stores_nothing() {
+    let dir = scratch_dir("gateway-publish");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
+    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), ""), "unused");
+    let cases = [
+        (
+            "/v1/topics/inventory/messages",
+            json!({"payload": 1}),
+            404,
+            "inventory",
+        ),
+        (
+            "/v1/topics/orders/messages",
+            json!({"body": 1}),
+            400,
+            "message 0",
+        ),
+        (
+            "/v1/topics/orders/messages",
+            json!([{"payload": 1}, {"payload": 2, "id": 7}]),
+            400,
+            "message 1: id",
+        ),
+        ("/v1/topics/orders/messages", json!([]), 400, "1 to"),
+        (
+            "/v1/topics/orders.*/messages",
+            json!({"payload": 1}),
+            400,
+            "not a topic",
+        ),
+    ];
+    for (path, body, status, names) in cases {
+        match gw.anonymous.post::<Value>(path, &body) {
+            Err(verdict_host::admin::ClientError::Api {
+                status: s, message, ..
+            }) => {
+                assert_eq!(s, status, "{path} {body}: {message}");
+                assert!(message.contains(names), "`{message}` should name `{names}`");
+            }
+            other => panic!("{path} {body}: {other:?}"),
+        }
+    }
+    assert_eq!(gw.store.counts().unwrap().total(), 0);
+    // A duplicate id is reported, not stored twice.
+    let first: Value = gw
+        .anonymous
+        .post(
+            "/v1/topics/orders/messages",
+            &json!({"id": "a", "payload": "x"}),
+        )
+        .unwrap();
+    let again: Value = gw
+        .anonymous
+        .post(
+            "/v1/topics/orders/messages",
+            &json!({"id": "a", "payload": "x"}),
+        )
+        .unwrap();
+    assert_eq!(
+        (first["accepted"].clone(), again["duplicates"].clone()),
+        (json!(["a"]), json!(["a"]))
+    );
+    assert_eq!(gw.store.counts().unwrap().total(), 1);
+}
