@@ -39,6 +39,8 @@ pub mod conformance;
 mod contract;
 mod decider;
 mod decision;
+pub mod demo;
+pub mod dlq;
 mod engine;
 pub mod envelope;
 mod error;

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, TopicSettings};
 
+pub mod dlq;
 mod policy;
 mod run;
 
@@ -260,4 +261,74 @@ fn read_failure(arg: &str) -> Result<FailureSpec> {
         std::fs::read_to_string(arg).with_context(|| format!("--failure {arg}"))?
     };
     FailureSpec::from_json(&text).map_err(|e| anyhow::anyhow!("--failure {arg}: {e}"))
+}
+
+/// What `verdict publish` sends.
+#[derive(Debug)]
+pub struct PublishRequest<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The payload (JSON or text; stdin when absent and no batch).
+    pub payload: Option<&'a str>,
+    /// The message id.
+    pub id: Option<&'a str>,
+    /// `name=value` headers.
+    pub headers: &'a [String],
+    /// A JSONL file of messages.
+    pub batch: Option<&'a Path>,
+}
+
+/// `verdict publish`: one message or a JSONL batch, through the gateway's API.
+pub fn publish(client: &crate::admin::AdminClient, request: &PublishRequest<'_>) -> Result<String> {
+    let body = match request.batch {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
+            let messages = text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+                .map(|(i, line)| {
+                    serde_json::from_str::<serde_json::Value>(line)
+                        .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            serde_json::Value::Array(messages)
+        }
+        None => {
+            let text = match request.payload {
+                Some(p) => p.to_string(),
+                None => {
+                    let mut s = String::new();
+                    std::io::stdin()
+                        .read_to_string(&mut s)
+                        .context("reading the payload from stdin")?;
+                    s
+                }
+            };
+            let payload = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+            let mut headers = serde_json::Map::new();
+            for h in request.headers {
+                let (name, value) = h
+                    .split_once('=')
+                    .with_context(|| format!("--header {h}: expected NAME=VALUE"))?;
+                headers.insert(name.into(), value.into());
+            }
+            let mut message = serde_json::json!({ "payload": payload, "headers": headers });
+            if let Some(id) = request.id {
+                message["id"] = id.into();
+            }
+            message
+        }
+    };
+    let published: crate::store::Published =
+        client.post(&format!("/v1/topics/{}/messages", request.topic), &body)?;
+    Ok(format!(
+        "published {} message(s){}\n",
+        published.accepted.len(),
+        if published.duplicates.is_empty() {
+            String::new()
+        } else {
+            format!(", {} duplicate(s) ignored", published.duplicates.len())
+        }
+    ))
 }

@@ -1,22 +1,21 @@
-//! `verdict`: build, inspect and run retry/dead-letter policies. A thin shell over
-//! [`verdict_host::cli`].
+//! The command line, as clap structs. Every command is a function in
+//! [`verdict_host::cli`]; these only name the arguments.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use verdict_host::{TopicSettings, cli};
+use verdict_host::cli;
 
 /// Programmable retry and dead-letter policies for message gateways.
 #[derive(Parser)]
 #[command(name = "verdict", version, about)]
-struct Args {
+pub struct Args {
     #[command(subcommand)]
-    command: Command,
+    pub command: Command,
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub enum Command {
     /// Compile policy crates to WebAssembly components and print each component's path.
     Build {
         /// Directories of policy crates.
@@ -94,6 +93,37 @@ enum Command {
         #[command(subcommand)]
         command: PolicyArgs,
     },
+    /// The dead-letter queues of a gateway (read from and changed in its store).
+    Dlq {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long, global = true, default_value = "verdict.toml")]
+        config: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: crate::dlq::DlqArgs,
+    },
+    /// Publish a message (or a JSONL batch) to a running gateway.
+    Publish {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// The payload: JSON, or text (default: read stdin).
+        payload: Option<String>,
+        /// The message id (default: one is made).
+        #[arg(long)]
+        id: Option<String>,
+        /// A header, `name=value` (repeatable).
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// A file of messages, one JSON object per line (`{"id", "headers", "payload"}`),
+        /// published as one batch.
+        #[arg(long, conflicts_with_all = ["payload", "id", "headers"])]
+        batch: Option<PathBuf>,
+    },
     /// Ask a policy for one decision and print it as JSON.
     Decide {
         /// The policy component.
@@ -113,7 +143,7 @@ enum Command {
 
 /// Where the admin API is and how to authorise changes.
 #[derive(clap::Args)]
-struct AdminArgs {
+pub struct AdminArgs {
     /// The admin API's base URL.
     #[arg(
         long,
@@ -121,14 +151,14 @@ struct AdminArgs {
         default_value = "http://127.0.0.1:9474",
         global = true
     )]
-    admin: String,
+    pub admin: String,
     /// File holding the admin token (default: the VERDICT_ADMIN_TOKEN variable).
     #[arg(long, global = true)]
-    token_file: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
-enum PolicyArgs {
+pub enum PolicyArgs {
     /// Policies: component, version, sha256, decisions, faults, uploads.
     List,
     /// Routes: policy, component, decisions, faults, shadow.
@@ -181,165 +211,41 @@ enum PolicyArgs {
     Status,
 }
 
-fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG")
-                .unwrap_or_else(|_| "error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run(Args::parse()) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+impl PolicyArgs {
+    /// The library's form of the command.
+    pub fn into_command(self) -> anyhow::Result<cli::PolicyCommand> {
+        use cli::PolicyCommand as P;
+        Ok(match self {
+            PolicyArgs::List => P::List,
+            PolicyArgs::Routes => P::Routes,
+            PolicyArgs::History => P::History,
+            PolicyArgs::Rollback { topic } => P::Rollback { topic },
+            PolicyArgs::ShadowReport => P::ShadowReport,
+            PolicyArgs::Shadow {
+                topic,
+                policy,
+                config,
+                off: _,
+            } => P::Shadow {
+                topic,
+                policy,
+                config: config
+                    .as_deref()
+                    .map(|c| cli::json_value_arg(c, "--config"))
+                    .transpose()?,
+            },
+            PolicyArgs::Upload {
+                name,
+                file,
+                activate,
+            } => P::Upload {
+                name,
+                file,
+                activate,
+            },
+            PolicyArgs::Activate { name, sha256 } => P::Activate { name, sha256 },
+            PolicyArgs::Reload => P::Reload,
+            PolicyArgs::Status => P::Status,
+        })
     }
-}
-
-fn run(args: Args) -> anyhow::Result<ExitCode> {
-    match args.command {
-        Command::Build { crates, target_dir } => {
-            for path in cli::build(&crates, target_dir.as_deref())? {
-                emit(&format!("{}\n", path.display()))?;
-            }
-        }
-        Command::Inspect { policy } => {
-            emit(&(serde_json::to_string_pretty(&cli::inspect(&policy)?)? + "\n"))?;
-        }
-        Command::Test {
-            policy,
-            vectors,
-            config,
-            format,
-            properties,
-            fuel,
-            monotone,
-        } => {
-            let request = cli::TestRequest {
-                policy: &policy,
-                vectors: &vectors,
-                config: config.as_deref(),
-                properties,
-                fuel,
-                monotone,
-            };
-            return Ok(match cli::test(&request, format) {
-                Ok((report, passed)) => {
-                    emit(&report)?;
-                    if passed {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(2)
-                }
-            });
-        }
-        Command::Check { config } => {
-            emit(&(serde_json::to_string_pretty(&cli::check(&config)?)? + "\n"))?;
-        }
-        Command::Route {
-            config,
-            topic,
-            failure,
-        } => {
-            let out = cli::route(&config, &topic, failure.as_deref())?;
-            emit(&(serde_json::to_string_pretty(&out)? + "\n"))?;
-        }
-        Command::Run { config } => {
-            let runtime = tokio::runtime::Runtime::new()?;
-            runtime.block_on(async {
-                let running = cli::start(&config, cli::shutdown_signal()).await?;
-                eprintln!(
-                    "verdict: generation {} active; admin API on http://{}",
-                    running.registry.current().number,
-                    running.admin
-                );
-                running.wait().await
-            })?;
-        }
-        Command::Policy {
-            admin,
-            json,
-            command,
-        } => {
-            let token = match &admin.token_file {
-                Some(file) => Some(
-                    std::fs::read_to_string(file)
-                        .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", file.display()))?
-                        .trim()
-                        .to_string(),
-                ),
-                None => std::env::var("VERDICT_ADMIN_TOKEN").ok(),
-            };
-            let client = verdict_host::admin::AdminClient::new(&admin.admin, token);
-            emit(&cli::policy(&client, &policy_command(command)?, json)?)?;
-        }
-        Command::Decide {
-            policy,
-            config,
-            failure,
-            settings,
-        } => {
-            let settings: TopicSettings = match settings {
-                Some(s) => {
-                    serde_json::from_str(&s).map_err(|e| anyhow::anyhow!("--settings: {e}"))?
-                }
-                None => TopicSettings::default(),
-            };
-            let decision = cli::decide(&policy, config.as_deref(), &failure, settings)?;
-            emit(&(serde_json::to_string_pretty(&decision)? + "\n"))?;
-        }
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Write to stdout; a closed pipe (`verdict ... | head`) is the reader's choice, not an error.
-fn emit(text: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
-}
-
-fn policy_command(args: PolicyArgs) -> anyhow::Result<cli::PolicyCommand> {
-    use cli::PolicyCommand as P;
-    Ok(match args {
-        PolicyArgs::List => P::List,
-        PolicyArgs::Routes => P::Routes,
-        PolicyArgs::History => P::History,
-        PolicyArgs::Rollback { topic } => P::Rollback { topic },
-        PolicyArgs::ShadowReport => P::ShadowReport,
-        PolicyArgs::Shadow {
-            topic,
-            policy,
-            config,
-            off: _,
-        } => P::Shadow {
-            topic,
-            policy,
-            config: config
-                .as_deref()
-                .map(|c| cli::json_value_arg(c, "--config"))
-                .transpose()?,
-        },
-        PolicyArgs::Upload {
-            name,
-            file,
-            activate,
-        } => P::Upload {
-            name,
-            file,
-            activate,
-        },
-        PolicyArgs::Activate { name, sha256 } => P::Activate { name, sha256 },
-        PolicyArgs::Reload => P::Reload,
-        PolicyArgs::Status => P::Status,
-    })
 }

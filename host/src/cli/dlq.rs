@@ -1,0 +1,148 @@
+//! `verdict dlq ...`: the dead-letter queues of a gateway, read and changed in its store
+//! (the SQLite file next to the config), so the commands work whether or not `verdict run`
+//! is running - a running gateway picks replayed messages up at its next poll.
+
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::dlq::{ReplayOptions, ReplayReport};
+use crate::store::{DlqFilter, Store};
+use crate::{GatewayConfig, Registry};
+
+/// The config and store of the gateway configured by `config_path`.
+pub fn open_store(config_path: &Path) -> Result<(GatewayConfig, Store)> {
+    let config = GatewayConfig::load(config_path)?;
+    let path = store_path(config_path, &config);
+    if !path.is_file() {
+        bail!(
+            "no store at {} (has `verdict run -c {}` run yet?)",
+            path.display(),
+            config_path.display()
+        );
+    }
+    Ok((config, Store::open(&path)?))
+}
+
+fn store_path(config_path: &Path, config: &GatewayConfig) -> PathBuf {
+    config_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join(&config.storage.dir)
+        .join(&config.gateway.database)
+}
+
+/// `verdict dlq list`: one line per dead letter (or JSON).
+pub fn list(config_path: &Path, filter: &DlqFilter, as_json: bool) -> Result<String> {
+    let (_, store) = open_store(config_path)?;
+    let entries = store.dlq_list(filter, crate::pipeline::now_ms())?;
+    if as_json {
+        return Ok(serde_json::to_string_pretty(&entries)? + "\n");
+    }
+    let mut out = format!(
+        "{:>6}  {:<24} {:<16} {:<18} {:<10} {:<24} {:>8}  {}\n",
+        "SEQ", "DEAD-LETTERED", "TOPIC", "DLQ", "CLASS", "KIND", "ATTEMPTS", "MESSAGE ID"
+    );
+    for e in &entries {
+        writeln!(
+            out,
+            "{:>6}  {:<24} {:<16} {:<18} {:<10} {:<24} {:>8}  {}",
+            e.seq,
+            crate::envelope::rfc3339(e.created_at_ms),
+            e.topic,
+            e.dlq,
+            e.class,
+            e.kind,
+            e.attempts,
+            e.message_id
+        )?;
+    }
+    writeln!(out, "{} dead letter(s)", entries.len())?;
+    Ok(out)
+}
+
+/// `verdict dlq show SEQ`: the whole envelope.
+pub fn show(config_path: &Path, seq: i64) -> Result<String> {
+    let (_, store) = open_store(config_path)?;
+    let entry = store
+        .dlq_list(&DlqFilter::default(), u64::MAX)?
+        .into_iter()
+        .find(|e| e.seq == seq)
+        .with_context(|| format!("no dead letter {seq} (see `verdict dlq list`)"))?;
+    Ok(serde_json::to_string_pretty(&entry)? + "\n")
+}
+
+/// `verdict dlq stats`: depth and oldest entry per DLQ.
+pub fn stats(config_path: &Path, as_json: bool) -> Result<String> {
+    let (_, store) = open_store(config_path)?;
+    let stats = store.dlq_stats()?;
+    if as_json {
+        return Ok(serde_json::to_string_pretty(&stats)? + "\n");
+    }
+    let now = crate::pipeline::now_ms();
+    let mut out = format!(
+        "{:<24} {:<20} {:>8}  {}\n",
+        "DLQ", "TOPIC", "DEPTH", "OLDEST"
+    );
+    for s in &stats {
+        writeln!(
+            out,
+            "{:<24} {:<20} {:>8}  {} ago",
+            s.dlq,
+            s.topic,
+            s.depth,
+            humantime::format_duration(std::time::Duration::from_secs(
+                now.saturating_sub(s.oldest_at_ms) / 1_000
+            ))
+        )?;
+    }
+    Ok(out)
+}
+
+/// `verdict dlq replay`: put dead letters back for delivery (or, with `dry_run`, show what
+/// the current policy would decide). `progress(done, total)` reports as it goes.
+pub fn replay(
+    config_path: &Path,
+    filter: &DlqFilter,
+    options: &ReplayOptions,
+    progress: impl FnMut(usize, usize),
+) -> Result<ReplayReport> {
+    let (config, store) = open_store(config_path)?;
+    let registry = if options.dry_run {
+        let base = config_path.parent().unwrap_or(Path::new("."));
+        Some(Registry::new(&config, base)?)
+    } else {
+        None
+    };
+    Ok(crate::dlq::replay(
+        &store,
+        registry.as_ref(),
+        filter,
+        options,
+        progress,
+    )?)
+}
+
+/// `verdict dlq discard --reason R`: discard for good (audited).
+pub fn discard(config_path: &Path, filter: &DlqFilter, reason: &str) -> Result<u64> {
+    if reason.trim().is_empty() {
+        bail!("--reason: say why these dead letters are discarded (it goes into the audit log)");
+    }
+    let (_, store) = open_store(config_path)?;
+    let now = crate::pipeline::now_ms();
+    let seqs: Vec<i64> = store.dlq_list(filter, now)?.iter().map(|e| e.seq).collect();
+    Ok(store.dlq_discard(&seqs, now, reason)?)
+}
+
+/// `verdict dlq export`: one envelope per line (JSONL) to `out`; returns how many.
+pub fn export(config_path: &Path, filter: &DlqFilter, out: &mut dyn Write) -> Result<usize> {
+    let (_, store) = open_store(config_path)?;
+    let entries = store.dlq_list(filter, crate::pipeline::now_ms())?;
+    for e in &entries {
+        serde_json::to_writer(&mut *out, &e.envelope)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(entries.len())
+}

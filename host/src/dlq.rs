@@ -1,0 +1,205 @@
+//! Operating the dead-letter queues: replay (with a dry run, a rate limit and a canary),
+//! discard and export. `verdict dlq ...` and the admin API both call these.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::pipeline::now_ms;
+use crate::store::{DlqEntry, DlqFilter, Store, StoreError};
+use crate::{AttemptSpec, Decision, ErrorSpec, FailureSpec, Registry};
+
+/// How to replay.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayOptions {
+    /// Only show what the current policy would decide for each; move nothing.
+    pub dry_run: bool,
+    /// At most this many replays per second.
+    pub rate_per_s: Option<f64>,
+    /// Replay this many first, wait until each is delivered, and go on only if all were.
+    pub canary: Option<usize>,
+    /// How long to wait for the canary.
+    pub canary_timeout: Duration,
+    /// Who and why, for the audit log.
+    pub note: String,
+}
+
+/// What a replay did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ReplayReport {
+    /// Dead letters matched by the filter.
+    pub matched: usize,
+    /// Put back for delivery.
+    pub replayed: usize,
+    /// The canary's outcome, when one was asked for.
+    pub canary: Option<CanaryOutcome>,
+    /// With `dry_run`: what the current policy decides for each (its last failure again).
+    pub dry_run: Vec<DryRunLine>,
+}
+
+/// How the canary went.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct CanaryOutcome {
+    /// Messages in the canary.
+    pub size: usize,
+    /// Delivered within the timeout.
+    pub delivered: usize,
+    /// Whether the rest was replayed.
+    pub passed: bool,
+}
+
+/// One dry-run decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct DryRunLine {
+    /// The dead letter.
+    pub seq: i64,
+    /// Its message id.
+    pub message_id: String,
+    /// The decision the current policy makes on its last failure (none: no route now).
+    pub decision: Option<Decision>,
+}
+
+/// Why a replay stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A dry run needs the registry.
+    #[error("a dry run needs the gateway's policies")]
+    NoRegistry,
+}
+
+/// Replay the dead letters `filter` matches; `progress(done, total)` after each.
+pub fn replay(
+    store: &Store,
+    registry: Option<&Registry>,
+    filter: &DlqFilter,
+    options: &ReplayOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ReplayReport, ReplayError> {
+    let entries = store.dlq_list(filter, now_ms())?;
+    let mut report = ReplayReport {
+        matched: entries.len(),
+        ..ReplayReport::default()
+    };
+    if options.dry_run {
+        let registry = registry.ok_or(ReplayError::NoRegistry)?;
+        for e in &entries {
+            let failure = last_failure(e).into_failure();
+            report.dry_run.push(DryRunLine {
+                seq: e.seq,
+                message_id: e.message_id.clone(),
+                decision: registry.decide(&e.topic, &failure),
+            });
+        }
+        return Ok(report);
+    }
+    let mut rest: &[DlqEntry] = &entries;
+    if let Some(size) = options.canary.filter(|n| *n > 0) {
+        let (canary, after) = entries.split_at(size.min(entries.len()));
+        let ids = store.dlq_replay(&seqs(canary), now_ms(), &options.note)?;
+        report.replayed += ids.len();
+        progress(report.replayed, entries.len());
+        let delivered = wait_delivered(store, &ids, options.canary_timeout)?;
+        let passed = delivered == ids.len();
+        report.canary = Some(CanaryOutcome {
+            size: ids.len(),
+            delivered,
+            passed,
+        });
+        if !passed {
+            return Ok(report);
+        }
+        rest = after;
+    }
+    let pause = options
+        .rate_per_s
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs_f64(1.0 / r));
+    for entry in rest {
+        let started = Instant::now();
+        report.replayed += store
+            .dlq_replay(&[entry.seq], now_ms(), &options.note)?
+            .len();
+        progress(report.replayed, entries.len());
+        if let Some(pause) = pause {
+            std::thread::sleep(pause.saturating_sub(started.elapsed()));
+        }
+    }
+    Ok(report)
+}
+
+/// The failure that dead-lettered `entry`, as its envelope records it.
+fn last_failure(entry: &DlqEntry) -> FailureSpec {
+    let e = &entry.envelope;
+    let errors: Vec<AttemptSpec> = e["errors"]
+        .as_array()
+        .map(|errors| {
+            errors
+                .iter()
+                .map(|x| AttemptSpec {
+                    at_ms: x["atMs"].as_u64().unwrap_or(0),
+                    kind: x["kind"].as_str().unwrap_or_default().to_string(),
+                    message: x["message"].as_str().unwrap_or_default().to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let (history, last) = match errors.split_last() {
+        Some((last, history)) => (history.to_vec(), last.clone()),
+        None => (
+            Vec::new(),
+            AttemptSpec {
+                at_ms: entry.created_at_ms,
+                kind: entry.kind.clone(),
+                message: String::new(),
+            },
+        ),
+    };
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+    FailureSpec {
+        topic: entry.topic.clone(),
+        message_id: entry.message_id.clone(),
+        consumer_group: text(&e["consumerGroup"]),
+        attempt: entry.attempts.max(1),
+        first_failed_at_ms: history.first().map_or(last.at_ms, |a| a.at_ms),
+        now_ms: Some(now_ms()),
+        error: ErrorSpec {
+            kind: last.kind,
+            message: last.message,
+            ..ErrorSpec::default()
+        },
+        history,
+        payload: e["original"].get("payload").map(|p| match p {
+            serde_json::Value::String(_) => p.clone(),
+            other => serde_json::Value::String(other.to_string()),
+        }),
+        ..FailureSpec::default()
+    }
+}
+
+fn seqs(entries: &[DlqEntry]) -> Vec<i64> {
+    entries.iter().map(|e| e.seq).collect()
+}
+
+/// Poll until every id is delivered, one is dead again, or `timeout` passes; returns how
+/// many were delivered.
+fn wait_delivered(store: &Store, ids: &[String], timeout: Duration) -> Result<usize, StoreError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut delivered = 0;
+        let mut failed = false;
+        for id in ids {
+            match store.state_of(id)?.as_deref() {
+                Some("delivered") => delivered += 1,
+                Some("dead" | "discarded") => failed = true,
+                _ => {}
+            }
+        }
+        if delivered == ids.len() || failed || Instant::now() > deadline {
+            return Ok(delivered);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
