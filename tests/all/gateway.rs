@@ -232,3 +232,34 @@ fn publishing_bad_input_or_to_an_unknown_topic_stores_nothing() {
     );
     assert_eq!(gw.store.counts().unwrap().total(), 1);
 }
+
+/// Retries that outlast a 30 s outage under `rules`: exponential from 1 s, capped at 8 s,
+/// equal jitter (so each wait is at least half the step): 11 retries wait at least 35 s.
+const OUTAGE_RULES: &str = r#"{ max_attempts = 12, rules = [
+    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+    { match = ["http.5*", "transport.*"],
+      retry = { strategy = "exponential", base_ms = 1000, cap_ms = 8000, jitter = "equal" } },
+] }"#;
+
+#[test]
+fn a_consumer_down_for_30_seconds_causes_retries_not_dead_letters() {
+    let dir = scratch_dir("gateway-outage");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
+    consumer.demo.set_down(true);
+    let text = config(&consumer.url(), "").replace(RULES_CONFIG, OUTAGE_RULES);
+    let gw = Gateway::start_on(runtime, &dir, &text, "unused");
+    publish(&gw, 0..50);
+    std::thread::sleep(Duration::from_secs(30));
+    let during = gw.store.counts().unwrap();
+    assert_eq!((during.dead, during.delivered), (0, 0), "{during:?}");
+    let (deliveries, _) = consumer.snapshot();
+    assert!(
+        deliveries.values().all(|n| *n >= 3),
+        "retried during the outage: {deliveries:?}"
+    );
+
+    consumer.demo.set_down(false);
+    let after = drained(&gw, Duration::from_secs(60));
+    assert_eq!((after.delivered, after.dead), (50, 0), "{after:?}");
+}

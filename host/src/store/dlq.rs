@@ -131,7 +131,7 @@ impl Store {
         note: &str,
     ) -> Result<Vec<String>, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut ids = Vec::new();
         for seq in seqs {
             let Some((message_seq, id, topic)) = dead_entry(&tx, *seq)? else {
@@ -156,7 +156,7 @@ impl Store {
     /// Discard dead letters for good, each audited with the operator's `reason`.
     pub fn dlq_discard(&self, seqs: &[i64], now_ms: u64, reason: &str) -> Result<u64, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut n = 0;
         for seq in seqs {
             let Some((message_seq, id, topic)) = dead_entry(&tx, *seq)? else {

@@ -77,7 +77,7 @@ impl Store {
     /// Store `messages` as ready, in one transaction.
     pub fn publish(&self, messages: &[NewMessage], now_ms: u64) -> Result<Published, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut out = Published::default();
         {
             let mut insert = tx.prepare_cached(
@@ -112,7 +112,7 @@ impl Store {
     /// gone). Each is counted as a possible duplicate delivery in the audit log.
     pub fn recover_leases(&self, now_ms: u64) -> Result<u64, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let leased: Vec<(String, String)> = tx
             .prepare("SELECT id, topic FROM messages WHERE state = 'leased'")?
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -145,7 +145,7 @@ impl Store {
         lease_ms: u64,
     ) -> Result<Vec<Claimed>, StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut claimed = Vec::new();
         {
             let mut due = tx.prepare_cached(
@@ -237,7 +237,7 @@ impl Store {
         spend_attempt: bool,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         record_attempt(&tx, seq, failed)?;
         let (attempt, deferral) = if spend_attempt { (1, 0) } else { (0, 1) };
         tx.execute(
@@ -259,7 +259,7 @@ impl Store {
         entry: &NewDlqEntry<'_>,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         record_attempt(&tx, seq, failed)?;
         let (id, topic, attempt): (String, String, u32) = tx.query_row(
             "UPDATE messages SET state = 'dead', lease_until_ms = NULL, attempt = attempt + 1,
@@ -306,7 +306,7 @@ impl Store {
         reason: &str,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
-        let tx = conn.transaction()?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         record_attempt(&tx, seq, failed)?;
         let (id, topic): (String, String) = tx.query_row(
             "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = ?2

@@ -91,7 +91,9 @@ CREATE TABLE IF NOT EXISTS audit (
 ";
 
 /// The store. Cheap to share behind an `Arc`; calls are serialised on one connection (SQLite
-/// has one writer anyway), so call it from blocking threads, not async tasks.
+/// has one writer anyway), so call it from blocking threads, not async tasks. Write
+/// transactions begin `IMMEDIATE`: another process (`verdict dlq replay` beside a running
+/// gateway) then waits on the busy timeout instead of failing a read-then-write upgrade.
 #[derive(Debug)]
 pub struct Store {
     conn: Mutex<Connection>,
