@@ -36,11 +36,16 @@ impl Metrics {
     }
 
     /// Add the gateway's: deliveries and verdicts applied, and the store's message states and
-    /// DLQ depths (read at scrape time, so `/metrics` always equals the store).
-    pub fn with_gateway(mut self, store: Arc<Store>, pipeline: &PipelineMetrics) -> Self {
+    /// DLQs (read at scrape time, so `/metrics` always equals the store).
+    pub fn with_gateway(
+        mut self,
+        registry: Arc<Registry>,
+        store: Arc<Store>,
+        pipeline: &PipelineMetrics,
+    ) -> Self {
         pipeline.register(&mut self.registry);
         self.registry
-            .register_collector(Box::new(StoreCollector(store)));
+            .register_collector(Box::new(StoreCollector { store, registry }));
         self
     }
 
@@ -184,7 +189,10 @@ impl Collector for RegistryCollector {
     }
 }
 
-struct StoreCollector(Arc<Store>);
+struct StoreCollector {
+    store: Arc<Store>,
+    registry: Arc<Registry>,
+}
 
 impl std::fmt::Debug for StoreCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -214,18 +222,32 @@ impl Collector for StoreCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
         let now = crate::pipeline::now_ms();
         // A store that cannot be read shows as missing series, not as a failed scrape.
-        let (Ok(dlqs), Ok(counts)) = (self.0.dlq_stats(), self.0.counts()) else {
+        let (Ok(dlqs), Ok(counts)) = (self.store.dlq_stats(), self.store.counts()) else {
             tracing::warn!("metrics: the store could not be read");
             return Ok(());
         };
         let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let depth: Vec<_> = dlqs
+        let generation = self.registry.current();
+        let core: Vec<&str> = dlqs
             .iter()
             .map(|d| {
-                (
-                    vec![("dlq", d.dlq.as_str()), ("topic", d.topic.as_str())],
-                    as_i64(d.depth),
-                )
+                if generation.route(&d.topic).is_some_and(|r| r.core) {
+                    "true"
+                } else {
+                    "false"
+                }
+            })
+            .collect();
+        let depth: Vec<_> = dlqs
+            .iter()
+            .zip(&core)
+            .map(|(d, core)| {
+                let labels = vec![
+                    ("dlq", d.dlq.as_str()),
+                    ("topic", d.topic.as_str()),
+                    ("core", *core),
+                ];
+                (labels, as_i64(d.depth))
             })
             .collect();
         gauge(
@@ -236,10 +258,12 @@ impl Collector for StoreCollector {
         )?;
         let age: Vec<_> = dlqs
             .iter()
+            .filter(|d| d.depth > 0)
             .map(|d| {
+                let age_s = now.saturating_sub(d.oldest_at_ms) / 1_000;
                 (
                     vec![("dlq", d.dlq.as_str()), ("topic", d.topic.as_str())],
-                    as_i64(now.saturating_sub(d.oldest_at_ms) / 1_000),
+                    as_i64(age_s),
                 )
             })
             .collect();
@@ -248,6 +272,21 @@ impl Collector for StoreCollector {
             "verdict_dlq_oldest_age_seconds",
             "Age of the oldest dead letter, by DLQ and source topic",
             &age,
+        )?;
+        let ingress: Vec<_> = dlqs
+            .iter()
+            .map(|d| {
+                (
+                    vec![("dlq", d.dlq.as_str()), ("topic", d.topic.as_str())],
+                    d.ingress,
+                )
+            })
+            .collect();
+        counter(
+            &mut encoder,
+            "verdict_dlq_ingress",
+            "Dead letters written (replayed and discarded ones too), by DLQ and source topic",
+            &ingress,
         )?;
         let states = [
             ("ready", counts.ready),

@@ -3,6 +3,7 @@
 
 mod admin;
 mod admission;
+mod alerts;
 mod conformance;
 mod gateway;
 mod hostile;

@@ -77,7 +77,8 @@ pub fn show(config_path: &Path, seq: i64) -> Result<String> {
 /// `verdict dlq stats`: depth and oldest entry per DLQ.
 pub fn stats(config_path: &Path, as_json: bool) -> Result<String> {
     let (_, store) = open_store(config_path)?;
-    let stats = store.dlq_stats()?;
+    let mut stats = store.dlq_stats()?;
+    stats.retain(|s| s.depth > 0);
     if as_json {
         return Ok(serde_json::to_string_pretty(&stats)? + "\n");
     }
@@ -86,7 +87,7 @@ pub fn stats(config_path: &Path, as_json: bool) -> Result<String> {
         "{:<24} {:<20} {:>8}  {}\n",
         "DLQ", "TOPIC", "DEPTH", "OLDEST"
     );
-    for s in &stats {
+    for s in stats.iter().filter(|s| s.depth > 0) {
         writeln!(
             out,
             "{:<24} {:<20} {:>8}  {} ago",

@@ -86,8 +86,11 @@ pub async fn start(
         registry.clone(),
         config.gateway.clone(),
     )?);
-    let metrics =
-        Arc::new(Metrics::new(registry.clone()).with_gateway(store.clone(), pipeline.metrics()));
+    let metrics = Arc::new(Metrics::new(registry.clone()).with_gateway(
+        registry.clone(),
+        store.clone(),
+        pipeline.metrics(),
+    ));
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;

@@ -97,6 +97,10 @@ pub struct RouteConfig {
     /// Guardrails and fallback for this route, replacing `[defaults]`.
     #[serde(default)]
     pub settings: Option<TopicSettings>,
+    /// A core topic: its DLQ depth alerts critical at 500 instead of 1,000 (seed 2's tiers;
+    /// exported as the `core` label of `verdict_dlq_depth`).
+    #[serde(default)]
+    pub core: bool,
     /// Where the gateway delivers this route's messages. A route without one only decides
     /// (`POST /v1/decide`); publishing to it is refused.
     #[serde(default)]

@@ -85,10 +85,11 @@ impl Builder<'_> {
                 None => None,
             };
             let fingerprint = format!(
-                "{}\0{}\0{settings:?}\0{:?}\0{}",
+                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}",
                 route.topic,
                 active.fingerprint(),
                 route.consumer,
+                route.core,
                 shadow.as_ref().map(Part::fingerprint).unwrap_or_default()
             );
             if let Some(same) =
@@ -123,6 +124,7 @@ impl Builder<'_> {
                 decider,
                 shadow,
                 consumer: route.consumer.clone(),
+                core: route.core,
                 fingerprint,
             }));
         }

@@ -47,6 +47,8 @@ pub struct ActiveRoute {
     pub shadow: Option<Shadow>,
     /// Where the gateway delivers the route's messages.
     pub consumer: Option<crate::ConsumerConfig>,
+    /// A core topic (lower DLQ alert bar).
+    pub core: bool,
     /// Everything the route was built from; equal fingerprints mean the route is reused.
     fingerprint: String,
 }

@@ -57,8 +57,10 @@ pub struct DlqStats {
     pub topic: String,
     /// Dead letters waiting.
     pub depth: u64,
-    /// The oldest one's time (ms since the epoch).
+    /// The oldest one's time (ms since the epoch; 0 when the DLQ is empty).
     pub oldest_at_ms: u64,
+    /// Dead letters ever written to it (replayed and discarded ones too): the ingress.
+    pub ingress: u64,
 }
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
@@ -104,12 +106,14 @@ impl Store {
         Ok(out)
     }
 
-    /// Depth and oldest entry of every DLQ (per source topic).
+    /// Depth, oldest entry and ingress of every DLQ (per source topic), including DLQs
+    /// emptied by replay (depth 0), so gauges fall to zero instead of vanishing.
     pub fn dlq_stats(&self) -> Result<Vec<DlqStats>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached(
-            "SELECT dlq, topic, COUNT(*), MIN(created_at_ms) FROM dlq WHERE state = 'dead'
-             GROUP BY dlq, topic ORDER BY dlq, topic",
+            "SELECT dlq, topic, SUM(state = 'dead'),
+                    COALESCE(MIN(CASE WHEN state = 'dead' THEN created_at_ms END), 0), COUNT(*)
+             FROM dlq GROUP BY dlq, topic ORDER BY dlq, topic",
         )?;
         let rows = stmt.query_map([], |r| {
             Ok(DlqStats {
@@ -117,6 +121,7 @@ impl Store {
                 topic: r.get(1)?,
                 depth: r.get(2)?,
                 oldest_at_ms: r.get(3)?,
+                ingress: r.get(4)?,
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
