@@ -263,3 +263,108 @@ fn a_consumer_down_for_30_seconds_causes_retries_not_dead_letters() {
     let after = drained(&gw, Duration::from_secs(60));
     assert_eq!((after.delivered, after.dead), (50, 0), "{after:?}");
 }
+
+#[test]
+fn the_dlq_over_the_admin_api_lists_dry_runs_replays_and_discards() {
+    let dir = scratch_dir("gateway-dlq-api");
+    std::fs::write(dir.join("token"), "dlq-token").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
+    let text = config(&consumer.url(), "").replace(
+        "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"",
+        "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"\ntoken_file = \"token\"",
+    );
+    let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
+    publish(&gw, 0..4);
+    assert_eq!(drained(&gw, Duration::from_secs(30)).dead, 4);
+
+    let listed: Vec<Value> = gw.anonymous.get("/v1/dlq?topic=orders&limit=3").unwrap();
+    assert_eq!(listed.len(), 3);
+    // Oldest first (deliveries run concurrently, so which id died first varies).
+    let at: Vec<u64> = listed
+        .iter()
+        .map(|e| e["created_at_ms"].as_u64().unwrap())
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] <= w[1]), "{at:?}");
+    assert!(
+        listed
+            .iter()
+            .all(|e| e["envelope"]["original"]["topic"] == "orders")
+    );
+    let stats: Vec<Value> = gw.anonymous.get("/v1/dlq/stats").unwrap();
+    assert_eq!(stats[0]["depth"], 4);
+    let none: Vec<Value> = gw.anonymous.get("/v1/dlq?class=exhausted").unwrap();
+    assert!(none.is_empty());
+
+    // Changes need the token; a discard needs a reason.
+    let denied = gw.anonymous.post::<Value>("/v1/dlq/replay", &json!({}));
+    assert!(matches!(
+        denied,
+        Err(verdict_host::admin::ClientError::Api { status: 401, .. })
+    ));
+    let no_reason = gw
+        .admin
+        .post::<Value>("/v1/dlq/discard", &json!({"reason": " "}));
+    assert!(matches!(
+        no_reason,
+        Err(verdict_host::admin::ClientError::Api { status: 400, .. })
+    ));
+
+    let dry: Value = gw
+        .admin
+        .post("/v1/dlq/replay", &json!({"dry_run": true}))
+        .unwrap();
+    assert_eq!(
+        (dry["matched"].clone(), dry["replayed"].clone()),
+        (json!(4), json!(0))
+    );
+    assert_eq!(dry["dry_run"][0]["decision"]["verdict"]["class"], "poison");
+    assert_eq!(gw.store.counts().unwrap().dead, 4);
+
+    let discarded: Value = gw
+        .admin
+        .post(
+            "/v1/dlq/discard",
+            &json!({"filter": {"limit": 1}, "reason": "test data"}),
+        )
+        .unwrap();
+    assert_eq!(discarded["discarded"], 1);
+    // Replayed into the same always-failing consumer: they come back to the DLQ.
+    let replayed: Value = gw
+        .admin
+        .post("/v1/dlq/replay", &json!({"note": "after fix"}))
+        .unwrap();
+    assert_eq!(replayed["replayed"], 3);
+    assert_eq!(gw.store.audit_count("replayed").unwrap(), 3);
+    assert_eq!(gw.store.audit_count("dlq-discarded").unwrap(), 1);
+    let counts = drained(&gw, Duration::from_secs(30));
+    assert_eq!((counts.dead, counts.discarded), (3, 1), "{counts:?}");
+    let ready = gw.anonymous.get_text("/readyz").unwrap();
+    assert_eq!(ready, "ready\n");
+}
+
+#[test]
+fn an_unreachable_consumer_is_retried_as_transport_failures_then_dead_lettered() {
+    let dir = scratch_dir("gateway-unreachable");
+    // A port nothing listens on: bind, note it, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let gw = Gateway::start(
+        &dir,
+        &config(&format!("http://127.0.0.1:{port}/"), ""),
+        "unused",
+    );
+    publish(&gw, 0..2);
+    let counts = drained(&gw, Duration::from_secs(60));
+    assert_eq!((counts.dead, counts.total()), (2, 2), "{counts:?}");
+    let dead = gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap();
+    let errors = dead[0].envelope["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 8);
+    assert!(
+        errors.iter().all(|e| e["kind"] == "transport.refused"),
+        "{errors:?}"
+    );
+}

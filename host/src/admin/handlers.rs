@@ -18,7 +18,7 @@ use crate::{FailureSpec, Registry, RegistryError, ShadowConfig};
 type ApiResult<T> = Result<T, ApiError>;
 
 /// Parse a JSON body; errors name the field.
-fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+pub(crate) fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
     let body = body.map_err(body_error)?;
     let de = &mut serde_json::Deserializer::from_slice(&body);
     serde_path_to_error::deserialize(de).map_err(|e| {

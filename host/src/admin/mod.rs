@@ -13,6 +13,10 @@
 //! | GET | `/v1/shadow` | | shadow reports |
 //! | POST | `/v1/decide` | | `{"topic", "failure"}` -> decision |
 //! | POST | `/v1/topics/{topic}/messages` | | publish one message or a batch into the store |
+//! | GET | `/readyz` | | 200 once the store answers |
+//! | GET | `/v1/dlq`, `/v1/dlq/stats` | | dead letters (query: topic, dlq, class, kind, min_age_ms, limit); depths |
+//! | POST | `/v1/dlq/replay` | token | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
+//! | POST | `/v1/dlq/discard` | token | `{"filter", "reason"}` (reason required, audited) |
 //! | PUT | `/v1/policies/{name}/component` | token | upload a component (body: bytes) |
 //! | POST | `/v1/policies/{name}/activate` | token | `{"sha256"}`: activate an upload |
 //! | POST | `/v1/rollback` | token | `{"topic"?}`: previous generation, for one route or all |
@@ -35,6 +39,7 @@ use crate::{Metrics, Registry};
 
 mod auth;
 mod client;
+mod dlq;
 mod error;
 mod handlers;
 mod publish;
@@ -90,12 +95,17 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/rollback", post(handlers::rollback))
         .route("/v1/shadow", post(handlers::shadow))
         .route("/v1/reload", post(handlers::reload))
+        .route("/v1/dlq/replay", post(dlq::replay))
+        .route("/v1/dlq/discard", post(dlq::discard))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
         ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(dlq::ready))
+        .route("/v1/dlq", get(dlq::list))
+        .route("/v1/dlq/stats", get(dlq::stats))
         .route("/metrics", get(handlers::metrics))
         .route("/v1/status", get(handlers::status))
         .route("/v1/routes", get(handlers::routes))

@@ -17,6 +17,12 @@ pub struct PipelineMetrics {
     pub(crate) deliveries: Family<Labels, Counter>,
     pub(crate) latency: Family<Labels, Histogram, fn() -> Histogram>,
     pub(crate) applied: Family<Labels, Counter>,
+    pub(crate) decide: Family<Labels, Histogram, fn() -> Histogram>,
+}
+
+fn decide_histogram() -> Histogram {
+    // 1 us .. ~0.26 s: a warm decision is microseconds; the deadline is milliseconds.
+    Histogram::new(exponential_buckets(0.000_001, 4.0, 10))
 }
 
 fn latency_histogram() -> Histogram {
@@ -30,6 +36,7 @@ impl Default for PipelineMetrics {
             deliveries: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             applied: Family::default(),
+            decide: Family::new_with_constructor(decide_histogram),
         }
     }
 }
@@ -45,6 +52,14 @@ impl PipelineMetrics {
         self.latency
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn decided(&self, route: &str, decision: &Decision, took: Duration) {
+        let labels = vec![
+            ("topic", route.to_string()),
+            ("policy", decision.provenance.name.clone()),
+        ];
+        self.decide.get_or_create(&labels).observe(took.as_secs_f64());
     }
 
     pub(crate) fn verdict(&self, route: &str, decision: &Decision) {
@@ -69,6 +84,11 @@ impl PipelineMetrics {
             "verdict_delivery_seconds",
             "Delivery latency (request to answer) by route and outcome",
             self.latency.clone(),
+        );
+        registry.register(
+            "verdict_policy_decide_seconds",
+            "Time to a decision (policy call, guardrails, fallback) by route and policy",
+            self.decide.clone(),
         );
         registry.register(
             "verdict_verdicts_applied",

@@ -232,7 +232,10 @@ impl Pipeline {
             extensions: Default::default(),
         }
         .into_failure();
-        let Some(decision) = self.registry.decide(&message.topic, &failure) else {
+        let asked = Instant::now();
+        let decided = self.registry.decide(&message.topic, &failure);
+        let took = asked.elapsed();
+        let Some(decision) = decided else {
             // The route went away between delivery and verdict: nothing spent, try later.
             return self.store.release(message.seq, now + UNROUTED_RETRY_MS);
         };
@@ -241,6 +244,7 @@ impl Pipeline {
             kind: error.kind,
             message: error.message,
         };
+        self.metrics.decided(route_topic, &decision, took);
         self.metrics.verdict(route_topic, &decision);
         self.apply(&message, &record, &decision, now)
     }

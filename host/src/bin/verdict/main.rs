@@ -12,13 +12,18 @@ mod dlq;
 use args::{Args, Command};
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG")
                 .unwrap_or_else(|_| "error".into()),
         )
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    // Structured logs for collectors: VERDICT_LOG_FORMAT=json.
+    if std::env::var("VERDICT_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
     match run(Args::parse()) {
         Ok(code) => code,
         Err(e) => {
