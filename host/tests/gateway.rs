@@ -188,6 +188,30 @@ fn kill_9_mid_run_loses_nothing_and_a_canary_replay_drains_the_dlq() {
     );
     assert!(stats["duplicates"].as_u64().unwrap() <= recovered);
 
+    // Export the DLQ as JSON lines: one envelope per dead letter.
+    let exported = verdict(
+        &[
+            "dlq",
+            "export",
+            "--kind",
+            "schema.unknown-version",
+            "-c",
+            config_arg,
+        ],
+        None,
+    );
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let lines: Vec<serde_json::Value> = text(&exported.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len() as u64, permanent);
+    assert!(
+        lines
+            .iter()
+            .all(|e| e["errors"][0]["kind"] == "schema.unknown-version")
+    );
+
     // Look at the DLQ; a dry run moves nothing.
     let list = verdict(&["dlq", "list", "-c", config_arg], None);
     assert!(
@@ -229,4 +253,41 @@ fn kill_9_mid_run_loses_nothing_and_a_canary_replay_drains_the_dlq() {
     assert_eq!(store.audit_count("replayed").unwrap(), permanent);
     let stats = verdict(&["dlq", "stats", "--json", "-c", config_arg], None);
     assert_eq!(text(&stats.stdout).trim(), "[]");
+}
+
+#[test]
+fn a_corrupt_config_is_refused_with_the_field_and_nothing_starts() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-corrupt");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = write_config(&dir, "http://127.0.0.1:9");
+    let good = std::fs::read_to_string(&config).unwrap();
+    for (broken, names) in [
+        (
+            good.replace("timeout_ms = 2000", "timeout_ms = 9000"),
+            "routes[0].consumer.timeout_ms",
+        ),
+        (
+            good.replace("url = \"http://", "url = \"ftp://"),
+            "routes[0].consumer.url",
+        ),
+        (
+            good.replace("[gateway]", "[gateway]\ndlq_naming = \"sideways\""),
+            "gateway.dlq_naming",
+        ),
+        (good.replace("[[routes]]", "[[routes]\n"), "(syntax)"),
+    ] {
+        std::fs::write(&config, &broken).unwrap();
+        let out = verdict(&["run", "-c", config.to_str().unwrap()], None);
+        assert!(!out.status.success());
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("verdict.toml") && err.contains(names),
+            "want `{names}` in: {err}"
+        );
+    }
+    assert!(
+        !dir.join(".verdict/verdict.db").exists(),
+        "nothing should have started"
+    );
 }

@@ -59,7 +59,9 @@ impl PipelineMetrics {
             ("topic", route.to_string()),
             ("policy", decision.provenance.name.clone()),
         ];
-        self.decide.get_or_create(&labels).observe(took.as_secs_f64());
+        self.decide
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
     }
 
     pub(crate) fn verdict(&self, route: &str, decision: &Decision) {
