@@ -250,3 +250,69 @@ fn payload_fields(bytes: &[u8]) -> (Option<serde_json::Value>, Option<String>) {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_are_json_text_or_base64() {
+        assert_eq!(
+            payload_fields(br#"{"a":1}"#),
+            (Some(serde_json::json!({"a": 1})), None)
+        );
+        assert_eq!(
+            payload_fields(b"plain text"),
+            (Some(serde_json::Value::String("plain text".into())), None)
+        );
+        assert_eq!(payload_fields(&[0xff, 0x00]), (None, Some("/wA=".into())));
+    }
+
+    #[test]
+    fn a_msgpack_envelope_decodes_to_the_same_json() {
+        let envelope = Envelope {
+            original: Original {
+                topic: "orders".into(),
+                id: "m-1".into(),
+                headers: BTreeMap::from([("tenant".into(), "eu".into())]),
+                payload: Some(serde_json::json!({"order": 1})),
+                payload_base64: None,
+                content_type: None,
+            },
+            attempts: 2,
+            errors: vec![ErrorEntry {
+                at: rfc3339(0),
+                at_ms: 0,
+                kind: "http.503".into(),
+                message: "busy".into(),
+            }],
+            consumer_group: "g".into(),
+            first_failed_at: rfc3339(0),
+            last_failed_at: rfc3339(0),
+            verdict: VerdictEntry {
+                action: "dead-letter".into(),
+                class: "exhausted".into(),
+                reason: "r".into(),
+                alert: "warning".into(),
+                labels: BTreeMap::new(),
+            },
+            policy: PolicyEntry {
+                name: "rules".into(),
+                version: "0.1.0".into(),
+                sha256: "ab".into(),
+                generation: Some(3),
+                fallback: None,
+            },
+            dlq: "orders.DLQ".into(),
+            gateway: "gw".into(),
+            dead_lettered_at: rfc3339(0),
+        };
+        let json = decode("json", &envelope.encode(DlqFormat::Json).unwrap()).unwrap();
+        let msgpack = decode("msgpack", &envelope.encode(DlqFormat::Msgpack).unwrap()).unwrap();
+        assert_eq!(json, msgpack);
+        assert_eq!(json["firstFailedAt"], "1970-01-01T00:00:00.000Z");
+        assert_eq!(json["consumerGroup"], "g");
+        assert!(decode("yaml", b"").unwrap_err().contains("yaml"));
+        assert!(decode("msgpack", b"\xc1").is_err());
+    }
+}

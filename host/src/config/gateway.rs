@@ -102,3 +102,15 @@ fn default_timeout_ms() -> u64 {
 fn default_concurrency() -> usize {
     16
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dlq_names_follow_the_naming_scheme() {
+        assert_eq!(DlqNaming::Suffix.dlq_for("orders", "DLQ"), "orders.DLQ");
+        assert_eq!(DlqNaming::Prefix.dlq_for("orders", "DLQ"), "DLQ.orders");
+        assert_eq!(DlqNaming::Global.dlq_for("orders", "all.DLQ"), "all.DLQ");
+    }
+}
