@@ -129,3 +129,51 @@ fn a_warm_restart_compiles_nothing_and_a_damaged_entry_is_rebuilt_not_trusted() 
     let again = Registry::new(&cfg, Path::new("/")).unwrap();
     assert_eq!(again.cache_stats().hits, 2);
 }
+
+#[test]
+fn operator_changes_survive_a_restart_until_the_file_changes_their_entry() {
+    let state = scratch_dir("operator-journal");
+    let cfg = config(&state, None, "");
+    let r = Registry::new(&cfg, Path::new("/")).unwrap();
+    let original = r
+        .decide("orders", &at("db.timeout", 1))
+        .unwrap()
+        .provenance
+        .sha256
+        .clone();
+    let upload = r
+        .upload("rules", &verdict_tests::variant(fixtures::RULES, "v2"))
+        .unwrap();
+    r.activate("rules", &upload.provenance.sha256).unwrap();
+    r.set_shadow(
+        "orders",
+        Some(verdict_host::ShadowConfig {
+            policy: "rules".into(),
+            config: Some(serde_json::json!({"max_attempts": 2})),
+        }),
+    )
+    .unwrap();
+    drop(r);
+
+    // A restart keeps the activated upload and the shadow.
+    let r = Registry::new(&cfg, Path::new("/")).unwrap();
+    let g = r.current();
+    assert_eq!(g.cause, "config file + operator changes");
+    let d = r.decide("orders", &at("db.timeout", 1)).unwrap();
+    assert_eq!(d.provenance.sha256, upload.provenance.sha256);
+    assert_eq!(r.shadow_report().len(), 1);
+    drop(r);
+
+    // Once the file's own entry for the policy changes, the file speaks again.
+    let mut edited = cfg.clone();
+    edited.policies.get_mut("rules").unwrap().vectors =
+        vec![fixtures::rules_vectors("limits.json")];
+    let r = Registry::new(&edited, Path::new("/")).unwrap();
+    let d = r.decide("orders", &at("db.timeout", 1)).unwrap();
+    assert_eq!(d.provenance.sha256, original);
+    assert_eq!(
+        r.shadow_report().len(),
+        1,
+        "the shadow's route entry did not change"
+    );
+}

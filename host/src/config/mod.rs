@@ -68,7 +68,7 @@ pub struct GatewayConfig {
 }
 
 /// One policy component.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PolicyConfig {
     /// The component, relative to the config file's directory.
@@ -113,7 +113,7 @@ pub struct RouteConfig {
 }
 
 /// The shadow of a route.
-#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShadowConfig {
     /// Name of a policy in `[policies]`.

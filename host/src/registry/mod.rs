@@ -28,11 +28,14 @@ mod upload;
 
 use build::{Builder, CompiledCache};
 pub use error::RegistryError;
-use source::{ComponentOverride, ShadowOverride, Source};
+use source::{ComponentOverride, Journal, ShadowOverride, Source};
 pub use upload::Upload;
 
 /// Generations kept for rollback.
 const HISTORY: usize = 16;
+
+/// The operator's API changes, in the state directory.
+const JOURNAL: &str = "operator.json";
 
 /// One route of a generation.
 #[derive(Debug)]
@@ -119,13 +122,32 @@ impl Registry {
         let host = Host::with_artifact_cache(&config.sandbox, cached.map(|s| s.join("artifacts")))?;
         let admission = admission::Admission::new(&config.sandbox, &config.admission, cached)?;
         let compiled = CompiledCache::default();
-        let source = Arc::new(Source::from_file(config.clone(), base_dir.to_path_buf()));
-        let first = Builder {
+        let builder = Builder {
             host: &host,
             compiled: &compiled,
             admission: &admission,
-        }
-        .build(source, None, 1, "config file".into())?;
+        };
+        let from_file = || Arc::new(Source::from_file(config.clone(), base_dir.to_path_buf()));
+        let journal = state.join(JOURNAL);
+        let first = match Journal::load(&journal) {
+            Ok(Some(j)) => {
+                let source = Arc::new(j.apply(config.clone(), base_dir.to_path_buf()));
+                let cause = if source.components.is_empty() && source.shadows.is_empty() {
+                    "config file"
+                } else {
+                    "config file + operator changes"
+                };
+                builder.build(source, None, 1, cause.into()).or_else(|e| {
+                    tracing::warn!(error = %e, "the journaled operator changes are refused; starting from the file alone");
+                    builder.build(from_file(), None, 1, "config file".into())
+                })?
+            }
+            Ok(None) => builder.build(from_file(), None, 1, "config file".into())?,
+            Err(e) => {
+                tracing::warn!(error = %e, "the operator journal is unreadable; starting from the file alone");
+                builder.build(from_file(), None, 1, "config file".into())?
+            }
+        };
         Ok(Registry {
             host,
             admission,
@@ -280,6 +302,7 @@ impl Registry {
             .pop_back()
             .ok_or(RegistryError::NoHistory)?;
         let number = previous.number;
+        self.journal(&previous.source);
         self.current.store(previous);
         tracing::info!(generation = number, "rolled back");
         self.record(Ok(number));
@@ -400,6 +423,7 @@ impl Registry {
 
     fn swap_in(&self, generation: Arc<Generation>) -> u64 {
         let number = generation.number;
+        self.journal(&generation.source);
         let old = self.current.swap(generation);
         let mut history = self.history_lock();
         history.push_back(old);
@@ -407,6 +431,15 @@ impl Registry {
             history.pop_front();
         }
         number
+    }
+
+    /// Journal the operator's changes of the generation going live (a failure costs them
+    /// at the next restart, and is logged).
+    fn journal(&self, source: &Source) {
+        let path = self.state.join(JOURNAL);
+        if let Err(e) = Journal::save(source, &path) {
+            tracing::warn!(path = %path.display(), error = %e, "could not journal the operator's changes");
+        }
     }
 
     fn history_lock(&self) -> MutexGuard<'_, VecDeque<Arc<Generation>>> {

@@ -3,7 +3,9 @@
 //!
 //! An operator change holds across reloads of the file for as long as the file's own entry
 //! it replaced is unchanged: editing an unrelated route keeps an activated upload live, but
-//! editing that policy's entry in the file means the file speaks again.
+//! editing that policy's entry in the file means the file speaks again. The operator's
+//! changes are journaled in the state directory (`operator.json`), so they survive a restart
+//! on the same terms.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,7 +26,7 @@ pub(crate) struct Source {
 }
 
 /// An uploaded component activated for a policy.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ComponentOverride {
     /// The uploaded file (absolute).
     pub path: PathBuf,
@@ -33,7 +35,7 @@ pub(crate) struct ComponentOverride {
 }
 
 /// A route's shadow as the operator set it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ShadowOverride {
     /// The shadow (`None`: turned off).
     pub shadow: Option<ShadowConfig>,
@@ -94,5 +96,50 @@ impl Source {
             }
         }
         config
+    }
+}
+
+/// The operator's changes, as journaled.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Journal {
+    pub components: BTreeMap<String, ComponentOverride>,
+    pub shadows: BTreeMap<String, ShadowOverride>,
+}
+
+impl Journal {
+    pub(crate) fn load(path: &std::path::Path) -> Result<Option<Journal>, String> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("{}: {e}", path.display())),
+        }
+    }
+
+    pub(crate) fn save(source: &Source, path: &std::path::Path) -> std::io::Result<()> {
+        let journal = Journal {
+            components: source.components.clone(),
+            shadows: source.shadows.clone(),
+        };
+        let bytes = serde_json::to_vec_pretty(&journal).map_err(std::io::Error::other)?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(tmp, path)
+    }
+
+    /// `file` with these changes, minus those whose file entry has changed since.
+    pub(crate) fn apply(self, file: GatewayConfig, base_dir: PathBuf) -> Source {
+        let journaled = Source {
+            file: file.clone(),
+            base_dir: base_dir.clone(),
+            components: self.components,
+            shadows: self.shadows,
+        };
+        journaled.with_file(file, base_dir)
     }
 }
