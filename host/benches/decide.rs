@@ -6,6 +6,8 @@
 //! Run: `cargo bench -p verdict-host --bench decide` (the policies are built first, into a
 //! target directory of their own).
 
+mod common;
+
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -103,20 +105,9 @@ fn native_failure(kind: &str) -> verdict_sdk::Failure {
 }
 
 fn components() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let options = verdict_componentize::BuildOptions {
-        // Shared with tests/build.rs, so each guest is compiled once per target dir.
-        target_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests")),
-        release: true,
-        quiet: true,
-    };
     CASES
         .iter()
-        .map(|c| {
-            verdict_componentize::build_crate(&root.join("policies").join(c.name), &options)
-                .expect("policy builds")
-                .component
-        })
+        .map(|c| common::component(&format!("policies/{}", c.name)))
         .collect()
 }
 
@@ -187,15 +178,7 @@ fn ns(d: Duration) -> String {
 /// The boundary alone: the hostile guest in `ok` mode returns a constant verdict, so its
 /// time is the host's per-call floor (lowering, call, lifting, guardrails).
 fn floor(hosts: &Hosts) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let options = verdict_componentize::BuildOptions {
-        target_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests")),
-        release: true,
-        quiet: true,
-    };
-    let path = verdict_componentize::build_crate(&root.join("tests/guests/hostile"), &options)
-        .expect("guest builds")
-        .component;
+    let path = common::component("tests/guests/hostile");
     let warm = decider(&hosts.warm, &path, r#"{"mode": "ok"}"#);
     let hf = host_failure("db.timeout");
     let (p50, p99) = percentiles(500, 200, || {

@@ -6,6 +6,8 @@
 //! `cargo bench -p verdict-host --bench gateway` (N from `VERDICT_BENCH_MESSAGES`, default
 //! 5000; the consumer fails 20% transiently and 5% permanently, as in the scenario).
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,15 +18,7 @@ use verdict_host::demo::{DemoConsumer, by_percent};
 const CONCURRENCY: usize = 16;
 
 fn rules_component() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let options = verdict_componentize::BuildOptions {
-        target_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests")),
-        release: true,
-        quiet: true,
-    };
-    verdict_componentize::build_crate(&root.join("policies/rules"), &options)
-        .expect("rules builds")
-        .component
+    common::component("policies/rules")
 }
 
 async fn consumer(transient: u32, permanent: u32) -> String {
@@ -71,7 +65,10 @@ async fn baseline(n: usize) -> Duration {
 /// Publish `n` messages to a gateway and wait until every one is delivered or dead.
 async fn through_verdict(n: usize, transient: u32, permanent: u32) -> (Duration, u64, u64) {
     let url = consumer(transient, permanent).await;
-    let dir = std::env::temp_dir().join(format!("verdict-bench-gateway-{}-{transient}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "verdict-bench-gateway-{}-{transient}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let config = format!(

@@ -5,6 +5,8 @@
 //!
 //! `cargo bench -p verdict-host --bench restart` (N from `VERDICT_BENCH_POLICIES`, default 16)
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -13,20 +15,9 @@ use verdict_host::{GatewayConfig, Registry};
 const POLICIES: [&str; 4] = ["rules", "rocketmq", "adaptive", "payments"];
 
 fn components() -> Vec<PathBuf> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let options = verdict_componentize::BuildOptions {
-        // Shared with tests/build.rs, so each guest is compiled once per target dir.
-        target_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests")),
-        release: true,
-        quiet: true,
-    };
     POLICIES
         .iter()
-        .map(|name| {
-            verdict_componentize::build_crate(&root.join("policies").join(name), &options)
-                .expect("policy builds")
-                .component
-        })
+        .map(|name| common::component(&format!("policies/{name}")))
         .collect()
 }
 
