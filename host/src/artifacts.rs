@@ -11,7 +11,6 @@
 //! gateway's user (it is created 0700) to guard against tampering.
 
 use std::hash::{Hash, Hasher};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,6 +18,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
+
+use crate::fsutil::{create_private_dir, write_atomically};
 
 const MAGIC: &[u8] = b"verdict-artifact-1\n";
 const DIGEST_LEN: usize = 32;
@@ -93,7 +94,10 @@ impl ArtifactCache {
         if let Err(e) = component
             .serialize()
             .map_err(|e| std::io::Error::other(format!("{e:#}")))
-            .and_then(|artifact| write_entry(dir, &path, &artifact))
+            .and_then(|artifact| {
+                create_private_dir(dir)?;
+                write_atomically(&path, &[MAGIC, &Sha256::digest(&artifact), &artifact])
+            })
         {
             tracing::warn!(path = %path.display(), error = %e, "could not write the artifact cache");
         }
@@ -143,26 +147,6 @@ fn read_entry(path: &Path) -> Entry {
     let start = MAGIC.len() + DIGEST_LEN;
     file.drain(..start);
     Entry::Sound(file)
-}
-
-/// Write to a temporary file and rename, so a reader never sees half an entry.
-fn write_entry(dir: &Path, path: &Path, artifact: &[u8]) -> std::io::Result<()> {
-    create_private_dir(dir)?;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(MAGIC)?;
-    file.write_all(&Sha256::digest(artifact))?;
-    file.write_all(artifact)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
-}
-
-pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir)
 }
 
 #[allow(unsafe_code)]

@@ -66,22 +66,39 @@ impl std::fmt::Debug for RegistryCollector {
     }
 }
 
+/// One metric family: a descriptor, then one sample per label set.
+fn family<V: Copy, M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    (name, help): (&str, &str),
+    series: &[(Vec<(&str, &str)>, V)],
+    sample: impl Fn(V) -> M,
+    kind: prometheus_client::metrics::MetricType,
+) -> std::fmt::Result {
+    let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+    for (labels, value) in series {
+        sample(*value).encode(metric.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
 fn counter(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
     series: &[(Vec<(&str, &str)>, u64)],
 ) -> std::fmt::Result {
-    let mut metric = encoder.encode_descriptor(
-        name,
-        help,
-        None,
-        prometheus_client::metrics::MetricType::Counter,
-    )?;
-    for (labels, value) in series {
-        ConstCounter::new(*value).encode(metric.encode_family(labels)?)?;
-    }
-    Ok(())
+    use prometheus_client::metrics::MetricType::Counter;
+    family(encoder, (name, help), series, ConstCounter::new, Counter)
+}
+
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: &[(Vec<(&str, &str)>, i64)],
+) -> std::fmt::Result {
+    use prometheus_client::metrics::MetricType::Gauge;
+    family(encoder, (name, help), series, ConstGauge::new, Gauge)
 }
 
 impl Collector for RegistryCollector {
@@ -198,24 +215,6 @@ impl std::fmt::Debug for StoreCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("StoreCollector")
     }
-}
-
-fn gauge(
-    encoder: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    series: &[(Vec<(&str, &str)>, i64)],
-) -> std::fmt::Result {
-    let mut metric = encoder.encode_descriptor(
-        name,
-        help,
-        None,
-        prometheus_client::metrics::MetricType::Gauge,
-    )?;
-    for (labels, value) in series {
-        ConstGauge::new(*value).encode(metric.encode_family(labels)?)?;
-    }
-    Ok(())
 }
 
 impl Collector for StoreCollector {

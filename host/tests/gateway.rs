@@ -212,6 +212,19 @@ fn kill_9_mid_run_loses_nothing_and_a_canary_replay_drains_the_dlq() {
             .all(|e| e["errors"][0]["kind"] == "schema.unknown-version")
     );
 
+    // One dead letter, whole; an unknown one is an error naming it.
+    let first = verdict(
+        &["dlq", "list", "--json", "--limit", "1", "-c", config_arg],
+        None,
+    );
+    let first: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    let seq = first[0]["seq"].to_string();
+    let shown = verdict(&["dlq", "show", &seq, "-c", config_arg], None);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["envelope"], first[0]["envelope"]);
+    let missing = verdict(&["dlq", "show", "999999", "-c", config_arg], None);
+    assert!(!missing.status.success() && text(&missing.stderr).contains("no dead letter 999999"));
+
     // Look at the DLQ; a dry run moves nothing.
     let list = verdict(&["dlq", "list", "-c", config_arg], None);
     assert!(

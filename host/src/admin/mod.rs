@@ -25,7 +25,6 @@
 //!
 //! Errors are JSON with a status a client can act on (see [`ApiError`]).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -129,16 +128,4 @@ pub async fn serve(
     axum::serve(listener, router)
         .with_graceful_shutdown(shutdown)
         .await
-}
-
-/// Refuse to listen beyond loopback unless the operator said so.
-pub fn check_listen(addr: SocketAddr, allow_remote: bool) -> Result<(), String> {
-    if allow_remote || addr.ip().is_loopback() {
-        Ok(())
-    } else {
-        Err(format!(
-            "admin.listen = {addr} is not a loopback address; set admin.allow_remote = true to \
-             listen beyond this machine"
-        ))
-    }
 }

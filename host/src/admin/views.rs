@@ -1,7 +1,6 @@
 //! What the admin API returns (and `verdict policy ...` prints).
 
 use std::collections::BTreeMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -9,12 +8,7 @@ use crate::{
     CacheStats, DecisionStats, Generation, Provenance, Registry, ReloadStatus, ShadowReport,
 };
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
+use crate::clock::unix_ms;
 
 /// One route of the active generation.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -67,9 +67,7 @@ pub fn list(config_path: &Path, filter: &DlqFilter, as_json: bool) -> Result<Str
 pub fn show(config_path: &Path, seq: i64) -> Result<String> {
     let (_, store) = open_store(config_path)?;
     let entry = store
-        .dlq_list(&DlqFilter::default(), u64::MAX)?
-        .into_iter()
-        .find(|e| e.seq == seq)
+        .dlq_entry(seq)?
         .with_context(|| format!("no dead letter {seq} (see `verdict dlq list`)"))?;
     Ok(serde_json::to_string_pretty(&entry)? + "\n")
 }

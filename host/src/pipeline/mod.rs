@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore, watch};
 
@@ -20,20 +20,13 @@ mod delivery;
 mod metrics;
 mod topic_stats;
 
+pub use crate::clock::now_ms;
 pub use delivery::{DeliveryError, REJECT_HEADER};
 pub use metrics::PipelineMetrics;
 use topic_stats::TopicStats;
 
 /// A message the pipeline could not route is looked at again after this long.
 const UNROUTED_RETRY_MS: u64 = 5_000;
-
-/// Milliseconds since the Unix epoch, now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
 
 /// Delivers the store's messages and applies verdicts.
 pub struct Pipeline {

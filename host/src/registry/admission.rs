@@ -52,7 +52,7 @@ impl Admission {
         state: Option<&Path>,
     ) -> Result<Self, RegistryError> {
         if let Some(state) = state
-            && let Err(e) = crate::artifacts::create_private_dir(state)
+            && let Err(e) = crate::fsutil::create_private_dir(state)
         {
             tracing::warn!(path = %state.display(), error = %e, "could not create the state directory");
         }

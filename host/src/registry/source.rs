@@ -124,12 +124,7 @@ impl Journal {
             shadows: source.shadows.clone(),
         };
         let bytes = serde_json::to_vec_pretty(&journal).map_err(std::io::Error::other)?;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        let tmp = path.with_extension("json.tmp");
-        std::fs::write(&tmp, bytes)?;
-        std::fs::rename(tmp, path)
+        crate::fsutil::write_atomically(path, &[&bytes])
     }
 
     /// `file` with these changes, minus those whose file entry has changed since.

@@ -2,7 +2,6 @@
 //! digest. Staging and activation are separate steps so an operator can upload, look
 //! (`verdict policy list`), and only then put the new version live.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -38,9 +37,11 @@ impl Registry {
         let provenance = (**loaded.provenance()).clone();
         let path = self.uploaded_path(policy, &provenance.sha256)?;
         if !path.is_file() {
-            write_atomically(&path, bytes).map_err(|source| RegistryError::Storage {
-                path: path.clone(),
-                source,
+            crate::fsutil::write_atomically(&path, &[bytes]).map_err(|source| {
+                RegistryError::Storage {
+                    path: path.clone(),
+                    source,
+                }
             })?;
         }
         tracing::info!(policy, sha256 = %provenance.sha256, version = %provenance.version, "component uploaded");
@@ -103,15 +104,4 @@ impl Registry {
         }
         Ok(self.uploads.join(policy))
     }
-}
-
-fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut file = std::fs::File::create(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&tmp, path)
 }

@@ -69,13 +69,28 @@ const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, a
 impl Store {
     /// Dead letters matching `filter`, oldest first.
     pub fn dlq_list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, StoreError> {
-        let conn = self.conn();
         let (sql, args) = where_clause(filter, now_ms);
         let limit = filter
             .limit
             .map(|n| format!(" LIMIT {n}"))
             .unwrap_or_default();
-        let mut stmt = conn.prepare(&format!("{SELECT}{sql} ORDER BY seq{limit}"))?;
+        // By failure time, not insertion order: concurrent deliveries commit in any order.
+        self.dlq_query(&format!("{sql} ORDER BY created_at_ms, seq{limit}"), &args)
+    }
+
+    /// The dead letter `seq`, if it is still in a DLQ.
+    pub fn dlq_entry(&self, seq: i64) -> Result<Option<DlqEntry>, StoreError> {
+        let args = [rusqlite::types::Value::Integer(seq)];
+        Ok(self.dlq_query(" AND seq = ?1", &args)?.pop())
+    }
+
+    fn dlq_query(
+        &self,
+        conditions: &str,
+        args: &[rusqlite::types::Value],
+    ) -> Result<Vec<DlqEntry>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(&format!("{SELECT}{conditions}"))?;
         let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
             let format: String = r.get(9)?;
             let bytes: Vec<u8> = r.get(10)?;
