@@ -58,14 +58,15 @@ mod registry;
 mod reload;
 mod routing;
 mod shadow;
+pub mod sources;
 mod stats;
 pub mod store;
 
 pub use artifacts::CacheStats;
 pub use config::{
     AdminConfig, AdmissionConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DlqFormat, DlqNaming,
-    GatewayConfig, GatewayConfigError, GatewaySection, PolicyConfig, RouteConfig, ShadowConfig,
-    StorageConfig,
+    GatewayConfig, GatewayConfigError, GatewaySection, NatsConfig, PolicyConfig, RabbitmqConfig,
+    RouteConfig, ShadowConfig, StorageConfig,
 };
 pub use contract::SUPPORTED_CONTRACT;
 pub use decider::{Decider, TopicSettings};

@@ -11,6 +11,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::Registry;
 use crate::pipeline::PipelineMetrics;
+use crate::sources::BrokerDlqs;
 use crate::store::Store;
 
 /// The `/metrics` page of a gateway: the registry's collector plus whatever else registers.
@@ -42,10 +43,14 @@ impl Metrics {
         registry: Arc<Registry>,
         store: Arc<Store>,
         pipeline: &PipelineMetrics,
+        brokers: BrokerDlqs,
     ) -> Self {
         pipeline.register(&mut self.registry);
-        self.registry
-            .register_collector(Box::new(StoreCollector { store, registry }));
+        self.registry.register_collector(Box::new(StoreCollector {
+            store,
+            registry,
+            brokers,
+        }));
         self
     }
 
@@ -209,6 +214,7 @@ impl Collector for RegistryCollector {
 struct StoreCollector {
     store: Arc<Store>,
     registry: Arc<Registry>,
+    brokers: BrokerDlqs,
 }
 
 impl std::fmt::Debug for StoreCollector {
@@ -227,64 +233,71 @@ impl Collector for StoreCollector {
         };
         let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let generation = self.registry.current();
-        let core: Vec<&str> = dlqs
-            .iter()
-            .map(|d| {
-                if generation.route(&d.topic).is_some_and(|r| r.core) {
-                    "true"
-                } else {
-                    "false"
-                }
+        // One row per DLQ: the store's, then the brokers' (as last read from the broker).
+        let mut rows: Vec<DlqRow> = dlqs
+            .into_iter()
+            .map(|d| DlqRow {
+                source: "embedded",
+                oldest_at_ms: (d.depth > 0).then_some(d.oldest_at_ms),
+                dlq: d.dlq,
+                topic: d.topic,
+                depth: d.depth,
+                ingress: d.ingress,
             })
             .collect();
-        let depth: Vec<_> = dlqs
+        rows.extend(
+            self.brokers
+                .snapshot()
+                .into_iter()
+                .map(|(source, dlq, d)| DlqRow {
+                    source,
+                    dlq,
+                    topic: d.topic,
+                    depth: d.depth,
+                    oldest_at_ms: None,
+                    ingress: d.ingress,
+                }),
+        );
+        let core = |topic: &str| {
+            if generation.route(topic).is_some_and(|r| r.core) {
+                "true"
+            } else {
+                "false"
+            }
+        };
+        let depth: Vec<_> = rows
             .iter()
-            .zip(&core)
-            .map(|(d, core)| {
-                let labels = vec![
-                    ("dlq", d.dlq.as_str()),
-                    ("topic", d.topic.as_str()),
-                    ("core", *core),
-                ];
+            .map(|d| {
+                let mut labels = d.labels();
+                labels.push(("core", core(&d.topic)));
                 (labels, as_i64(d.depth))
             })
             .collect();
         gauge(
             &mut encoder,
             "verdict_dlq_depth",
-            "Dead letters waiting, by DLQ and source topic",
+            "Dead letters waiting, by DLQ, source topic and source (brokers' as they count them)",
             &depth,
         )?;
-        let age: Vec<_> = dlqs
+        let age: Vec<_> = rows
             .iter()
-            .filter(|d| d.depth > 0)
-            .map(|d| {
-                let age_s = now.saturating_sub(d.oldest_at_ms) / 1_000;
-                (
-                    vec![("dlq", d.dlq.as_str()), ("topic", d.topic.as_str())],
-                    as_i64(age_s),
-                )
+            .filter_map(|d| {
+                let oldest = d.oldest_at_ms?;
+                Some((d.labels(), as_i64(now.saturating_sub(oldest) / 1_000)))
             })
             .collect();
         gauge(
             &mut encoder,
             "verdict_dlq_oldest_age_seconds",
-            "Age of the oldest dead letter, by DLQ and source topic",
+            "Age of the oldest dead letter, by DLQ and source topic (embedded store)",
             &age,
         )?;
-        let ingress: Vec<_> = dlqs
-            .iter()
-            .map(|d| {
-                (
-                    vec![("dlq", d.dlq.as_str()), ("topic", d.topic.as_str())],
-                    d.ingress,
-                )
-            })
-            .collect();
+        let ingress: Vec<_> = rows.iter().map(|d| (d.labels(), d.ingress)).collect();
         counter(
             &mut encoder,
             "verdict_dlq_ingress",
-            "Dead letters written (replayed and discarded ones too), by DLQ and source topic",
+            "Dead letters written (replayed and discarded ones too; for a broker, by this \
+             process), by DLQ and source topic",
             &ingress,
         )?;
         let states = [
@@ -305,5 +318,24 @@ impl Collector for StoreCollector {
             "Messages in the store by state",
             &series,
         )
+    }
+}
+
+struct DlqRow {
+    source: &'static str,
+    dlq: String,
+    topic: String,
+    depth: u64,
+    oldest_at_ms: Option<u64>,
+    ingress: u64,
+}
+
+impl DlqRow {
+    fn labels(&self) -> Vec<(&str, &str)> {
+        vec![
+            ("dlq", self.dlq.as_str()),
+            ("topic", self.topic.as_str()),
+            ("source", self.source),
+        ]
     }
 }

@@ -126,7 +126,7 @@ fn a_thousand_messages_end_delivered_or_dead_lettered_with_their_history() {
     // `/metrics` agrees with the store.
     let metrics = gw.anonymous.get_text("/metrics").unwrap();
     assert!(
-        metrics.contains(r#"verdict_dlq_depth{dlq="orders.DLQ",topic="orders",core="false"} 50"#),
+        metrics.contains(r#"verdict_dlq_depth{dlq="orders.DLQ",topic="orders",source="embedded",core="false"} 50"#),
         "{metrics}"
     );
 }

@@ -140,6 +140,19 @@ pub(crate) async fn ready(State(state): State<AdminState>) -> Result<&'static st
     let Some(pipeline) = state.gateway.clone() else {
         return Ok("ready\n");
     };
+    let down: Vec<&str> = pipeline
+        .sources()
+        .iter()
+        .filter(|s| !s.is_up())
+        .map(|s| s.name())
+        .collect();
+    if !down.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "source_down",
+            format!("not connected to: {}", down.join(", ")),
+        ));
+    }
     let store = pipeline.store().clone();
     match tokio::task::spawn_blocking(move || store.counts()).await {
         Ok(Ok(_)) => Ok("ready\n"),

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
 use crate::pipeline::{Pipeline, now_ms};
+use crate::sources::{self, Readiness, SourceKind};
 use crate::store::Store;
 use crate::{AdminConfig, ConfigWatcher, GatewayConfig, Metrics, Registry};
 
@@ -31,7 +32,7 @@ pub struct Running {
     /// The admin API's address.
     pub admin: SocketAddr,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
-    deliveries: tokio::task::JoinHandle<()>,
+    deliveries: Vec<tokio::task::JoinHandle<()>>,
     _watcher: ConfigWatcher,
 }
 
@@ -39,7 +40,9 @@ impl Running {
     /// Wait until the server stops (after `shutdown` completes).
     pub async fn wait(self) -> Result<()> {
         self.server.await.context("the admin server task")??;
-        self.deliveries.await.context("the delivery task")?;
+        for task in self.deliveries {
+            task.await.context("a source task")?;
+        }
         Ok(())
     }
 }
@@ -88,13 +91,14 @@ pub async fn start(
         registry.clone(),
         store.clone(),
         pipeline.metrics(),
+        pipeline.broker_dlqs().clone(),
     ));
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop.send(true);
     });
-    let deliveries = tokio::spawn(pipeline.clone().run(stopped.clone(), SHUTDOWN_GRACE));
+    let deliveries = start_sources(&config, &pipeline, &stopped);
     let listener = tokio::net::TcpListener::bind(config.admin.listen)
         .await
         .with_context(|| format!("admin.listen = {}", config.admin.listen))?;
@@ -126,6 +130,44 @@ pub async fn start(
         deliveries,
         _watcher: watcher,
     })
+}
+
+/// The embedded source, and each broker source some route consumes from. The topics of the
+/// routes on a broker are its subjects/queues as of this start: a reload that moves a route
+/// to another broker takes effect at the next start.
+fn start_sources(
+    config: &GatewayConfig,
+    pipeline: &Arc<Pipeline>,
+    stopped: &watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = vec![tokio::spawn(sources::embedded::run(
+        pipeline.clone(),
+        stopped.clone(),
+        SHUTDOWN_GRACE,
+    ))];
+    let topics = |kind: SourceKind| -> Vec<String> {
+        config
+            .routes
+            .iter()
+            .filter(|r| r.source == kind)
+            .map(|r| r.topic.clone())
+            .collect()
+    };
+    let nats = topics(SourceKind::Nats);
+    if !nats.is_empty() {
+        let ready = Readiness::new(sources::nats::NAME);
+        pipeline.add_source(ready.clone());
+        tasks.push(tokio::spawn(sources::nats::run(
+            pipeline.clone(),
+            config.nats.clone(),
+            nats,
+            ready,
+            pipeline.broker_dlqs().clone(),
+            stopped.clone(),
+            SHUTDOWN_GRACE,
+        )));
+    }
+    tasks
 }
 
 /// The bearer token: from the environment variable, else the token file.

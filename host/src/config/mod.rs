@@ -29,11 +29,13 @@ use crate::{Limits, TopicSettings};
 
 mod admin;
 mod admission;
+mod brokers;
 mod gateway;
 mod storage;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
 pub use admission::AdmissionConfig;
+pub use brokers::{NatsConfig, RabbitmqConfig};
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};
 pub use storage::StorageConfig;
 
@@ -59,6 +61,12 @@ pub struct GatewayConfig {
     /// The gateway process: consumption, delivery, dead-lettering.
     #[serde(default)]
     pub gateway: GatewaySection,
+    /// The NATS JetStream source (routes with `source = "nats"`).
+    #[serde(default)]
+    pub nats: NatsConfig,
+    /// The RabbitMQ source (routes with `source = "rabbitmq"`).
+    #[serde(default)]
+    pub rabbitmq: RabbitmqConfig,
     /// Policy components by name.
     pub policies: BTreeMap<String, PolicyConfig>,
     /// Topic routes. `topic = ">"` is the default route (it matches every topic, least
@@ -101,6 +109,11 @@ pub struct RouteConfig {
     /// exported as the `core` label of `verdict_dlq_depth`).
     #[serde(default)]
     pub core: bool,
+    /// Where this route's messages come from: `embedded` (published through the admin API),
+    /// `nats` (`[nats]`) or `rabbitmq` (`[rabbitmq]`; the topic is a queue name, no
+    /// wildcards).
+    #[serde(default)]
+    pub source: crate::sources::SourceKind,
     /// Where the gateway delivers this route's messages. A route without one only decides
     /// (`POST /v1/decide`); publishing to it is refused.
     #[serde(default)]
@@ -210,6 +223,27 @@ impl GatewayConfig {
             }
             crate::TopicPattern::parse(&route.topic)
                 .map_err(|e| err(format!("routes[{i}].topic"), e.to_string()))?;
+            if route.source != crate::sources::SourceKind::Embedded && route.consumer.is_none() {
+                return Err(err(
+                    format!("routes[{i}].consumer"),
+                    format!(
+                        "a route consuming from {} needs a consumer to deliver to",
+                        route.source.name()
+                    ),
+                ));
+            }
+            if route.source == crate::sources::SourceKind::Rabbitmq
+                && route.topic.split('.').any(|t| t == "*" || t == ">")
+            {
+                return Err(err(
+                    format!("routes[{i}].topic"),
+                    format!(
+                        "`{}`: a RabbitMQ route's topic is a queue name; wildcards are not \
+                         allowed",
+                        route.topic
+                    ),
+                ));
+            }
             if let Some(consumer) = &route.consumer {
                 check_consumer(consumer, config.gateway.lease_ms).map_err(|(field, message)| {
                     err(format!("routes[{i}].consumer.{field}"), message)

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use crate::ConsumerConfig;
-use crate::store::Claimed;
+use crate::sources::Delivery;
 
 /// The header that marks an explicit reject.
 pub const REJECT_HEADER: &str = "x-verdict-reject";
@@ -35,7 +35,7 @@ pub struct DeliveryError {
 pub(crate) async fn deliver(
     client: &reqwest::Client,
     consumer: &ConsumerConfig,
-    message: &Claimed,
+    message: &Delivery,
     attempt: u32,
 ) -> Result<(), DeliveryError> {
     let mut request = client

@@ -1,20 +1,19 @@
-//! The gateway's pipeline: claim due messages from the store, deliver each to its route's
-//! consumer, and on failure ask the route's policy for a verdict and apply it - each outcome
-//! one store transaction, written before the message counts as handled.
-//!
-//! Retries never block other messages: a scheduled message is simply not due, and the loop
-//! keeps claiming what is. Deliveries run concurrently up to `[gateway] max_in_flight`, and
-//! per route up to its consumer's `concurrency`.
+//! The gateway's pipeline, shared by every source: deliver a message to its route's consumer
+//! and, on failure, ask the route's policy for a verdict and turn it into a [`Settlement`]
+//! (with the dead-letter envelope built here, the same for every source). The sources
+//! (`crate::sources`) claim messages and apply settlements; deliveries of one route run up to
+//! its consumer's `concurrency` at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, Semaphore};
 
 use crate::envelope::{Context, Envelope, MessageRef};
-use crate::store::{AttemptRecord, Claimed, NewDlqEntry, Store, StoreError};
-use crate::{Action, AttemptSpec, Decision, ErrorSpec, FailureSpec, GatewaySection, Registry};
+use crate::sources::{AttemptRecord, BrokerDlqs, DeadLetter, Delivery, Readiness, Settlement};
+use crate::store::Store;
+use crate::{Action, Decision, ErrorSpec, FailureSpec, GatewaySection, Registry};
 
 mod delivery;
 mod metrics;
@@ -26,9 +25,9 @@ pub use metrics::PipelineMetrics;
 use topic_stats::TopicStats;
 
 /// A message the pipeline could not route is looked at again after this long.
-const UNROUTED_RETRY_MS: u64 = 5_000;
+pub const UNROUTED_RETRY_MS: u64 = 5_000;
 
-/// Delivers the store's messages and applies verdicts.
+/// Delivers messages and turns failures into settlements.
 pub struct Pipeline {
     store: Arc<Store>,
     registry: Arc<Registry>,
@@ -38,6 +37,8 @@ pub struct Pipeline {
     metrics: PipelineMetrics,
     wake: Notify,
     routes: Mutex<HashMap<(String, usize), Arc<Semaphore>>>,
+    sources: Mutex<Vec<Readiness>>,
+    broker_dlqs: BrokerDlqs,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -62,6 +63,8 @@ impl Pipeline {
             metrics: PipelineMetrics::default(),
             wake: Notify::new(),
             routes: Mutex::new(HashMap::new()),
+            sources: Mutex::new(Vec::new()),
+            broker_dlqs: BrokerDlqs::default(),
         })
     }
 
@@ -80,122 +83,77 @@ impl Pipeline {
         self.wake.notify_one();
     }
 
-    /// Deliver until `shutdown` turns true; then stop claiming and wait (up to `grace`) for
-    /// deliveries in flight. A delivery still running after that keeps its lease and is
-    /// delivered again after a restart.
-    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>, grace: Duration) {
-        let max = self.settings.max_in_flight.max(1);
-        let slots = Arc::new(Semaphore::new(max));
-        let poll = Duration::from_millis(self.settings.poll_ms.max(1));
-        while !*shutdown.borrow() {
-            let free = slots.available_permits();
-            if free == 0 {
-                tokio::select! {
-                    permit = slots.clone().acquire_owned() => drop(permit),
-                    _ = shutdown.changed() => {}
-                }
-                continue;
-            }
-            let claimed = {
-                let this = self.clone();
-                let lease = self.settings.lease_ms;
-                tokio::task::spawn_blocking(move || this.store.claim(now_ms(), free, lease)).await
-            };
-            let claimed = match claimed {
-                Ok(Ok(claimed)) => claimed,
-                Ok(Err(e)) => {
-                    tracing::error!(error = %e, "claiming messages failed; retrying");
-                    tokio::time::sleep(poll).await;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "the claim task failed");
-                    continue;
-                }
-            };
-            if claimed.is_empty() {
-                tokio::select! {
-                    () = tokio::time::sleep(poll) => {}
-                    () = self.wake.notified() => {}
-                    _ = shutdown.changed() => {}
-                }
-                continue;
-            }
-            for message in claimed {
-                let Ok(permit) = slots.clone().acquire_owned().await else {
-                    break;
-                };
-                let this = self.clone();
-                tokio::spawn(async move {
-                    this.handle(message).await;
-                    drop(permit);
-                });
-            }
-        }
-        let drained = tokio::time::timeout(
-            grace,
-            slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)),
-        )
-        .await;
-        if drained.is_err() {
-            tracing::warn!(
-                "deliveries still in flight at shutdown keep their lease and are delivered again on restart"
-            );
-        }
+    /// Notified by [`Pipeline::wake`].
+    pub(crate) fn woken(&self) -> &Notify {
+        &self.wake
     }
 
-    async fn handle(self: Arc<Self>, message: Claimed) {
+    /// Broker sources' connection states (what `/readyz` reports).
+    pub fn sources(&self) -> Vec<Readiness> {
+        self.sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Register a broker source's connection state.
+    pub fn add_source(&self, ready: Readiness) {
+        self.sources
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(ready);
+    }
+
+    /// The broker DLQs' depths and ingress (what `/metrics` reports for them).
+    pub fn broker_dlqs(&self) -> &BrokerDlqs {
+        &self.broker_dlqs
+    }
+
+    /// The `[gateway]` settings.
+    pub fn settings(&self) -> &GatewaySection {
+        &self.settings
+    }
+
+    /// Deliver `message` to its route's consumer and, when that fails, ask the route's
+    /// policy: what the source must do with it now. Never fails: a message without a route
+    /// (or whose route lost its consumer) is released for later, nothing spent.
+    pub async fn process(&self, message: &Delivery) -> Settlement {
         let generation = self.registry.current();
         let route = generation.route(&message.topic);
         let Some((route_topic, consumer)) =
             route.and_then(|r| r.consumer.clone().map(|c| (r.topic.clone(), c)))
         else {
             tracing::warn!(topic = %message.topic, id = %message.id, "no route with a consumer for this topic; holding the message");
-            let store = self.store.clone();
-            let seq = message.seq;
-            let _ = tokio::task::spawn_blocking(move || {
-                store.release(seq, now_ms() + UNROUTED_RETRY_MS)
-            })
-            .await;
-            return;
+            return Settlement::Release {
+                delay_ms: UNROUTED_RETRY_MS,
+            };
         };
         drop(generation);
         let limit = self.route_slots(&route_topic, consumer.concurrency);
         let Ok(_slot) = limit.acquire_owned().await else {
-            return;
+            return Settlement::Release {
+                delay_ms: UNROUTED_RETRY_MS,
+            };
         };
         let attempt = message.attempt + 1;
         let started = Instant::now();
-        let result = delivery::deliver(&self.client, &consumer, &message, attempt).await;
+        let result = delivery::deliver(&self.client, &consumer, message, attempt).await;
         self.metrics
             .delivered(&route_topic, result.is_ok(), started.elapsed());
-        let this = self.clone();
-        let outcome =
-            tokio::task::spawn_blocking(move || this.settle(message, result, &route_topic)).await;
-        match outcome {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::error!(
-                    error = %e,
-                    "recording a delivery's outcome failed; the message keeps its lease and is \
-                     delivered again"
-                );
-            }
-            Err(e) => tracing::error!(error = %e, "the settle task failed"),
-        }
+        self.judge(message, result, &route_topic)
     }
 
-    /// Record the outcome of one delivery: delivered, or the verdict applied.
-    fn settle(
+    /// The settlement for one delivery's outcome: delivered, or the verdict applied.
+    fn judge(
         &self,
-        message: Claimed,
+        message: &Delivery,
         result: Result<(), DeliveryError>,
         route_topic: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Settlement {
         let now = now_ms();
         let stats = self.stats.record(&message.topic, now, result.is_err());
         let error = match result {
-            Ok(()) => return self.store.delivered(message.seq, now),
+            Ok(()) => return Settlement::Delivered,
             Err(error) => error,
         };
         let failure = FailureSpec {
@@ -230,42 +188,45 @@ impl Pipeline {
         let took = asked.elapsed();
         let Some(decision) = decided else {
             // The route went away between delivery and verdict: nothing spent, try later.
-            return self.store.release(message.seq, now + UNROUTED_RETRY_MS);
+            return Settlement::Release {
+                delay_ms: UNROUTED_RETRY_MS,
+            };
         };
-        let record = AttemptRecord {
+        let failed = AttemptRecord {
             at_ms: now,
             kind: error.kind,
             message: error.message,
         };
         self.metrics.decided(route_topic, &decision, took);
         self.metrics.verdict(route_topic, &decision);
-        self.apply(&message, &record, &decision, now)
+        self.settlement(message, failed, &decision, now)
     }
 
-    fn apply(
+    fn settlement(
         &self,
-        message: &Claimed,
-        record: &AttemptRecord,
+        message: &Delivery,
+        failed: AttemptRecord,
         decision: &Decision,
         now: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Settlement {
+        let again = |delay_ms, spend_attempt, failed| Settlement::Again {
+            failed,
+            delay_ms,
+            spend_attempt,
+        };
         match decision.verdict.action {
-            Action::Retry(ms) => self.store.schedule(message.seq, record, now + ms, true),
-            Action::Delay(ms) => self.store.schedule(message.seq, record, now + ms, false),
-            Action::Discard => self
-                .store
-                .discard(message.seq, record, &decision.verdict.reason),
+            Action::Retry(ms) => again(ms, true, failed),
+            Action::Delay(ms) => again(ms, false, failed),
+            Action::Discard => Settlement::Discard {
+                failed,
+                reason: decision.verdict.reason.clone(),
+            },
             Action::DeadLetter => {
                 let dlq = self
                     .settings
                     .dlq_naming
                     .dlq_for(&message.topic, &self.settings.global_dlq);
-                let mut history = message.history.clone();
-                history.push(AttemptSpec {
-                    at_ms: record.at_ms,
-                    kind: record.kind.clone(),
-                    message: record.message.clone(),
-                });
+                let history = message.history_with(&failed);
                 let envelope = Envelope::new(
                     MessageRef {
                         topic: &message.topic,
@@ -284,18 +245,27 @@ impl Pipeline {
                     },
                 );
                 let format = self.settings.dlq_format;
-                let bytes = envelope.encode(format).map_err(StoreError::Corrupt)?;
-                self.store.dead_letter(
-                    message.seq,
-                    record,
-                    &NewDlqEntry {
-                        dlq: &dlq,
-                        class: crate::stats::class_name(decision.verdict.class),
-                        reason: &decision.verdict.reason,
+                let envelope = match envelope.encode(format) {
+                    Ok(bytes) => bytes,
+                    Err(e) => {
+                        // Encoding our own struct cannot fail in practice; if it ever does,
+                        // keep the message (retried later) rather than lose it.
+                        tracing::error!(error = %e, id = %message.id, "encoding a dead letter failed; holding the message");
+                        return Settlement::Release {
+                            delay_ms: UNROUTED_RETRY_MS,
+                        };
+                    }
+                };
+                Settlement::DeadLetter {
+                    failed,
+                    letter: DeadLetter {
+                        dlq,
+                        class: crate::stats::class_name(decision.verdict.class).to_string(),
+                        reason: decision.verdict.reason.clone(),
                         format: crate::envelope::format_name(format),
-                        envelope: &bytes,
+                        envelope,
                     },
-                )
+                }
             }
         }
     }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, audit};
 use crate::AttemptSpec;
+use crate::sources::{AttemptRecord, DeadLetter, Delivery};
 
 /// A message to publish.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,39 +39,8 @@ pub struct Published {
 pub struct Claimed {
     /// Store key.
     pub seq: i64,
-    /// Message id.
-    pub id: String,
-    /// Topic.
-    pub topic: String,
-    /// Headers.
-    pub headers: BTreeMap<String, String>,
-    /// Body.
-    pub payload: Vec<u8>,
-    /// Content type.
-    pub content_type: Option<String>,
-    /// Attempts spent so far (failed deliveries that were retried).
-    pub attempt: u32,
-    /// Delays granted so far.
-    pub deferrals: u32,
-    /// Publication time.
-    pub published_at_ms: u64,
-    /// First failure, if any.
-    pub first_failed_at_ms: Option<u64>,
-    /// Earlier failed attempts, oldest first.
-    pub history: Vec<AttemptSpec>,
-    /// The lease had expired: an earlier delivery may have reached the consumer.
-    pub redelivery: bool,
-}
-
-/// A failed delivery, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptRecord {
-    /// When.
-    pub at_ms: u64,
-    /// Error kind.
-    pub kind: String,
-    /// Error message.
-    pub message: String,
+    /// The message and its history.
+    pub delivery: Delivery,
 }
 
 impl Store {
@@ -162,25 +132,28 @@ impl Store {
                 Ok((
                     Claimed {
                         seq: r.get(0)?,
-                        id: r.get(1)?,
-                        topic: r.get(2)?,
-                        headers: BTreeMap::new(),
-                        payload: r.get(4)?,
-                        content_type: r.get(5)?,
-                        attempt: r.get(6)?,
-                        deferrals: r.get(7)?,
-                        published_at_ms: r.get(8)?,
-                        first_failed_at_ms: r.get(9)?,
-                        history: Vec::new(),
-                        redelivery: state == "leased",
+                        delivery: Delivery {
+                            id: r.get(1)?,
+                            topic: r.get(2)?,
+                            headers: BTreeMap::new(),
+                            payload: r.get(4)?,
+                            content_type: r.get(5)?,
+                            attempt: r.get(6)?,
+                            deferrals: r.get(7)?,
+                            published_at_ms: r.get(8)?,
+                            first_failed_at_ms: r.get(9)?,
+                            history: Vec::new(),
+                            redelivery: state == "leased",
+                        },
                     },
                     headers,
                 ))
             })?;
             for row in rows {
                 let (mut c, headers) = row?;
-                c.headers = serde_json::from_str(&headers)
-                    .map_err(|e| StoreError::Corrupt(format!("message {}: headers: {e}", c.id)))?;
+                c.delivery.headers = serde_json::from_str(&headers).map_err(|e| {
+                    StoreError::Corrupt(format!("message {}: headers: {e}", c.delivery.id))
+                })?;
                 claimed.push(c);
             }
             let mut lease = tx.prepare_cached(
@@ -192,7 +165,7 @@ impl Store {
             )?;
             for c in &mut claimed {
                 lease.execute(params![c.seq, now_ms + lease_ms, now_ms])?;
-                c.history = history
+                c.delivery.history = history
                     .query_map([c.seq], |r| {
                         Ok(AttemptSpec {
                             at_ms: r.get(0)?,
@@ -203,12 +176,12 @@ impl Store {
                     .collect::<Result<_, _>>()?;
             }
         }
-        for c in claimed.iter().filter(|c| c.redelivery) {
+        for c in claimed.iter().filter(|c| c.delivery.redelivery) {
             audit(
                 &tx,
                 now_ms,
-                &c.id,
-                &c.topic,
+                &c.delivery.id,
+                &c.delivery.topic,
                 "lease-expired",
                 "delivered again: possible duplicate",
             )?;
@@ -256,7 +229,7 @@ impl Store {
         &self,
         seq: i64,
         failed: &AttemptRecord,
-        entry: &NewDlqEntry<'_>,
+        entry: &DeadLetter,
     ) -> Result<(), StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -292,7 +265,7 @@ impl Store {
             &id,
             &topic,
             "dead-lettered",
-            entry.reason,
+            &entry.reason,
         )?;
         tx.commit()?;
         Ok(())
@@ -340,21 +313,6 @@ impl Store {
             })
             .optional()?)
     }
-}
-
-/// A dead letter about to be written.
-#[derive(Debug)]
-pub struct NewDlqEntry<'a> {
-    /// The DLQ's name.
-    pub dlq: &'a str,
-    /// The verdict's class (kebab-case).
-    pub class: &'a str,
-    /// The verdict's reason.
-    pub reason: &'a str,
-    /// `json` or `msgpack`.
-    pub format: &'a str,
-    /// The encoded envelope.
-    pub envelope: &'a [u8],
 }
 
 fn record_attempt(

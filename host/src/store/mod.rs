@@ -15,8 +15,9 @@ use serde::Serialize;
 mod dlq;
 mod messages;
 
+pub use crate::sources::AttemptRecord;
 pub use dlq::{DlqEntry, DlqFilter, DlqStats};
-pub use messages::{AttemptRecord, Claimed, NewDlqEntry, NewMessage, Published};
+pub use messages::{Claimed, NewMessage, Published};
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]

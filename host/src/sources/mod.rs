@@ -1,0 +1,275 @@
+//! Where failed deliveries come from and where verdicts are applied: the *sources*.
+//!
+//! A source hands the pipeline [`Delivery`]s and applies the [`Settlement`] the pipeline
+//! returns for each, in the source's own terms. Everything between - the HTTP push, the
+//! policy's verdict, the dead-letter envelope, the metrics - is shared, so a policy behaves
+//! the same on every source.
+//!
+//! | settlement | embedded (SQLite) | NATS JetStream | RabbitMQ |
+//! |---|---|---|---|
+//! | delivered | row `delivered` | `ack` | `ack` |
+//! | retry / delay | row `scheduled` at `now + delay` | history to the KV bucket, then `nak(delay)` | copy with history headers to the delay bucket's queue (publisher confirm), then `ack` |
+//! | dead-letter | DLQ row, same transaction | envelope to the DLQ stream, PubAck, then `term` | envelope to the DLQ queue (publisher confirm), then `ack` |
+//! | discard | row `discarded` + audit row | audit record, then `term` | audit record, then `ack` |
+//!
+//! Each source writes the new state *before* it lets go of the old one, so a crash between
+//! the two delivers a message twice, never zero times.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::AttemptSpec;
+
+pub mod embedded;
+pub mod nats;
+pub mod rabbitmq;
+
+/// One delivery of one message, as any source hands it to the pipeline.
+#[derive(Debug, Clone, Default)]
+pub struct Delivery {
+    /// Message id.
+    pub id: String,
+    /// Topic (NATS subject, RabbitMQ queue).
+    pub topic: String,
+    /// Headers passed to the consumer.
+    pub headers: BTreeMap<String, String>,
+    /// Body.
+    pub payload: Vec<u8>,
+    /// Content type.
+    pub content_type: Option<String>,
+    /// Attempts spent so far (failed deliveries that were retried).
+    pub attempt: u32,
+    /// Delays granted so far.
+    pub deferrals: u32,
+    /// Publication time.
+    pub published_at_ms: u64,
+    /// First failure, if any.
+    pub first_failed_at_ms: Option<u64>,
+    /// Earlier failed attempts, oldest first.
+    pub history: Vec<AttemptSpec>,
+    /// Delivered before without an outcome recorded: the consumer may have seen it.
+    pub redelivery: bool,
+}
+
+/// A failed delivery, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// When.
+    pub at_ms: u64,
+    /// Error kind.
+    pub kind: String,
+    /// Error message.
+    pub message: String,
+}
+
+impl From<&AttemptRecord> for AttemptSpec {
+    fn from(r: &AttemptRecord) -> Self {
+        AttemptSpec {
+            at_ms: r.at_ms,
+            kind: r.kind.clone(),
+            message: r.message.clone(),
+        }
+    }
+}
+
+/// A dead letter ready to be written: the encoded envelope and what indexes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The DLQ's name.
+    pub dlq: String,
+    /// The verdict's class (kebab-case).
+    pub class: String,
+    /// The verdict's reason.
+    pub reason: String,
+    /// `json` or `msgpack`.
+    pub format: &'static str,
+    /// The encoded envelope.
+    pub envelope: Vec<u8>,
+}
+
+/// What a source must do with a delivery once the pipeline is done with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settlement {
+    /// The consumer took it.
+    Delivered,
+    /// Deliver again after `delay_ms`, recording the failure; a retry spends an attempt, a
+    /// delay counts a deferral instead.
+    Again {
+        /// The failure.
+        failed: AttemptRecord,
+        /// How long to wait.
+        delay_ms: u64,
+        /// Retry (true) or delay (false).
+        spend_attempt: bool,
+    },
+    /// Retire it to a DLQ.
+    DeadLetter {
+        /// The failure.
+        failed: AttemptRecord,
+        /// The envelope.
+        letter: DeadLetter,
+    },
+    /// Drop it on the policy's word, with an audit record.
+    Discard {
+        /// The failure.
+        failed: AttemptRecord,
+        /// The verdict's reason.
+        reason: String,
+    },
+    /// Give it back untouched (no route for its topic now): nothing spent.
+    Release {
+        /// How long to wait.
+        delay_ms: u64,
+    },
+}
+
+impl Delivery {
+    /// The history after `failed`, oldest first.
+    pub fn history_with(&self, failed: &AttemptRecord) -> Vec<AttemptSpec> {
+        let mut history = self.history.clone();
+        history.push(failed.into());
+        history
+    }
+}
+
+/// Which source a route consumes from.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceKind {
+    /// The embedded store: messages published through the admin API.
+    #[default]
+    Embedded,
+    /// A RabbitMQ queue (`[rabbitmq]`).
+    Rabbitmq,
+    /// A NATS JetStream stream (`[nats]`).
+    Nats,
+}
+
+impl SourceKind {
+    /// The config spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::Embedded => "embedded",
+            SourceKind::Rabbitmq => "rabbitmq",
+            SourceKind::Nats => "nats",
+        }
+    }
+}
+
+/// Whether a source is connected to its broker; `/readyz` reads these.
+#[derive(Debug, Clone)]
+pub struct Readiness {
+    name: &'static str,
+    up: Arc<AtomicBool>,
+}
+
+impl Readiness {
+    /// A source named `name`, not yet connected.
+    pub fn new(name: &'static str) -> Readiness {
+        Readiness {
+            name,
+            up: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The source's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Connected now?
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Record (dis)connection.
+    pub fn set(&self, up: bool) {
+        self.up.store(up, Ordering::Relaxed);
+    }
+}
+
+/// Reconnect delays: 100 ms doubling to 5 s.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next_ms: u64,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Backoff {
+        Backoff { next_ms: 100 }
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.next_ms = 100;
+    }
+
+    pub(crate) fn next(&mut self) -> std::time::Duration {
+        let d = std::time::Duration::from_millis(self.next_ms);
+        self.next_ms = (self.next_ms * 2).min(5_000);
+        d
+    }
+}
+
+/// The dead-letter queues a broker holds, as last read from the broker (refreshed about once
+/// a second by each broker source) plus the dead letters this process wrote to them; the
+/// metrics read this instead of asking the broker on every scrape.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerDlqs(Arc<std::sync::Mutex<BTreeMap<(&'static str, String), BrokerDlq>>>);
+
+/// One broker DLQ.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrokerDlq {
+    /// Source topic (empty for a global DLQ, whose letters come from many).
+    pub topic: String,
+    /// Dead letters waiting, as the broker counts them.
+    pub depth: u64,
+    /// Dead letters this process wrote (and the broker confirmed).
+    pub ingress: u64,
+}
+
+impl BrokerDlqs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(&'static str, String), BrokerDlq>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The broker's count for `dlq` of `source`.
+    pub(crate) fn set_depth(&self, source: &'static str, dlq: &str, topic: &str, depth: u64) {
+        let mut map = self.lock();
+        let entry = map.entry((source, dlq.to_string())).or_default();
+        entry.topic = topic.to_string();
+        entry.depth = depth;
+    }
+
+    /// One dead letter confirmed by the broker.
+    pub(crate) fn written(&self, source: &'static str, dlq: &str, topic: &str) {
+        let mut map = self.lock();
+        let entry = map.entry((source, dlq.to_string())).or_default();
+        entry.topic = topic.to_string();
+        entry.ingress += 1;
+        entry.depth += 1;
+    }
+
+    /// Every broker DLQ: (source, dlq, state).
+    pub fn snapshot(&self) -> Vec<(&'static str, String, BrokerDlq)> {
+        self.lock()
+            .iter()
+            .map(|((source, dlq), d)| (*source, dlq.clone(), d.clone()))
+            .collect()
+    }
+}
+
+/// The source topic of a DLQ named by `naming` (empty when the DLQ is global).
+pub(crate) fn topic_of_dlq(naming: crate::DlqNaming, dlq: &str) -> String {
+    match naming {
+        crate::DlqNaming::Suffix => dlq.strip_suffix(".DLQ").unwrap_or(dlq).to_string(),
+        crate::DlqNaming::Prefix => dlq.strip_prefix("DLQ.").unwrap_or(dlq).to_string(),
+        crate::DlqNaming::Global => String::new(),
+    }
+}

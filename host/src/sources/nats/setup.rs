@@ -1,0 +1,269 @@
+//! Connecting to NATS and making sure the streams, the durable consumer and the history
+//! bucket exist; and the writes a settlement makes (dead letters, audit records).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, kv};
+
+use super::history::Histories;
+use super::{TOPIC_HEADER, consumer_config, stream_config};
+use crate::pipeline::now_ms;
+use crate::sources::{AttemptRecord, DeadLetter, Delivery, Readiness};
+use crate::{GatewaySection, NatsConfig};
+
+/// A connection with everything the source writes to.
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    config: NatsConfig,
+    durable: String,
+    histories: Histories,
+    gateway: String,
+}
+
+/// Connect to `config.url` and set up the stream (capturing `subjects` when it is created),
+/// the DLQ and audit streams and the history bucket. `ready` follows the connection.
+pub async fn connect(
+    config: &NatsConfig,
+    settings: &GatewaySection,
+    subjects: &[String],
+    ready: Option<Readiness>,
+) -> anyhow::Result<Broker> {
+    let mut options = async_nats::ConnectOptions::new()
+        .name(format!("verdict {}", settings.instance))
+        .connection_timeout(Duration::from_secs(2));
+    if let Some(ready) = ready {
+        options = options.event_callback(move |event| {
+            let ready = ready.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => ready.set(true),
+                    async_nats::Event::Disconnected | async_nats::Event::Closed => {
+                        ready.set(false);
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
+    let client = options
+        .connect(config.url.as_str())
+        .await
+        .with_context(|| format!("nats.url = {}", config.url))?;
+    let js = jetstream::new(client.clone());
+    let subjects = if config.subjects.is_empty() {
+        subjects.to_vec()
+    } else {
+        config.subjects.clone()
+    };
+    ensure_stream(&js, &config.stream, subjects, "nats.stream").await?;
+    let dlq_subjects = vec![format!("{}.>", config.dlq_subject_prefix)];
+    ensure_stream(&js, &config.dlq_stream, dlq_subjects, "nats.dlq_stream").await?;
+    let audit_subjects = vec![format!("{}.>", config.audit_subject_prefix)];
+    ensure_stream(
+        &js,
+        &config.audit_stream,
+        audit_subjects,
+        "nats.audit_stream",
+    )
+    .await?;
+    let bucket = match js.get_key_value(&config.history_bucket).await {
+        Ok(bucket) => bucket,
+        Err(_) => js
+            .create_key_value(kv::Config {
+                bucket: config.history_bucket.clone(),
+                history: 1,
+                max_age: Duration::from_millis(config.history_ttl_ms),
+                ..Default::default()
+            })
+            .await
+            .with_context(|| format!("nats.history_bucket = {}", config.history_bucket))?,
+    };
+    let durable = if config.durable.is_empty() {
+        settings.consumer_group.clone()
+    } else {
+        config.durable.clone()
+    };
+    Ok(Broker {
+        inner: Arc::new(Inner {
+            client,
+            js,
+            config: config.clone(),
+            durable,
+            histories: Histories(bucket),
+            gateway: settings.instance.clone(),
+        }),
+    })
+}
+
+async fn ensure_stream(
+    js: &jetstream::Context,
+    name: &str,
+    subjects: Vec<String>,
+    field: &str,
+) -> anyhow::Result<()> {
+    if js.get_stream(name).await.is_ok() {
+        return Ok(());
+    }
+    js.create_stream(stream_config(name, subjects.clone()))
+        .await
+        .with_context(|| format!("{field} = {name}: creating it with subjects {subjects:?}"))?;
+    Ok(())
+}
+
+impl Broker {
+    /// The NATS client.
+    pub fn client(&self) -> &async_nats::Client {
+        &self.inner.client
+    }
+
+    /// The JetStream context.
+    pub fn jetstream(&self) -> &jetstream::Context {
+        &self.inner.js
+    }
+
+    /// The `[nats]` settings.
+    pub fn config(&self) -> &NatsConfig {
+        &self.inner.config
+    }
+
+    /// The source stream's name.
+    pub fn stream_name(&self) -> &str {
+        &self.inner.config.stream
+    }
+
+    /// The durable consumer's name.
+    pub fn durable(&self) -> &str {
+        &self.inner.durable
+    }
+
+    pub(crate) fn history(&self) -> &Histories {
+        &self.inner.histories
+    }
+
+    pub(crate) fn history_key(&self, seq: u64) -> String {
+        let stream: String = self
+            .stream_name()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+            .collect();
+        format!("{stream}.{seq}")
+    }
+
+    /// The durable consumer (created when missing).
+    pub async fn consumer(&self) -> anyhow::Result<consumer::Consumer<consumer::pull::Config>> {
+        let stream = self.inner.js.get_stream(self.stream_name()).await?;
+        stream
+            .get_or_create_consumer(
+                self.durable(),
+                consumer_config(self.config(), self.durable()),
+            )
+            .await
+            .with_context(|| format!("durable consumer `{}`", self.durable()))
+    }
+
+    /// The subject a DLQ's letters are published to.
+    pub fn dlq_subject(&self, dlq: &str) -> String {
+        format!("{}.{dlq}", self.inner.config.dlq_subject_prefix)
+    }
+
+    /// Publish the envelope and wait for the stream's PubAck.
+    pub(crate) async fn dead_letter(
+        &self,
+        delivery: &Delivery,
+        failed: &AttemptRecord,
+        letter: &DeadLetter,
+        key: &str,
+    ) -> anyhow::Result<()> {
+        let mut headers = HeaderMap::new();
+        // A redelivery after a crash between PubAck and term publishes the same id again:
+        // JetStream's duplicate window drops it.
+        headers.insert("Nats-Msg-Id", format!("dlq.{key}").as_str());
+        headers.insert(TOPIC_HEADER, delivery.topic.as_str());
+        headers.insert("verdict-message-id", delivery.id.as_str());
+        headers.insert("verdict-class", letter.class.as_str());
+        headers.insert("verdict-kind", failed.kind.as_str());
+        headers.insert("verdict-reason", header_text(&letter.reason).as_str());
+        headers.insert("verdict-format", letter.format);
+        headers.insert(
+            "verdict-attempts",
+            (delivery.attempt + 1).to_string().as_str(),
+        );
+        headers.insert("verdict-at-ms", failed.at_ms.to_string().as_str());
+        self.inner
+            .js
+            .publish_with_headers(
+                self.dlq_subject(&letter.dlq),
+                headers,
+                letter.envelope.clone().into(),
+            )
+            .await
+            .context("publishing a dead letter")?
+            .await
+            .context("the DLQ stream did not confirm a dead letter")?;
+        Ok(())
+    }
+
+    /// An audit record (JSON) to the audit stream, confirmed.
+    pub(crate) async fn audit(
+        &self,
+        event: &str,
+        delivery: &Delivery,
+        kind: &str,
+        detail: &str,
+    ) -> anyhow::Result<()> {
+        let record = serde_json::json!({
+            "event": event,
+            "atMs": now_ms(),
+            "messageId": delivery.id,
+            "topic": delivery.topic,
+            "kind": kind,
+            "detail": detail,
+            "gateway": self.inner.gateway,
+        });
+        let subject = format!("{}.{event}", self.inner.config.audit_subject_prefix);
+        self.inner
+            .js
+            .publish(subject, serde_json::to_vec(&record)?.into())
+            .await
+            .context("publishing an audit record")?
+            .await
+            .context("the audit stream did not confirm a record")?;
+        Ok(())
+    }
+
+    /// Each DLQ's depth, as the DLQ stream counts its subjects.
+    pub async fn dlq_depths(&self) -> anyhow::Result<Vec<(String, u64)>> {
+        let prefix = format!("{}.", self.inner.config.dlq_subject_prefix);
+        let stream = self
+            .inner
+            .js
+            .get_stream(&self.inner.config.dlq_stream)
+            .await?;
+        let mut subjects = stream.info_with_subjects(format!("{prefix}>")).await?;
+        let mut out = Vec::new();
+        use futures_util::TryStreamExt as _;
+        while let Some((subject, count)) = subjects.try_next().await? {
+            if let Some(dlq) = subject.strip_prefix(&prefix) {
+                out.push((dlq.to_string(), count as u64));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Header values are one line.
+fn header_text(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(512)
+        .collect()
+}

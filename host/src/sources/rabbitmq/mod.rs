@@ -1,0 +1,1 @@
+//! RabbitMQ (work in progress).
