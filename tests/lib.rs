@@ -126,3 +126,6 @@ pub mod consumer;
 
 #[path = "gateway.rs"]
 pub mod gateway;
+
+#[path = "nats.rs"]
+pub mod nats;

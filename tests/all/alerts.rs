@@ -67,7 +67,9 @@ fn every_metric_the_alert_rules_name_is_served_and_promtool_accepts_them() {
         );
     }
     assert!(
-        metrics.contains(r#"verdict_dlq_depth{dlq="orders.DLQ",topic="orders",source="embedded",core="true"} 1"#),
+        metrics.contains(
+            r#"verdict_dlq_depth{dlq="orders.DLQ",topic="orders",source="embedded",core="true"} 1"#
+        ),
         "{metrics}"
     );
 

@@ -11,7 +11,7 @@ use verdict_tests::{fixtures, scratch_dir};
 
 /// Retry 5xx and transport failures quickly (fixed 20 ms) up to 8 attempts; format errors
 /// are dead-lettered at once.
-const RULES_CONFIG: &str = r#"{ max_attempts = 8, rules = [
+pub(crate) const RULES_CONFIG: &str = r#"{ max_attempts = 8, rules = [
     { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
     { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
 ] }"#;
@@ -41,7 +41,7 @@ consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 16 }}
 }
 
 /// Message i: 5% permanent, 20% transient (1-3 failures first), the rest fine.
-fn behaviour(id: &str) -> Behaviour {
+pub(crate) fn behaviour(id: &str) -> Behaviour {
     let i: u32 = id.trim_start_matches("m-").parse().unwrap_or(0);
     match i % 100 {
         0..5 => Behaviour::Permanent,

@@ -8,5 +8,6 @@ mod conformance;
 mod gateway;
 mod hostile;
 mod loading;
+mod nats;
 mod policies;
 mod registry;

@@ -208,10 +208,18 @@ async fn handle(
     )));
     let settlement = pipeline.process(&delivery).await;
     drop(keepalive);
+    // Once the message is gone from the stream's point of view, so is its history.
+    let settled = matches!(
+        settlement,
+        Settlement::Delivered | Settlement::DeadLetter { .. } | Settlement::Discard { .. }
+    );
     let outcome = apply(broker, dlqs, &message, &delivery, &key, settlement).await;
     match outcome {
         Ok(()) => {
-            if had_history && let Err(e) = broker.history().forget(&key).await {
+            if settled
+                && had_history
+                && let Err(e) = broker.history().forget(&key).await
+            {
                 tracing::debug!(error = %e, seq, "nats source: a settled history was not purged (it expires)");
             }
         }

@@ -75,18 +75,7 @@ pub async fn connect(
         "nats.audit_stream",
     )
     .await?;
-    let bucket = match js.get_key_value(&config.history_bucket).await {
-        Ok(bucket) => bucket,
-        Err(_) => js
-            .create_key_value(kv::Config {
-                bucket: config.history_bucket.clone(),
-                history: 1,
-                max_age: Duration::from_millis(config.history_ttl_ms),
-                ..Default::default()
-            })
-            .await
-            .with_context(|| format!("nats.history_bucket = {}", config.history_bucket))?,
-    };
+    let bucket = history_bucket(&js, config).await?;
     let durable = if config.durable.is_empty() {
         settings.consumer_group.clone()
     } else {
@@ -102,6 +91,32 @@ pub async fn connect(
             gateway: settings.instance.clone(),
         }),
     })
+}
+
+/// The history bucket, created when missing. It is created as the stream a key-value bucket
+/// is (`KV_<bucket>` on `$KV.<bucket>.>`, one value per key, rollups allowed) rather than
+/// through the client's `create_key_value`, which reads account limits that NATS servers
+/// before 2.10 do not report in the shape it expects.
+async fn history_bucket(js: &jetstream::Context, config: &NatsConfig) -> anyhow::Result<kv::Store> {
+    let bucket = &config.history_bucket;
+    if js.get_stream(format!("KV_{bucket}")).await.is_err() {
+        js.create_stream(jetstream::stream::Config {
+            name: format!("KV_{bucket}"),
+            subjects: vec![format!("$KV.{bucket}.>")],
+            max_messages_per_subject: 1,
+            max_age: Duration::from_millis(config.history_ttl_ms),
+            allow_rollup: true,
+            deny_delete: true,
+            allow_direct: true,
+            discard: jetstream::stream::DiscardPolicy::New,
+            ..Default::default()
+        })
+        .await
+        .with_context(|| format!("nats.history_bucket = {bucket}: creating it"))?;
+    }
+    js.get_key_value(bucket)
+        .await
+        .with_context(|| format!("nats.history_bucket = {bucket}"))
 }
 
 async fn ensure_stream(

@@ -1,0 +1,213 @@
+//! The gateway on NATS JetStream (127.0.0.1:4222): the same scenario as on the embedded
+//! store, with the broker as the system of record; two gateways sharing one durable
+//! consumer; retry delays through `nak`; DLQ depth as the DLQ stream counts it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use verdict_tests::consumer::{Behaviour, Consumer};
+use verdict_tests::gateway::Gateway;
+use verdict_tests::nats::NatsFixture;
+use verdict_tests::{fixtures, scratch_dir};
+
+use super::gateway::{RULES_CONFIG, behaviour};
+
+fn config(nats: &NatsFixture, consumer_url: &str, rules: &str, concurrency: usize) -> String {
+    format!(
+        r#"
+[sandbox]
+decide_timeout_ms = 1000
+[admin]
+listen = "127.0.0.1:0"
+token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
+[gateway]
+instance = "gw-nats"
+consumer_group = "{group}"
+{section}
+[policies.rules]
+path = "{path}"
+[[routes]]
+topic = "{topic}"
+source = "nats"
+policy = "rules"
+config = {rules}
+consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = {concurrency} }}
+"#,
+        group = nats.prefix,
+        section = nats.section(),
+        path = fixtures::RULES,
+        topic = nats.subject("orders"),
+    )
+}
+
+/// Wait until the gateway's NATS source is connected (it creates the stream).
+fn ready(nats: &NatsFixture, gw: &Gateway) {
+    let ready = nats.wait_for(Duration::from_secs(20), || {
+        gw.anonymous
+            .get_text("/readyz")
+            .is_ok_and(|t| t == "ready\n")
+    });
+    assert!(ready, "{:?}", gw.anonymous.get_text("/readyz"));
+}
+
+fn envelopes(nats: &NatsFixture) -> Vec<Value> {
+    nats.messages("_DLQ")
+        .iter()
+        .map(|m| serde_json::from_slice(&m.payload).expect("a JSON envelope"))
+        .collect()
+}
+
+#[test]
+fn a_thousand_messages_end_delivered_or_dead_lettered_on_jetstream() {
+    let dir = scratch_dir("nats-thousand");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nats = NatsFixture::new(&runtime, "thousand");
+    let consumer = Consumer::start(&runtime, behaviour);
+    let config = config(&nats, &consumer.url(), RULES_CONFIG, 32);
+    let gw = Gateway::start_on(runtime, &dir, &config, "unused");
+    ready(&nats, &gw);
+    nats.publish("orders", 0..1_000);
+
+    let settled = nats.wait_for(Duration::from_secs(120), || {
+        let (_, accepted) = consumer.snapshot();
+        accepted.len() == 950 && nats.messages("_DLQ").len() == 50
+    });
+    assert!(settled, "accepted {:?}", consumer.snapshot().1.len());
+    assert!(
+        nats.wait_for(Duration::from_secs(20), || nats.pending(&nats.prefix)
+            == (0, 0))
+    );
+
+    // Count equality against the broker: 950 delivered + 50 in the DLQ stream = 1,000.
+    let (deliveries, accepted) = consumer.snapshot();
+    for i in 0..1_000 {
+        let id = format!("m-{i}");
+        match behaviour(&id) {
+            Behaviour::Permanent => assert_eq!(accepted.get(&id), None),
+            Behaviour::FailsFirst(k) => {
+                assert_eq!(deliveries[&id], k + 1, "{id}");
+                assert_eq!(accepted[&id], 1, "{id}");
+            }
+            Behaviour::Ok => assert_eq!((deliveries[&id], accepted[&id]), (1, 1), "{id}"),
+        }
+    }
+    let dead = envelopes(&nats);
+    assert_eq!(dead.len(), 50);
+    for e in &dead {
+        let id = e["original"]["id"].as_str().unwrap();
+        assert_eq!(behaviour(id), Behaviour::Permanent, "{e}");
+        assert_eq!(e["original"]["topic"], Value::from(nats.subject("orders")));
+        assert_eq!(e["original"]["headers"]["tenant"], "eu");
+        assert!(e["original"]["payload"]["order"].is_u64(), "{e}");
+        assert_eq!(e["errors"][0]["kind"], "schema.unknown-version");
+        assert_eq!(e["verdict"]["class"], "poison");
+        assert_eq!(
+            e["dlq"],
+            Value::from(format!("{}.DLQ", nats.subject("orders")))
+        );
+    }
+    for m in nats.messages("_DLQ") {
+        assert_eq!(m.subject.as_str(), nats.dlq_subject("orders"));
+    }
+    // The DLQ depth metric equals the DLQ stream's own count.
+    let series = format!(
+        r#"verdict_dlq_depth{{dlq="{0}.DLQ",topic="{0}",source="nats",core="false"}} 50"#,
+        nats.subject("orders")
+    );
+    let mut metrics = String::new();
+    let agreed = nats.wait_for(Duration::from_secs(10), || {
+        metrics = gw.anonymous.get_text("/metrics").unwrap();
+        metrics.contains(&series)
+    });
+    assert!(agreed, "{series} not in\n{metrics}");
+    assert_eq!(gw.anonymous.get_text("/readyz").unwrap(), "ready\n");
+}
+
+#[test]
+fn retries_carry_their_history_across_naks_and_land_on_time() {
+    const DELAY_MS: u64 = 400;
+    let dir = scratch_dir("nats-delays");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nats = NatsFixture::new(&runtime, "delays");
+    let consumer = Consumer::start(&runtime, |_| Behaviour::FailsFirst(100));
+    let rules = format!(
+        r#"{{ max_attempts = 4, rules = [
+            {{ match = ["auth.*"], dead_letter = "poison" }},
+            {{ match = ["http.5*"], retry = {{ strategy = "fixed", delay_ms = {DELAY_MS} }} }},
+        ] }}"#
+    );
+    let config = config(&nats, &consumer.url(), &rules, 32);
+    let gw = Gateway::start_on(runtime, &dir, &config, "unused");
+    ready(&nats, &gw);
+    nats.publish("orders", 0..20);
+    assert!(nats.wait_for(Duration::from_secs(60), || envelopes(&nats).len() == 20));
+
+    let mut late = Vec::new();
+    for e in envelopes(&nats) {
+        assert_eq!(e["attempts"], 4, "{e}");
+        assert_eq!(e["verdict"]["class"], "exhausted", "{e}");
+        let at: Vec<u64> = e["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["atMs"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            at.len(),
+            4,
+            "the whole history travels with the message: {e}"
+        );
+        for w in at.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(
+                gap >= DELAY_MS,
+                "a retry came {} ms early: {at:?}",
+                DELAY_MS - gap
+            );
+            late.push(gap - DELAY_MS);
+        }
+    }
+    late.sort_unstable();
+    let (p50, max) = (late[late.len() / 2], late[late.len() - 1]);
+    eprintln!("nats retry lateness over {DELAY_MS} ms delays: p50 {p50} ms, max {max} ms");
+    // Stated tolerance: a retry lands no earlier than its delay and within 1 s after it.
+    assert!(max < 1_000, "lateness p50 {p50} ms, max {max} ms");
+    let (deliveries, _) = consumer.snapshot();
+    assert_eq!(deliveries.len(), 20);
+    assert!(deliveries.values().all(|n| *n == 4), "{deliveries:?}");
+}
+
+#[test]
+fn two_gateways_on_one_durable_consumer_split_the_load_and_lose_nothing() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nats = NatsFixture::new(&runtime, "pair");
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
+    let config = config(&nats, &consumer.url(), RULES_CONFIG, 4);
+    let a = Gateway::start_on(runtime, &scratch_dir("nats-pair-a"), &config, "unused");
+    let b = Gateway::start(&scratch_dir("nats-pair-b"), &config, "unused");
+    ready(&nats, &a);
+    ready(&nats, &b);
+    nats.publish("orders", 0..600);
+    assert!(
+        nats.wait_for(Duration::from_secs(60), || consumer.snapshot().1.len()
+            == 600)
+    );
+
+    let delivered = |gw: &Gateway| -> u64 {
+        let metrics = gw.anonymous.get_text("/metrics").unwrap();
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("verdict_deliveries_total{") && l.contains("outcome=\"delivered\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let (from_a, from_b) = (delivered(&a), delivered(&b));
+    assert!(from_a > 0 && from_b > 0, "a {from_a}, b {from_b}");
+    let accepted: HashMap<String, u32> = consumer.snapshot().1;
+    let duplicates: u32 = accepted.values().map(|n| n - 1).sum();
+    assert_eq!(from_a + from_b, 600 + u64::from(duplicates));
+    eprintln!("two gateways: {from_a} + {from_b} deliveries, {duplicates} duplicates");
+}
