@@ -129,3 +129,6 @@ pub mod gateway;
 
 #[path = "nats.rs"]
 pub mod nats;
+
+#[path = "rabbitmq.rs"]
+pub mod rabbitmq;

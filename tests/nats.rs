@@ -15,12 +15,15 @@ pub struct NatsFixture {
     pub prefix: String,
     /// The client.
     pub js: jetstream::Context,
-    runtime: tokio::runtime::Handle,
+    // Its own runtime: the gateway's stops when the gateway is dropped, and the fixture
+    // cleans up after that.
+    runtime: tokio::runtime::Runtime,
 }
 
 impl NatsFixture {
-    /// Names unique to `name` in this process, on `runtime`.
-    pub fn new(runtime: &tokio::runtime::Runtime, name: &str) -> NatsFixture {
+    /// Names unique to `name` in this process.
+    pub fn new(name: &str) -> NatsFixture {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         let prefix = format!("t{}{name}", std::process::id());
         // The JetStream context spawns a task: build it inside the runtime.
         let js = runtime
@@ -29,7 +32,7 @@ impl NatsFixture {
         let fixture = NatsFixture {
             prefix,
             js,
-            runtime: runtime.handle().clone(),
+            runtime,
         };
         fixture.clean();
         fixture

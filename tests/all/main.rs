@@ -10,4 +10,5 @@ mod hostile;
 mod loading;
 mod nats;
 mod policies;
+mod rabbitmq;
 mod registry;

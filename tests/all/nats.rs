@@ -62,7 +62,7 @@ fn envelopes(nats: &NatsFixture) -> Vec<Value> {
 fn a_thousand_messages_end_delivered_or_dead_lettered_on_jetstream() {
     let dir = scratch_dir("nats-thousand");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let nats = NatsFixture::new(&runtime, "thousand");
+    let nats = NatsFixture::new("thousand");
     let consumer = Consumer::start(&runtime, behaviour);
     let config = config(&nats, &consumer.url(), RULES_CONFIG, 32);
     let gw = Gateway::start_on(runtime, &dir, &config, "unused");
@@ -129,7 +129,7 @@ fn retries_carry_their_history_across_naks_and_land_on_time() {
     const DELAY_MS: u64 = 400;
     let dir = scratch_dir("nats-delays");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let nats = NatsFixture::new(&runtime, "delays");
+    let nats = NatsFixture::new("delays");
     let consumer = Consumer::start(&runtime, |_| Behaviour::FailsFirst(100));
     let rules = format!(
         r#"{{ max_attempts = 4, rules = [
@@ -181,7 +181,7 @@ fn retries_carry_their_history_across_naks_and_land_on_time() {
 #[test]
 fn two_gateways_on_one_durable_consumer_split_the_load_and_lose_nothing() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let nats = NatsFixture::new(&runtime, "pair");
+    let nats = NatsFixture::new("pair");
     let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
     let config = config(&nats, &consumer.url(), RULES_CONFIG, 4);
     let a = Gateway::start_on(runtime, &scratch_dir("nats-pair-a"), &config, "unused");

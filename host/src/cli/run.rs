@@ -167,6 +167,20 @@ fn start_sources(
             SHUTDOWN_GRACE,
         )));
     }
+    let rabbitmq = topics(SourceKind::Rabbitmq);
+    if !rabbitmq.is_empty() {
+        let ready = Readiness::new(sources::rabbitmq::NAME);
+        pipeline.add_source(ready.clone());
+        tasks.push(tokio::spawn(sources::rabbitmq::run(
+            pipeline.clone(),
+            config.rabbitmq.clone(),
+            rabbitmq,
+            ready,
+            pipeline.broker_dlqs().clone(),
+            stopped.clone(),
+            SHUTDOWN_GRACE,
+        )));
+    }
     tasks
 }
 

@@ -71,6 +71,8 @@ pub struct RabbitmqConfig {
     pub prefetch: u16,
     /// Prefix of the delay exchanges and queues (`<prefix>.<ms>`), one per delay bucket.
     pub delay_prefix: String,
+    /// The queue audit records (discards) are published to; declared durable.
+    pub audit_queue: String,
 }
 
 impl Default for RabbitmqConfig {
@@ -79,6 +81,7 @@ impl Default for RabbitmqConfig {
             url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             prefetch: 64,
             delay_prefix: "verdict.delay".into(),
+            audit_queue: "verdict.audit".into(),
         }
     }
 }

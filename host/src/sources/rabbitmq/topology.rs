@@ -1,0 +1,217 @@
+//! The queues and exchanges the RabbitMQ source uses, and confirmed publishing into them.
+//!
+//! Delays: per-message TTL only expires at a queue's head, so one queue with mixed delays
+//! would hold a 1 s retry behind a 1 h one. Each delay bucket gets its own fanout exchange
+//! and queue `<delay_prefix>.<ms>` with `x-message-ttl = ms` and the default exchange as its
+//! dead-letter exchange: a copy published there with the origin queue as routing key expires
+//! after exactly its bucket's TTL and is routed back to the origin queue. Every message in a
+//! bucket waits equally long, so the head always expires first. Buckets are declared on first
+//! use.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use anyhow::Context as _;
+use lapin::options::{
+    BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, ExchangeKind};
+
+use crate::RabbitmqConfig;
+
+/// A channel in confirm mode, and what has been declared on it.
+#[derive(Clone)]
+pub struct Topology {
+    channel: Channel,
+    delay_prefix: String,
+    audit_queue: String,
+    declared: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Topology {
+    /// Put `channel` in confirm mode.
+    pub async fn new(channel: Channel, config: &RabbitmqConfig) -> anyhow::Result<Topology> {
+        channel
+            .confirm_select(Default::default())
+            .await
+            .context("enabling publisher confirms")?;
+        Ok(Topology {
+            channel,
+            delay_prefix: config.delay_prefix.clone(),
+            audit_queue: config.audit_queue.clone(),
+            declared: Arc::new(Mutex::new(HashSet::new())),
+        })
+    }
+
+    fn declared(&self, name: &str) -> bool {
+        self.declared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(name)
+    }
+
+    fn mark(&self, name: &str) {
+        self.declared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string());
+    }
+
+    /// Declare a durable queue (once per connection).
+    pub async fn queue(&self, name: &str) -> anyhow::Result<()> {
+        if self.declared(name) {
+            return Ok(());
+        }
+        self.channel
+            .queue_declare(
+                ShortString::from(name),
+                QueueDeclareOptions::durable(),
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("declaring queue `{name}`"))?;
+        self.mark(name);
+        Ok(())
+    }
+
+    /// Declare the delay bucket of `bucket_ms` (once per connection); its exchange's name.
+    async fn bucket(&self, bucket_ms: u64) -> anyhow::Result<String> {
+        let name = format!("{}.{bucket_ms}", self.delay_prefix);
+        if self.declared(&name) {
+            return Ok(name);
+        }
+        self.channel
+            .exchange_declare(
+                ShortString::from(name.as_str()),
+                ExchangeKind::Fanout,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("declaring delay exchange `{name}`"))?;
+        let mut args = FieldTable::default();
+        args.insert(
+            "x-message-ttl".into(),
+            AMQPValue::LongLongInt(i64::try_from(bucket_ms).unwrap_or(i64::MAX)),
+        );
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString(LongString::from("")),
+        );
+        self.channel
+            .queue_declare(
+                ShortString::from(name.as_str()),
+                QueueDeclareOptions::durable(),
+                args,
+            )
+            .await
+            .with_context(|| format!("declaring delay queue `{name}`"))?;
+        self.channel
+            .queue_bind(
+                ShortString::from(name.as_str()),
+                ShortString::from(name.as_str()),
+                ShortString::from(""),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("binding delay queue `{name}`"))?;
+        self.mark(&name);
+        Ok(name)
+    }
+
+    /// Publish a copy bound for `queue` after `bucket_ms` (0: at once), confirmed.
+    pub async fn later(
+        &self,
+        queue: &str,
+        bucket_ms: u64,
+        payload: &[u8],
+        properties: BasicProperties,
+    ) -> anyhow::Result<()> {
+        let exchange = if bucket_ms == 0 {
+            String::new()
+        } else {
+            self.bucket(bucket_ms).await?
+        };
+        self.publish(&exchange, queue, payload, properties).await
+    }
+
+    /// Publish to `queue` through the default exchange, confirmed.
+    pub async fn to_queue(
+        &self,
+        queue: &str,
+        payload: &[u8],
+        properties: BasicProperties,
+    ) -> anyhow::Result<()> {
+        self.queue(queue).await?;
+        self.publish("", queue, payload, properties).await
+    }
+
+    /// Publish and wait for the broker's confirm; an unroutable message (returned) or a
+    /// nack is an error.
+    async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        payload: &[u8],
+        properties: BasicProperties,
+    ) -> anyhow::Result<()> {
+        let confirm = self
+            .channel
+            .basic_publish(
+                ShortString::from(exchange),
+                ShortString::from(routing_key),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                payload,
+                properties,
+            )
+            .await
+            .with_context(|| format!("publishing to `{routing_key}`"))?
+            .await
+            .with_context(|| format!("waiting for the confirm of `{routing_key}`"))?;
+        match confirm {
+            Confirmation::Ack(None) => Ok(()),
+            Confirmation::Ack(Some(_)) => {
+                anyhow::bail!("the broker could not route a message to `{routing_key}`")
+            }
+            Confirmation::Nack(_) => {
+                anyhow::bail!("the broker refused a message to `{routing_key}`")
+            }
+            Confirmation::NotRequested => anyhow::bail!("publisher confirms are off"),
+        }
+    }
+
+    /// An audit record (JSON) to the audit queue, confirmed.
+    pub async fn audit(&self, record: &serde_json::Value) -> anyhow::Result<()> {
+        let properties = BasicProperties::default()
+            .with_content_type(ShortString::from("application/json"))
+            .with_delivery_mode(2);
+        let queue = self.audit_queue.clone();
+        self.to_queue(&queue, &serde_json::to_vec(record)?, properties)
+            .await
+    }
+
+    /// Messages ready in `queue`, as the broker counts them (a passive declare).
+    pub async fn depth(&self, queue: &str) -> anyhow::Result<u64> {
+        let q = self
+            .channel
+            .queue_declare(
+                ShortString::from(queue),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("queue `{queue}`"))?;
+        Ok(u64::from(q.message_count()))
+    }
+}

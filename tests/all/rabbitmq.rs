@@ -1,0 +1,212 @@
+//! The gateway on RabbitMQ (127.0.0.1:5672): the same scenario as on the embedded store,
+//! retries through delay-bucket queues with their history in headers, two gateways as
+//! competing consumers, and DLQ depth as the broker counts it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::Value;
+use verdict_tests::consumer::{Behaviour, Consumer};
+use verdict_tests::gateway::Gateway;
+use verdict_tests::rabbitmq::RabbitFixture;
+use verdict_tests::{fixtures, scratch_dir};
+
+use super::gateway::{RULES_CONFIG, behaviour};
+
+fn config(mq: &RabbitFixture, consumer_url: &str, rules: &str) -> String {
+    format!(
+        r#"
+[sandbox]
+decide_timeout_ms = 1000
+[admin]
+listen = "127.0.0.1:0"
+token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
+[gateway]
+instance = "gw-rabbit"
+{section}
+[policies.rules]
+path = "{path}"
+[[routes]]
+topic = "{topic}"
+source = "rabbitmq"
+policy = "rules"
+config = {rules}
+consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 32 }}
+"#,
+        section = mq.section(),
+        path = fixtures::RULES,
+        topic = mq.queue("orders"),
+    )
+}
+
+fn ready(mq: &RabbitFixture, gw: &Gateway) {
+    let ready = mq.wait_for(Duration::from_secs(20), || {
+        gw.anonymous
+            .get_text("/readyz")
+            .is_ok_and(|t| t == "ready\n")
+    });
+    assert!(ready, "{:?}", gw.anonymous.get_text("/readyz"));
+}
+
+fn dlq(mq: &RabbitFixture) -> String {
+    format!("{}.DLQ", mq.queue("orders"))
+}
+
+#[test]
+fn a_thousand_messages_end_delivered_or_dead_lettered_on_rabbitmq() {
+    let dir = scratch_dir("rabbit-thousand");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mq = RabbitFixture::new("thousand");
+    let consumer = Consumer::start(&runtime, behaviour);
+    let gw = Gateway::start_on(
+        runtime,
+        &dir,
+        &config(&mq, &consumer.url(), RULES_CONFIG),
+        "unused",
+    );
+    ready(&mq, &gw);
+    mq.publish("orders", 0..1_000);
+
+    let settled = mq.wait_for(Duration::from_secs(120), || {
+        consumer.snapshot().1.len() == 950 && mq.depth(&dlq(&mq)) == 50
+    });
+    assert!(
+        settled,
+        "accepted {}, dead {}",
+        consumer.snapshot().1.len(),
+        mq.depth(&dlq(&mq))
+    );
+    assert_eq!(mq.depth(&mq.queue("orders")), 0);
+
+    let (deliveries, accepted) = consumer.snapshot();
+    for i in 0..1_000 {
+        let id = format!("m-{i}");
+        match behaviour(&id) {
+            Behaviour::Permanent => assert_eq!(accepted.get(&id), None),
+            Behaviour::FailsFirst(k) => {
+                assert_eq!(deliveries[&id], k + 1, "{id}");
+                assert_eq!(accepted[&id], 1, "{id}");
+            }
+            Behaviour::Ok => assert_eq!((deliveries[&id], accepted[&id]), (1, 1), "{id}"),
+        }
+    }
+    // The DLQ depth metric equals the broker's own count.
+    let series = format!(
+        r#"verdict_dlq_depth{{dlq="{}",topic="{}",source="rabbitmq",core="false"}} 50"#,
+        dlq(&mq),
+        mq.queue("orders")
+    );
+    let mut metrics = String::new();
+    let agreed = mq.wait_for(Duration::from_secs(10), || {
+        metrics = gw.anonymous.get_text("/metrics").unwrap();
+        metrics.contains(&series)
+    });
+    assert!(agreed, "{series} not in\n{metrics}");
+
+    let dead = mq.take_all(&dlq(&mq));
+    assert_eq!(dead.len(), 50);
+    for (_, body) in &dead {
+        let e: Value = serde_json::from_slice(body).expect("a JSON envelope");
+        let id = e["original"]["id"].as_str().unwrap();
+        assert_eq!(behaviour(id), Behaviour::Permanent, "{e}");
+        assert_eq!(e["original"]["topic"], Value::from(mq.queue("orders")));
+        assert_eq!(e["original"]["headers"]["tenant"], "eu", "{e}");
+        assert!(e["original"]["payload"]["order"].is_u64(), "{e}");
+        assert_eq!(e["errors"][0]["kind"], "schema.unknown-version");
+        assert_eq!(e["verdict"]["class"], "poison");
+    }
+}
+
+#[test]
+fn retries_wait_in_delay_buckets_and_carry_their_history_in_headers() {
+    const DELAY_MS: u64 = 400;
+    let dir = scratch_dir("rabbit-delays");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mq = RabbitFixture::new("delays");
+    let consumer = Consumer::start(&runtime, |_| Behaviour::FailsFirst(100));
+    let rules = format!(
+        r#"{{ max_attempts = 4, rules = [
+            {{ match = ["auth.*"], dead_letter = "poison" }},
+            {{ match = ["http.5*"], retry = {{ strategy = "fixed", delay_ms = {DELAY_MS} }} }},
+        ] }}"#
+    );
+    let gw = Gateway::start_on(
+        runtime,
+        &dir,
+        &config(&mq, &consumer.url(), &rules),
+        "unused",
+    );
+    ready(&mq, &gw);
+    mq.publish("orders", 0..20);
+    assert!(mq.wait_for(Duration::from_secs(60), || mq.depth(&dlq(&mq)) == 20));
+
+    let bucket = verdict_host::sources::rabbitmq::headers::bucket_ms(DELAY_MS);
+    let mut late = Vec::new();
+    for (_, body) in mq.take_all(&dlq(&mq)) {
+        let e: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(e["attempts"], 4, "{e}");
+        assert_eq!(e["verdict"]["class"], "exhausted", "{e}");
+        let at: Vec<u64> = e["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["atMs"].as_u64().unwrap())
+            .collect();
+        assert_eq!(at.len(), 4, "the whole history travels in headers: {e}");
+        for w in at.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(
+                gap >= DELAY_MS,
+                "a retry came {} ms early: {at:?}",
+                DELAY_MS - gap
+            );
+            late.push(gap - DELAY_MS);
+        }
+    }
+    late.sort_unstable();
+    let (p50, max) = (late[late.len() / 2], late[late.len() - 1]);
+    eprintln!(
+        "rabbitmq retry lateness over {DELAY_MS} ms delays (bucket {bucket} ms): p50 {p50} ms, max {max} ms"
+    );
+    // Stated tolerance: never early; at most the bucket's rounding (25%) plus 1 s late.
+    assert!(
+        max < (bucket - DELAY_MS) + 1_000,
+        "p50 {p50} ms, max {max} ms"
+    );
+    let (deliveries, _) = consumer.snapshot();
+    assert!(deliveries.values().all(|n| *n == 4), "{deliveries:?}");
+}
+
+#[test]
+fn two_gateways_on_one_queue_split_the_load_and_lose_nothing() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mq = RabbitFixture::new("pair");
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
+    let config = config(&mq, &consumer.url(), RULES_CONFIG);
+    let a = Gateway::start_on(runtime, &scratch_dir("rabbit-pair-a"), &config, "unused");
+    let b = Gateway::start(&scratch_dir("rabbit-pair-b"), &config, "unused");
+    ready(&mq, &a);
+    ready(&mq, &b);
+    mq.publish("orders", 0..600);
+    assert!(
+        mq.wait_for(Duration::from_secs(60), || consumer.snapshot().1.len()
+            == 600)
+    );
+
+    let delivered = |gw: &Gateway| -> u64 {
+        let metrics = gw.anonymous.get_text("/metrics").unwrap();
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("verdict_deliveries_total{") && l.contains("outcome=\"delivered\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let (from_a, from_b) = (delivered(&a), delivered(&b));
+    assert!(from_a > 0 && from_b > 0, "a {from_a}, b {from_b}");
+    let accepted: HashMap<String, u32> = consumer.snapshot().1;
+    let duplicates: u32 = accepted.values().map(|n| n - 1).sum();
+    assert_eq!(from_a + from_b, 600 + u64::from(duplicates));
+    eprintln!("two gateways: {from_a} + {from_b} deliveries, {duplicates} duplicates");
+}
