@@ -4,70 +4,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{rules, text, verdict};
+use common::{Proc, accepted, consumer, rules, spawn, text, verdict, wait_until};
 use verdict_host::demo::{Behaviour, by_percent};
 use verdict_host::store::Store;
-
-/// A child process killed when the test ends.
-struct Proc {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Start `program args`, wait for the `http://` address it prints on stderr.
-fn spawn(program: &str, args: &[&str]) -> Proc {
-    let mut child = Command::new(program)
-        .args(args)
-        .env_remove("VERDICT_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starts");
-    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines
-            .next()
-            .unwrap_or_else(|| panic!("{program} exited before printing its address"))
-            .unwrap();
-        if let Some(at) = line.find("http://") {
-            break line[at..]
-                .split_whitespace()
-                .next()
-                .unwrap()
-                .trim_end_matches(';')
-                .to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Proc { child, url }
-}
-
-fn consumer(listen: &str, permanent: u32) -> Proc {
-    spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            listen,
-            "--transient",
-            "20",
-            "--permanent",
-            &permanent.to_string(),
-        ],
-    )
-}
 
 fn gateway(config: &Path) -> Proc {
     spawn(
@@ -99,27 +41,6 @@ config = {{ max_attempts = 8, rules = [
     let path = dir.join("verdict.toml");
     std::fs::write(&path, config).unwrap();
     path
-}
-
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    done()
-}
-
-fn accepted(consumer: &Proc) -> u64 {
-    let stats: serde_json::Value = ureq::get(&format!("{}/stats", consumer.url))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_json()
-        .unwrap();
-    stats["accepted"].as_u64().unwrap()
 }
 
 #[test]
