@@ -238,6 +238,22 @@ pub fn decode(format: &str, bytes: &[u8]) -> Result<serde_json::Value, String> {
     }
 }
 
+/// The payload bytes an envelope's `original` records, for a replay: base64 decoded, text as
+/// it was, JSON serialised again (equal as JSON, not byte for byte; a payload that was a
+/// bare JSON string comes back as its text).
+pub fn payload_bytes(original: &serde_json::Value) -> Vec<u8> {
+    if let Some(b64) = original["payloadBase64"].as_str() {
+        return base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap_or_default();
+    }
+    match &original["payload"] {
+        serde_json::Value::Null => Vec::new(),
+        serde_json::Value::String(text) => text.clone().into_bytes(),
+        other => serde_json::to_vec(other).unwrap_or_default(),
+    }
+}
+
 fn payload_fields(bytes: &[u8]) -> (Option<serde_json::Value>, Option<String>) {
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) {
         return (Some(value), None);
@@ -254,6 +270,15 @@ fn payload_fields(bytes: &[u8]) -> (Option<serde_json::Value>, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replays_get_the_payload_back() {
+        for bytes in [&br#"{"a":[1,2]}"#[..], b"plain text", &[0xff, 0x00, 0x9f]] {
+            let (payload, payload_base64) = payload_fields(bytes);
+            let original = serde_json::json!({"payload": payload, "payloadBase64": payload_base64});
+            assert_eq!(payload_bytes(&original), bytes);
+        }
+    }
 
     #[test]
     fn payloads_are_json_text_or_base64() {

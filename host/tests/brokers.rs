@@ -253,6 +253,28 @@ consumer = {{ url = "{}/", timeout_ms = 2000 }}
     );
     let dead = dlq_ids();
     assert_eq!(dead.keys().cloned().collect::<BTreeSet<_>>(), permanent);
+    // The operator's view through the binary agrees with the stream.
+    let out = common::verdict(
+        &[
+            "dlq",
+            "stats",
+            "--source",
+            "nats",
+            "--json",
+            "-c",
+            run.config.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total: u64 = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["depth"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, dead.values().map(|n| u64::from(*n)).sum::<u64>());
     eprintln!(
         "nats: kill -9 and a server restart mid-run: {} duplicate deliveries, {} duplicate dead letters",
         duplicates(&run.consumer),

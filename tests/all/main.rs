@@ -5,6 +5,7 @@ mod admin;
 mod admission;
 mod alerts;
 mod conformance;
+mod dlq_tools;
 mod gateway;
 mod hostile;
 mod loading;

@@ -85,7 +85,7 @@ pub(crate) async fn replay(
     };
     let report = tokio::task::spawn_blocking(move || {
         let report = crate::dlq::replay(
-            pipeline.store(),
+            pipeline.store().as_ref(),
             Some(&registry),
             &request.filter,
             &options,

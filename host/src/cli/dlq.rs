@@ -1,6 +1,6 @@
-//! `verdict dlq ...`: the dead-letter queues of a gateway, read and changed in its store
-//! (the SQLite file next to the config), so the commands work whether or not `verdict run`
-//! is running - a running gateway picks replayed messages up at its next poll.
+//! `verdict dlq ...`: the dead-letter queues of a gateway, read and changed where they live -
+//! its store (the SQLite file next to the config) or, with `--source nats|rabbitmq`, the
+//! broker its config names - so the commands work whether or not `verdict run` is running.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -8,9 +8,33 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::dlq::{ReplayOptions, ReplayReport};
+use crate::dlq::{DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, ReplayReport};
+use crate::sources::SourceKind;
 use crate::store::{DlqFilter, Store};
 use crate::{GatewayConfig, Registry};
+
+/// The DLQs of `source` for the gateway configured by `config_path`.
+pub fn open(
+    config_path: &Path,
+    source: SourceKind,
+) -> Result<(GatewayConfig, Box<dyn DeadLetters>)> {
+    Ok(match source {
+        SourceKind::Embedded => {
+            let (config, store) = open_store(config_path)?;
+            (config, Box::new(store))
+        }
+        SourceKind::Nats => {
+            let config = GatewayConfig::load(config_path)?;
+            let dlqs = NatsDeadLetters::connect(&config)?;
+            (config, Box::new(dlqs))
+        }
+        SourceKind::Rabbitmq => {
+            let config = GatewayConfig::load(config_path)?;
+            let dlqs = RabbitDeadLetters::connect(&config)?;
+            (config, Box::new(dlqs))
+        }
+    })
+}
 
 /// The config and store of the gateway configured by `config_path`.
 pub fn open_store(config_path: &Path) -> Result<(GatewayConfig, Store)> {
@@ -35,9 +59,14 @@ fn store_path(config_path: &Path, config: &GatewayConfig) -> PathBuf {
 }
 
 /// `verdict dlq list`: one line per dead letter (or JSON).
-pub fn list(config_path: &Path, filter: &DlqFilter, as_json: bool) -> Result<String> {
-    let (_, store) = open_store(config_path)?;
-    let entries = store.dlq_list(filter, crate::pipeline::now_ms())?;
+pub fn list(
+    config_path: &Path,
+    source: SourceKind,
+    filter: &DlqFilter,
+    as_json: bool,
+) -> Result<String> {
+    let (_, dlqs) = open(config_path, source)?;
+    let entries = dlqs.list(filter, crate::pipeline::now_ms())?;
     if as_json {
         return Ok(serde_json::to_string_pretty(&entries)? + "\n");
     }
@@ -64,18 +93,23 @@ pub fn list(config_path: &Path, filter: &DlqFilter, as_json: bool) -> Result<Str
 }
 
 /// `verdict dlq show SEQ`: the whole envelope.
-pub fn show(config_path: &Path, seq: i64) -> Result<String> {
-    let (_, store) = open_store(config_path)?;
-    let entry = store
-        .dlq_entry(seq)?
-        .with_context(|| format!("no dead letter {seq} (see `verdict dlq list`)"))?;
+pub fn show(config_path: &Path, source: SourceKind, seq: i64) -> Result<String> {
+    let entry = if source == SourceKind::Embedded {
+        open_store(config_path)?.1.dlq_entry(seq)?
+    } else {
+        let (_, dlqs) = open(config_path, source)?;
+        dlqs.list(&DlqFilter::default(), crate::pipeline::now_ms())?
+            .into_iter()
+            .find(|e| e.seq == seq)
+    };
+    let entry = entry.with_context(|| format!("no dead letter {seq} (see `verdict dlq list`)"))?;
     Ok(serde_json::to_string_pretty(&entry)? + "\n")
 }
 
 /// `verdict dlq stats`: depth and oldest entry per DLQ.
-pub fn stats(config_path: &Path, as_json: bool) -> Result<String> {
-    let (_, store) = open_store(config_path)?;
-    let mut stats = store.dlq_stats()?;
+pub fn stats(config_path: &Path, source: SourceKind, as_json: bool) -> Result<String> {
+    let (_, dlqs) = open(config_path, source)?;
+    let mut stats = dlqs.stats()?;
     stats.retain(|s| s.depth > 0);
     if as_json {
         return Ok(serde_json::to_string_pretty(&stats)? + "\n");
@@ -104,11 +138,12 @@ pub fn stats(config_path: &Path, as_json: bool) -> Result<String> {
 /// the current policy would decide). `progress(done, total)` reports as it goes.
 pub fn replay(
     config_path: &Path,
+    source: SourceKind,
     filter: &DlqFilter,
     options: &ReplayOptions,
     progress: impl FnMut(usize, usize),
 ) -> Result<ReplayReport> {
-    let (config, store) = open_store(config_path)?;
+    let (config, dlqs) = open(config_path, source)?;
     let registry = if options.dry_run {
         let base = config_path.parent().unwrap_or(Path::new("."));
         Some(Registry::new(&config, base)?)
@@ -116,7 +151,7 @@ pub fn replay(
         None
     };
     Ok(crate::dlq::replay(
-        &store,
+        dlqs.as_ref(),
         registry.as_ref(),
         filter,
         options,
@@ -125,20 +160,29 @@ pub fn replay(
 }
 
 /// `verdict dlq discard --reason R`: discard for good (audited).
-pub fn discard(config_path: &Path, filter: &DlqFilter, reason: &str) -> Result<u64> {
+pub fn discard(
+    config_path: &Path,
+    source: SourceKind,
+    filter: &DlqFilter,
+    reason: &str,
+) -> Result<u64> {
     if reason.trim().is_empty() {
         bail!("--reason: say why these dead letters are discarded (it goes into the audit log)");
     }
-    let (_, store) = open_store(config_path)?;
-    let now = crate::pipeline::now_ms();
-    let seqs: Vec<i64> = store.dlq_list(filter, now)?.iter().map(|e| e.seq).collect();
-    Ok(store.dlq_discard(&seqs, now, reason)?)
+    let (_, dlqs) = open(config_path, source)?;
+    let entries = dlqs.list(filter, crate::pipeline::now_ms())?;
+    Ok(dlqs.discard(&entries, reason)?)
 }
 
 /// `verdict dlq export`: one envelope per line (JSONL) to `out`; returns how many.
-pub fn export(config_path: &Path, filter: &DlqFilter, out: &mut dyn Write) -> Result<usize> {
-    let (_, store) = open_store(config_path)?;
-    let entries = store.dlq_list(filter, crate::pipeline::now_ms())?;
+pub fn export(
+    config_path: &Path,
+    source: SourceKind,
+    filter: &DlqFilter,
+    out: &mut dyn Write,
+) -> Result<usize> {
+    let (_, dlqs) = open(config_path, source)?;
+    let entries = dlqs.list(filter, crate::pipeline::now_ms())?;
     for e in &entries {
         serde_json::to_writer(&mut *out, &e.envelope)?;
         out.write_all(b"\n")?;

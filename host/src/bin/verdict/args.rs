@@ -93,7 +93,7 @@ pub enum Command {
         #[command(subcommand)]
         command: PolicyArgs,
     },
-    /// The dead-letter queues of a gateway (read from and changed in its store).
+    /// The dead-letter queues of a gateway (in its store, or on its broker with --source).
     Dlq {
         /// The gateway config (`verdict.toml`).
         #[arg(short, long, global = true, default_value = "verdict.toml")]
@@ -101,6 +101,9 @@ pub enum Command {
         /// Print JSON instead of a table.
         #[arg(long, global = true)]
         json: bool,
+        /// Where the DLQs live: the gateway's store, or the broker its config names.
+        #[arg(long, global = true, value_enum, default_value = "embedded")]
+        source: crate::dlq::Source,
         #[command(subcommand)]
         command: crate::dlq::DlqArgs,
     },

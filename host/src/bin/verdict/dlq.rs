@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use verdict_host::cli;
 use verdict_host::dlq::ReplayOptions;
+use verdict_host::sources::SourceKind;
 use verdict_host::store::DlqFilter;
 
 /// Which dead letters.
@@ -99,12 +100,39 @@ pub enum DlqArgs {
     },
 }
 
+/// Where the DLQs live.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum Source {
+    /// The gateway's store.
+    Embedded,
+    /// The `[nats]` DLQ stream.
+    Nats,
+    /// The DLQ queues of the RabbitMQ routes.
+    Rabbitmq,
+}
+
+impl From<Source> for SourceKind {
+    fn from(s: Source) -> SourceKind {
+        match s {
+            Source::Embedded => SourceKind::Embedded,
+            Source::Nats => SourceKind::Nats,
+            Source::Rabbitmq => SourceKind::Rabbitmq,
+        }
+    }
+}
+
 /// Run one `verdict dlq` command; returns what to print on stdout.
-pub fn run(config: &Path, as_json: bool, command: DlqArgs) -> anyhow::Result<String> {
+pub fn run(
+    config: &Path,
+    source: Source,
+    as_json: bool,
+    command: DlqArgs,
+) -> anyhow::Result<String> {
+    let source = SourceKind::from(source);
     Ok(match command {
-        DlqArgs::List { filter } => cli::dlq::list(config, &filter.filter(), as_json)?,
-        DlqArgs::Show { seq } => cli::dlq::show(config, seq)?,
-        DlqArgs::Stats => cli::dlq::stats(config, as_json)?,
+        DlqArgs::List { filter } => cli::dlq::list(config, source, &filter.filter(), as_json)?,
+        DlqArgs::Show { seq } => cli::dlq::show(config, source, seq)?,
+        DlqArgs::Stats => cli::dlq::stats(config, source, as_json)?,
         DlqArgs::Replay {
             filter,
             dry_run,
@@ -120,10 +148,11 @@ pub fn run(config: &Path, as_json: bool, command: DlqArgs) -> anyhow::Result<Str
                 canary_timeout,
                 note,
             };
-            let report = cli::dlq::replay(config, &filter.filter(), &options, |done, total| {
-                eprint!("\rreplayed {done}/{total}");
-                let _ = std::io::stderr().flush();
-            })?;
+            let report =
+                cli::dlq::replay(config, source, &filter.filter(), &options, |done, total| {
+                    eprint!("\rreplayed {done}/{total}");
+                    let _ = std::io::stderr().flush();
+                })?;
             if report.replayed > 0 {
                 eprintln!();
             }
@@ -150,21 +179,21 @@ pub fn run(config: &Path, as_json: bool, command: DlqArgs) -> anyhow::Result<Str
             }
         }
         DlqArgs::Discard { filter, reason } => {
-            let n = cli::dlq::discard(config, &filter.filter(), &reason)?;
+            let n = cli::dlq::discard(config, source, &filter.filter(), &reason)?;
             format!("discarded {n} dead letter(s)\n")
         }
         DlqArgs::Export { filter, output } => {
             let n = match output {
                 Some(path) => {
                     let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
-                    let n = cli::dlq::export(config, &filter.filter(), &mut file)?;
+                    let n = cli::dlq::export(config, source, &filter.filter(), &mut file)?;
                     file.flush()?;
                     eprintln!("exported {n} envelope(s) to {}", path.display());
                     return Ok(String::new());
                 }
                 None => {
                     let stdout = std::io::stdout();
-                    cli::dlq::export(config, &filter.filter(), &mut stdout.lock())?
+                    cli::dlq::export(config, source, &filter.filter(), &mut stdout.lock())?
                 }
             };
             eprintln!("exported {n} envelope(s)");

@@ -118,8 +118,9 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Dlq {
             config,
             json,
+            source,
             command,
-        } => emit(&dlq::run(&config, json, command)?)?,
+        } => emit(&dlq::run(&config, source, json, command)?)?,
         Command::Publish {
             admin,
             topic,

@@ -246,7 +246,10 @@ async fn apply(
             .map_err(|e| anyhow::anyhow!("ack: {e}"))
     };
     match settlement {
-        Settlement::Delivered => ack(AckKind::Ack).await,
+        Settlement::Delivered => {
+            ack(AckKind::Ack).await?;
+            replay_delivered(broker, delivery).await
+        }
         Settlement::Again {
             failed,
             delay_ms,
@@ -276,6 +279,14 @@ async fn apply(
     }
 }
 
+/// A replayed message arrived: the record a replay's canary waits for.
+async fn replay_delivered(broker: &Broker, delivery: &Delivery) -> anyhow::Result<()> {
+    match delivery.headers.get(crate::dlq::REPLAY_HEADER) {
+        Some(token) => broker.audit("replay-delivered", delivery, "", token).await,
+        None => Ok(()),
+    }
+}
+
 /// In-progress acks while the consumer works, so JetStream does not hand the message to
 /// another gateway.
 async fn keep_alive(message: jetstream::Message, every: Duration) {
@@ -302,13 +313,16 @@ fn to_delivery(
         ..Delivery::default()
     };
     if let Some(headers) = &message.headers {
+        // A replay carries the original id (its own Nats-Msg-Id would be deduplicated).
+        let replayed = headers.get("verdict-message-id").is_some();
         for (name, values) in headers.iter() {
             let name = name.to_string();
             let Some(value) = values.first() else {
                 continue;
             };
             match name.as_str() {
-                "Nats-Msg-Id" => delivery.id = value.to_string(),
+                "Nats-Msg-Id" if !replayed => delivery.id = value.to_string(),
+                "verdict-message-id" => delivery.id = value.to_string(),
                 n if n.eq_ignore_ascii_case("content-type") => {
                     delivery.content_type = Some(value.to_string());
                 }

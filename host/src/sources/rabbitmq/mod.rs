@@ -232,6 +232,7 @@ async fn apply(
     settlement: Settlement,
 ) -> anyhow::Result<()> {
     let queue = delivery.topic.as_str();
+    let delivered = settlement == Settlement::Delivered;
     match settlement {
         Settlement::Delivered => {}
         Settlement::Again {
@@ -299,6 +300,17 @@ async fn apply(
         .ack(BasicAckOptions::default())
         .await
         .context("ack")?;
+    if delivered && let Some(token) = delivery.headers.get(crate::dlq::REPLAY_HEADER) {
+        // A replayed message arrived: the record a replay's canary waits for.
+        let record = serde_json::json!({
+            "event": "replay-delivered",
+            "atMs": now_ms(),
+            "messageId": delivery.id,
+            "topic": queue,
+            "detail": token,
+        });
+        topology.audit(&record).await?;
+    }
     Ok(())
 }
 

@@ -1,13 +1,23 @@
 //! Operating the dead-letter queues: replay (with a dry run, a rate limit and a canary),
-//! discard and export. `verdict dlq ...` and the admin API both call these.
+//! discard and export, the same on every source: the embedded store, a NATS JetStream DLQ
+//! stream or RabbitMQ DLQ queues, each behind [`DeadLetters`]. `verdict dlq ...` and the
+//! admin API both call these.
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::pipeline::now_ms;
-use crate::store::{DlqEntry, DlqFilter, Store, StoreError};
+use crate::store::{DlqEntry, DlqFilter};
 use crate::{AttemptSpec, Decision, ErrorSpec, FailureSpec, Registry};
+
+mod backend;
+mod nats;
+mod rabbitmq;
+
+pub use backend::{DeadLetters, DlqError, REPLAY_HEADER, matches};
+pub use nats::NatsDeadLetters;
+pub use rabbitmq::RabbitDeadLetters;
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]
@@ -62,9 +72,9 @@ pub struct DryRunLine {
 /// Why a replay stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    /// The store failed.
+    /// The store or broker failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Backend(#[from] DlqError),
     /// A dry run needs the registry.
     #[error("a dry run needs the gateway's policies")]
     NoRegistry,
@@ -72,13 +82,13 @@ pub enum ReplayError {
 
 /// Replay the dead letters `filter` matches; `progress(done, total)` after each.
 pub fn replay(
-    store: &Store,
+    store: &dyn DeadLetters,
     registry: Option<&Registry>,
     filter: &DlqFilter,
     options: &ReplayOptions,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ReplayReport, ReplayError> {
-    let entries = store.dlq_list(filter, now_ms())?;
+    let entries = store.list(filter, now_ms())?;
     let mut report = ReplayReport {
         matched: entries.len(),
         ..ReplayReport::default()
@@ -98,10 +108,11 @@ pub fn replay(
     let mut rest: &[DlqEntry] = &entries;
     if let Some(size) = options.canary.filter(|n| *n > 0) {
         let (canary, after) = entries.split_at(size.min(entries.len()));
-        let ids = store.dlq_replay(&seqs(canary), now_ms(), &options.note)?;
+        let token = replay_token();
+        let ids = store.replay(canary, &options.note, &token)?;
         report.replayed += ids.len();
         progress(report.replayed, entries.len());
-        let delivered = wait_delivered(store, &ids, options.canary_timeout)?;
+        let delivered = wait_delivered(store, &ids, &token, options.canary_timeout)?;
         let passed = delivered == ids.len();
         report.canary = Some(CanaryOutcome {
             size: ids.len(),
@@ -117,10 +128,11 @@ pub fn replay(
         .rate_per_s
         .filter(|r| *r > 0.0)
         .map(|r| Duration::from_secs_f64(1.0 / r));
+    let token = replay_token();
     for entry in rest {
         let started = Instant::now();
         report.replayed += store
-            .dlq_replay(&[entry.seq], now_ms(), &options.note)?
+            .replay(std::slice::from_ref(entry), &options.note, &token)?
             .len();
         progress(report.replayed, entries.len());
         if let Some(pause) = pause {
@@ -179,26 +191,30 @@ fn last_failure(entry: &DlqEntry) -> FailureSpec {
     }
 }
 
-fn seqs(entries: &[DlqEntry]) -> Vec<i64> {
-    entries.iter().map(|e| e.seq).collect()
+/// Marks the messages of one replay, so the canary can tell them from any other.
+fn replay_token() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        now_ms(),
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
 }
 
 /// Poll until every id is delivered, one is dead again, or `timeout` passes; returns how
 /// many were delivered.
-fn wait_delivered(store: &Store, ids: &[String], timeout: Duration) -> Result<usize, StoreError> {
+fn wait_delivered(
+    store: &dyn DeadLetters,
+    ids: &[String],
+    token: &str,
+    timeout: Duration,
+) -> Result<usize, DlqError> {
     let deadline = Instant::now() + timeout;
     loop {
-        let mut delivered = 0;
-        let mut failed = false;
-        for id in ids {
-            match store.state_of(id)?.as_deref() {
-                Some("delivered") => delivered += 1,
-                Some("dead" | "discarded") => failed = true,
-                _ => {}
-            }
-        }
-        if delivered == ids.len() || failed || Instant::now() > deadline {
-            return Ok(delivered);
+        let outcome = store.outcome(ids, token)?;
+        if outcome.delivered == ids.len() || outcome.failed || Instant::now() > deadline {
+            return Ok(outcome.delivered);
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -1,0 +1,212 @@
+//! The DLQ tools on the brokers: list, stats, export, discard (audited) and replay with a
+//! rate limit and a canary - the same operations the embedded store offers, through the
+//! same `verdict_host::dlq` API, against the real servers.
+
+use std::time::Duration;
+
+use verdict_host::GatewayConfig;
+use verdict_host::dlq::{DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, replay};
+use verdict_host::store::DlqFilter;
+use verdict_tests::consumer::{Behaviour, Consumer};
+use verdict_tests::gateway::Gateway;
+use verdict_tests::nats::NatsFixture;
+use verdict_tests::rabbitmq::RabbitFixture;
+use verdict_tests::{fixtures, scratch_dir};
+
+/// One attempt, then the DLQ: a consumer that is down dead-letters everything.
+const ONE_ATTEMPT: &str = r#"{ max_attempts = 1, rules = [
+    { match = ["auth.*"], dead_letter = "poison" },
+    { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 20 } },
+] }"#;
+
+fn config(section: &str, source: &str, topic: &str, consumer_url: &str) -> String {
+    format!(
+        r#"
+[sandbox]
+decide_timeout_ms = 1000
+[admin]
+listen = "127.0.0.1:0"
+token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
+[gateway]
+consumer_group = "{group}"
+{section}
+[policies.rules]
+path = "{path}"
+[[routes]]
+topic = "{topic}"
+source = "{source}"
+policy = "rules"
+config = {ONE_ATTEMPT}
+consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 8 }}
+"#,
+        group = topic.replace('.', "-"),
+        path = fixtures::RULES,
+    )
+}
+
+fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check()
+}
+
+fn depth(dlqs: &dyn DeadLetters) -> usize {
+    dlqs.list(&DlqFilter::default(), u64::MAX).unwrap().len()
+}
+
+/// Ten messages dead-lettered while the consumer is down; then the tools.
+fn round_trip(dlqs: &dyn DeadLetters, consumer: &Consumer, topic: &str) {
+    assert!(
+        wait_for(Duration::from_secs(30), || depth(dlqs) == 10),
+        "{}",
+        depth(dlqs)
+    );
+    let entries = dlqs.list(&DlqFilter::default(), u64::MAX).unwrap();
+    for e in &entries {
+        assert_eq!(e.topic, topic);
+        assert_eq!(e.dlq, format!("{topic}.DLQ"));
+        assert_eq!(
+            (e.class.as_str(), e.kind.as_str()),
+            ("exhausted", "http.503")
+        );
+        assert_eq!(e.attempts, 1);
+        assert_eq!(
+            e.envelope["original"]["id"],
+            serde_json::json!(e.message_id)
+        );
+    }
+    let stats = dlqs.stats().unwrap();
+    assert_eq!(stats.len(), 1);
+    assert_eq!(
+        (stats[0].dlq.as_str(), stats[0].depth),
+        (format!("{topic}.DLQ").as_str(), 10)
+    );
+    let limited = DlqFilter {
+        limit: Some(3),
+        ..DlqFilter::default()
+    };
+    assert_eq!(dlqs.list(&limited, u64::MAX).unwrap().len(), 3);
+    let other = DlqFilter {
+        class: Some("poison".into()),
+        ..DlqFilter::default()
+    };
+    assert!(dlqs.list(&other, u64::MAX).unwrap().is_empty());
+
+    // Discard two, for good.
+    let two = dlqs
+        .list(
+            &DlqFilter {
+                limit: Some(2),
+                ..DlqFilter::default()
+            },
+            u64::MAX,
+        )
+        .unwrap();
+    assert_eq!(dlqs.discard(&two, "test: duplicates of m-8").unwrap(), 2);
+    assert_eq!(depth(dlqs), 8);
+
+    // A canary while the consumer is still down fails, and the rest stays put.
+    let options = ReplayOptions {
+        canary: Some(2),
+        canary_timeout: Duration::from_secs(20),
+        note: "test".into(),
+        ..ReplayOptions::default()
+    };
+    let report = replay(dlqs, None, &DlqFilter::default(), &options, |_, _| {}).unwrap();
+    let canary = report.canary.expect("a canary ran");
+    assert!(!canary.passed, "{canary:?}");
+    assert_eq!((report.replayed, canary.size), (2, 2));
+    assert!(wait_for(Duration::from_secs(20), || depth(dlqs) == 8));
+
+    // Fixed: a rate-limited replay with a canary drains the DLQ.
+    consumer.demo.set_down(false);
+    let options = ReplayOptions {
+        rate_per_s: Some(50.0),
+        ..options
+    };
+    let report = replay(dlqs, None, &DlqFilter::default(), &options, |_, _| {}).unwrap();
+    assert!(
+        report.canary.as_ref().is_some_and(|c| c.passed),
+        "{report:?}"
+    );
+    assert_eq!(report.replayed, 8);
+    assert!(wait_for(Duration::from_secs(30), || consumer
+        .snapshot()
+        .1
+        .len()
+        == 8));
+    assert!(wait_for(Duration::from_secs(10), || depth(dlqs) == 0));
+    let (_, accepted) = consumer.snapshot();
+    for e in &entries[2..] {
+        assert_eq!(accepted.get(&e.message_id), Some(&1), "{}", e.message_id);
+    }
+}
+
+#[test]
+fn the_dlq_tools_work_on_jetstream() {
+    let dir = scratch_dir("dlq-tools-nats");
+    let nats = NatsFixture::new("dlqtools");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
+    consumer.demo.set_down(true);
+    let topic = nats.subject("orders");
+    let text = config(&nats.section(), "nats", &topic, &consumer.url());
+    let gw = Gateway::start_on(runtime, &dir, &text, "unused");
+    assert!(wait_for(Duration::from_secs(20), || {
+        gw.anonymous
+            .get_text("/readyz")
+            .is_ok_and(|t| t == "ready\n")
+    }));
+    nats.publish("orders", 0..10);
+    let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
+    let dlqs = NatsDeadLetters::connect(&config).unwrap();
+    round_trip(&dlqs, &consumer, &topic);
+    let audit: Vec<String> = nats
+        .messages("_AUDIT")
+        .iter()
+        .map(|m| m.subject.to_string())
+        .collect();
+    let count = |event: &str| audit.iter().filter(|s| s.ends_with(event)).count();
+    assert_eq!(count(".dlq-discarded"), 2, "{audit:?}");
+    assert_eq!(count(".replayed"), 10, "{audit:?}");
+}
+
+#[test]
+fn the_dlq_tools_work_on_rabbitmq() {
+    let dir = scratch_dir("dlq-tools-rabbit");
+    let mq = RabbitFixture::new("dlqtools");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
+    consumer.demo.set_down(true);
+    let topic = mq.queue("orders");
+    let text = config(&mq.section(), "rabbitmq", &topic, &consumer.url());
+    let gw = Gateway::start_on(runtime, &dir, &text, "unused");
+    assert!(wait_for(Duration::from_secs(20), || {
+        gw.anonymous
+            .get_text("/readyz")
+            .is_ok_and(|t| t == "ready\n")
+    }));
+    mq.publish("orders", 0..10);
+    let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
+    let dlqs = RabbitDeadLetters::connect(&config).unwrap();
+    round_trip(&dlqs, &consumer, &topic);
+    let audit: Vec<String> = mq
+        .take_all(&format!("{}.audit", mq.prefix))
+        .iter()
+        .map(|(_, body)| {
+            serde_json::from_slice::<serde_json::Value>(body).unwrap()["event"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let count = |event: &str| audit.iter().filter(|s| *s == event).count();
+    assert_eq!(count("dlq-discarded"), 2, "{audit:?}");
+    assert_eq!(count("replayed"), 10, "{audit:?}");
+    assert_eq!(count("replay-delivered"), 8, "{audit:?}");
+}
