@@ -27,6 +27,8 @@ pub enum Behaviour {
     FailsFirst(u32),
     /// 422 with `schema.unknown-version`, always.
     Permanent,
+    /// 200 after this many milliseconds (a slow consumer).
+    Slow(u64),
 }
 
 /// Decide a behaviour from the id's hash: `permanent_pct`% permanent, `transient_pct`%
@@ -105,7 +107,13 @@ impl DemoConsumer {
         Router::new()
             .route(
                 "/",
-                post(move |headers: HeaderMap| async move { a.answer(&headers) }),
+                post(move |headers: HeaderMap| async move {
+                    let (response, wait) = a.answer(&headers);
+                    if let Some(ms) = wait {
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    }
+                    response
+                }),
             )
             .route(
                 "/stats",
@@ -134,7 +142,8 @@ impl DemoConsumer {
             )
     }
 
-    fn answer(&self, headers: &HeaderMap) -> Response {
+    /// The answer, and how long to wait before giving it.
+    fn answer(&self, headers: &HeaderMap) -> (Response, Option<u64>) {
         let id = headers
             .get("x-verdict-message-id")
             .and_then(|v| v.to_str().ok())
@@ -147,9 +156,15 @@ impl DemoConsumer {
             *n
         };
         if self.down.load(Ordering::Relaxed) {
-            return (StatusCode::SERVICE_UNAVAILABLE, "down for maintenance").into_response();
+            let down = (StatusCode::SERVICE_UNAVAILABLE, "down for maintenance");
+            return (down.into_response(), None);
         }
-        match (self.rule)(&id) {
+        let rule = (self.rule)(&id);
+        let wait = match rule {
+            Behaviour::Slow(ms) => Some(ms),
+            _ => None,
+        };
+        let response = match rule {
             Behaviour::FailsFirst(k) if n <= k => {
                 (StatusCode::SERVICE_UNAVAILABLE, "warming up").into_response()
             }
@@ -163,6 +178,7 @@ impl DemoConsumer {
                 *seen.accepted.entry(id).or_default() += 1;
                 StatusCode::OK.into_response()
             }
-        }
+        };
+        (response, wait)
     }
 }

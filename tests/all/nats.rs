@@ -89,7 +89,9 @@ fn a_thousand_messages_end_delivered_or_dead_lettered_on_jetstream() {
                 assert_eq!(deliveries[&id], k + 1, "{id}");
                 assert_eq!(accepted[&id], 1, "{id}");
             }
-            Behaviour::Ok => assert_eq!((deliveries[&id], accepted[&id]), (1, 1), "{id}"),
+            Behaviour::Ok | Behaviour::Slow(_) => {
+                assert_eq!((deliveries[&id], accepted[&id]), (1, 1), "{id}");
+            }
         }
     }
     let dead = envelopes(&nats);
@@ -210,4 +212,30 @@ fn two_gateways_on_one_durable_consumer_split_the_load_and_lose_nothing() {
     let duplicates: u32 = accepted.values().map(|n| n - 1).sum();
     assert_eq!(from_a + from_b, 600 + u64::from(duplicates));
     eprintln!("two gateways: {from_a} + {from_b} deliveries, {duplicates} duplicates");
+}
+
+#[test]
+fn in_progress_acks_keep_a_slow_delivery_from_being_redelivered() {
+    let dir = scratch_dir("nats-slow");
+    let nats = NatsFixture::new("slow");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // The consumer takes 2.5 s; JetStream would redeliver after 1 s without progress acks.
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Slow(2_500));
+    let config = config(&nats, &consumer.url(), RULES_CONFIG, 8)
+        .replace("ack_wait_ms = 5000", "ack_wait_ms = 1000")
+        .replace("timeout_ms = 2000", "timeout_ms = 5000");
+    let gw = Gateway::start_on(runtime, &dir, &config, "unused");
+    ready(&nats, &gw);
+    nats.publish("orders", 0..3);
+    assert!(nats.wait_for(Duration::from_secs(30), || consumer.snapshot().1.len() == 3));
+    assert!(
+        nats.wait_for(Duration::from_secs(10), || nats.pending(&nats.prefix)
+            == (0, 0))
+    );
+    std::thread::sleep(Duration::from_millis(1_500));
+    let (deliveries, _) = consumer.snapshot();
+    assert!(
+        deliveries.values().all(|n| *n == 1),
+        "redelivered: {deliveries:?}"
+    );
 }

@@ -383,11 +383,38 @@ mod tests {
                 "routes[1].settings.guardrails",
             ),
             ("[[routes]\n".to_string(), "(syntax)"),
+            (
+                GOOD.replace("topic = \">\"", "topic = \">\"\n        source = \"kafka\""),
+                "routes[1].source",
+            ),
+            (format!("[nats]\nack_wait = 5\n{GOOD}"), "nats"),
         ];
         for (text, field) in cases {
             let e = GatewayConfig::parse(&text, "verdict.toml").unwrap_err();
             assert!(e.field.starts_with(field), "want {field}, got {e}");
             assert!(e.to_string().starts_with("verdict.toml: "), "{e}");
         }
+    }
+
+    #[test]
+    fn broker_routes_need_a_consumer_and_rabbitmq_topics_are_queue_names() {
+        let consumer = "consumer = { url = \"http://127.0.0.1:8081/\" }";
+        let route = |topic: &str, source: &str, consumer: &str| {
+            format!(
+                "[policies.rules]\npath = \"r.wasm\"\n[[routes]]\ntopic = \"{topic}\"\n\
+                 policy = \"rules\"\nsource = \"{source}\"\n{consumer}\n"
+            )
+        };
+        let ok = GatewayConfig::parse(&route("orders.>", "nats", consumer), "v.toml").unwrap();
+        assert_eq!(ok.routes[0].source, crate::sources::SourceKind::Nats);
+        assert_eq!(ok.nats.url, "nats://127.0.0.1:4222");
+        assert!(GatewayConfig::parse(&route("orders", "rabbitmq", consumer), "v.toml").is_ok());
+        let e =
+            GatewayConfig::parse(&route("orders.*", "rabbitmq", consumer), "v.toml").unwrap_err();
+        assert_eq!(e.field, "routes[0].topic");
+        assert!(e.message.contains("queue name"), "{e}");
+        let e = GatewayConfig::parse(&route("orders", "nats", ""), "v.toml").unwrap_err();
+        assert_eq!(e.field, "routes[0].consumer");
+        assert!(e.message.contains("nats"), "{e}");
     }
 }

@@ -333,7 +333,7 @@ async fn poll_dlq_depths(
                     dlqs.set_depth(NAME, dlq, &super::topic_of_dlq(naming, dlq), depth);
                 }
                 Err(e) => {
-                    tracing::debug!(error = %format!("{e:#}"), "rabbitmq source: DLQ depth not read")
+                    tracing::debug!(error = %format!("{e:#}"), "rabbitmq source: DLQ depth not read");
                 }
             }
         }
