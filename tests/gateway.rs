@@ -70,4 +70,27 @@ impl Gateway {
             runtime,
         }
     }
+
+    /// Wait until `/readyz` says ready (a broker source has connected and set up its
+    /// streams or queues); panics with the last answer if it does not within 20 s.
+    pub fn wait_ready(&self) {
+        let ready = crate::wait_for(std::time::Duration::from_secs(20), || {
+            self.anonymous
+                .get_text("/readyz")
+                .is_ok_and(|t| t == "ready\n")
+        });
+        assert!(ready, "{:?}", self.anonymous.get_text("/readyz"));
+    }
+
+    /// Deliveries this gateway made that the consumer accepted (`/metrics`).
+    pub fn delivered(&self) -> u64 {
+        let metrics = self.anonymous.get_text("/metrics").unwrap();
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("verdict_deliveries_total{") && l.contains("outcome=\"delivered\"")
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
 }

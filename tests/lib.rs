@@ -121,6 +121,18 @@ pub fn variant(path: &str, tag: &str) -> Vec<u8> {
     bytes
 }
 
+/// Poll `check` every 100 ms until it holds or `limit` passes; whether it held.
+pub fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    check()
+}
+
 #[path = "consumer.rs"]
 pub mod consumer;
 

@@ -121,15 +121,8 @@ ack_wait_ms = 5000
     }
 
     /// Wait until `check` holds (at most `limit`).
-    pub fn wait_for(&self, limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-        let deadline = std::time::Instant::now() + limit;
-        while std::time::Instant::now() < deadline {
-            if check() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        check()
+    pub fn wait_for(&self, limit: Duration, check: impl FnMut() -> bool) -> bool {
+        crate::wait_for(limit, check)
     }
 
     fn clean(&self) {

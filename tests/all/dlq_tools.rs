@@ -11,7 +11,7 @@ use verdict_tests::consumer::{Behaviour, Consumer};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::nats::NatsFixture;
 use verdict_tests::rabbitmq::RabbitFixture;
-use verdict_tests::{fixtures, scratch_dir};
+use verdict_tests::{fixtures, scratch_dir, wait_for};
 
 /// One attempt, then the DLQ: a consumer that is down dead-letters everything.
 const ONE_ATTEMPT: &str = r#"{ max_attempts = 1, rules = [
@@ -42,17 +42,6 @@ consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 8 }}
         group = topic.replace('.', "-"),
         path = fixtures::RULES,
     )
-}
-
-fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + limit;
-    while std::time::Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    check()
 }
 
 fn depth(dlqs: &dyn DeadLetters) -> usize {

@@ -50,6 +50,35 @@ pub(crate) fn behaviour(id: &str) -> Behaviour {
     }
 }
 
+/// Each of messages `m-0`..`m-<n>` reached the consumer as [`behaviour`] says: permanent
+/// ones never accepted, transient ones accepted once after their failures, the rest once.
+pub(crate) fn assert_settled_as_behaviour(consumer: &Consumer, n: u32) {
+    let (deliveries, accepted) = consumer.snapshot();
+    for i in 0..n {
+        let id = format!("m-{i}");
+        match behaviour(&id) {
+            Behaviour::Permanent => assert_eq!(accepted.get(&id), None),
+            Behaviour::FailsFirst(k) => {
+                assert_eq!(deliveries[&id], k + 1, "{id}");
+                assert_eq!(accepted[&id], 1, "{id}");
+            }
+            Behaviour::Ok | Behaviour::Slow(_) => {
+                assert_eq!((deliveries[&id], accepted[&id]), (1, 1), "{id}");
+            }
+        }
+    }
+}
+
+/// Two gateways on one broker queue/consumer delivered `n` messages between them, each
+/// some, and together exactly once each plus the duplicates the consumer saw.
+pub(crate) fn assert_split(a: &Gateway, b: &Gateway, consumer: &Consumer, n: u64) {
+    let (from_a, from_b) = (a.delivered(), b.delivered());
+    assert!(from_a > 0 && from_b > 0, "a {from_a}, b {from_b}");
+    let duplicates: u32 = consumer.snapshot().1.values().map(|k| k - 1).sum();
+    assert_eq!(from_a + from_b, n + u64::from(duplicates));
+    eprintln!("two gateways: {from_a} + {from_b} deliveries, {duplicates} duplicates");
+}
+
 fn publish(gw: &Gateway, ids: std::ops::Range<u32>) {
     let batch: Vec<Value> = ids
         .map(|i| json!({"id": format!("m-{i}"), "headers": {"tenant": "eu"}, "payload": {"order": i}}))
@@ -85,20 +114,7 @@ fn a_thousand_messages_end_delivered_or_dead_lettered_with_their_history() {
     // Count equality against the store: every message delivered or dead-lettered.
     assert_eq!(counts.total(), 1_000, "{counts:?}");
     assert_eq!((counts.delivered, counts.dead), (950, 50), "{counts:?}");
-    let (deliveries, accepted) = consumer.snapshot();
-    for i in 0..1_000 {
-        let id = format!("m-{i}");
-        match behaviour(&id) {
-            Behaviour::Permanent => assert_eq!(accepted.get(&id), None),
-            Behaviour::FailsFirst(k) => {
-                assert_eq!(deliveries[&id], k + 1, "{id}");
-                assert_eq!(accepted[&id], 1, "{id}");
-            }
-            Behaviour::Ok | Behaviour::Slow(_) => {
-                assert_eq!((deliveries[&id], accepted[&id]), (1, 1), "{id}");
-            }
-        }
-    }
+    assert_settled_as_behaviour(&consumer, 1_000);
 
     // The DLQ holds exactly the permanent ones, each with its history and provenance.
     let dead = gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap();

@@ -2,7 +2,6 @@
 //! retries through delay-bucket queues with their history in headers, two gateways as
 //! competing consumers, and DLQ depth as the broker counts it.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -11,7 +10,7 @@ use verdict_tests::gateway::Gateway;
 use verdict_tests::rabbitmq::RabbitFixture;
 use verdict_tests::{fixtures, scratch_dir};
 
-use super::gateway::{RULES_CONFIG, behaviour};
+use super::gateway::{RULES_CONFIG, assert_settled_as_behaviour, assert_split, behaviour};
 
 fn config(mq: &RabbitFixture, consumer_url: &str, rules: &str) -> String {
     format!(
@@ -39,15 +38,6 @@ consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 32 }}
     )
 }
 
-fn ready(mq: &RabbitFixture, gw: &Gateway) {
-    let ready = mq.wait_for(Duration::from_secs(20), || {
-        gw.anonymous
-            .get_text("/readyz")
-            .is_ok_and(|t| t == "ready\n")
-    });
-    assert!(ready, "{:?}", gw.anonymous.get_text("/readyz"));
-}
-
 fn dlq(mq: &RabbitFixture) -> String {
     format!("{}.DLQ", mq.queue("orders"))
 }
@@ -64,7 +54,7 @@ fn a_thousand_messages_end_delivered_or_dead_lettered_on_rabbitmq() {
         &config(&mq, &consumer.url(), RULES_CONFIG),
         "unused",
     );
-    ready(&mq, &gw);
+    gw.wait_ready();
     mq.publish("orders", 0..1_000);
 
     let settled = mq.wait_for(Duration::from_secs(120), || {
@@ -78,20 +68,7 @@ fn a_thousand_messages_end_delivered_or_dead_lettered_on_rabbitmq() {
     );
     assert_eq!(mq.depth(&mq.queue("orders")), 0);
 
-    let (deliveries, accepted) = consumer.snapshot();
-    for i in 0..1_000 {
-        let id = format!("m-{i}");
-        match behaviour(&id) {
-            Behaviour::Permanent => assert_eq!(accepted.get(&id), None),
-            Behaviour::FailsFirst(k) => {
-                assert_eq!(deliveries[&id], k + 1, "{id}");
-                assert_eq!(accepted[&id], 1, "{id}");
-            }
-            Behaviour::Ok | Behaviour::Slow(_) => {
-                assert_eq!((deliveries[&id], accepted[&id]), (1, 1), "{id}");
-            }
-        }
-    }
+    assert_settled_as_behaviour(&consumer, 1_000);
     // The DLQ depth metric equals the broker's own count.
     let series = format!(
         r#"verdict_dlq_depth{{dlq="{}",topic="{}",source="rabbitmq",core="false"}} 50"#,
@@ -138,7 +115,7 @@ fn retries_wait_in_delay_buckets_and_carry_their_history_in_headers() {
         &config(&mq, &consumer.url(), &rules),
         "unused",
     );
-    ready(&mq, &gw);
+    gw.wait_ready();
     mq.publish("orders", 0..20);
     assert!(mq.wait_for(Duration::from_secs(60), || mq.depth(&dlq(&mq)) == 20));
 
@@ -187,28 +164,13 @@ fn two_gateways_on_one_queue_split_the_load_and_lose_nothing() {
     let config = config(&mq, &consumer.url(), RULES_CONFIG);
     let a = Gateway::start_on(runtime, &scratch_dir("rabbit-pair-a"), &config, "unused");
     let b = Gateway::start(&scratch_dir("rabbit-pair-b"), &config, "unused");
-    ready(&mq, &a);
-    ready(&mq, &b);
+    a.wait_ready();
+    b.wait_ready();
     mq.publish("orders", 0..600);
     assert!(
         mq.wait_for(Duration::from_secs(60), || consumer.snapshot().1.len()
             == 600)
     );
 
-    let delivered = |gw: &Gateway| -> u64 {
-        let metrics = gw.anonymous.get_text("/metrics").unwrap();
-        metrics
-            .lines()
-            .filter(|l| {
-                l.starts_with("verdict_deliveries_total{") && l.contains("outcome=\"delivered\"")
-            })
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    };
-    let (from_a, from_b) = (delivered(&a), delivered(&b));
-    assert!(from_a > 0 && from_b > 0, "a {from_a}, b {from_b}");
-    let accepted: HashMap<String, u32> = consumer.snapshot().1;
-    let duplicates: u32 = accepted.values().map(|n| n - 1).sum();
-    assert_eq!(from_a + from_b, 600 + u64::from(duplicates));
-    eprintln!("two gateways: {from_a} + {from_b} deliveries, {duplicates} duplicates");
+    assert_split(&a, &b, &consumer, 600);
 }

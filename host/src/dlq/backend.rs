@@ -81,6 +81,14 @@ pub fn matches(filter: &DlqFilter, entry: &DlqEntry, now_ms: u64) -> bool {
             .is_none_or(|age| now_ms.saturating_sub(entry.created_at_ms) >= age)
 }
 
+/// Whether any of `ids`, replayed with `token`, is back among `entries` (the DLQ read whole):
+/// a failed canary.
+pub(crate) fn back_again(entries: &[DlqEntry], ids: &[String], token: &str) -> bool {
+    entries.iter().any(|e| {
+        e.envelope["original"]["headers"][REPLAY_HEADER] == token && ids.contains(&e.message_id)
+    })
+}
+
 /// Filter, order (oldest first) and limit a DLQ read whole.
 pub(crate) fn select(mut entries: Vec<DlqEntry>, filter: &DlqFilter, now_ms: u64) -> Vec<DlqEntry> {
     entries.retain(|e| matches(filter, e, now_ms));

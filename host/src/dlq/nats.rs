@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use async_nats::HeaderMap;
 use async_nats::jetstream::message::StreamMessage;
 
-use super::backend::{CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, select, stats_of};
+use super::backend::{
+    CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, back_again, select, stats_of,
+};
 use crate::sources::Delivery;
 use crate::sources::nats::{Broker, TOPIC_HEADER, connect};
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
@@ -218,10 +220,7 @@ impl DeadLetters for NatsDeadLetters {
                 delivered.insert(id.to_string(), ());
             }
         }
-        let failed = self.all()?.iter().any(|e| {
-            e.envelope["original"]["headers"][REPLAY_HEADER] == token
-                && wanted.contains(e.message_id.as_str())
-        });
+        let failed = back_again(&self.all()?, ids, token);
         Ok(CanaryProgress {
             delivered: delivered.len(),
             failed,

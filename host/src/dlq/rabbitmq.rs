@@ -10,7 +10,9 @@ use lapin::options::BasicGetOptions;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use super::backend::{CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, select, stats_of};
+use super::backend::{
+    CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, back_again, select, stats_of,
+};
 use crate::sources::SourceKind;
 use crate::sources::rabbitmq::topology::Topology;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
@@ -281,10 +283,7 @@ impl DeadLetters for RabbitDeadLetters {
             }
             Ok::<_, DlqError>(delivered.len())
         })?;
-        let failed = self.all()?.iter().any(|e| {
-            e.envelope["original"]["headers"][REPLAY_HEADER] == token
-                && wanted.contains(e.message_id.as_str())
-        });
+        let failed = back_again(&self.all()?, ids, token);
         Ok(CanaryProgress { delivered, failed })
     }
 }

@@ -18,8 +18,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tokio::sync::{Semaphore, watch};
 
 use crate::AttemptSpec;
 
@@ -193,6 +195,71 @@ impl Readiness {
     }
 }
 
+/// Run a broker source: `session` connects and consumes until shutdown (`Ok`) or until
+/// it fails, and is then rebuilt after a backoff (100 ms doubling to 5 s, back to 100 ms
+/// once a session got as far as consuming, which it reports through `ready`). Deliveries
+/// hold one of `max_in_flight` slots; at shutdown they get `grace` to finish - what is still
+/// unsettled after that the broker redelivers.
+pub(crate) async fn supervise<F, Fut>(
+    name: &'static str,
+    ready: &Readiness,
+    max_in_flight: usize,
+    shutdown: watch::Receiver<bool>,
+    grace: Duration,
+    mut session: F,
+) where
+    F: FnMut(Arc<Semaphore>, watch::Receiver<bool>) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let max = max_in_flight.max(1);
+    let slots = Arc::new(Semaphore::new(max));
+    let mut backoff = Backoff::new();
+    let mut stop = shutdown.clone();
+    while !*shutdown.borrow() {
+        match session(slots.clone(), shutdown.clone()).await {
+            Ok(()) => break,
+            Err(e) => {
+                if ready.is_up() {
+                    backoff.reset();
+                }
+                ready.set(false);
+                let wait = backoff.next();
+                tracing::warn!(
+                    source = name,
+                    error = %format!("{e:#}"),
+                    retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    "broker session failed; reconnecting"
+                );
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    _ = stop.changed() => {}
+                }
+            }
+        }
+    }
+    ready.set(false);
+    let drained = tokio::time::timeout(
+        grace,
+        slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)),
+    )
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            source = name,
+            "deliveries still in flight at shutdown are redelivered by the broker"
+        );
+    }
+}
+
+/// Aborts a background task (a keep-alive, a depth poller) when its owner goes.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Reconnect delays: 100 ms doubling to 5 s.
 #[derive(Debug)]
 pub(crate) struct Backoff {
@@ -208,8 +275,8 @@ impl Backoff {
         self.next_ms = 100;
     }
 
-    pub(crate) fn next(&mut self) -> std::time::Duration {
-        let d = std::time::Duration::from_millis(self.next_ms);
+    pub(crate) fn next(&mut self) -> Duration {
+        let d = Duration::from_millis(self.next_ms);
         self.next_ms = (self.next_ms * 2).min(5_000);
         d
     }

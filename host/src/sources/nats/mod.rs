@@ -22,7 +22,7 @@ use async_nats::jetstream::{self, AckKind, consumer, stream};
 use futures_util::StreamExt;
 use tokio::sync::{Semaphore, watch};
 
-use super::{Backoff, BrokerDlqs, Delivery, Readiness, Settlement};
+use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, Settlement};
 use crate::pipeline::Pipeline;
 use crate::{GatewaySection, NatsConfig};
 
@@ -48,44 +48,32 @@ pub async fn run(
     subjects: Vec<String>,
     ready: Readiness,
     dlqs: BrokerDlqs,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let settings = pipeline.settings().clone();
-    let max = settings.max_in_flight.max(1);
-    let slots = Arc::new(Semaphore::new(max));
-    let mut backoff = Backoff::new();
-    while !*shutdown.borrow() {
+    let settings = &pipeline.settings().clone();
+    let (config, ready, dlqs, subjects) = (&config, &ready, &dlqs, &subjects);
+    let pipeline = &pipeline;
+    let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         let session = Session {
             pipeline: pipeline.clone(),
-            config: &config,
-            settings: &settings,
-            ready: &ready,
-            dlqs: &dlqs,
-            slots: slots.clone(),
+            config,
+            settings,
+            ready,
+            dlqs,
+            slots,
         };
-        match session.run(&subjects, &mut shutdown, &mut backoff).await {
-            Ok(()) => break,
-            Err(e) => {
-                ready.set(false);
-                let wait = backoff.next();
-                tracing::warn!(error = %format!("{e:#}"), retry_in_ms = wait.as_millis() as u64, "nats source: session failed");
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    _ = shutdown.changed() => {}
-                }
-            }
-        }
-    }
-    ready.set(false);
-    let drained = tokio::time::timeout(
+        session.run(subjects, shutdown).await
+    };
+    super::supervise(
+        NAME,
+        ready,
+        settings.max_in_flight,
+        shutdown,
         grace,
-        slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)),
+        session,
     )
     .await;
-    if drained.is_err() {
-        tracing::warn!("nats: deliveries still in flight at shutdown are redelivered by JetStream");
-    }
 }
 
 struct Session<'a> {
@@ -102,8 +90,7 @@ impl Session<'_> {
     async fn run(
         &self,
         subjects: &[String],
-        shutdown: &mut watch::Receiver<bool>,
-        backoff: &mut Backoff,
+        mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let broker = connect(
             self.config,
@@ -115,7 +102,6 @@ impl Session<'_> {
         let consumer = broker.consumer().await?;
         let mut messages = consumer.messages().await?;
         self.ready.set(true);
-        backoff.reset();
         tracing::info!(stream = %self.config.stream, "nats source: consuming");
         let poller = tokio::spawn(poll_dlq_depths(
             broker.clone(),
@@ -152,14 +138,6 @@ impl Session<'_> {
                 drop(permit);
             });
         }
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -24,7 +24,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
 
-use super::{Backoff, BrokerDlqs, Delivery, Readiness, Settlement};
+use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, Settlement};
 use crate::pipeline::{Pipeline, now_ms};
 use crate::{GatewaySection, RabbitmqConfig};
 
@@ -44,48 +44,32 @@ pub async fn run(
     queues: Vec<String>,
     ready: Readiness,
     dlqs: BrokerDlqs,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let settings = pipeline.settings().clone();
-    let max = settings.max_in_flight.max(1);
-    let slots = Arc::new(Semaphore::new(max));
-    let mut backoff = Backoff::new();
-    while !*shutdown.borrow() {
+    let settings = &pipeline.settings().clone();
+    let (config, ready, dlqs, queues) = (&config, &ready, &dlqs, &queues);
+    let pipeline = &pipeline;
+    let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         let session = Session {
-            pipeline: &pipeline,
-            config: &config,
-            settings: &settings,
-            ready: &ready,
-            dlqs: &dlqs,
+            pipeline,
+            config,
+            settings,
+            ready,
+            dlqs,
             slots: &slots,
         };
-        match session.run(&queues, &mut shutdown, &mut backoff).await {
-            Ok(()) => break,
-            Err(e) => {
-                ready.set(false);
-                let wait = backoff.next();
-                tracing::warn!(
-                    error = %format!("{e:#}"),
-                    retry_in_ms = wait.as_millis() as u64,
-                    "rabbitmq source: session failed"
-                );
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    _ = shutdown.changed() => {}
-                }
-            }
-        }
-    }
-    ready.set(false);
-    let drained = tokio::time::timeout(
+        session.run(queues, shutdown).await
+    };
+    super::supervise(
+        NAME,
+        ready,
+        settings.max_in_flight,
+        shutdown,
         grace,
-        slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)),
+        session,
     )
     .await;
-    if drained.is_err() {
-        tracing::warn!("rabbitmq: deliveries still in flight at shutdown are redelivered");
-    }
 }
 
 struct Session<'a> {
@@ -101,8 +85,7 @@ impl Session<'_> {
     async fn run(
         &self,
         queues: &[String],
-        shutdown: &mut watch::Receiver<bool>,
-        backoff: &mut Backoff,
+        mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let conn = Connection::connect(
             &self.config.url,
@@ -151,7 +134,6 @@ impl Session<'_> {
             self.dlqs.clone(),
         )));
         self.ready.set(true);
-        backoff.reset();
         tracing::info!(queues = ?queues, "rabbitmq source: consuming");
         loop {
             let permit = tokio::select! {
@@ -176,14 +158,6 @@ impl Session<'_> {
                 drop(permit);
             });
         }
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
