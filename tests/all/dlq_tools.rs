@@ -154,6 +154,16 @@ fn the_dlq_tools_work_on_jetstream() {
     nats.publish("orders", 0..10);
     let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
     let dlqs = NatsDeadLetters::connect(&config).unwrap();
+    assert!(wait_for(Duration::from_secs(30), || depth(&dlqs) == 10));
+    // The admin API reads the broker's DLQ too.
+    let stats: serde_json::Value = gw.anonymous.get("/v1/dlq/stats?source=nats").unwrap();
+    assert_eq!(stats[0]["depth"], 10, "{stats}");
+    let listed: serde_json::Value = gw.anonymous.get("/v1/dlq?source=nats&limit=3").unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
+    let refused = gw
+        .anonymous
+        .get::<serde_json::Value>("/v1/dlq?source=kafka");
+    assert!(format!("{refused:?}").contains("400"), "{refused:?}");
     round_trip(&dlqs, &consumer, &topic);
     let audit: Vec<String> = nats
         .messages("_AUDIT")

@@ -1,5 +1,6 @@
 //! The DLQ over HTTP: list, stats, replay (token) and discard (token) - the same operations
-//! as `verdict dlq`, on the running gateway's store.
+//! as `verdict dlq`, on the running gateway's store or, with `source = "nats" | "rabbitmq"`
+//! (query or body), on the broker its config names (a connection per request).
 
 use std::time::Duration;
 
@@ -11,8 +12,11 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 
 use super::{AdminState, ApiError, handlers::parse};
-use crate::dlq::{ReplayOptions, ReplayReport};
+use crate::dlq::{
+    DeadLetters, DlqError, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, ReplayReport,
+};
 use crate::pipeline::{Pipeline, now_ms};
+use crate::sources::SourceKind;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 
 fn gateway(state: &AdminState) -> Result<std::sync::Arc<Pipeline>, ApiError> {
@@ -29,31 +33,66 @@ fn store_error(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store", e.to_string())
 }
 
+/// Run `op` on the DLQs of `source` on a blocking thread: the store, or a broker connection
+/// opened (and closed, with its runtime) there for this request.
+async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
+    state: &AdminState,
+    source: Option<SourceKind>,
+    op: impl FnOnce(&dyn DeadLetters) -> Result<T, E> + Send + 'static,
+) -> Result<T, ApiError> {
+    let pipeline = gateway(state)?;
+    let config_path = state.config_path.clone();
+    let source = source.unwrap_or_default();
+    tokio::task::spawn_blocking(move || -> Result<T, ApiError> {
+        if source == SourceKind::Embedded {
+            return op(pipeline.store().as_ref()).map_err(store_error);
+        }
+        let path = config_path.ok_or_else(|| {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "no_config",
+                "this server has no config file",
+            )
+        })?;
+        let config = crate::GatewayConfig::load(&path)
+            .map_err(|e| ApiError::new(StatusCode::CONFLICT, "config", e.to_string()))?;
+        let broker =
+            |e: DlqError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", e.to_string());
+        let result = match source {
+            SourceKind::Nats => op(&NatsDeadLetters::connect(&config).map_err(broker)?),
+            _ => op(&RabbitDeadLetters::connect(&config).map_err(broker)?),
+        };
+        result.map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", e.to_string()))
+    })
+    .await
+    .map_err(store_error)?
+}
+
 pub(crate) async fn list(
     State(state): State<AdminState>,
     filter: Result<Query<DlqFilter>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<DlqEntry>>, ApiError> {
     let Query(filter) = filter.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let store = gateway(&state)?.store().clone();
-    tokio::task::spawn_blocking(move || store.dlq_list(&filter, now_ms()))
-        .await
-        .map_err(store_error)?
-        .map(Json)
-        .map_err(store_error)
+    let source = filter.source;
+    let entries = with_dlqs(&state, source, move |d| d.list(&filter, now_ms())).await?;
+    Ok(Json(entries))
+}
+
+/// Which source's DLQs.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct SourceQuery {
+    source: Option<SourceKind>,
 }
 
 pub(crate) async fn stats(
     State(state): State<AdminState>,
+    query: Result<Query<SourceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<DlqStats>>, ApiError> {
-    let store = gateway(&state)?.store().clone();
-    tokio::task::spawn_blocking(move || store.dlq_stats())
-        .await
-        .map_err(store_error)?
-        .map(|mut s| {
-            s.retain(|d| d.depth > 0);
-            Json(s)
-        })
-        .map_err(store_error)
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let mut stats = with_dlqs(&state, query.source, |d| d.stats()).await?;
+    stats.retain(|d| d.depth > 0);
+    Ok(Json(stats))
 }
 
 #[derive(Deserialize, Default)]
@@ -83,22 +122,16 @@ pub(crate) async fn replay(
             .note
             .unwrap_or_else(|| "replayed through the admin API".into()),
     };
-    let report = tokio::task::spawn_blocking(move || {
-        let report = crate::dlq::replay(
-            pipeline.store().as_ref(),
-            Some(&registry),
-            &request.filter,
-            &options,
-            |_, _| {
+    let source = request.filter.source;
+    let report = with_dlqs(&state, source, move |dlqs| {
+        let report =
+            crate::dlq::replay(dlqs, Some(&registry), &request.filter, &options, |_, _| {
                 pipeline.wake();
-            },
-        );
+            });
         pipeline.wake();
         report
     })
-    .await
-    .map_err(store_error)?
-    .map_err(store_error)?;
+    .await?;
     Ok(Json(report))
 }
 
@@ -120,19 +153,12 @@ pub(crate) async fn discard(
             "request body: reason: say why (it is audited)",
         ));
     }
-    let store = gateway(&state)?.store().clone();
-    let discarded = tokio::task::spawn_blocking(move || {
-        let now = now_ms();
-        let seqs: Vec<i64> = store
-            .dlq_list(&request.filter, now)?
-            .iter()
-            .map(|e| e.seq)
-            .collect();
-        store.dlq_discard(&seqs, now, &request.reason)
+    let source = request.filter.source;
+    let discarded = with_dlqs(&state, source, move |dlqs| {
+        let entries = dlqs.list(&request.filter, now_ms())?;
+        dlqs.discard(&entries, &request.reason)
     })
-    .await
-    .map_err(store_error)?
-    .map_err(store_error)?;
+    .await?;
     Ok(Json(serde_json::json!({ "discarded": discarded })))
 }
 

@@ -21,6 +21,9 @@ pub struct DlqFilter {
     pub min_age_ms: Option<u64>,
     /// At most this many, oldest first.
     pub limit: Option<usize>,
+    /// Whose DLQs (the admin API's `?source=nats`): the embedded store when absent. Sources
+    /// ignore it; whoever opens the DLQs reads it.
+    pub source: Option<crate::sources::SourceKind>,
 }
 
 /// One dead letter.

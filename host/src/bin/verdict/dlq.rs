@@ -44,6 +44,7 @@ impl FilterArgs {
                 .older_than
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             limit: self.limit,
+            ..DlqFilter::default()
         }
     }
 }

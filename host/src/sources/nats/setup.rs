@@ -2,6 +2,7 @@
 //! bucket exist; and the writes a settlement makes (dead letters, audit records).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -40,12 +41,18 @@ pub async fn connect(
     let mut options = async_nats::ConnectOptions::new()
         .name(format!("verdict {}", settings.instance))
         .connection_timeout(Duration::from_secs(2));
+    // Ready means set up and consuming: the session says so the first time; after that the
+    // client's reconnects and disconnects do.
+    let established = Arc::new(AtomicBool::new(false));
     if let Some(ready) = ready {
+        let established = established.clone();
         options = options.event_callback(move |event| {
-            let ready = ready.clone();
+            let (ready, established) = (ready.clone(), established.clone());
             async move {
                 match event {
-                    async_nats::Event::Connected => ready.set(true),
+                    async_nats::Event::Connected if established.load(Ordering::Relaxed) => {
+                        ready.set(true);
+                    }
                     async_nats::Event::Disconnected | async_nats::Event::Closed => {
                         ready.set(false);
                     }
@@ -81,6 +88,7 @@ pub async fn connect(
     } else {
         config.durable.clone()
     };
+    established.store(true, Ordering::Relaxed);
     Ok(Broker {
         inner: Arc::new(Inner {
             client,
