@@ -8,9 +8,11 @@
 
 mod common;
 
+use common::{ns, percentiles};
+
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
 use serde_json::json;
@@ -154,25 +156,6 @@ fn bench(c: &mut Criterion) {
         });
         group.finish();
     }
-}
-
-/// Median and 99th percentile of per-call time, over batches of `per_batch` calls.
-fn percentiles(per_batch: u32, batches: usize, mut f: impl FnMut()) -> (Duration, Duration) {
-    let mut samples: Vec<Duration> = (0..batches)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..per_batch {
-                f();
-            }
-            start.elapsed() / per_batch
-        })
-        .collect();
-    samples.sort();
-    (samples[batches / 2], samples[batches * 99 / 100])
-}
-
-fn ns(d: Duration) -> String {
-    format!("{} ns", d.as_nanos())
 }
 
 /// The boundary alone: the hostile guest in `ok` mode returns a constant verdict, so its
