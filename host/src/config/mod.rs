@@ -417,4 +417,18 @@ mod tests {
         assert_eq!(e.field, "routes[0].consumer");
         assert!(e.message.contains("nats"), "{e}");
     }
+
+    #[test]
+    fn the_shipped_examples_are_valid() {
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        for name in ["quickstart.toml", "brokers.toml"] {
+            let config =
+                GatewayConfig::load(&examples.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(!config.routes.is_empty(), "{name}");
+        }
+        let brokers = GatewayConfig::load(&examples.join("brokers.toml")).unwrap();
+        let sources: Vec<_> = brokers.routes.iter().map(|r| r.source).collect();
+        use crate::sources::SourceKind::{Nats, Rabbitmq};
+        assert_eq!(sources, [Nats, Rabbitmq]);
+    }
 }
