@@ -14,6 +14,7 @@ use std::time::Duration;
 use common::{Proc, accepted, consumer, rules, spawn, wait_until};
 use futures_util::StreamExt as _;
 use verdict_host::demo::{Behaviour, by_percent};
+use verdict_host::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
 
 const RULES: &str = r#"{ max_attempts = 8, rules = [
     { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
@@ -330,10 +331,6 @@ fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
     let prefix = format!("k{}", std::process::id());
     let queue = format!("{prefix}.orders");
     let dlq = format!("{queue}.DLQ");
-    let bucket = format!(
-        "{prefix}.delay.{}",
-        verdict_host::sources::rabbitmq::headers::bucket_ms(50)
-    );
     let consumer = consumer("127.0.0.1:0", 5);
     let config = dir.join("verdict.toml");
     std::fs::write(
@@ -471,19 +468,30 @@ consumer = {{ url = "{}/", timeout_ms = 2000 }}
             *ids.entry(e["original"]["id"].as_str().unwrap().to_string())
                 .or_default() += 1;
         }
-        for q in [
-            queue.clone(),
-            dlq.clone(),
-            format!("{prefix}.audit"),
-            bucket.clone(),
-        ] {
-            let _ = channel
-                .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                .await;
+        // Every delay bucket the run may have declared (a failed delete closes its
+        // channel: one channel each).
+        let mut buckets = Vec::new();
+        let mut d = 1;
+        while d <= MAX_BUCKET_MS {
+            let b = bucket_ms(d);
+            buckets.push(format!("{prefix}.delay.{b}"));
+            d = b + 1;
         }
-        let _ = channel
-            .exchange_delete(bucket.as_str().into(), Default::default())
-            .await;
+        let queues = [queue.clone(), dlq.clone(), format!("{prefix}.audit")];
+        for q in queues.iter().chain(&buckets) {
+            if let Ok(ch) = conn.create_channel().await {
+                let _ = ch
+                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                    .await;
+            }
+        }
+        for e in &buckets {
+            if let Ok(ch) = conn.create_channel().await {
+                let _ = ch
+                    .exchange_delete(e.as_str().into(), Default::default())
+                    .await;
+            }
+        }
         ids
     });
     assert_eq!(dead.keys().cloned().collect::<BTreeSet<_>>(), permanent);
