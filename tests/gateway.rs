@@ -35,8 +35,9 @@ impl Drop for Gateway {
 }
 
 impl Gateway {
-    /// Write `config` to `dir/verdict.toml` and start a gateway on it; `token` is what the
-    /// `admin` client sends.
+    /// Write `config` to `dir/verdict.toml` (and `token` to `dir/token`, for a config with
+    /// `token_file = "token"`) and start a gateway on it; `token` is what the `admin` client
+    /// sends.
     pub fn start(dir: &Path, config: &str, token: &str) -> Gateway {
         Self::start_on(tokio::runtime::Runtime::new().unwrap(), dir, config, token)
     }
@@ -49,6 +50,8 @@ impl Gateway {
         token: &str,
     ) -> Gateway {
         std::fs::write(dir.join("verdict.toml"), config).unwrap();
+        // For configs that name `token_file = "token"`.
+        std::fs::write(dir.join("token"), token).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = runtime
             .block_on(cli::start(&dir.join("verdict.toml"), async {

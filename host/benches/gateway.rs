@@ -74,6 +74,7 @@ async fn through_verdict(n: usize, transient: u32, permanent: u32) -> (Duration,
     let config = format!(
         r#"[admin]
 listen = "127.0.0.1:0"
+token_file = "token"
 [gateway]
 poll_ms = 5
 [policies.rules]
@@ -90,11 +91,15 @@ config = {{ max_attempts = 5, rules = [
         rules = rules_component().display()
     );
     std::fs::write(dir.join("verdict.toml"), config).unwrap();
+    std::fs::write(dir.join("token"), "bench-token").unwrap();
     let running = cli::start(&dir.join("verdict.toml"), std::future::pending())
         .await
         .expect("gateway starts");
     let store = running.store.clone();
-    let admin = verdict_host::admin::AdminClient::new(&format!("http://{}", running.admin), None);
+    let admin = verdict_host::admin::AdminClient::new(
+        &format!("http://{}", running.admin),
+        Some("bench-token".into()),
+    );
     let batch: Vec<serde_json::Value> = (0..n)
         .map(|i| serde_json::json!({"id": format!("m-{i}"), "payload": {"order": i}}))
         .collect();

@@ -20,9 +20,11 @@ fn gateway(config: &Path) -> Proc {
 
 fn write_config(dir: &Path, consumer_url: &str) -> PathBuf {
     std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    std::fs::write(dir.join("token"), "operator-token\n").unwrap();
     let config = format!(
         r#"[admin]
 listen = "127.0.0.1:0"
+token_file = "token"
 [gateway]
 poll_ms = 10
 lease_ms = 5000
@@ -68,6 +70,8 @@ fn kill_9_mid_run_loses_nothing_and_a_canary_replay_drains_the_dlq() {
             "publish",
             "--admin",
             &gw.url,
+            "--token-file",
+            dir.join("token").to_str().unwrap(),
             "--topic",
             "orders",
             "--batch",

@@ -41,15 +41,15 @@ fn every_metric_the_alert_rules_name_is_served_and_promtool_accepts_them() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
     let text = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\n[gateway]\npoll_ms = 10\n[policies.rules]\npath = \"{}\"\n\
+        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n[gateway]\npoll_ms = 10\n[policies.rules]\npath = \"{}\"\n\
          [[routes]]\ntopic = \"orders\"\npolicy = \"rules\"\ncore = true\n\
          consumer = {{ url = \"{}\" }}\n",
         fixtures::RULES,
         consumer.url()
     );
-    let gw = Gateway::start_on(runtime, &dir, &text, "unused");
+    let gw = Gateway::start_on(runtime, &dir, &text, "alerts-token");
     let _: serde_json::Value = gw
-        .anonymous
+        .admin
         .post(
             "/v1/topics/orders/messages",
             &json!({"id": "x", "payload": 1}),

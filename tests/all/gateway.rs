@@ -24,6 +24,7 @@ decide_timeout_ms = 1000
 [admin]
 listen = "127.0.0.1:0"
 token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
+token_file = "token"
 [gateway]
 instance = "gw-test"
 poll_ms = 10
@@ -84,7 +85,7 @@ fn publish(gw: &Gateway, ids: std::ops::Range<u32>) {
         .map(|i| json!({"id": format!("m-{i}"), "headers": {"tenant": "eu"}, "payload": {"order": i}}))
         .collect();
     let published: Value = gw
-        .anonymous
+        .admin
         .post("/v1/topics/orders/messages", &batch)
         .expect("publish");
     assert_eq!(published["accepted"].as_array().unwrap().len(), batch.len());
@@ -189,7 +190,15 @@ fn publishing_bad_input_or_to_an_unknown_topic_stores_nothing() {
     let dir = scratch_dir("gateway-publish");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
-    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), ""), "unused");
+    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), ""), "pub-token");
+    // Publishing changes the store: without the token it is refused.
+    match gw
+        .anonymous
+        .post::<Value>("/v1/topics/orders/messages", &json!({"payload": 1}))
+    {
+        Err(verdict_host::admin::ClientError::Api { status: 401, .. }) => {}
+        other => panic!("an anonymous publish: {other:?}"),
+    }
     let cases = [
         (
             "/v1/topics/inventory/messages",
@@ -218,7 +227,7 @@ fn publishing_bad_input_or_to_an_unknown_topic_stores_nothing() {
         ),
     ];
     for (path, body, status, names) in cases {
-        match gw.anonymous.post::<Value>(path, &body) {
+        match gw.admin.post::<Value>(path, &body) {
             Err(verdict_host::admin::ClientError::Api {
                 status: s, message, ..
             }) => {
@@ -231,14 +240,14 @@ fn publishing_bad_input_or_to_an_unknown_topic_stores_nothing() {
     assert_eq!(gw.store.counts().unwrap().total(), 0);
     // A duplicate id is reported, not stored twice.
     let first: Value = gw
-        .anonymous
+        .admin
         .post(
             "/v1/topics/orders/messages",
             &json!({"id": "a", "payload": "x"}),
         )
         .unwrap();
     let again: Value = gw
-        .anonymous
+        .admin
         .post(
             "/v1/topics/orders/messages",
             &json!({"id": "a", "payload": "x"}),
@@ -285,13 +294,9 @@ fn a_consumer_down_for_30_seconds_causes_retries_not_dead_letters() {
 #[test]
 fn the_dlq_over_the_admin_api_lists_dry_runs_replays_and_discards() {
     let dir = scratch_dir("gateway-dlq-api");
-    std::fs::write(dir.join("token"), "dlq-token").unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
-    let text = config(&consumer.url(), "").replace(
-        "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"",
-        "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"\ntoken_file = \"token\"",
-    );
+    let text = config(&consumer.url(), "");
     let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
     publish(&gw, 0..4);
     assert_eq!(drained(&gw, Duration::from_secs(30)).dead, 4);

@@ -12,7 +12,7 @@
 //! | GET | `/v1/generations` | | the active generation and those kept for rollback |
 //! | GET | `/v1/shadow` | | shadow reports |
 //! | POST | `/v1/decide` | | `{"topic", "failure"}` -> decision |
-//! | POST | `/v1/topics/{topic}/messages` | | publish one message or a batch into the store |
+//! | POST | `/v1/topics/{topic}/messages` | yes | publish one message or a batch into the store |
 //! | GET | `/readyz` | | 200 once the store answers |
 //! | GET | `/v1/dlq`, `/v1/dlq/stats` | | dead letters (query: topic, dlq, class, kind, min_age_ms, limit); depths |
 //! | POST | `/v1/dlq/replay` | token | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
@@ -96,6 +96,7 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/reload", post(handlers::reload))
         .route("/v1/dlq/replay", post(dlq::replay))
         .route("/v1/dlq/discard", post(dlq::discard))
+        .route("/v1/topics/{topic}/messages", post(publish::publish))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
@@ -112,7 +113,6 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/generations", get(handlers::generations))
         .route("/v1/shadow", get(handlers::shadow_report))
         .route("/v1/decide", post(handlers::decide))
-        .route("/v1/topics/{topic}/messages", post(publish::publish))
         .merge(changes)
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))

@@ -160,6 +160,23 @@ pub struct AdminArgs {
     pub token_file: Option<PathBuf>,
 }
 
+impl AdminArgs {
+    /// A client for the admin API that sends the token (from `--token-file`, else the
+    /// `VERDICT_ADMIN_TOKEN` variable; none: read-only calls only).
+    pub fn client(&self) -> anyhow::Result<verdict_host::admin::AdminClient> {
+        let token = match &self.token_file {
+            Some(file) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", file.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => std::env::var("VERDICT_ADMIN_TOKEN").ok(),
+        };
+        Ok(verdict_host::admin::AdminClient::new(&self.admin, token))
+    }
+}
+
 #[derive(Subcommand)]
 pub enum PolicyArgs {
     /// Policies: component, version, sha256, decisions, faults, uploads.

@@ -103,17 +103,11 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             json,
             command,
         } => {
-            let token = match &admin.token_file {
-                Some(file) => Some(
-                    std::fs::read_to_string(file)
-                        .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", file.display()))?
-                        .trim()
-                        .to_string(),
-                ),
-                None => std::env::var("VERDICT_ADMIN_TOKEN").ok(),
-            };
-            let client = verdict_host::admin::AdminClient::new(&admin.admin, token);
-            emit(&cli::policy(&client, &command.into_command()?, json)?)?;
+            emit(&cli::policy(
+                &admin.client()?,
+                &command.into_command()?,
+                json,
+            )?)?;
         }
         Command::Dlq {
             config,
@@ -129,7 +123,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             headers,
             batch,
         } => {
-            let client = verdict_host::admin::AdminClient::new(&admin.admin, None);
+            let client = admin.client()?;
             let request = cli::PublishRequest {
                 topic: &topic,
                 payload: payload.as_deref(),
