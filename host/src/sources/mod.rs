@@ -340,3 +340,51 @@ pub(crate) fn topic_of_dlq(naming: crate::DlqNaming, dlq: &str) -> String {
         crate::DlqNaming::Global => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnects_back_off_to_five_seconds_and_start_over_once_up() {
+        let mut b = Backoff::new();
+        let waits: Vec<u64> = (0..8).map(|_| b.next().as_millis() as u64).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]);
+        b.reset();
+        assert_eq!(b.next(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn broker_dlq_depth_is_the_brokers_count_and_ingress_is_ours() {
+        let dlqs = BrokerDlqs::default();
+        dlqs.written("nats", "orders.DLQ", "orders");
+        dlqs.written("nats", "orders.DLQ", "orders");
+        assert_eq!(
+            dlqs.snapshot(),
+            [(
+                "nats",
+                "orders.DLQ".to_string(),
+                BrokerDlq {
+                    topic: "orders".into(),
+                    depth: 2,
+                    ingress: 2
+                }
+            )]
+        );
+        // The broker's own count wins at the next poll (a replay emptied it).
+        dlqs.set_depth("nats", "orders.DLQ", "orders", 0);
+        assert_eq!(dlqs.snapshot()[0].2.depth, 0);
+        assert_eq!(dlqs.snapshot()[0].2.ingress, 2);
+    }
+
+    #[test]
+    fn a_dlq_names_its_topic_unless_it_is_global() {
+        use crate::DlqNaming;
+        assert_eq!(
+            topic_of_dlq(DlqNaming::Suffix, "orders.eu.DLQ"),
+            "orders.eu"
+        );
+        assert_eq!(topic_of_dlq(DlqNaming::Prefix, "DLQ.orders"), "orders");
+        assert_eq!(topic_of_dlq(DlqNaming::Global, "all"), "");
+    }
+}
