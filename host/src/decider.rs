@@ -1,6 +1,8 @@
 //! A policy bound to one topic's config: warm instances, guardrails and the fallback.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
 
 use serde::Deserialize;
 
@@ -24,7 +26,9 @@ pub struct Decider {
     policy: Arc<Policy>,
     config: Arc<str>,
     settings: TopicSettings,
-    idle: Mutex<Vec<Instance>>,
+    /// Warm instances, lock-free: two threads deciding on one route never wait on each
+    /// other for the pool.
+    idle: ArrayQueue<Instance>,
     counters: DecisionCounters,
 }
 
@@ -42,8 +46,11 @@ impl Decider {
         policy: Arc<Policy>,
         config: Arc<str>,
         settings: TopicSettings,
-        idle: Mutex<Vec<Instance>>,
+        first: Instance,
     ) -> Self {
+        let idle = ArrayQueue::new(policy.host().limits().warm_instances.max(1));
+        // The instance `init` ran in is the first warm one.
+        let _ = idle.push(first);
         Decider {
             policy,
             config,
@@ -103,22 +110,16 @@ impl Decider {
 
     fn ask(&self, failure: &Failure) -> Result<verdict_sdk::Verdict, Fault> {
         let limits = self.policy.host().limits();
-        let warm = self
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        let warm = self.idle.pop();
         let mut instance = match warm {
             Some(instance) => instance,
             None => self.fresh()?,
         };
         let result = instance.decide(limits, failure);
         // A faulted instance may hold broken state: drop it. A healthy one goes back warm.
-        if result.is_ok() && instance.reusable(limits) {
-            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-            if idle.len() < limits.warm_instances {
-                idle.push(instance);
-            }
+        if result.is_ok() && instance.reusable(limits) && limits.warm_instances > 0 {
+            // A full pool drops the extra instance.
+            let _ = self.idle.push(instance);
         }
         result
     }

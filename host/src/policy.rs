@@ -1,6 +1,6 @@
 //! A loaded policy: compiled, checked against the contract, described, fingerprinted.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
@@ -129,7 +129,7 @@ impl Policy {
             self.clone(),
             Arc::from(config_json),
             settings,
-            Mutex::new(vec![instance]),
+            instance,
         ))
     }
 
