@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::pipeline::now_ms;
+use crate::sources::letter_headers;
 use crate::store::{DlqEntry, DlqFilter, DlqStats, Store, StoreError};
 
 /// The header a replayed message carries (the replay's token): the gateway writes a
@@ -81,6 +82,31 @@ pub fn matches(filter: &DlqFilter, entry: &DlqEntry, now_ms: u64) -> bool {
             .is_none_or(|age| now_ms.saturating_sub(entry.created_at_ms) >= age)
 }
 
+/// A broker dead letter read back: `header` looks up the [`letter_headers`] its source wrote,
+/// `body` is the envelope; `seq` and `dlq` say where it sits.
+pub(crate) fn entry_from_headers(
+    seq: i64,
+    dlq: String,
+    header: impl Fn(&str) -> String,
+    body: &[u8],
+) -> Result<DlqEntry, String> {
+    use letter_headers::*;
+    let envelope = crate::envelope::decode(&header(FORMAT), body)
+        .map_err(|e| format!("{dlq}: dead letter {seq}: {e}"))?;
+    Ok(DlqEntry {
+        seq,
+        message_id: header(MESSAGE_ID),
+        topic: header(TOPIC),
+        dlq,
+        class: header(CLASS),
+        kind: header(KIND),
+        reason: header(REASON),
+        attempts: header(ATTEMPTS).parse().unwrap_or(0),
+        created_at_ms: header(AT_MS).parse().unwrap_or(0),
+        envelope,
+    })
+}
+
 /// Whether any of `ids`, replayed with `token`, is back among `entries` (the DLQ read whole):
 /// a failed canary.
 pub(crate) fn back_again(entries: &[DlqEntry], ids: &[String], token: &str) -> bool {
@@ -154,5 +180,51 @@ impl DeadLetters for Store {
             }
         }
         Ok(progress)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sources::{AttemptRecord, DeadLetter, Delivery};
+
+    #[test]
+    fn what_a_broker_source_writes_the_dlq_tools_read_back() {
+        let delivery = Delivery {
+            id: "m-7".into(),
+            topic: "orders".into(),
+            attempt: 2,
+            ..Delivery::default()
+        };
+        let failed = AttemptRecord {
+            at_ms: 1_234,
+            kind: "http.503".into(),
+            message: "busy".into(),
+        };
+        let letter = DeadLetter {
+            dlq: "orders.DLQ".into(),
+            class: "exhausted".into(),
+            reason: "3 attempts\nspent".into(),
+            format: "json",
+            envelope: br#"{"original": {"id": "m-7"}}"#.to_vec(),
+        };
+        let headers: BTreeMap<&str, String> =
+            letter.headers(&delivery, &failed).into_iter().collect();
+        let header = |name: &str| headers.get(name).cloned().unwrap_or_default();
+        let e = entry_from_headers(4, "orders.DLQ".into(), header, &letter.envelope).unwrap();
+        assert_eq!(
+            (
+                e.message_id.as_str(),
+                e.topic.as_str(),
+                e.class.as_str(),
+                e.kind.as_str()
+            ),
+            ("m-7", "orders", "exhausted", "http.503")
+        );
+        assert_eq!((e.attempts, e.created_at_ms, e.seq), (3, 1_234, 4));
+        assert_eq!(e.reason, "3 attempts spent", "header values are one line");
+        assert_eq!(e.envelope["original"]["id"], "m-7");
+        let bad = entry_from_headers(5, "orders.DLQ".into(), |_| "json".into(), b"{not json");
+        assert!(bad.unwrap_err().contains("orders.DLQ: dead letter 5"));
     }
 }

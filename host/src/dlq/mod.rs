@@ -15,7 +15,7 @@ mod backend;
 mod nats;
 mod rabbitmq;
 
-pub use backend::{DeadLetters, DlqError, REPLAY_HEADER, matches};
+pub use backend::{CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, matches};
 pub use nats::NatsDeadLetters;
 pub use rabbitmq::RabbitDeadLetters;
 

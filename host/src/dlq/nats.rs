@@ -8,10 +8,11 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::message::StreamMessage;
 
 use super::backend::{
-    CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, back_again, select, stats_of,
+    CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, back_again, entry_from_headers, select,
+    stats_of,
 };
 use crate::sources::Delivery;
-use crate::sources::nats::{Broker, TOPIC_HEADER, connect};
+use crate::sources::nats::{Broker, connect};
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use crate::{GatewayConfig, NatsConfig};
 
@@ -76,32 +77,16 @@ impl NatsDeadLetters {
     }
 
     fn entry(&self, m: &StreamMessage) -> Result<DlqEntry, DlqError> {
-        let header = |name: &str| -> String {
+        let prefix = format!("{}.", self.nats().dlq_subject_prefix);
+        let dlq = m.subject.strip_prefix(&prefix).unwrap_or(&m.subject);
+        let header = |name: &str| {
             m.headers
                 .get(name)
                 .map(|v| v.to_string())
                 .unwrap_or_default()
         };
-        let prefix = format!("{}.", self.nats().dlq_subject_prefix);
-        let format = header("verdict-format");
-        let envelope = crate::envelope::decode(&format, &m.payload)
-            .map_err(|e| err(format!("dead letter {}: {e}", m.sequence)))?;
-        Ok(DlqEntry {
-            seq: i64::try_from(m.sequence).unwrap_or(i64::MAX),
-            message_id: header("verdict-message-id"),
-            topic: header(TOPIC_HEADER),
-            dlq: m
-                .subject
-                .strip_prefix(&prefix)
-                .unwrap_or(&m.subject)
-                .to_string(),
-            class: header("verdict-class"),
-            kind: header("verdict-kind"),
-            reason: header("verdict-reason"),
-            attempts: header("verdict-attempts").parse().unwrap_or(0),
-            created_at_ms: header("verdict-at-ms").parse().unwrap_or(0),
-            envelope,
-        })
+        let seq = i64::try_from(m.sequence).unwrap_or(i64::MAX);
+        entry_from_headers(seq, dlq.to_string(), header, &m.payload).map_err(err)
     }
 
     fn all(&self) -> Result<Vec<DlqEntry>, DlqError> {

@@ -11,7 +11,8 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
 use super::backend::{
-    CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, back_again, select, stats_of,
+    CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, back_again, entry_from_headers, select,
+    stats_of,
 };
 use crate::sources::SourceKind;
 use crate::sources::rabbitmq::topology::Topology;
@@ -193,20 +194,7 @@ fn entry_of(dlq: &str, seq: i64, d: &lapin::message::Delivery) -> Result<DlqEntr
             _ => String::new(),
         }
     };
-    let envelope = crate::envelope::decode(&header("verdict-format"), &d.data)
-        .map_err(|e| err(format!("{dlq}: dead letter {seq}: {e}")))?;
-    Ok(DlqEntry {
-        seq,
-        message_id: header("verdict-message-id"),
-        topic: header("verdict-topic"),
-        dlq: dlq.to_string(),
-        class: header("verdict-class"),
-        kind: header("verdict-kind"),
-        reason: header("verdict-reason"),
-        attempts: header("verdict-attempts").parse().unwrap_or(0),
-        created_at_ms: header("verdict-at-ms").parse().unwrap_or(0),
-        envelope,
-    })
+    entry_from_headers(seq, dlq.to_string(), header, &d.data).map_err(err)
 }
 
 impl DeadLetters for RabbitDeadLetters {

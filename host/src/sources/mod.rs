@@ -92,6 +92,56 @@ pub struct DeadLetter {
     pub envelope: Vec<u8>,
 }
 
+/// The headers a broker dead letter carries beside its envelope, written by every broker
+/// source and read back by the DLQ tools (`crate::dlq`), so listing and filtering a DLQ
+/// never decodes the envelopes' own fields.
+pub mod letter_headers {
+    /// The source topic.
+    pub const TOPIC: &str = "verdict-topic";
+    /// The message id.
+    pub const MESSAGE_ID: &str = "verdict-message-id";
+    /// The verdict's class.
+    pub const CLASS: &str = "verdict-class";
+    /// The last error's kind.
+    pub const KIND: &str = "verdict-kind";
+    /// The verdict's reason (one line, at most 512 characters).
+    pub const REASON: &str = "verdict-reason";
+    /// The envelope's encoding (`json`, `msgpack`).
+    pub const FORMAT: &str = "verdict-format";
+    /// Attempts made.
+    pub const ATTEMPTS: &str = "verdict-attempts";
+    /// When it was dead-lettered (ms since the epoch).
+    pub const AT_MS: &str = "verdict-at-ms";
+}
+
+impl DeadLetter {
+    /// The [`letter_headers`] of this dead letter of `delivery`, which failed with `failed`.
+    pub fn headers(
+        &self,
+        delivery: &Delivery,
+        failed: &AttemptRecord,
+    ) -> [(&'static str, String); 8] {
+        use letter_headers::*;
+        // Header values are one line.
+        let reason = self
+            .reason
+            .chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(512)
+            .collect();
+        [
+            (TOPIC, delivery.topic.clone()),
+            (MESSAGE_ID, delivery.id.clone()),
+            (CLASS, self.class.clone()),
+            (KIND, failed.kind.clone()),
+            (REASON, reason),
+            (FORMAT, self.format.to_string()),
+            (ATTEMPTS, (delivery.attempt + 1).to_string()),
+            (AT_MS, failed.at_ms.to_string()),
+        ]
+    }
+}
+
 /// What a source must do with a delivery once the pipeline is done with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Settlement {

@@ -35,10 +35,6 @@ pub use setup::{Broker, connect};
 /// The source's name in metrics and `/readyz`.
 pub const NAME: &str = "nats";
 
-/// Header naming the original topic of a dead letter (also `verdict-message-id`,
-/// `verdict-class`, `verdict-reason`, `verdict-format`).
-pub const TOPIC_HEADER: &str = "verdict-topic";
-
 /// Consume until `shutdown` turns true, reconnecting with backoff; then wait up to `grace`
 /// for deliveries in flight. Messages fetched but not started are redelivered by JetStream
 /// after `ack_wait_ms`.

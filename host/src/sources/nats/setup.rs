@@ -10,7 +10,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer, kv};
 
 use super::history::Histories;
-use super::{TOPIC_HEADER, consumer_config, stream_config};
+use super::{consumer_config, stream_config};
 use crate::pipeline::now_ms;
 use crate::sources::{AttemptRecord, DeadLetter, Delivery, Readiness};
 use crate::{GatewaySection, NatsConfig};
@@ -22,10 +22,11 @@ pub struct Broker {
 }
 
 struct Inner {
-    client: async_nats::Client,
     js: jetstream::Context,
     config: NatsConfig,
     durable: String,
+    /// The stream's name in the characters a key may hold: keys are `<this>.<seq>`.
+    history_prefix: String,
     histories: Histories,
     gateway: String,
 }
@@ -65,7 +66,7 @@ pub async fn connect(
         .connect(config.url.as_str())
         .await
         .with_context(|| format!("nats.url = {}", config.url))?;
-    let js = jetstream::new(client.clone());
+    let js = jetstream::new(client);
     let subjects = if config.subjects.is_empty() {
         subjects.to_vec()
     } else {
@@ -91,7 +92,11 @@ pub async fn connect(
     established.store(true, Ordering::Relaxed);
     Ok(Broker {
         inner: Arc::new(Inner {
-            client,
+            history_prefix: config
+                .stream
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+                .collect(),
             js,
             config: config.clone(),
             durable,
@@ -143,11 +148,6 @@ async fn ensure_stream(
 }
 
 impl Broker {
-    /// The NATS client.
-    pub fn client(&self) -> &async_nats::Client {
-        &self.inner.client
-    }
-
     /// The JetStream context.
     pub fn jetstream(&self) -> &jetstream::Context {
         &self.inner.js
@@ -172,13 +172,9 @@ impl Broker {
         &self.inner.histories
     }
 
+    /// The history key of stream sequence `seq` (`<stream>.<seq>`, in key characters).
     pub(crate) fn history_key(&self, seq: u64) -> String {
-        let stream: String = self
-            .stream_name()
-            .chars()
-            .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
-            .collect();
-        format!("{stream}.{seq}")
+        format!("{}.{seq}", self.inner.history_prefix)
     }
 
     /// The durable consumer (created when missing).
@@ -210,17 +206,9 @@ impl Broker {
         // A redelivery after a crash between PubAck and term publishes the same id again:
         // JetStream's duplicate window drops it.
         headers.insert("Nats-Msg-Id", format!("dlq.{key}").as_str());
-        headers.insert(TOPIC_HEADER, delivery.topic.as_str());
-        headers.insert("verdict-message-id", delivery.id.as_str());
-        headers.insert("verdict-class", letter.class.as_str());
-        headers.insert("verdict-kind", failed.kind.as_str());
-        headers.insert("verdict-reason", header_text(&letter.reason).as_str());
-        headers.insert("verdict-format", letter.format);
-        headers.insert(
-            "verdict-attempts",
-            (delivery.attempt + 1).to_string().as_str(),
-        );
-        headers.insert("verdict-at-ms", failed.at_ms.to_string().as_str());
+        for (name, value) in letter.headers(delivery, failed) {
+            headers.insert(name, value.as_str());
+        }
         self.inner
             .js
             .publish_with_headers(
@@ -281,12 +269,4 @@ impl Broker {
         }
         Ok(out)
     }
-}
-
-/// Header values are one line.
-fn header_text(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(512)
-        .collect()
 }

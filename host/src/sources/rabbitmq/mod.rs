@@ -229,20 +229,12 @@ async fn apply(
         }
         Settlement::DeadLetter { failed, letter } => {
             let mut table = FieldTable::default();
-            let mut put = |k: &str, v: String| {
+            for (name, value) in letter.headers(delivery, &failed) {
                 table.insert(
-                    ShortString::from(k),
-                    AMQPValue::LongString(LongString::from(v)),
+                    ShortString::from(name),
+                    AMQPValue::LongString(LongString::from(value)),
                 );
-            };
-            put("verdict-topic", delivery.topic.clone());
-            put("verdict-message-id", delivery.id.clone());
-            put("verdict-class", letter.class.clone());
-            put("verdict-kind", failed.kind.clone());
-            put("verdict-reason", letter.reason.clone());
-            put("verdict-format", letter.format.to_string());
-            put("verdict-attempts", (delivery.attempt + 1).to_string());
-            put("verdict-at-ms", failed.at_ms.to_string());
+            }
             let content_type = match letter.format {
                 "msgpack" => "application/msgpack",
                 _ => "application/json",
