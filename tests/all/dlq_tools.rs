@@ -11,7 +11,9 @@ use verdict_tests::consumer::{Behaviour, Consumer};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::nats::NatsFixture;
 use verdict_tests::rabbitmq::RabbitFixture;
-use verdict_tests::{fixtures, scratch_dir, wait_for};
+use verdict_tests::{scratch_dir, wait_for};
+
+use super::gateway::broker_config;
 
 /// One attempt, then the DLQ: a consumer that is down dead-letters everything.
 const ONE_ATTEMPT: &str = r#"{ max_attempts = 1, rules = [
@@ -20,28 +22,8 @@ const ONE_ATTEMPT: &str = r#"{ max_attempts = 1, rules = [
 ] }"#;
 
 fn config(section: &str, source: &str, topic: &str, consumer_url: &str) -> String {
-    format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-[gateway]
-consumer_group = "{group}"
-{section}
-[policies.rules]
-path = "{path}"
-[[routes]]
-topic = "{topic}"
-source = "{source}"
-policy = "rules"
-config = {ONE_ATTEMPT}
-consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 8 }}
-"#,
-        group = topic.replace('.', "-"),
-        path = fixtures::RULES,
-    )
+    let group = topic.replace('.', "-");
+    broker_config(section, source, topic, &group, consumer_url, ONE_ATTEMPT, 8)
 }
 
 fn depth(dlqs: &dyn DeadLetters) -> usize {

@@ -70,6 +70,74 @@ pub(crate) fn assert_settled_as_behaviour(consumer: &Consumer, n: u32) {
     }
 }
 
+/// A one-route gateway on a broker: `section` is the fixture's `[nats]` or `[rabbitmq]`,
+/// `group` the consumer group (on NATS, the durable consumer the gateways share).
+pub(crate) fn broker_config(
+    section: &str,
+    source: &str,
+    topic: &str,
+    group: &str,
+    consumer_url: &str,
+    rules: &str,
+    concurrency: usize,
+) -> String {
+    format!(
+        r#"
+[sandbox]
+decide_timeout_ms = 1000
+[admin]
+listen = "127.0.0.1:0"
+token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
+[gateway]
+instance = "gw-{source}"
+consumer_group = "{group}"
+{section}
+[policies.rules]
+path = "{path}"
+[[routes]]
+topic = "{topic}"
+source = "{source}"
+policy = "rules"
+config = {rules}
+consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = {concurrency} }}
+"#,
+        path = fixtures::RULES,
+    )
+}
+
+/// How late each retry came in `envelopes` (dead letters exhausted after four attempts of
+/// `delay_ms` retries): every gap between consecutive failures minus the delay, sorted.
+/// Asserts that each holds its whole history and that no retry came early.
+pub(crate) fn retry_lateness(envelopes: &[Value], delay_ms: u64) -> Vec<u64> {
+    let mut late = Vec::new();
+    for e in envelopes {
+        assert_eq!(e["attempts"], 4, "{e}");
+        assert_eq!(e["verdict"]["class"], "exhausted", "{e}");
+        let at: Vec<u64> = e["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["atMs"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            at.len(),
+            4,
+            "the whole history travels with the message: {e}"
+        );
+        for w in at.windows(2) {
+            let gap = w[1] - w[0];
+            assert!(
+                gap >= delay_ms,
+                "a retry came {} ms early: {at:?}",
+                delay_ms - gap
+            );
+            late.push(gap - delay_ms);
+        }
+    }
+    late.sort_unstable();
+    late
+}
+
 /// Two gateways on one broker queue/consumer delivered `n` messages between them, each
 /// some, and together exactly once each plus the duplicates the consumer saw.
 pub(crate) fn assert_split(a: &Gateway, b: &Gateway, consumer: &Consumer, n: u64) {

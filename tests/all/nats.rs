@@ -8,39 +8,26 @@ use serde_json::Value;
 use verdict_tests::consumer::{Behaviour, Consumer};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::nats::NatsFixture;
-use verdict_tests::{fixtures, scratch_dir};
+use verdict_tests::scratch_dir;
 
-use super::gateway::{RULES_CONFIG, assert_settled_as_behaviour, assert_split, behaviour};
+use super::gateway::{
+    RULES_CONFIG, assert_settled_as_behaviour, assert_split, behaviour, broker_config,
+    retry_lateness,
+};
 
 fn config(nats: &NatsFixture, consumer_url: &str, rules: &str, concurrency: usize) -> String {
-    format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-[gateway]
-instance = "gw-nats"
-consumer_group = "{group}"
-{section}
-[policies.rules]
-path = "{path}"
-[[routes]]
-topic = "{topic}"
-source = "nats"
-policy = "rules"
-config = {rules}
-consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = {concurrency} }}
-"#,
-        group = nats.prefix,
-        section = nats.section(),
-        path = fixtures::RULES,
-        topic = nats.subject("orders"),
+    let topic = nats.subject("orders");
+    broker_config(
+        &nats.section(),
+        "nats",
+        &topic,
+        &nats.prefix,
+        consumer_url,
+        rules,
+        concurrency,
     )
 }
 
-/// Wait until the gateway's NATS source is connected (it creates the stream).
 fn envelopes(nats: &NatsFixture) -> Vec<Value> {
     nats.messages("_DLQ")
         .iter()
@@ -122,32 +109,7 @@ fn retries_carry_their_history_across_naks_and_land_on_time() {
     nats.publish("orders", 0..20);
     assert!(nats.wait_for(Duration::from_secs(60), || envelopes(&nats).len() == 20));
 
-    let mut late = Vec::new();
-    for e in envelopes(&nats) {
-        assert_eq!(e["attempts"], 4, "{e}");
-        assert_eq!(e["verdict"]["class"], "exhausted", "{e}");
-        let at: Vec<u64> = e["errors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["atMs"].as_u64().unwrap())
-            .collect();
-        assert_eq!(
-            at.len(),
-            4,
-            "the whole history travels with the message: {e}"
-        );
-        for w in at.windows(2) {
-            let gap = w[1] - w[0];
-            assert!(
-                gap >= DELAY_MS,
-                "a retry came {} ms early: {at:?}",
-                DELAY_MS - gap
-            );
-            late.push(gap - DELAY_MS);
-        }
-    }
-    late.sort_unstable();
+    let late = retry_lateness(&envelopes(&nats), DELAY_MS);
     let (p50, max) = (late[late.len() / 2], late[late.len() - 1]);
     eprintln!("nats retry lateness over {DELAY_MS} ms delays: p50 {p50} ms, max {max} ms");
     // Never early (a nak without its delay would be); and well before `ack_wait_ms` (5 s),

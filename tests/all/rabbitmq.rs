@@ -8,33 +8,23 @@ use serde_json::Value;
 use verdict_tests::consumer::{Behaviour, Consumer};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::rabbitmq::RabbitFixture;
-use verdict_tests::{fixtures, scratch_dir};
+use verdict_tests::scratch_dir;
 
-use super::gateway::{RULES_CONFIG, assert_settled_as_behaviour, assert_split, behaviour};
+use super::gateway::{
+    RULES_CONFIG, assert_settled_as_behaviour, assert_split, behaviour, broker_config,
+    retry_lateness,
+};
 
 fn config(mq: &RabbitFixture, consumer_url: &str, rules: &str) -> String {
-    format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-[gateway]
-instance = "gw-rabbit"
-{section}
-[policies.rules]
-path = "{path}"
-[[routes]]
-topic = "{topic}"
-source = "rabbitmq"
-policy = "rules"
-config = {rules}
-consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 32 }}
-"#,
-        section = mq.section(),
-        path = fixtures::RULES,
-        topic = mq.queue("orders"),
+    let topic = mq.queue("orders");
+    broker_config(
+        &mq.section(),
+        "rabbitmq",
+        &topic,
+        "verdict",
+        consumer_url,
+        rules,
+        32,
     )
 }
 
@@ -120,29 +110,12 @@ fn retries_wait_in_delay_buckets_and_carry_their_history_in_headers() {
     assert!(mq.wait_for(Duration::from_secs(60), || mq.depth(&dlq(&mq)) == 20));
 
     let bucket = verdict_host::sources::rabbitmq::headers::bucket_ms(DELAY_MS);
-    let mut late = Vec::new();
-    for (_, body) in mq.take_all(&dlq(&mq)) {
-        let e: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(e["attempts"], 4, "{e}");
-        assert_eq!(e["verdict"]["class"], "exhausted", "{e}");
-        let at: Vec<u64> = e["errors"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["atMs"].as_u64().unwrap())
-            .collect();
-        assert_eq!(at.len(), 4, "the whole history travels in headers: {e}");
-        for w in at.windows(2) {
-            let gap = w[1] - w[0];
-            assert!(
-                gap >= DELAY_MS,
-                "a retry came {} ms early: {at:?}",
-                DELAY_MS - gap
-            );
-            late.push(gap - DELAY_MS);
-        }
-    }
-    late.sort_unstable();
+    let dead: Vec<Value> = mq
+        .take_all(&dlq(&mq))
+        .iter()
+        .map(|(_, body)| serde_json::from_slice(body).unwrap())
+        .collect();
+    let late = retry_lateness(&dead, DELAY_MS);
     let (p50, max) = (late[late.len() / 2], late[late.len() - 1]);
     eprintln!(
         "rabbitmq retry lateness over {DELAY_MS} ms delays (bucket {bucket} ms): p50 {p50} ms, max {max} ms"
