@@ -12,13 +12,17 @@
 //! Run it with `RUST_BACKTRACE` unset: Extism builds an error backtrace on every call when
 //! it is set, which more than doubles its cost and would flatter Verdict.
 
+#[path = "../../../common/timing.rs"]
+mod timing;
+
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use extism::{Function, PluginBuilder, UserData, ValType};
 use serde::Serialize;
+use timing::percentiles;
 use verdict_host::{FailureSpec, Host, Limits, TopicSettings};
 
 const CONFIG: &str = r#"{"max_attempts": 5}"#;
@@ -145,20 +149,6 @@ fn unused_imports() -> Vec<Function> {
         f.push(refuse(name, vec![ValType::I32], vec![]));
     }
     f
-}
-
-fn percentiles(per_batch: u32, batches: usize, mut f: impl FnMut()) -> (Duration, Duration) {
-    let mut samples: Vec<Duration> = (0..batches)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..per_batch {
-                f();
-            }
-            start.elapsed() / per_batch
-        })
-        .collect();
-    samples.sort();
-    (samples[batches / 2], samples[batches * 99 / 100])
 }
 
 fn main() {
