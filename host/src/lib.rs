@@ -32,6 +32,7 @@
 
 pub mod admin;
 mod artifacts;
+pub mod bench;
 mod bindings;
 pub mod cli;
 mod clock;

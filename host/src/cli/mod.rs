@@ -27,6 +27,23 @@ pub fn build(crate_dirs: &[PathBuf], target_dir: Option<&Path>) -> Result<Vec<Pa
         .collect()
 }
 
+/// `verdict bench --policy`: a component as it is, or a policy crate directory built (in
+/// release, into the crate's own target dir) to one.
+pub fn bench_policy(path: &Path) -> Result<PathBuf> {
+    if path.is_dir() {
+        let built = verdict_componentize::build_crate(path, &Default::default())
+            .with_context(|| format!("--policy {}: building the policy crate", path.display()))?;
+        Ok(built.component)
+    } else if path.is_file() {
+        Ok(path.to_path_buf())
+    } else {
+        bail!(
+            "--policy {}: neither a component file nor a policy crate directory",
+            path.display()
+        )
+    }
+}
+
 /// What `verdict inspect` prints.
 #[derive(Debug, Serialize)]
 pub struct Inspection {

@@ -29,6 +29,8 @@ pub struct Running {
     pub registry: Arc<Registry>,
     /// The embedded store.
     pub store: Arc<Store>,
+    /// The delivery pipeline (its metrics: what `verdict bench` reads).
+    pub pipeline: Arc<Pipeline>,
     /// The admin API's address.
     pub admin: SocketAddr,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
@@ -125,6 +127,7 @@ pub async fn start(
     Ok(Running {
         registry,
         store,
+        pipeline,
         admin,
         server,
         deliveries,

@@ -1,6 +1,8 @@
 //! The pipeline's counters and latency histogram, labelled by route (its topic pattern, so
 //! cardinality is bounded by the config) - never by message data.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
@@ -18,11 +20,105 @@ pub struct PipelineMetrics {
     pub(crate) latency: Family<Labels, Histogram, fn() -> Histogram>,
     pub(crate) applied: Family<Labels, Counter>,
     pub(crate) decide: Family<Labels, Histogram, fn() -> Histogram>,
+    pub(crate) handling: Family<Labels, Histogram, fn() -> Histogram>,
+    totals: Arc<Totals>,
+}
+
+/// Process-wide sums the bench (`verdict bench`) reads: exact, unlabelled.
+#[derive(Debug)]
+struct Totals {
+    /// Nanoseconds spent deciding (policy call, guardrails, fallback).
+    decide_ns: AtomicU64,
+    /// Deliveries whose settlement the source applied, by final/non-final.
+    finished: AtomicU64,
+    retried: AtomicU64,
+    /// Receipt -> settlement applied, in microseconds (1 us .. 1 h, 3 significant digits).
+    handling_us: Mutex<hdrhistogram::Histogram<u64>>,
+}
+
+impl Default for Totals {
+    fn default() -> Self {
+        Totals {
+            decide_ns: AtomicU64::new(0),
+            finished: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+            handling_us: Mutex::new(
+                hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
+                    .expect("valid histogram bounds"),
+            ),
+        }
+    }
+}
+
+/// What a source did with one delivery (the `outcome` label of `verdict_handling_seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Acknowledged: the consumer took it.
+    Delivered,
+    /// Scheduled again (retry or delay).
+    Again,
+    /// Written to a DLQ.
+    DeadLettered,
+    /// Dropped on the policy's word (audited).
+    Discarded,
+    /// Put back untouched (no route, shutting down).
+    Released,
+}
+
+impl Handled {
+    fn name(self) -> &'static str {
+        match self {
+            Handled::Delivered => "delivered",
+            Handled::Again => "again",
+            Handled::DeadLettered => "dead-letter",
+            Handled::Discarded => "discard",
+            Handled::Released => "release",
+        }
+    }
+
+    /// Whether the message is gone from the source for good.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            Handled::Delivered | Handled::DeadLettered | Handled::Discarded
+        )
+    }
+}
+
+/// Percentiles of `verdict_handling_seconds` over the process's life (exact to 3 digits).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HandlingSummary {
+    /// Deliveries handled.
+    pub count: u64,
+    /// Median receipt -> settled.
+    pub p50: Duration,
+    /// 99th percentile.
+    pub p99: Duration,
+    /// Slowest.
+    pub max: Duration,
+}
+
+impl HandlingSummary {
+    /// The summary of a histogram of microseconds.
+    pub(crate) fn of(h: &hdrhistogram::Histogram<u64>) -> HandlingSummary {
+        let us = Duration::from_micros;
+        HandlingSummary {
+            count: h.len(),
+            p50: us(h.value_at_quantile(0.50)),
+            p99: us(h.value_at_quantile(0.99)),
+            max: us(h.max()),
+        }
+    }
 }
 
 fn decide_histogram() -> Histogram {
     // 1 us .. ~0.26 s: a warm decision is microseconds; the deadline is milliseconds.
     Histogram::new(exponential_buckets(0.000_001, 4.0, 10))
+}
+
+fn handling_histogram() -> Histogram {
+    // 100 us .. ~3 s.
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
 }
 
 fn latency_histogram() -> Histogram {
@@ -37,6 +133,8 @@ impl Default for PipelineMetrics {
             latency: Family::new_with_constructor(latency_histogram),
             applied: Family::default(),
             decide: Family::new_with_constructor(decide_histogram),
+            handling: Family::new_with_constructor(handling_histogram),
+            totals: Arc::default(),
         }
     }
 }
@@ -62,6 +160,57 @@ impl PipelineMetrics {
         self.decide
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.totals.decide_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// A source applied a delivery's settlement `took` after receiving it.
+    pub fn handled(&self, source: &'static str, outcome: Handled, took: Duration) {
+        let labels = vec![
+            ("source", source.to_string()),
+            ("outcome", outcome.name().to_string()),
+        ];
+        self.handling
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        let counter = if outcome.is_final() {
+            &self.totals.finished
+        } else {
+            &self.totals.retried
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+        self.totals
+            .handling_us
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .saturating_record(us);
+    }
+
+    /// Time spent deciding since the start, all routes.
+    pub fn policy_time(&self) -> Duration {
+        Duration::from_nanos(self.totals.decide_ns.load(Ordering::Relaxed))
+    }
+
+    /// Deliveries settled for good (delivered, dead-lettered, discarded) since the start.
+    pub fn finished(&self) -> u64 {
+        self.totals.finished.load(Ordering::Relaxed)
+    }
+
+    /// Deliveries scheduled again or released since the start.
+    pub fn rescheduled(&self) -> u64 {
+        self.totals.retried.load(Ordering::Relaxed)
+    }
+
+    /// Receipt-to-settlement percentiles since the start.
+    pub fn handling(&self) -> HandlingSummary {
+        HandlingSummary::of(
+            &self
+                .totals
+                .handling_us
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     pub(crate) fn verdict(&self, route: &str, decision: &Decision) {
@@ -96,6 +245,11 @@ impl PipelineMetrics {
             "verdict_verdicts_applied",
             "Verdicts applied to failed deliveries, by route and action (retry = retries scheduled)",
             self.applied.clone(),
+        );
+        registry.register(
+            "verdict_handling_seconds",
+            "Time from a delivery's receipt from its source to its settlement applied there (consumer call, verdict, broker/store write), by source and outcome",
+            self.handling.clone(),
         );
     }
 }

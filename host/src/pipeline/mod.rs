@@ -20,8 +20,9 @@ mod metrics;
 mod topic_stats;
 
 pub use crate::clock::now_ms;
+pub(crate) use delivery::deliver;
 pub use delivery::{DeliveryError, REJECT_HEADER};
-pub use metrics::PipelineMetrics;
+pub use metrics::{Handled, HandlingSummary, PipelineMetrics};
 use topic_stats::TopicStats;
 
 /// A message the pipeline could not route is looked at again after this long.
@@ -137,7 +138,7 @@ impl Pipeline {
         };
         let attempt = message.attempt + 1;
         let started = Instant::now();
-        let result = delivery::deliver(&self.client, &consumer, message, attempt).await;
+        let result = deliver(&self.client, &consumer, message, attempt).await;
         self.metrics
             .delivered(&route_topic, result.is_ok(), started.elapsed());
         self.judge(message, result, &route_topic)

@@ -5,7 +5,7 @@
 //! keeps claiming what is. Deliveries run concurrently up to `[gateway] max_in_flight`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Semaphore, watch};
 
@@ -13,6 +13,9 @@ use super::Settlement;
 use crate::pipeline::{Pipeline, now_ms};
 use crate::store::Claimed;
 use crate::store::{Store, StoreError};
+
+/// The source's name in metrics.
+pub const NAME: &str = "embedded";
 
 /// Deliver the store's due messages until `shutdown` turns true; then stop claiming and wait
 /// (up to `grace`) for deliveries in flight. A delivery still running after that keeps its
@@ -63,11 +66,15 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             };
             let (pipeline, store) = (pipeline.clone(), store.clone());
             tokio::spawn(async move {
+                let received = Instant::now();
                 let settlement = pipeline.process(&message.delivery).await;
+                let handled = settlement.handled();
                 let applied =
                     tokio::task::spawn_blocking(move || apply(&store, &message, &settlement)).await;
                 match applied {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(())) => pipeline
+                        .metrics()
+                        .handled(NAME, handled, received.elapsed()),
                     Ok(Err(e)) => tracing::error!(
                         error = %e,
                         "recording a delivery's outcome failed; the message keeps its lease \

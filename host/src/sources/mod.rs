@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, watch};
 
 use crate::AttemptSpec;
+use crate::pipeline::Handled;
 
 pub mod embedded;
 pub mod nats;
@@ -176,6 +177,19 @@ pub enum Settlement {
         /// How long to wait.
         delay_ms: u64,
     },
+}
+
+impl Settlement {
+    /// What applying it does, for the `verdict_handling_seconds` metric.
+    pub fn handled(&self) -> Handled {
+        match self {
+            Settlement::Delivered => Handled::Delivered,
+            Settlement::Again { .. } => Handled::Again,
+            Settlement::DeadLetter { .. } => Handled::DeadLettered,
+            Settlement::Discard { .. } => Handled::Discarded,
+            Settlement::Release { .. } => Handled::Released,
+        }
+    }
 }
 
 impl Delivery {

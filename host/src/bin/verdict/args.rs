@@ -127,6 +127,10 @@ pub enum Command {
         #[arg(long, conflicts_with_all = ["payload", "id", "headers"])]
         batch: Option<PathBuf>,
     },
+    /// Measure the gateway end to end against NATS's own redelivery, in one run: messages/s,
+    /// delivery-to-verdict latency, CPU per message and its share in policy evaluation.
+    /// Needs a NATS server for the nats targets (`--targets embedded` runs without one).
+    Bench(BenchArgs),
     /// Ask a policy for one decision and print it as JSON.
     Decide {
         /// The policy component.
@@ -267,5 +271,75 @@ impl PolicyArgs {
             PolicyArgs::Reload => P::Reload,
             PolicyArgs::Status => P::Status,
         })
+    }
+}
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// The policy: a component, or a policy crate directory (built first, in release).
+    #[arg(long, default_value = "policies/rules")]
+    pub policy: PathBuf,
+    /// The policy's config, inline JSON or a file (default: `rules` sending json/schema/
+    /// format/auth failures to the DLQ and retrying 5xx and transport failures every
+    /// --retry-delay-ms, at most --max-attempts deliveries).
+    #[arg(long)]
+    pub policy_config: Option<String>,
+    /// Messages per target.
+    #[arg(long, default_value_t = 5_000)]
+    pub messages: usize,
+    /// Percent of messages the consumer fails 1 to 3 times before taking them.
+    #[arg(long, default_value_t = 20)]
+    pub transient_percent: u32,
+    /// Percent of messages the consumer always refuses (`schema.unknown-version`).
+    #[arg(long, default_value_t = 5)]
+    pub permanent_percent: u32,
+    /// Deliveries in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Delay between attempts, for the policy and for NATS's native redelivery.
+    #[arg(long, default_value_t = 10)]
+    pub retry_delay_ms: u64,
+    /// Deliveries at most (the policy's max_attempts, NATS's MaxDeliver).
+    #[arg(long, default_value_t = 5)]
+    pub max_attempts: u32,
+    /// What to run, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "embedded,nats,nats-native"
+    )]
+    pub targets: Vec<verdict_host::bench::Target>,
+    /// The NATS server.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl BenchArgs {
+    /// The library's options (building the policy crate when given one).
+    pub fn into_options(self) -> anyhow::Result<verdict_host::bench::BenchOptions> {
+        let policy = cli::bench_policy(&self.policy)?;
+        let mut options = verdict_host::bench::BenchOptions::new(policy);
+        options.policy_config = match &self.policy_config {
+            Some(arg) => cli::json_value_arg(arg, "--policy-config")?,
+            None => {
+                verdict_host::bench::default_policy_config(self.retry_delay_ms, self.max_attempts)
+            }
+        };
+        options.messages = self.messages;
+        options.transient_percent = self.transient_percent;
+        options.permanent_percent = self.permanent_percent;
+        options.concurrency = self.concurrency;
+        options.retry_delay_ms = self.retry_delay_ms;
+        options.max_attempts = self.max_attempts;
+        options.targets = self.targets;
+        options.nats_url = self.nats_url;
+        options.progress = !self.no_progress;
+        Ok(options)
     }
 }

@@ -133,6 +133,15 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             };
             emit(&cli::publish(&client, &request)?)?;
         }
+        Command::Bench(args) => {
+            let json = args.json;
+            let report = verdict_host::bench::run(&args.into_options()?)?;
+            if json {
+                emit(&(serde_json::to_string_pretty(&report.to_json())? + "\n"))?;
+            } else {
+                emit(&report.to_string())?;
+            }
+        }
         Command::Decide {
             policy,
             config,

@@ -16,7 +16,7 @@
 //! the connection.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, AckKind, consumer, stream};
 use futures_util::StreamExt;
@@ -144,6 +144,7 @@ async fn handle(
     dlqs: &BrokerDlqs,
     message: jetstream::Message,
 ) {
+    let received = Instant::now();
     let Ok(info) = message.info() else {
         tracing::error!(subject = %message.subject, "nats source: a message without JetStream metadata; terminating it");
         let _ = message.ack_with(AckKind::Term).await;
@@ -187,9 +188,13 @@ async fn handle(
         settlement,
         Settlement::Delivered | Settlement::DeadLetter { .. } | Settlement::Discard { .. }
     );
+    let handled = settlement.handled();
     let outcome = apply(broker, dlqs, &message, &delivery, &key, settlement).await;
     match outcome {
         Ok(()) => {
+            pipeline
+                .metrics()
+                .handled(NAME, handled, received.elapsed());
             if settled
                 && had_history
                 && let Err(e) = broker.history().forget(&key).await

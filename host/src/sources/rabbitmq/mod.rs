@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures_util::StreamExt;
@@ -178,6 +178,7 @@ async fn handle(
     queue: &str,
     message: lapin::message::Delivery,
 ) {
+    let received = Instant::now();
     let mut delivery = headers::to_delivery(
         queue,
         &message.properties,
@@ -189,12 +190,16 @@ async fn handle(
         delivery.id = generated_id(queue);
     }
     let settlement = pipeline.process(&delivery).await;
-    if let Err(e) = apply(topology, dlqs, &message, &delivery, settlement).await {
-        tracing::error!(
+    let handled = settlement.handled();
+    match apply(topology, dlqs, &message, &delivery, settlement).await {
+        Ok(()) => pipeline
+            .metrics()
+            .handled(NAME, handled, received.elapsed()),
+        Err(e) => tracing::error!(
             error = %format!("{e:#}"),
             id = %delivery.id,
             "rabbitmq source: applying a verdict failed; the broker redelivers the message"
-        );
+        ),
     }
 }
 

@@ -1,0 +1,72 @@
+//! The load generator: the consumer the messages go to and the producer that publishes
+//! them, on a runtime of their own whose threads are named [`THREADS`], so their CPU can be
+//! told apart from the gateway's.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::demo::{DemoConsumer, by_percent};
+use crate::sources::AbortOnDrop;
+
+/// The name of every load-generator thread.
+pub(crate) const THREADS: &str = "verdict-load";
+
+/// A runtime for the consumer and the producer.
+pub(crate) struct Load {
+    runtime: tokio::runtime::Runtime,
+}
+
+/// A demo consumer served on the load runtime until dropped.
+pub(crate) struct Consumer {
+    /// Where it listens.
+    pub(crate) url: String,
+    /// What it has seen.
+    pub(crate) demo: DemoConsumer,
+    _server: AbortOnDrop,
+}
+
+impl Load {
+    pub(crate) fn new() -> Result<Load> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .thread_name(THREADS)
+            // Exited threads' CPU could no longer be told apart from the gateway's.
+            .thread_keep_alive(Duration::from_secs(24 * 3600))
+            .enable_all()
+            .build()
+            .context("starting the load generator's runtime")?;
+        Ok(Load { runtime })
+    }
+
+    /// The runtime's handle, to spawn producers on.
+    pub(crate) fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
+    }
+
+    /// A fresh consumer failing `transient_pct`% of message ids 1 to 3 times and
+    /// `permanent_pct`% always (by id, so every target sees the same failures).
+    pub(crate) async fn consumer(
+        &self,
+        transient_pct: u32,
+        permanent_pct: u32,
+    ) -> Result<Consumer> {
+        let demo = DemoConsumer::new(by_percent(transient_pct, permanent_pct));
+        let router = demo.router();
+        let listener = self
+            .runtime
+            .spawn(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .await?
+            .context("binding the bench consumer to 127.0.0.1")?;
+        let url = format!("http://{}/", listener.local_addr()?);
+        let server = self.runtime.spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "the bench consumer stopped");
+            }
+        });
+        Ok(Consumer {
+            url,
+            demo,
+            _server: AbortOnDrop(server),
+        })
+    }
+}

@@ -1,0 +1,235 @@
+//! `verdict bench`: what the gateway costs end to end, measured against the broker doing its
+//! own redelivery, in one run.
+//!
+//! Every *target* takes the same `messages` through the same kind of consumer - a
+//! [`DemoConsumer`](crate::demo::DemoConsumer) failing a fixed share of message ids
+//! transiently (1 to 3 times) and another share permanently - and runs until every message is
+//! settled for good:
+//!
+//! | target | what runs |
+//! |---|---|
+//! | `embedded` | a gateway on its embedded store (messages published through the admin API) |
+//! | `nats` | a gateway consuming a JetStream stream (the `nats` source) |
+//! | `nats-native` | no gateway: a JetStream pull consumer POSTing to the same consumer, `ack` on success, `nak` with the retry delay on failure, `MaxDeliver` bounding the attempts - no classification, no history, no envelope, no DLQ |
+//!
+//! For each: messages/s, the receipt-to-settlement latency (*delivery-to-verdict*: from the
+//! message leaving its source to its settlement applied there - consumer call, verdict,
+//! broker or store write), the CPU this process spent outside the load generator (whose
+//! threads are counted apart: they stand in for producers and consumers living elsewhere),
+//! the share of that CPU inside policy evaluation, and the broker server's CPU when it runs
+//! on this machine.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+
+mod cpu;
+mod gateway;
+mod load;
+mod native;
+mod report;
+
+pub use report::{Figures, Report};
+
+use load::Load;
+
+/// What can be benched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// A gateway on the embedded store.
+    Embedded,
+    /// A gateway on NATS JetStream.
+    Nats,
+    /// NATS JetStream's own redelivery, no gateway: the baseline.
+    NatsNative,
+}
+
+impl Target {
+    /// The name used on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Embedded => "embedded",
+            Target::Nats => "nats",
+            Target::NatsNative => "nats-native",
+        }
+    }
+}
+
+/// The policy config the bench gives the `rules` policy unless told otherwise: the
+/// consumer's permanent failure (`schema.unknown-version`) goes to the DLQ at once, its 503s
+/// are retried after [`BenchOptions::retry_delay_ms`].
+pub fn default_policy_config(retry_delay_ms: u64, max_attempts: u32) -> serde_json::Value {
+    serde_json::json!({
+        "max_attempts": max_attempts,
+        "rules": [
+            {"match": ["json.*", "schema.*", "format.*", "auth.*"], "dead_letter": "poison"},
+            {"match": ["http.5*", "transport.*"], "retry": {"strategy": "fixed", "delay_ms": retry_delay_ms}},
+        ],
+    })
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Messages per target.
+    pub messages: usize,
+    /// Percent of message ids the consumer fails 1 to 3 times before taking them.
+    pub transient_percent: u32,
+    /// Percent of message ids the consumer always refuses (`schema.unknown-version`).
+    pub permanent_percent: u32,
+    /// Deliveries in flight at once (the route's consumer concurrency; the native
+    /// consumer's too).
+    pub concurrency: usize,
+    /// Delay between attempts (the policy's and the native consumer's).
+    pub retry_delay_ms: u64,
+    /// Deliveries at most (the policy's `max_attempts`, NATS's `MaxDeliver`).
+    pub max_attempts: u32,
+    /// The policy component.
+    pub policy: PathBuf,
+    /// Its config (JSON).
+    pub policy_config: serde_json::Value,
+    /// The NATS server, for the `nats` targets.
+    pub nats_url: String,
+    /// The targets, run one after the other in this order.
+    pub targets: Vec<Target>,
+    /// Draw a progress bar per target on stderr (when it is a terminal).
+    pub progress: bool,
+    /// Give up on a target that settles nothing for this long.
+    pub stall_timeout: Duration,
+}
+
+impl BenchOptions {
+    /// The defaults for `policy`: 5,000 messages, 20% transient and 5% permanent failures,
+    /// concurrency 16, retries 10 ms apart, at most 5 deliveries, every target.
+    pub fn new(policy: PathBuf) -> BenchOptions {
+        BenchOptions {
+            messages: 5_000,
+            transient_percent: 20,
+            permanent_percent: 5,
+            concurrency: 16,
+            retry_delay_ms: 10,
+            max_attempts: 5,
+            policy,
+            policy_config: default_policy_config(10, 5),
+            nats_url: "nats://127.0.0.1:4222".into(),
+            targets: vec![Target::Embedded, Target::Nats, Target::NatsNative],
+            progress: true,
+            stall_timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.messages == 0 {
+            bail!("--messages must be at least 1");
+        }
+        if self.transient_percent + self.permanent_percent > 100 {
+            bail!(
+                "--transient-percent ({}) + --permanent-percent ({}) is more than 100",
+                self.transient_percent,
+                self.permanent_percent
+            );
+        }
+        if self.concurrency == 0 {
+            bail!("--concurrency must be at least 1");
+        }
+        if self.max_attempts < 4 && self.transient_percent > 0 {
+            // The consumer fails a transient id up to 3 times.
+            bail!(
+                "--max-attempts {} is too few: transient failures need up to 4 deliveries",
+                self.max_attempts
+            );
+        }
+        if self.targets.is_empty() {
+            bail!("no --targets given");
+        }
+        if !self.policy.is_file() {
+            bail!("--policy {}: no such component file", self.policy.display());
+        }
+        Ok(())
+    }
+}
+
+/// Run every target in `options`, one after the other, in this process.
+pub fn run(options: &BenchOptions) -> Result<Report> {
+    options.check()?;
+    let load = Load::new()?;
+    let gateway = tokio::runtime::Runtime::new().context("starting the gateway's runtime")?;
+    let mut report = Report::new(options);
+    for &target in &options.targets {
+        let figures = gateway
+            .block_on(run_target(target, options, &load))
+            .with_context(|| format!("target {}", target.name()))?;
+        report.targets.push(figures);
+    }
+    Ok(report)
+}
+
+async fn run_target(target: Target, options: &BenchOptions, load: &Load) -> Result<Figures> {
+    match target {
+        Target::Embedded | Target::Nats => gateway::run(target, options, load).await,
+        Target::NatsNative => native::run(options, load).await,
+    }
+}
+
+/// A target's progress: a bar on stderr, and the stall guard.
+pub(crate) struct Progress {
+    bar: ProgressBar,
+    total: u64,
+    last: u64,
+    moved: Instant,
+    stall: Duration,
+}
+
+impl Progress {
+    fn new(target: Target, options: &BenchOptions) -> Progress {
+        let total = options.messages as u64;
+        let bar = if options.progress {
+            ProgressBar::new(total)
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg:>12} [{bar:32}] {pos}/{len} settled, {per_sec}, {elapsed}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_message(target.name());
+        Progress {
+            bar,
+            total,
+            last: 0,
+            moved: Instant::now(),
+            stall: options.stall_timeout,
+        }
+    }
+
+    /// Wait until `settled()` reaches the total, updating the bar; an error when nothing
+    /// moves for the stall timeout.
+    async fn wait(&mut self, settled: impl Fn() -> u64) -> Result<()> {
+        loop {
+            let done = settled();
+            self.bar.set_position(done.min(self.total));
+            if done >= self.total {
+                self.bar.finish();
+                return Ok(());
+            }
+            if done != self.last {
+                self.last = done;
+                self.moved = Instant::now();
+            } else if self.moved.elapsed() > self.stall {
+                self.bar.abandon();
+                bail!(
+                    "stalled: {done} of {} messages settled and none for {:?} (is the broker up?)",
+                    self.total,
+                    self.stall
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

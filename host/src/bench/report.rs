@@ -1,0 +1,172 @@
+//! What a bench run found: one [`Figures`] per target, printed as a table (ratios against
+//! the `nats-native` baseline of the same run) or as JSON.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::{BenchOptions, Target};
+use crate::pipeline::HandlingSummary;
+
+/// One target's run.
+#[derive(Debug, Clone)]
+pub struct Figures {
+    /// What ran.
+    pub target: Target,
+    /// Messages published.
+    pub messages: usize,
+    /// First publish to the last message settled.
+    pub elapsed: Duration,
+    /// Deliveries the consumer answered (first attempts and retries).
+    pub deliveries: u64,
+    /// Messages the consumer took.
+    pub delivered: u64,
+    /// Messages retired to a DLQ.
+    pub dead_lettered: u64,
+    /// Messages the broker dropped after `MaxDeliver` (native redelivery only).
+    pub dropped: u64,
+    /// Messages the consumer took more than once.
+    pub duplicates: u32,
+    /// Receipt -> settlement applied, per delivery.
+    pub handling: HandlingSummary,
+    /// CPU of this process outside the load generator.
+    pub cpu: Duration,
+    /// Of which inside policy evaluation.
+    pub policy: Duration,
+    /// The broker server's CPU, when it runs on this machine.
+    pub broker_cpu: Option<Duration>,
+}
+
+impl Figures {
+    /// Messages settled per second.
+    pub fn rate(&self) -> f64 {
+        self.messages as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Share of [`Figures::cpu`] spent in policy evaluation (0..1).
+    pub fn policy_share(&self) -> f64 {
+        self.policy.as_secs_f64() / self.cpu.as_secs_f64().max(1e-9)
+    }
+
+    fn per_message(&self, d: Duration) -> f64 {
+        d.as_secs_f64() * 1e6 / self.messages.max(1) as f64
+    }
+
+    fn json(&self, baseline: Option<&Figures>) -> serde_json::Value {
+        serde_json::json!({
+            "target": self.target,
+            "messages": self.messages,
+            "seconds": self.elapsed.as_secs_f64(),
+            "messages_per_second": self.rate(),
+            "vs_nats_native": baseline.map(|b| self.rate() / b.rate()),
+            "deliveries": self.deliveries,
+            "delivered": self.delivered,
+            "dead_lettered": self.dead_lettered,
+            "dropped": self.dropped,
+            "duplicates": self.duplicates,
+            "settle_p50_us": self.handling.p50.as_micros(),
+            "settle_p99_us": self.handling.p99.as_micros(),
+            "settle_max_us": self.handling.max.as_micros(),
+            "cpu_us_per_message": self.per_message(self.cpu),
+            "policy_cpu_share": self.policy_share(),
+            "broker_cpu_us_per_message": self.broker_cpu.map(|d| self.per_message(d)),
+        })
+    }
+}
+
+/// Every target of one run, and what they were given.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Per target, in the order run.
+    pub targets: Vec<Figures>,
+    setup: String,
+}
+
+impl Report {
+    pub(crate) fn new(options: &BenchOptions) -> Report {
+        Report {
+            targets: Vec::new(),
+            setup: format!(
+                "{} messages per target; the consumer fails {}% of them 1-3 times and {}% always; \
+                 concurrency {}; retries {} ms apart, at most {} deliveries; policy {}",
+                options.messages,
+                options.transient_percent,
+                options.permanent_percent,
+                options.concurrency,
+                options.retry_delay_ms,
+                options.max_attempts,
+                options.policy.display(),
+            ),
+        }
+    }
+
+    /// The figures of `target`, if it ran.
+    pub fn get(&self, target: Target) -> Option<&Figures> {
+        self.targets.iter().find(|f| f.target == target)
+    }
+
+    /// The report as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let baseline = self.get(Target::NatsNative);
+        serde_json::json!({
+            "setup": self.setup,
+            "targets": self.targets.iter().map(|f| f.json(baseline)).collect::<Vec<_>>(),
+        })
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "verdict bench: {}", self.setup)?;
+        writeln!(
+            f,
+            "{:<12} {:>8} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>8} {:>7} {:>8}",
+            "target",
+            "msg/s",
+            "vs native",
+            "deliveries",
+            "delivered",
+            "DLQ",
+            "dropped",
+            "dup",
+            "settle p50",
+            "settle p99",
+            "CPU/msg",
+            "policy",
+            "broker/msg"
+        )?;
+        let baseline = self.get(Target::NatsNative);
+        for t in &self.targets {
+            let ratio =
+                baseline.map_or("-".to_string(), |b| format!("{:.2}x", t.rate() / b.rate()));
+            let broker = t
+                .broker_cpu
+                .map_or("-".to_string(), |d| format!("{:.0} us", t.per_message(d)));
+            writeln!(
+                f,
+                "{:<12} {:>8.0} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>5.0} us {:>6.2}% {:>8}",
+                t.target.name(),
+                t.rate(),
+                ratio,
+                t.deliveries,
+                t.delivered,
+                t.dead_lettered,
+                t.dropped,
+                t.duplicates,
+                ms(t.handling.p50),
+                ms(t.handling.p99),
+                t.per_message(t.cpu),
+                t.policy_share() * 100.0,
+                broker,
+            )?;
+        }
+        writeln!(
+            f,
+            "settle = a delivery's receipt from its source to its settlement applied there; \
+             CPU = this process without the load generator; policy = share of that CPU in policy evaluation"
+        )
+    }
+}
