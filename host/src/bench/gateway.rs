@@ -32,6 +32,7 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
     .await
     .context("starting the gateway")?;
     let pipeline = running.pipeline.clone();
+    pipeline.metrics().measure_policy_cpu(true);
     wait_ready(&pipeline).await?;
 
     let mut progress = Progress::new(target, options);
@@ -74,7 +75,8 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         duplicates: seen.duplicates(),
         handling: pipeline.metrics().handling(),
         cpu,
-        policy: pipeline.metrics().policy_time(),
+        policy: pipeline.metrics().policy_cpu(),
+        policy_wall: pipeline.metrics().policy_time(),
         broker_cpu: (target == Target::Nats).then_some(broker_cpu).flatten(),
     })
 }
@@ -116,7 +118,7 @@ token_file = "token"
 [gateway]
 instance = "bench"
 consumer_group = "{group}"
-poll_ms = 5
+{poll}
 max_in_flight = {in_flight}
 {nats}
 [policies.bench]
@@ -130,6 +132,13 @@ config = {policy_config}
 "#,
         group = names.durable,
         in_flight = options.concurrency * 4,
+        // Publishing wakes the embedded source; polling is its fallback. A broker target
+        // keeps the default slow poll of the (idle) store.
+        poll = if target == Target::Embedded {
+            "poll_ms = 5"
+        } else {
+            ""
+        },
         concurrency = options.concurrency,
     ))
 }

@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 use super::load::{self, Load};
 use super::{BenchOptions, Figures, Progress, Target, cpu};
 use crate::ConsumerConfig;
-use crate::pipeline::{HandlingSummary, deliver};
+use crate::pipeline::{Consumer, HandlingSummary, deliver};
 use crate::sources::Delivery;
 
 /// The broker's process name, for its CPU.
@@ -201,11 +201,11 @@ async fn consume(
         ..Counters::default()
     });
     let http = reqwest::Client::builder().build()?;
-    let target = Arc::new(ConsumerConfig {
+    let target = Arc::new(Consumer::new(&ConsumerConfig {
         url: consumer_url.to_string(),
         timeout_ms: 10_000,
         concurrency: options.concurrency,
-    });
+    }));
     let slots = Arc::new(Semaphore::new(options.concurrency));
     let delay = Duration::from_millis(options.retry_delay_ms);
     let max = options.max_attempts;
@@ -257,6 +257,7 @@ async fn consume(
         handling: HandlingSummary::default(),
         cpu,
         policy: Duration::ZERO,
+        policy_wall: Duration::ZERO,
         broker_cpu,
     };
     Ok((figures, counters))
@@ -266,7 +267,7 @@ async fn consume(
 /// drops it.
 async fn handle(
     http: &reqwest::Client,
-    target: &ConsumerConfig,
+    target: &Consumer,
     counters: &Counters,
     message: jetstream::Message,
     max: u32,

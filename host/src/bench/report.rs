@@ -30,8 +30,10 @@ pub struct Figures {
     pub handling: HandlingSummary,
     /// CPU of this process outside the load generator.
     pub cpu: Duration,
-    /// Of which inside policy evaluation.
+    /// Of which inside policy evaluation (thread CPU time of each decision).
     pub policy: Duration,
+    /// Wall time inside policy evaluation (more than `policy` when threads were preempted).
+    pub policy_wall: Duration,
     /// The broker server's CPU, when it runs on this machine.
     pub broker_cpu: Option<Duration>,
 }
@@ -68,6 +70,7 @@ impl Figures {
             "settle_max_us": self.handling.max.as_micros(),
             "cpu_us_per_message": self.per_message(self.cpu),
             "policy_cpu_share": self.policy_share(),
+            "policy_wall_ms": self.policy_wall.as_secs_f64() * 1e3,
             "broker_cpu_us_per_message": self.broker_cpu.map(|d| self.per_message(d)),
         })
     }

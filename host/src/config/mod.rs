@@ -153,6 +153,9 @@ fn check_consumer(c: &ConsumerConfig, lease_ms: u64) -> Result<(), (&'static str
     if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
         return Err(("url", format!("`{}` is not an http(s) URL", c.url)));
     }
+    if let Err(e) = reqwest::Url::parse(&c.url) {
+        return Err(("url", format!("`{}` is not a valid URL: {e}", c.url)));
+    }
     if c.timeout_ms == 0 || c.timeout_ms >= lease_ms {
         return Err((
             "timeout_ms",

@@ -31,16 +31,49 @@ pub struct DeliveryError {
     pub rejected: bool,
 }
 
+/// A consumer's endpoint, its URL parsed once (not per delivery).
+#[derive(Debug, Clone)]
+pub(crate) struct Consumer {
+    config: ConsumerConfig,
+    url: Result<reqwest::Url, String>,
+}
+
+impl Consumer {
+    pub(crate) fn new(config: &ConsumerConfig) -> Consumer {
+        Consumer {
+            config: config.clone(),
+            // Config validation parsed it already; an error here is kept for each delivery.
+            url: reqwest::Url::parse(&config.url).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Whether this is the endpoint `config` describes.
+    pub(crate) fn is(&self, config: &ConsumerConfig) -> bool {
+        &self.config == config
+    }
+}
+
 /// POST `message` to the consumer as delivery `attempt` (1-based).
 pub(crate) async fn deliver(
     client: &reqwest::Client,
-    consumer: &ConsumerConfig,
+    consumer: &Consumer,
     message: &Delivery,
     attempt: u32,
 ) -> Result<(), DeliveryError> {
+    let url = match &consumer.url {
+        Ok(url) => url.clone(),
+        Err(e) => {
+            return Err(DeliveryError {
+                kind: "transport.error".into(),
+                message: format!("the consumer URL `{}` is invalid: {e}", consumer.config.url),
+                retry_after_ms: None,
+                rejected: false,
+            });
+        }
+    };
     let mut request = client
-        .post(&consumer.url)
-        .timeout(Duration::from_millis(consumer.timeout_ms))
+        .post(url)
+        .timeout(Duration::from_millis(consumer.config.timeout_ms))
         .header("x-verdict-message-id", &message.id)
         .header("x-verdict-topic", &message.topic)
         .header("x-verdict-attempt", attempt.to_string())

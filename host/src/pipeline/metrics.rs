@@ -1,7 +1,7 @@
 //! The pipeline's counters and latency histogram, labelled by route (its topic pattern, so
 //! cardinality is bounded by the config) - never by message data.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -27,8 +27,11 @@ pub struct PipelineMetrics {
 /// Process-wide sums the bench (`verdict bench`) reads: exact, unlabelled.
 #[derive(Debug)]
 struct Totals {
-    /// Nanoseconds spent deciding (policy call, guardrails, fallback).
+    /// Nanoseconds spent deciding (policy call, guardrails, fallback), wall clock.
     decide_ns: AtomicU64,
+    /// The same in thread CPU time, when measured (`measure_policy_cpu`).
+    decide_cpu_ns: AtomicU64,
+    measure_cpu: AtomicBool,
     /// Deliveries whose settlement the source applied, by final/non-final.
     finished: AtomicU64,
     retried: AtomicU64,
@@ -40,6 +43,8 @@ impl Default for Totals {
     fn default() -> Self {
         Totals {
             decide_ns: AtomicU64::new(0),
+            decide_cpu_ns: AtomicU64::new(0),
+            measure_cpu: AtomicBool::new(false),
             finished: AtomicU64::new(0),
             retried: AtomicU64::new(0),
             handling_us: Mutex::new(
@@ -187,9 +192,39 @@ impl PipelineMetrics {
             .saturating_record(us);
     }
 
-    /// Time spent deciding since the start, all routes.
+    /// Time spent deciding since the start, all routes (wall clock).
     pub fn policy_time(&self) -> Duration {
         Duration::from_nanos(self.totals.decide_ns.load(Ordering::Relaxed))
+    }
+
+    /// Also measure the thread CPU time of each decision, from now on. Off by default: the
+    /// thread CPU clock is a system call, two per decision. `verdict bench` turns it on, as
+    /// wall time overstates a decision's cost on a busy machine (a preempted thread's wait
+    /// counts).
+    pub fn measure_policy_cpu(&self, on: bool) {
+        self.totals.measure_cpu.store(on, Ordering::Relaxed);
+    }
+
+    /// CPU time spent deciding while [`measure_policy_cpu`](Self::measure_policy_cpu) was on.
+    pub fn policy_cpu(&self) -> Duration {
+        Duration::from_nanos(self.totals.decide_cpu_ns.load(Ordering::Relaxed))
+    }
+
+    /// The thread's CPU clock before a decision, when measuring.
+    pub(crate) fn policy_cpu_clock(&self) -> Option<cpu_time::ThreadTime> {
+        if self.totals.measure_cpu.load(Ordering::Relaxed) {
+            cpu_time::ThreadTime::try_now().ok()
+        } else {
+            None
+        }
+    }
+
+    /// Count the CPU a decision took since `clock`.
+    pub(crate) fn policy_cpu_spent(&self, clock: Option<cpu_time::ThreadTime>) {
+        if let Some(spent) = clock.and_then(|c| c.try_elapsed().ok()) {
+            let ns = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+            self.totals.decide_cpu_ns.fetch_add(ns, Ordering::Relaxed);
+        }
     }
 
     /// Deliveries settled for good (delivered, dead-lettered, discarded) since the start.

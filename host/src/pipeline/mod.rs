@@ -13,14 +13,14 @@ use tokio::sync::{Notify, Semaphore};
 use crate::envelope::{Context, Envelope, MessageRef};
 use crate::sources::{AttemptRecord, BrokerDlqs, DeadLetter, Delivery, Readiness, Settlement};
 use crate::store::Store;
-use crate::{Action, Decision, ErrorSpec, FailureSpec, GatewaySection, Registry};
+use crate::{Action, ConsumerConfig, Decision, ErrorSpec, FailureSpec, GatewaySection, Registry};
 
 mod delivery;
 mod metrics;
 mod topic_stats;
 
 pub use crate::clock::now_ms;
-pub(crate) use delivery::deliver;
+pub(crate) use delivery::{Consumer, deliver};
 pub use delivery::{DeliveryError, REJECT_HEADER};
 pub use metrics::{Handled, HandlingSummary, PipelineMetrics};
 use topic_stats::TopicStats;
@@ -37,7 +37,7 @@ pub struct Pipeline {
     stats: TopicStats,
     metrics: PipelineMetrics,
     wake: Notify,
-    routes: Mutex<HashMap<(String, usize), Arc<Semaphore>>>,
+    routes: Mutex<HashMap<String, Arc<RouteTarget>>>,
     sources: Mutex<Vec<Readiness>>,
     broker_dlqs: BrokerDlqs,
 }
@@ -120,28 +120,27 @@ impl Pipeline {
     /// (or whose route lost its consumer) is released for later, nothing spent.
     pub async fn process(&self, message: &Delivery) -> Settlement {
         let generation = self.registry.current();
-        let route = generation.route(&message.topic);
-        let Some((route_topic, consumer)) =
-            route.and_then(|r| r.consumer.clone().map(|c| (r.topic.clone(), c)))
-        else {
+        let target = generation
+            .route(&message.topic)
+            .and_then(|r| Some(self.target(&r.topic, r.consumer.as_ref()?)));
+        drop(generation);
+        let Some(target) = target else {
             tracing::warn!(topic = %message.topic, id = %message.id, "no route with a consumer for this topic; holding the message");
             return Settlement::Release {
                 delay_ms: UNROUTED_RETRY_MS,
             };
         };
-        drop(generation);
-        let limit = self.route_slots(&route_topic, consumer.concurrency);
-        let Ok(_slot) = limit.acquire_owned().await else {
+        let Ok(_slot) = target.slots.acquire().await else {
             return Settlement::Release {
                 delay_ms: UNROUTED_RETRY_MS,
             };
         };
         let attempt = message.attempt + 1;
         let started = Instant::now();
-        let result = deliver(&self.client, &consumer, message, attempt).await;
+        let result = deliver(&self.client, &target.consumer, message, attempt).await;
         self.metrics
-            .delivered(&route_topic, result.is_ok(), started.elapsed());
-        self.judge(message, result, &route_topic)
+            .delivered(&target.topic, result.is_ok(), started.elapsed());
+        self.judge(message, result, &target.topic)
     }
 
     /// The settlement for one delivery's outcome: delivered, or the verdict applied.
@@ -185,8 +184,10 @@ impl Pipeline {
         }
         .into_failure();
         let asked = Instant::now();
+        let cpu = self.metrics.policy_cpu_clock();
         let decided = self.registry.decide(&message.topic, &failure);
         let took = asked.elapsed();
+        self.metrics.policy_cpu_spent(cpu);
         let Some(decision) = decided else {
             // The route went away between delivery and verdict: nothing spent, try later.
             return Settlement::Release {
@@ -271,12 +272,29 @@ impl Pipeline {
         }
     }
 
-    fn route_slots(&self, route: &str, concurrency: usize) -> Arc<Semaphore> {
-        self.routes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry((route.to_string(), concurrency))
-            .or_insert_with(|| Arc::new(Semaphore::new(concurrency.max(1))))
-            .clone()
+    /// The route's delivery target: kept across generations while its consumer is the same
+    /// (so its concurrency bound holds across reloads), made anew when it changes.
+    fn target(&self, route: &str, consumer: &ConsumerConfig) -> Arc<RouteTarget> {
+        let mut routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(target) = routes.get(route)
+            && target.consumer.is(consumer)
+        {
+            return target.clone();
+        }
+        let target = Arc::new(RouteTarget {
+            topic: route.to_string(),
+            consumer: Consumer::new(consumer),
+            slots: Semaphore::new(consumer.concurrency.max(1)),
+        });
+        routes.insert(route.to_string(), target.clone());
+        target
     }
+}
+
+/// Where a route's deliveries go, and how many may be in flight.
+struct RouteTarget {
+    /// The route's topic (pattern), for metric labels.
+    topic: String,
+    consumer: Consumer,
+    slots: Semaphore,
 }

@@ -26,24 +26,36 @@ impl TopicStats {
     /// Count one delivery of `topic` and return the stats including it.
     pub(crate) fn record(&self, topic: &str, now_ms: u64, failed: bool) -> StatsSpec {
         let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
-        let w = topics.entry(topic.to_string()).or_default();
-        if now_ms.saturating_sub(w.started_ms) >= WINDOW_MS {
-            w.started_ms = now_ms;
-            w.deliveries = 0;
-            w.failures = 0;
+        // Look up before inserting: a topic's name is allocated once, not per delivery.
+        if let Some(window) = topics.get_mut(topic) {
+            return window.record(now_ms, failed);
         }
-        w.deliveries += 1;
+        topics
+            .entry(topic.to_string())
+            .or_default()
+            .record(now_ms, failed)
+    }
+}
+
+impl Window {
+    fn record(&mut self, now_ms: u64, failed: bool) -> StatsSpec {
+        if now_ms.saturating_sub(self.started_ms) >= WINDOW_MS {
+            self.started_ms = now_ms;
+            self.deliveries = 0;
+            self.failures = 0;
+        }
+        self.deliveries += 1;
         if failed {
-            w.failures += 1;
-            w.consecutive_failures += 1;
+            self.failures += 1;
+            self.consecutive_failures += 1;
         } else {
-            w.consecutive_failures = 0;
+            self.consecutive_failures = 0;
         }
         StatsSpec {
-            window_ms: now_ms.saturating_sub(w.started_ms).max(1),
-            deliveries: w.deliveries,
-            failures: w.failures,
-            consecutive_failures: w.consecutive_failures,
+            window_ms: now_ms.saturating_sub(self.started_ms).max(1),
+            deliveries: self.deliveries,
+            failures: self.failures,
+            consecutive_failures: self.consecutive_failures,
         }
     }
 }

@@ -177,12 +177,14 @@ async fn handle(
     } else {
         delivery.redelivery = delivered > 1;
     }
-    let keepalive = AbortOnDrop(tokio::spawn(keep_alive(
-        message.clone(),
-        Duration::from_millis(broker.config().ack_wait_ms / 2),
-    )));
-    let settlement = pipeline.process(&delivery).await;
-    drop(keepalive);
+    // In the same task, not a spawned one: a task and a message copy per delivery cost more
+    // than the delivery's own bookkeeping.
+    let every = Duration::from_millis(broker.config().ack_wait_ms / 2);
+    let settlement = tokio::select! {
+        biased;
+        settlement = pipeline.process(&delivery) => settlement,
+        never = keep_alive(&message, every) => match never {},
+    };
     // Once the message is gone from the stream's point of view, so is its history.
     let settled = matches!(
         settlement,
@@ -267,13 +269,14 @@ async fn replay_delivered(broker: &Broker, delivery: &Delivery) -> anyhow::Resul
 }
 
 /// In-progress acks while the consumer works, so JetStream does not hand the message to
-/// another gateway.
-async fn keep_alive(message: jetstream::Message, every: Duration) {
+/// another gateway. Never returns: it ends when the delivery does.
+async fn keep_alive(message: &jetstream::Message, every: Duration) -> std::convert::Infallible {
     let every = every.max(Duration::from_millis(100));
     loop {
         tokio::time::sleep(every).await;
-        if message.ack_with(AckKind::Progress).await.is_err() {
-            return;
+        if let Err(e) = message.ack_with(AckKind::Progress).await {
+            // The connection is down; the ack of the outcome will tell.
+            tracing::debug!(error = %e, "nats source: an in-progress ack failed");
         }
     }
 }
