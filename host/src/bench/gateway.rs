@@ -131,7 +131,12 @@ consumer = {{ url = "{consumer}", concurrency = {concurrency}, timeout_ms = 1000
 config = {policy_config}
 "#,
         group = names.durable,
-        in_flight = options.concurrency * 4,
+        // The embedded source claims in batches (a claim is a transaction); a broker source
+        // fetches no more than it can deliver, as the native baseline does.
+        in_flight = match target {
+            Target::Embedded => options.concurrency * 4,
+            _ => options.concurrency,
+        },
         // Publishing wakes the embedded source; polling is its fallback. A broker target
         // keeps the default slow poll of the (idle) store.
         poll = if target == Target::Embedded {

@@ -12,6 +12,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use crate::{Action, Decision};
 
 type Labels = Vec<(&'static str, String)>;
+/// Labels known at compile time: nothing to allocate per observation.
+type StaticLabels = [(&'static str, &'static str); 2];
 
 /// Deliveries, verdicts applied and delivery latency.
 #[derive(Debug, Clone)]
@@ -20,7 +22,7 @@ pub struct PipelineMetrics {
     pub(crate) latency: Family<Labels, Histogram, fn() -> Histogram>,
     pub(crate) applied: Family<Labels, Counter>,
     pub(crate) decide: Family<Labels, Histogram, fn() -> Histogram>,
-    pub(crate) handling: Family<Labels, Histogram, fn() -> Histogram>,
+    pub(crate) handling: Family<StaticLabels, Histogram, fn() -> Histogram>,
     totals: Arc<Totals>,
 }
 
@@ -103,6 +105,28 @@ pub struct HandlingSummary {
     pub max: Duration,
 }
 
+/// One route's delivery counters (handles into the families: no lookup per delivery).
+#[derive(Debug, Clone)]
+pub(crate) struct RouteMetrics {
+    delivered: Counter,
+    failed: Counter,
+    delivered_latency: Histogram,
+    failed_latency: Histogram,
+}
+
+impl RouteMetrics {
+    /// One delivery's outcome and how long the consumer took.
+    pub(crate) fn delivered(&self, ok: bool, took: Duration) {
+        let (count, latency) = if ok {
+            (&self.delivered, &self.delivered_latency)
+        } else {
+            (&self.failed, &self.failed_latency)
+        };
+        count.inc();
+        latency.observe(took.as_secs_f64());
+    }
+}
+
 impl HandlingSummary {
     /// The summary of a histogram of microseconds.
     pub(crate) fn of(h: &hdrhistogram::Histogram<u64>) -> HandlingSummary {
@@ -145,16 +169,28 @@ impl Default for PipelineMetrics {
 }
 
 impl PipelineMetrics {
-    pub(crate) fn delivered(&self, route: &str, ok: bool, took: Duration) {
-        let outcome = if ok { "delivered" } else { "failed" };
-        let labels = vec![
-            ("topic", route.to_string()),
-            ("outcome", outcome.to_string()),
-        ];
-        self.deliveries.get_or_create(&labels).inc();
-        self.latency
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
+    /// A route's delivery counters, looked up once (the pipeline keeps them per route).
+    pub(crate) fn route(&self, route: &str) -> RouteMetrics {
+        let labels = |outcome: &str| {
+            vec![
+                ("topic", route.to_string()),
+                ("outcome", outcome.to_string()),
+            ]
+        };
+        let (ok, failed) = (labels("delivered"), labels("failed"));
+        // One statement each: `get_or_create` holds the family's read lock until the end of
+        // its statement, and a second one in the same statement would wait for its write
+        // lock forever.
+        let delivered = self.deliveries.get_or_create(&ok).clone();
+        let failed_count = self.deliveries.get_or_create(&failed).clone();
+        let delivered_latency = self.latency.get_or_create(&ok).clone();
+        let failed_latency = self.latency.get_or_create(&failed).clone();
+        RouteMetrics {
+            delivered,
+            failed: failed_count,
+            delivered_latency,
+            failed_latency,
+        }
     }
 
     pub(crate) fn decided(&self, route: &str, decision: &Decision, took: Duration) {
@@ -171,12 +207,8 @@ impl PipelineMetrics {
 
     /// A source applied a delivery's settlement `took` after receiving it.
     pub fn handled(&self, source: &'static str, outcome: Handled, took: Duration) {
-        let labels = vec![
-            ("source", source.to_string()),
-            ("outcome", outcome.name().to_string()),
-        ];
         self.handling
-            .get_or_create(&labels)
+            .get_or_create(&[("source", source), ("outcome", outcome.name())])
             .observe(took.as_secs_f64());
         let counter = if outcome.is_final() {
             &self.totals.finished

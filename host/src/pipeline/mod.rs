@@ -22,6 +22,7 @@ mod topic_stats;
 pub use crate::clock::now_ms;
 pub(crate) use delivery::{Consumer, deliver};
 pub use delivery::{DeliveryError, REJECT_HEADER};
+use metrics::RouteMetrics;
 pub use metrics::{Handled, HandlingSummary, PipelineMetrics};
 use topic_stats::TopicStats;
 
@@ -138,8 +139,7 @@ impl Pipeline {
         let attempt = message.attempt + 1;
         let started = Instant::now();
         let result = deliver(&self.client, &target.consumer, message, attempt).await;
-        self.metrics
-            .delivered(&target.topic, result.is_ok(), started.elapsed());
+        target.metrics.delivered(result.is_ok(), started.elapsed());
         self.judge(message, result, &target.topic)
     }
 
@@ -285,6 +285,7 @@ impl Pipeline {
             topic: route.to_string(),
             consumer: Consumer::new(consumer),
             slots: Semaphore::new(consumer.concurrency.max(1)),
+            metrics: self.metrics.route(route),
         });
         routes.insert(route.to_string(), target.clone());
         target
@@ -297,4 +298,5 @@ struct RouteTarget {
     topic: String,
     consumer: Consumer,
     slots: Semaphore,
+    metrics: RouteMetrics,
 }

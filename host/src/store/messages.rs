@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, audit};
@@ -192,12 +192,7 @@ impl Store {
 
     /// The consumer took the message.
     pub fn delivered(&self, seq: i64, now_ms: u64) -> Result<(), StoreError> {
-        self.conn().execute(
-            "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = ?2
-             WHERE seq = ?1",
-            params![seq, now_ms],
-        )?;
-        Ok(())
+        delivered_in(&self.conn(), seq, now_ms)
     }
 
     /// Schedule the message again at `next_at_ms`, recording the failed attempt; a retry
@@ -209,19 +204,7 @@ impl Store {
         next_at_ms: u64,
         spend_attempt: bool,
     ) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        record_attempt(&tx, seq, failed)?;
-        let (attempt, deferral) = if spend_attempt { (1, 0) } else { (0, 1) };
-        tx.execute(
-            "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = ?2,
-                    attempt = attempt + ?3, deferrals = deferrals + ?4,
-                    first_failed_at_ms = COALESCE(first_failed_at_ms, ?5), updated_at_ms = ?5
-             WHERE seq = ?1",
-            params![seq, next_at_ms, attempt, deferral, failed.at_ms],
-        )?;
-        tx.commit()?;
-        Ok(())
+        self.write(|tx| schedule_in(tx, seq, failed, next_at_ms, spend_attempt))
     }
 
     /// Retire the message into `dlq` with its envelope, in one transaction.
@@ -231,44 +214,7 @@ impl Store {
         failed: &AttemptRecord,
         entry: &DeadLetter,
     ) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        record_attempt(&tx, seq, failed)?;
-        let (id, topic, attempt): (String, String, u32) = tx.query_row(
-            "UPDATE messages SET state = 'dead', lease_until_ms = NULL, attempt = attempt + 1,
-                    first_failed_at_ms = COALESCE(first_failed_at_ms, ?2), updated_at_ms = ?2
-             WHERE seq = ?1 RETURNING id, topic, attempt",
-            params![seq, failed.at_ms],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?;
-        tx.execute(
-            "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
-                              created_at_ms, format, envelope, state)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'dead')",
-            params![
-                seq,
-                id,
-                topic,
-                entry.dlq,
-                entry.class,
-                failed.kind,
-                entry.reason,
-                attempt,
-                failed.at_ms,
-                entry.format,
-                entry.envelope
-            ],
-        )?;
-        audit(
-            &tx,
-            failed.at_ms,
-            &id,
-            &topic,
-            "dead-lettered",
-            &entry.reason,
-        )?;
-        tx.commit()?;
-        Ok(())
+        self.write(|tx| dead_letter_in(tx, seq, failed, entry))
     }
 
     /// Discard the message on a policy's word, with an audit record of the reason.
@@ -278,30 +224,13 @@ impl Store {
         failed: &AttemptRecord,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        record_attempt(&tx, seq, failed)?;
-        let (id, topic): (String, String) = tx.query_row(
-            "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = ?2
-             WHERE seq = ?1 RETURNING id, topic",
-            params![seq, failed.at_ms],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )?;
-        audit(&tx, failed.at_ms, &id, &topic, "discarded", reason)?;
-        tx.commit()?;
-        Ok(())
+        self.write(|tx| discard_in(tx, seq, failed, reason))
     }
 
     /// Give a leased message back without a verdict (no route for it now, or shutting
     /// down): ready again at `next_at_ms`, nothing spent.
     pub fn release(&self, seq: i64, next_at_ms: u64) -> Result<(), StoreError> {
-        self.conn().execute(
-            "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = ?2,
-                    deliveries = MAX(deliveries - 1, 0)
-             WHERE seq = ?1 AND state = 'leased'",
-            params![seq, next_at_ms],
-        )?;
-        Ok(())
+        release_in(&self.conn(), seq, next_at_ms)
     }
 
     /// A message's state by id.
@@ -315,14 +244,111 @@ impl Store {
     }
 }
 
-fn record_attempt(
-    tx: &rusqlite::Transaction<'_>,
-    seq: i64,
-    failed: &AttemptRecord,
-) -> Result<(), StoreError> {
+fn record_attempt(tx: &Connection, seq: i64, failed: &AttemptRecord) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES (?1, ?2, ?3, ?4)",
     )?
     .execute(params![seq, failed.at_ms, failed.kind, failed.message])?;
+    Ok(())
+}
+
+// Each change as a statement list on a connection inside the caller's transaction (one
+// change: its own transaction; a batch: a savepoint each in one transaction).
+
+pub(super) fn delivered_in(conn: &Connection, seq: i64, now_ms: u64) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = ?2
+         WHERE seq = ?1",
+        params![seq, now_ms],
+    )?;
+    Ok(())
+}
+
+pub(super) fn schedule_in(
+    tx: &Connection,
+    seq: i64,
+    failed: &AttemptRecord,
+    next_at_ms: u64,
+    spend_attempt: bool,
+) -> Result<(), StoreError> {
+    record_attempt(tx, seq, failed)?;
+    let (attempt, deferral) = if spend_attempt { (1, 0) } else { (0, 1) };
+    tx.execute(
+        "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = ?2,
+                attempt = attempt + ?3, deferrals = deferrals + ?4,
+                first_failed_at_ms = COALESCE(first_failed_at_ms, ?5), updated_at_ms = ?5
+         WHERE seq = ?1",
+        params![seq, next_at_ms, attempt, deferral, failed.at_ms],
+    )?;
+    Ok(())
+}
+
+pub(super) fn dead_letter_in(
+    tx: &Connection,
+    seq: i64,
+    failed: &AttemptRecord,
+    entry: &DeadLetter,
+) -> Result<(), StoreError> {
+    record_attempt(tx, seq, failed)?;
+    let (id, topic, attempt): (String, String, u32) = tx.query_row(
+        "UPDATE messages SET state = 'dead', lease_until_ms = NULL, attempt = attempt + 1,
+                first_failed_at_ms = COALESCE(first_failed_at_ms, ?2), updated_at_ms = ?2
+         WHERE seq = ?1 RETURNING id, topic, attempt",
+        params![seq, failed.at_ms],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    tx.execute(
+        "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
+                          created_at_ms, format, envelope, state)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'dead')",
+        params![
+            seq,
+            id,
+            topic,
+            entry.dlq,
+            entry.class,
+            failed.kind,
+            entry.reason,
+            attempt,
+            failed.at_ms,
+            entry.format,
+            entry.envelope
+        ],
+    )?;
+    audit(
+        tx,
+        failed.at_ms,
+        &id,
+        &topic,
+        "dead-lettered",
+        &entry.reason,
+    )?;
+    Ok(())
+}
+
+pub(super) fn discard_in(
+    tx: &Connection,
+    seq: i64,
+    failed: &AttemptRecord,
+    reason: &str,
+) -> Result<(), StoreError> {
+    record_attempt(tx, seq, failed)?;
+    let (id, topic): (String, String) = tx.query_row(
+        "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = ?2
+         WHERE seq = ?1 RETURNING id, topic",
+        params![seq, failed.at_ms],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    audit(tx, failed.at_ms, &id, &topic, "discarded", reason)?;
+    Ok(())
+}
+
+pub(super) fn release_in(conn: &Connection, seq: i64, next_at_ms: u64) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = ?2,
+                deliveries = MAX(deliveries - 1, 0)
+         WHERE seq = ?1 AND state = 'leased'",
+        params![seq, next_at_ms],
+    )?;
     Ok(())
 }

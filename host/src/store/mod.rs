@@ -14,6 +14,7 @@ use serde::Serialize;
 
 mod dlq;
 mod messages;
+mod settle;
 
 pub use crate::sources::AttemptRecord;
 pub use dlq::{DlqEntry, DlqFilter, DlqStats};
@@ -196,13 +197,25 @@ impl Store {
         )?)
     }
 
+    /// Run `change` in one `IMMEDIATE` transaction, committed when it succeeds.
+    fn write<T>(
+        &self,
+        change: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let value = change(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
 fn audit(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     at_ms: u64,
     message_id: &str,
     topic: &str,

@@ -3,6 +3,9 @@
 //! attempts has to live beside it; the bucket is shared, so whichever gateway gets the next
 //! delivery reads it.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
 use async_nats::jetstream::kv;
 use serde::{Deserialize, Serialize};
 
@@ -42,15 +45,45 @@ impl History {
     }
 }
 
-/// The bucket.
+/// How many recent histories a gateway remembers; past that it forgets them all and reads
+/// the bucket again (a miss costs a read, never a wrong count).
+const REMEMBERED: usize = 50_000;
+
+/// The bucket, and the histories this gateway wrote last.
+///
+/// A redelivery usually comes back to the gateway that `nak`ed it; reading the bucket for a
+/// history this process has just written would be a round trip to the server per retry. The
+/// copy is used only when JetStream's delivery count says no other delivery happened since
+/// this gateway wrote it (`delivered` then = written at + 1); otherwise another gateway may
+/// have changed it, and the bucket is read.
 #[derive(Clone)]
-pub(crate) struct Histories(pub(crate) kv::Store);
+pub(crate) struct Histories {
+    bucket: kv::Store,
+    recent: Arc<Mutex<HashMap<String, (u64, History)>>>,
+}
 
 impl Histories {
-    /// The history under `key`, if any. A value that does not decode is treated as none
-    /// (logged): the message then counts its attempts afresh rather than being stuck.
-    pub(crate) async fn get(&self, key: &str) -> anyhow::Result<Option<History>> {
-        let Some(bytes) = self.0.get(key).await? else {
+    pub(crate) fn new(bucket: kv::Store) -> Histories {
+        Histories {
+            bucket,
+            recent: Arc::default(),
+        }
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, HashMap<String, (u64, History)>> {
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The history under `key` for delivery number `delivered`, if any. A value that does
+    /// not decode is treated as none (logged): the message then counts its attempts afresh
+    /// rather than being stuck.
+    pub(crate) async fn get(&self, key: &str, delivered: u64) -> anyhow::Result<Option<History>> {
+        if let Some((written_at, history)) = self.recent().get(key)
+            && written_at + 1 == delivered
+        {
+            return Ok(Some(history.clone()));
+        }
+        let Some(bytes) = self.bucket.get(key).await? else {
             return Ok(None);
         };
         match rmp_serde::from_slice(&bytes) {
@@ -62,14 +95,26 @@ impl Histories {
         }
     }
 
-    pub(crate) async fn put(&self, key: &str, history: &History) -> anyhow::Result<()> {
+    /// Write the history of `key` as of delivery number `delivered`.
+    pub(crate) async fn put(
+        &self,
+        key: &str,
+        history: &History,
+        delivered: u64,
+    ) -> anyhow::Result<()> {
         let bytes = rmp_serde::to_vec_named(history)?;
-        self.0.put(key, bytes.into()).await?;
+        self.bucket.put(key, bytes.into()).await?;
+        let mut recent = self.recent();
+        if recent.len() >= REMEMBERED {
+            recent.clear();
+        }
+        recent.insert(key.to_string(), (delivered, history.clone()));
         Ok(())
     }
 
     pub(crate) async fn forget(&self, key: &str) -> anyhow::Result<()> {
-        self.0.purge(key).await?;
+        self.recent().remove(key);
+        self.bucket.purge(key).await?;
         Ok(())
     }
 }

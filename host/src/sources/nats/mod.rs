@@ -151,13 +151,13 @@ async fn handle(
         return;
     };
     let seq = info.stream_sequence;
-    let delivered = info.delivered;
+    let delivered = u64::try_from(info.delivered).unwrap_or(0);
     let published_at_ms =
         u64::try_from(info.published.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
     let key = broker.history_key(seq);
     // A first delivery has no history; later ones read it (another gateway may have written it).
     let history = if delivered > 1 {
-        match broker.history().get(&key).await {
+        match broker.history().get(&key, delivered).await {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(error = %e, seq, "nats source: the history could not be read; trying again later");
@@ -191,7 +191,10 @@ async fn handle(
         Settlement::Delivered | Settlement::DeadLetter { .. } | Settlement::Discard { .. }
     );
     let handled = settlement.handled();
-    let outcome = apply(broker, dlqs, &message, &delivery, &key, settlement).await;
+    let outcome = apply(
+        broker, dlqs, &message, &delivery, &key, settlement, delivered,
+    )
+    .await;
     match outcome {
         Ok(()) => {
             pipeline
@@ -219,6 +222,7 @@ async fn apply(
     delivery: &Delivery,
     key: &str,
     settlement: Settlement,
+    delivered: u64,
 ) -> anyhow::Result<()> {
     let ack = |kind| async move {
         message
@@ -237,7 +241,7 @@ async fn apply(
             spend_attempt,
         } => {
             let next = History::after(delivery, &failed, spend_attempt);
-            broker.history().put(key, &next).await?;
+            broker.history().put(key, &next, delivered).await?;
             ack(AckKind::Nak(Some(Duration::from_millis(delay_ms)))).await
         }
         Settlement::DeadLetter { failed, letter } => {

@@ -100,7 +100,7 @@ pub async fn connect(
             js,
             config: config.clone(),
             durable,
-            histories: Histories(bucket),
+            histories: Histories::new(bucket),
             gateway: settings.instance.clone(),
         }),
     })
