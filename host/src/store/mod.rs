@@ -59,6 +59,7 @@ CREATE TABLE IF NOT EXISTS messages (
     updated_at_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_due ON messages (state, next_at_ms);
+CREATE INDEX IF NOT EXISTS messages_lease ON messages (state, lease_until_ms);
 CREATE TABLE IF NOT EXISTS attempts (
     message_seq INTEGER NOT NULL REFERENCES messages (seq),
     at_ms INTEGER NOT NULL,
