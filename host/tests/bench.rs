@@ -195,3 +195,37 @@ fn an_unreachable_broker_is_an_error_naming_it_not_a_hang() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_target_that_stops_settling_fails_naming_it_instead_of_hanging() {
+    // Every transient failure is retried ten minutes later: nothing settles after the first
+    // pass, and the stall guard must end the run.
+    let config = r#"{"max_attempts": 5, "rules": [
+        {"match": ["json.*", "schema.*", "format.*", "auth.*"], "dead_letter": "poison"},
+        {"match": ["http.5*"], "retry": {"strategy": "fixed", "delay_ms": 600000}}]}"#;
+    for target in ["embedded", "nats"] {
+        let out = verdict(
+            &[
+                "bench",
+                "--policy",
+                rules(),
+                "--policy-config",
+                config,
+                "--messages",
+                "50",
+                "--targets",
+                target,
+                "--stall-timeout-ms",
+                "1500",
+                "--no-progress",
+            ],
+            None,
+        );
+        assert!(!out.status.success(), "{target}: a stalled run succeeded");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!("target {target}")) && stderr.contains("stalled:"),
+            "{target}: {stderr}"
+        );
+    }
+}

@@ -35,7 +35,7 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
     pipeline.metrics().measure_policy_cpu(true);
     wait_ready(&pipeline).await?;
 
-    let mut progress = Progress::new(target, options);
+    let progress = Progress::new(target, options);
     let before = cpu::Sample::now(load::THREADS, native::BROKER_PROCESS);
     let started = Instant::now();
     let publisher = match target {
@@ -49,17 +49,31 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
             options.messages,
         )),
     };
-    let waited = progress.wait(|| pipeline.metrics().finished()).await;
+    let metrics = pipeline.clone();
+    let waited = progress
+        .wait_on(load, move || metrics.metrics().finished())
+        .await;
     let elapsed = started.elapsed();
     let after = cpu::Sample::now(load::THREADS, native::BROKER_PROCESS);
-    publisher.await.context("the publisher")??;
     let _ = stop.send(());
-    running.wait().await?;
-    if target == Target::Nats {
-        native::clean_up(&options.nats_url, &names).await;
+    let clean_up = async {
+        if target == Target::Nats {
+            let (url, names) = (options.nats_url.clone(), names);
+            let _ = load
+                .handle()
+                .spawn(async move { native::clean_up(&url, &names).await })
+                .await;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    };
+    if let Err(e) = waited {
+        // A stalled gateway may never finish its shutdown: do not wait for it.
+        clean_up.await;
+        return Err(e);
     }
-    let _ = std::fs::remove_dir_all(&dir);
-    waited?;
+    publisher.await.context("the publisher")??;
+    running.wait().await?;
+    clean_up.await;
 
     let (cpu, broker_cpu) = after.since(&before);
     let seen = consumer.demo.seen();

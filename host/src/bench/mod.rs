@@ -159,10 +159,14 @@ pub fn run(options: &BenchOptions) -> Result<Report> {
     let gateway = tokio::runtime::Runtime::new().context("starting the gateway's runtime")?;
     let mut report = Report::new(options);
     for &target in &options.targets {
-        let figures = gateway
-            .block_on(run_target(target, options, &load))
-            .with_context(|| format!("target {}", target.name()))?;
-        report.targets.push(figures);
+        match gateway.block_on(run_target(target, options, &load)) {
+            Ok(figures) => report.targets.push(figures),
+            Err(e) => {
+                // A stalled target may have left tasks that never yield; do not wait for them.
+                gateway.shutdown_background();
+                return Err(e.context(format!("target {}", target.name())));
+            }
+        }
     }
     Ok(report)
 }
@@ -208,9 +212,18 @@ impl Progress {
         }
     }
 
+    /// Wait on the load generator's runtime until `settled()` reaches the total: the stall
+    /// guard must keep time even when every gateway thread is stuck.
+    async fn wait_on(self, load: &Load, settled: impl Fn() -> u64 + Send + 'static) -> Result<()> {
+        load.handle()
+            .spawn(self.wait(settled))
+            .await
+            .context("the progress task")?
+    }
+
     /// Wait until `settled()` reaches the total, updating the bar; an error when nothing
     /// moves for the stall timeout.
-    async fn wait(&mut self, settled: impl Fn() -> u64) -> Result<()> {
+    async fn wait(mut self, settled: impl Fn() -> u64) -> Result<()> {
         loop {
             let done = settled();
             self.bar.set_position(done.min(self.total));

@@ -210,7 +210,7 @@ async fn consume(
     let delay = Duration::from_millis(options.retry_delay_ms);
     let max = options.max_attempts;
 
-    let mut progress = Progress::new(Target::NatsNative, options);
+    let progress = Progress::new(Target::NatsNative, options);
     let before = cpu::Sample::now(load::THREADS, BROKER_PROCESS);
     let started = Instant::now();
     let publisher = load.handle().spawn(publish(
@@ -237,7 +237,10 @@ async fn consume(
         }
     };
     let waited = tokio::select! {
-        waited = progress.wait(|| counters.finished()) => waited,
+        waited = progress.wait_on(load, {
+            let counters = counters.clone();
+            move || counters.finished()
+        }) => waited,
         failed = consuming => failed,
     };
     let elapsed = started.elapsed();

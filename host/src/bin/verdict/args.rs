@@ -318,6 +318,9 @@ pub struct BenchArgs {
     /// No progress bars.
     #[arg(long)]
     pub no_progress: bool,
+    /// Give up on a target that settles no message for this long.
+    #[arg(long, default_value_t = 30_000)]
+    pub stall_timeout_ms: u64,
 }
 
 impl BenchArgs {
@@ -340,6 +343,7 @@ impl BenchArgs {
         options.targets = self.targets;
         options.nats_url = self.nats_url;
         options.progress = !self.no_progress;
+        options.stall_timeout = std::time::Duration::from_millis(self.stall_timeout_ms);
         Ok(options)
     }
 }
