@@ -145,12 +145,18 @@ impl fmt::Display for Report {
         for t in &self.targets {
             let ratio =
                 baseline.map_or("-".to_string(), |b| format!("{:.2}x", t.rate() / b.rate()));
+            // The baseline evaluates no policy: a dash, not 0.00%.
+            let policy = if t.target == Target::NatsNative {
+                "-".to_string()
+            } else {
+                format!("{:.2}%", t.policy_share() * 100.0)
+            };
             let broker = t
                 .broker_cpu
                 .map_or("-".to_string(), |d| format!("{:.0} us", t.per_message(d)));
             writeln!(
                 f,
-                "{:<12} {:>8.0} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>5.0} us {:>6.2}% {:>8}",
+                "{:<12} {:>8.0} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>5.0} us {:>7} {:>8}",
                 t.target.name(),
                 t.rate(),
                 ratio,
@@ -162,7 +168,7 @@ impl fmt::Display for Report {
                 ms(t.handling.p50),
                 ms(t.handling.p99),
                 t.per_message(t.cpu),
-                t.policy_share() * 100.0,
+                policy,
                 broker,
             )?;
         }
