@@ -101,6 +101,7 @@ fn every_target_settles_every_message_as_the_consumer_dictates() {
             assert!(t["vs_nats_native"].as_f64().unwrap() > 0.0, "{name}: {t}");
         }
     }
+    assert_eq!(report["median_vs_nats_native"]["nats-native"], 1.0);
     assert_eq!(
         targets[1]["broker_cpu_us_per_message"].is_number(),
         targets[2]["broker_cpu_us_per_message"].is_number(),
@@ -119,6 +120,8 @@ fn the_table_names_each_target_and_its_ratio_to_native_redelivery() {
             "40",
             "--targets",
             "nats-native,nats",
+            "--rounds",
+            "2",
             "--no-progress",
         ],
         None,
@@ -132,8 +135,18 @@ fn the_table_names_each_target_and_its_ratio_to_native_redelivery() {
             .unwrap_or_else(|| panic!("no {name} row in\n{table}"))
             .to_string()
     };
-    assert!(row("nats-native").contains("1.00x"), "{table}");
-    assert!(row("nats").contains('x'), "{table}");
+    // Each round's rows, each ratio against the baseline of its own round.
+    for round in 1..=2 {
+        assert!(
+            row(&format!("nats-native#{round}")).contains("1.00x"),
+            "{table}"
+        );
+        assert!(row(&format!("nats#{round}")).contains('x'), "{table}");
+    }
+    assert!(
+        table.contains("median over 2 rounds, vs nats-native: nats-native 1.00x, nats "),
+        "{table}"
+    );
     assert!(
         table.starts_with("verdict bench: 40 messages per target"),
         "{table}"
@@ -142,7 +155,7 @@ fn the_table_names_each_target_and_its_ratio_to_native_redelivery() {
 
 #[test]
 fn bad_arguments_are_refused_naming_the_flag() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &["--transient-percent", "90", "--permanent-percent", "20"],
             "--transient-percent (90) + --permanent-percent (20) is more than 100",
@@ -153,6 +166,7 @@ fn bad_arguments_are_refused_naming_the_flag() {
             &["--targets", "kafka"],
             "invalid value 'kafka' for '--targets",
         ),
+        (&["--rounds", "0"], "--rounds must be at least 1"),
     ];
     for (args, expected) in cases {
         let mut all = vec!["bench", "--policy", rules(), "--no-progress"];

@@ -80,6 +80,7 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
     let delivered = seen.accepted.len() as u64;
     Ok(Figures {
         target,
+        round: 1,
         messages: options.messages,
         elapsed,
         deliveries: seen.deliveries.values().map(|&n| u64::from(n)).sum(),

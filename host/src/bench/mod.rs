@@ -95,6 +95,9 @@ pub struct BenchOptions {
     pub nats_url: String,
     /// The targets, run one after the other in this order.
     pub targets: Vec<Target>,
+    /// How many times to run the targets, alternating (ratios are taken within a round and
+    /// their median reported: a shared machine drifts between rounds).
+    pub rounds: usize,
     /// Draw a progress bar per target on stderr (when it is a terminal).
     pub progress: bool,
     /// Give up on a target that settles nothing for this long.
@@ -116,6 +119,7 @@ impl BenchOptions {
             policy_config: default_policy_config(10, 5),
             nats_url: "nats://127.0.0.1:4222".into(),
             targets: vec![Target::Embedded, Target::Nats, Target::NatsNative],
+            rounds: 1,
             progress: true,
             stall_timeout: Duration::from_secs(30),
         }
@@ -142,6 +146,9 @@ impl BenchOptions {
                 self.max_attempts
             );
         }
+        if self.rounds == 0 {
+            bail!("--rounds must be at least 1");
+        }
         if self.targets.is_empty() {
             bail!("no --targets given");
         }
@@ -158,13 +165,15 @@ pub fn run(options: &BenchOptions) -> Result<Report> {
     let load = Load::new()?;
     let gateway = tokio::runtime::Runtime::new().context("starting the gateway's runtime")?;
     let mut report = Report::new(options);
-    for &target in &options.targets {
-        match gateway.block_on(run_target(target, options, &load)) {
-            Ok(figures) => report.targets.push(figures),
-            Err(e) => {
-                // A stalled target may have left tasks that never yield; do not wait for them.
-                gateway.shutdown_background();
-                return Err(e.context(format!("target {}", target.name())));
+    for round in 1..=options.rounds {
+        for &target in &options.targets {
+            match gateway.block_on(run_target(target, options, &load)) {
+                Ok(figures) => report.targets.push(Figures { round, ..figures }),
+                Err(e) => {
+                    // A stalled target may have left tasks that never yield; do not wait.
+                    gateway.shutdown_background();
+                    return Err(e.context(format!("target {}", target.name())));
+                }
             }
         }
     }

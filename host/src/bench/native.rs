@@ -250,6 +250,7 @@ async fn consume(
     let (cpu, broker_cpu) = after.since(&before);
     let figures = Figures {
         target: Target::NatsNative,
+        round: 1,
         messages: options.messages,
         elapsed,
         deliveries: 0,

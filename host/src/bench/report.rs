@@ -12,6 +12,8 @@ use crate::pipeline::HandlingSummary;
 pub struct Figures {
     /// What ran.
     pub target: Target,
+    /// Which round (from 1) of the run.
+    pub round: usize,
     /// Messages published.
     pub messages: usize,
     /// First publish to the last message settled.
@@ -56,6 +58,7 @@ impl Figures {
     fn json(&self, baseline: Option<&Figures>) -> serde_json::Value {
         serde_json::json!({
             "target": self.target,
+            "round": self.round,
             "messages": self.messages,
             "seconds": self.elapsed.as_secs_f64(),
             "messages_per_second": self.rate(),
@@ -102,17 +105,65 @@ impl Report {
         }
     }
 
-    /// The figures of `target`, if it ran.
-    pub fn get(&self, target: Target) -> Option<&Figures> {
-        self.targets.iter().find(|f| f.target == target)
+    /// The figures of `target` in `round`, if it ran.
+    pub fn get(&self, target: Target, round: usize) -> Option<&Figures> {
+        self.targets
+            .iter()
+            .find(|f| f.target == target && f.round == round)
+    }
+
+    /// `figures`' throughput over the `nats-native` baseline of the same round.
+    pub fn ratio(&self, figures: &Figures) -> Option<f64> {
+        self.get(Target::NatsNative, figures.round)
+            .map(|b| figures.rate() / b.rate())
+    }
+
+    /// Each target's median ratio to the baseline over the rounds (the figure to quote: a
+    /// shared machine drifts between rounds, the same-round ratio much less).
+    pub fn median_ratios(&self) -> Vec<(Target, f64)> {
+        let mut seen: Vec<Target> = Vec::new();
+        for f in &self.targets {
+            if !seen.contains(&f.target) {
+                seen.push(f.target);
+            }
+        }
+        seen.into_iter()
+            .filter_map(|target| {
+                let mut ratios: Vec<f64> = self
+                    .targets
+                    .iter()
+                    .filter(|f| f.target == target)
+                    .filter_map(|f| self.ratio(f))
+                    .collect();
+                ratios.sort_by(f64::total_cmp);
+                let n = ratios.len();
+                (n > 0).then(|| {
+                    let median = if n % 2 == 1 {
+                        ratios[n / 2]
+                    } else {
+                        (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
+                    };
+                    (target, median)
+                })
+            })
+            .collect()
     }
 
     /// The report as JSON.
     pub fn to_json(&self) -> serde_json::Value {
-        let baseline = self.get(Target::NatsNative);
+        let medians: serde_json::Map<String, serde_json::Value> = self
+            .median_ratios()
+            .into_iter()
+            .map(|(t, r)| (t.name().to_string(), r.into()))
+            .collect();
         serde_json::json!({
             "setup": self.setup,
-            "targets": self.targets.iter().map(|f| f.json(baseline)).collect::<Vec<_>>(),
+            "targets": self
+                .targets
+                .iter()
+                .map(|f| f.json(self.get(Target::NatsNative, f.round)))
+                .collect::<Vec<_>>(),
+            "median_vs_nats_native": medians,
         })
     }
 }
@@ -141,10 +192,16 @@ impl fmt::Display for Report {
             "policy",
             "broker/msg"
         )?;
-        let baseline = self.get(Target::NatsNative);
+        let rounds = self.targets.iter().map(|t| t.round).max().unwrap_or(0);
         for t in &self.targets {
-            let ratio =
-                baseline.map_or("-".to_string(), |b| format!("{:.2}x", t.rate() / b.rate()));
+            let label = if rounds > 1 {
+                format!("{}#{}", t.target.name(), t.round)
+            } else {
+                t.target.name().to_string()
+            };
+            let ratio = self
+                .ratio(t)
+                .map_or("-".to_string(), |r| format!("{r:.2}x"));
             // The baseline evaluates no policy: a dash, not 0.00%.
             let policy = if t.target == Target::NatsNative {
                 "-".to_string()
@@ -157,7 +214,7 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "{:<12} {:>8.0} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>5.0} us {:>7} {:>8}",
-                t.target.name(),
+                label,
                 t.rate(),
                 ratio,
                 t.deliveries,
@@ -170,6 +227,18 @@ impl fmt::Display for Report {
                 t.per_message(t.cpu),
                 policy,
                 broker,
+            )?;
+        }
+        if rounds > 1 {
+            let medians: Vec<String> = self
+                .median_ratios()
+                .iter()
+                .map(|(t, r)| format!("{} {r:.2}x", t.name()))
+                .collect();
+            writeln!(
+                f,
+                "median over {rounds} rounds, vs nats-native: {}",
+                medians.join(", ")
             )?;
         }
         writeln!(

@@ -302,6 +302,10 @@ pub struct BenchArgs {
     /// Deliveries at most (the policy's max_attempts, NATS's MaxDeliver).
     #[arg(long, default_value_t = 5)]
     pub max_attempts: u32,
+    /// Run the targets this many times, alternating; the report adds each target's median
+    /// ratio to nats-native over the rounds.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// What to run, in order.
     #[arg(
         long,
@@ -341,6 +345,7 @@ impl BenchArgs {
         options.retry_delay_ms = self.retry_delay_ms;
         options.max_attempts = self.max_attempts;
         options.targets = self.targets;
+        options.rounds = self.rounds;
         options.nats_url = self.nats_url;
         options.progress = !self.no_progress;
         options.stall_timeout = std::time::Duration::from_millis(self.stall_timeout_ms);
