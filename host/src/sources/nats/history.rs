@@ -45,6 +45,13 @@ impl History {
     }
 }
 
+/// Whether a history this gateway wrote at delivery number `written_at` is still the
+/// message's history at delivery number `delivered`: only when no delivery came in between
+/// (one that another gateway handled may have written a newer one).
+fn still_current(written_at: u64, delivered: u64) -> bool {
+    written_at.checked_add(1) == Some(delivered)
+}
+
 /// How many recent histories a gateway remembers; past that it forgets them all and reads
 /// the bucket again (a miss costs a read, never a wrong count).
 const REMEMBERED: usize = 50_000;
@@ -79,7 +86,7 @@ impl Histories {
     /// rather than being stuck.
     pub(crate) async fn get(&self, key: &str, delivered: u64) -> anyhow::Result<Option<History>> {
         if let Some((written_at, history)) = self.recent().get(key)
-            && written_at + 1 == delivered
+            && still_current(*written_at, delivered)
         {
             return Ok(Some(history.clone()));
         }
@@ -116,5 +123,31 @@ impl Histories {
         self.recent().remove(key);
         self.bucket.purge(key).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::still_current;
+
+    #[test]
+    fn a_remembered_history_is_used_only_for_the_very_next_delivery() {
+        assert!(
+            still_current(1, 2),
+            "nak'ed at 1, redelivered as 2: ours is current"
+        );
+        assert!(
+            !still_current(1, 3),
+            "delivery 2 went elsewhere: read the bucket"
+        );
+        assert!(
+            !still_current(2, 2),
+            "the same delivery again is not a redelivery"
+        );
+        assert!(
+            !still_current(3, 2),
+            "an older delivery number: read the bucket"
+        );
+        assert!(!still_current(u64::MAX, 0), "no overflow into a match");
     }
 }
