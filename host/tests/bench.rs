@@ -80,6 +80,8 @@ fn every_target_settles_every_message_as_the_consumer_dictates() {
         assert_eq!(t["messages"], MESSAGES, "{name}");
         assert_eq!(t["delivered"], e.ok, "{name}: {t}");
         assert_eq!(t["duplicates"], 0, "{name}: {t}");
+        // Every delivery's settlement was applied once, and timed.
+        assert_eq!(t["settled_deliveries"], t["deliveries"], "{name}: {t}");
         assert!(t["messages_per_second"].as_f64().unwrap() > 0.0, "{name}");
         assert!(
             t["settle_p50_us"].as_u64().unwrap() <= t["settle_p99_us"].as_u64().unwrap(),

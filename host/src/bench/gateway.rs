@@ -32,7 +32,7 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
     .await
     .context("starting the gateway")?;
     let pipeline = running.pipeline.clone();
-    pipeline.metrics().measure_policy_cpu(true);
+    pipeline.metrics().capture_exact(true);
     wait_ready(&pipeline).await?;
 
     let progress = Progress::new(target, options);

@@ -9,8 +9,8 @@
 //! give. Nothing is classified: a permanent failure is retried until `MaxDeliver` like any
 //! other, and nothing is kept of it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -21,8 +21,11 @@ use tokio::sync::Semaphore;
 use super::load::{self, Load};
 use super::{BenchOptions, Figures, Progress, Target, cpu};
 use crate::ConsumerConfig;
-use crate::pipeline::{Consumer, HandlingSummary, deliver};
+use crate::pipeline::{Consumer, Handled, HandlingSummary, PipelineMetrics, deliver};
 use crate::sources::Delivery;
+
+/// The baseline's name in its metrics.
+const NAME: &str = "nats-native";
 
 /// The broker's process name, for its CPU.
 pub(crate) const BROKER_PROCESS: &str = "nats-server";
@@ -115,24 +118,11 @@ pub(crate) async fn publish(url: String, subject: String, messages: usize) -> Re
     Ok(())
 }
 
-#[derive(Default)]
+/// The baseline's outcomes, recorded by the same metrics the gateway's sources use (so both
+/// sides are timed by one piece of code); a message dropped at `MaxDeliver` counts as final.
 struct Counters {
-    acked: AtomicU64,
+    metrics: PipelineMetrics,
     dropped: AtomicU64,
-    handling: Mutex<Option<hdrhistogram::Histogram<u64>>>,
-}
-
-impl Counters {
-    fn finished(&self) -> u64 {
-        self.acked.load(Ordering::Relaxed) + self.dropped.load(Ordering::Relaxed)
-    }
-
-    fn record(&self, took: Duration) {
-        let mut h = self.handling.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(h) = h.as_mut() {
-            h.saturating_record(u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1));
-        }
-    }
 }
 
 pub(crate) async fn run(options: &BenchOptions, load: &Load) -> Result<Figures> {
@@ -148,19 +138,12 @@ pub(crate) async fn run(options: &BenchOptions, load: &Load) -> Result<Figures> 
     clean_up(&options.nats_url, &names).await;
     let (figures, counters) = result?;
     let seen = consumer.demo.seen();
-    let summary = counters
-        .handling
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .map(HandlingSummary::of)
-        .unwrap_or_default();
     Ok(Figures {
         deliveries: seen.deliveries.values().map(|&n| u64::from(n)).sum(),
         delivered: seen.accepted.len() as u64,
         dropped: counters.dropped.load(Ordering::Relaxed),
         duplicates: seen.duplicates(),
-        handling: summary,
+        handling: counters.metrics.handling(),
         ..figures
     })
 }
@@ -194,12 +177,10 @@ async fn consume(
         .context("creating the native consumer")?;
     let mut messages = pull.messages().await?;
     let counters = Arc::new(Counters {
-        handling: Mutex::new(Some(
-            hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                .context("a latency histogram")?,
-        )),
-        ..Counters::default()
+        metrics: PipelineMetrics::default(),
+        dropped: AtomicU64::new(0),
     });
+    counters.metrics.capture_exact(true);
     let http = reqwest::Client::builder().build()?;
     let target = Arc::new(Consumer::new(&ConsumerConfig {
         url: consumer_url.to_string(),
@@ -239,7 +220,7 @@ async fn consume(
     let waited = tokio::select! {
         waited = progress.wait_on(load, {
             let counters = counters.clone();
-            move || counters.finished()
+            move || counters.metrics.finished()
         }) => waited,
         failed = consuming => failed,
     };
@@ -304,13 +285,13 @@ async fn handle(
         tracing::warn!(error = %e, "bench: an ack failed; the server redelivers");
         return;
     }
-    counters.record(received.elapsed());
-    let finished = if ok {
-        &counters.acked
+    let outcome = if ok {
+        Handled::Delivered
     } else if delivered >= max {
-        &counters.dropped
+        counters.dropped.fetch_add(1, Ordering::Relaxed);
+        Handled::Discarded
     } else {
-        return;
+        Handled::Again
     };
-    finished.fetch_add(1, Ordering::Relaxed);
+    counters.metrics.handled(NAME, outcome, received.elapsed());
 }

@@ -68,6 +68,7 @@ impl Figures {
             "dead_lettered": self.dead_lettered,
             "dropped": self.dropped,
             "duplicates": self.duplicates,
+            "settled_deliveries": self.handling.count,
             "settle_p50_us": self.handling.p50.as_micros(),
             "settle_p99_us": self.handling.p99.as_micros(),
             "settle_max_us": self.handling.max.as_micros(),

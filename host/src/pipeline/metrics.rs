@@ -27,34 +27,19 @@ pub struct PipelineMetrics {
 }
 
 /// Process-wide sums the bench (`verdict bench`) reads: exact, unlabelled.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Totals {
     /// Nanoseconds spent deciding (policy call, guardrails, fallback), wall clock.
     decide_ns: AtomicU64,
-    /// The same in thread CPU time, when measured (`measure_policy_cpu`).
+    /// The same in thread CPU time, while capturing (`capture_exact`).
     decide_cpu_ns: AtomicU64,
-    measure_cpu: AtomicBool,
-    /// Deliveries whose settlement the source applied, by final/non-final.
+    /// Deliveries settled for good (delivered, dead-lettered, discarded).
     finished: AtomicU64,
-    retried: AtomicU64,
-    /// Receipt -> settlement applied, in microseconds (1 us .. 1 h, 3 significant digits).
-    handling_us: Mutex<hdrhistogram::Histogram<u64>>,
-}
-
-impl Default for Totals {
-    fn default() -> Self {
-        Totals {
-            decide_ns: AtomicU64::new(0),
-            decide_cpu_ns: AtomicU64::new(0),
-            measure_cpu: AtomicBool::new(false),
-            finished: AtomicU64::new(0),
-            retried: AtomicU64::new(0),
-            handling_us: Mutex::new(
-                hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3)
-                    .expect("valid histogram bounds"),
-            ),
-        }
-    }
+    /// Set by `capture_exact`: what costs more than production needs is measured.
+    exact: AtomicBool,
+    /// Receipt -> settlement applied, in microseconds (1 us .. 1 h, 3 significant digits),
+    /// while capturing.
+    handling_us: Mutex<Option<hdrhistogram::Histogram<u64>>>,
 }
 
 /// What a source did with one delivery (the `outcome` label of `verdict_handling_seconds`).
@@ -92,7 +77,7 @@ impl Handled {
     }
 }
 
-/// Percentiles of `verdict_handling_seconds` over the process's life (exact to 3 digits).
+/// Exact percentiles (3 digits) of what `verdict_handling_seconds` observes.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct HandlingSummary {
     /// Deliveries handled.
@@ -129,7 +114,7 @@ impl RouteMetrics {
 
 impl HandlingSummary {
     /// The summary of a histogram of microseconds.
-    pub(crate) fn of(h: &hdrhistogram::Histogram<u64>) -> HandlingSummary {
+    fn of(h: &hdrhistogram::Histogram<u64>) -> HandlingSummary {
         let us = Duration::from_micros;
         HandlingSummary {
             count: h.len(),
@@ -210,18 +195,21 @@ impl PipelineMetrics {
         self.handling
             .get_or_create(&[("source", source), ("outcome", outcome.name())])
             .observe(took.as_secs_f64());
-        let counter = if outcome.is_final() {
-            &self.totals.finished
-        } else {
-            &self.totals.retried
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1);
+        if outcome.is_final() {
+            self.totals.finished.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.totals.exact.load(Ordering::Relaxed)
+            && let Some(h) = self.handling_us().as_mut()
+        {
+            h.saturating_record(u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1));
+        }
+    }
+
+    fn handling_us(&self) -> std::sync::MutexGuard<'_, Option<hdrhistogram::Histogram<u64>>> {
         self.totals
             .handling_us
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .saturating_record(us);
     }
 
     /// Time spent deciding since the start, all routes (wall clock).
@@ -229,22 +217,30 @@ impl PipelineMetrics {
         Duration::from_nanos(self.totals.decide_ns.load(Ordering::Relaxed))
     }
 
-    /// Also measure the thread CPU time of each decision, from now on. Off by default: the
-    /// thread CPU clock is a system call, two per decision. `verdict bench` turns it on, as
-    /// wall time overstates a decision's cost on a busy machine (a preempted thread's wait
-    /// counts).
-    pub fn measure_policy_cpu(&self, on: bool) {
-        self.totals.measure_cpu.store(on, Ordering::Relaxed);
+    /// From now on, also time each decision on the thread's CPU clock and keep exact
+    /// receipt-to-settlement percentiles ([`handling`](Self::handling)). Off by default:
+    /// the CPU clock is two system calls per decision and the percentiles a lock per
+    /// delivery, which production does not need (it has the Prometheus histograms).
+    /// `verdict bench` turns it on: wall time overstates a decision's cost on a busy machine
+    /// (a preempted thread's wait counts).
+    pub fn capture_exact(&self, on: bool) {
+        if on {
+            let mut h = self.handling_us();
+            if h.is_none() {
+                *h = hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).ok();
+            }
+        }
+        self.totals.exact.store(on, Ordering::Relaxed);
     }
 
-    /// CPU time spent deciding while [`measure_policy_cpu`](Self::measure_policy_cpu) was on.
+    /// CPU time spent deciding while [`capture_exact`](Self::capture_exact) was on.
     pub fn policy_cpu(&self) -> Duration {
         Duration::from_nanos(self.totals.decide_cpu_ns.load(Ordering::Relaxed))
     }
 
     /// The thread's CPU clock before a decision, when measuring.
     pub(crate) fn policy_cpu_clock(&self) -> Option<cpu_time::ThreadTime> {
-        if self.totals.measure_cpu.load(Ordering::Relaxed) {
+        if self.totals.exact.load(Ordering::Relaxed) {
             cpu_time::ThreadTime::try_now().ok()
         } else {
             None
@@ -264,20 +260,13 @@ impl PipelineMetrics {
         self.totals.finished.load(Ordering::Relaxed)
     }
 
-    /// Deliveries scheduled again or released since the start.
-    pub fn rescheduled(&self) -> u64 {
-        self.totals.retried.load(Ordering::Relaxed)
-    }
-
-    /// Receipt-to-settlement percentiles since the start.
+    /// Receipt-to-settlement percentiles while [`capture_exact`](Self::capture_exact) was on
+    /// (all zero if it never was).
     pub fn handling(&self) -> HandlingSummary {
-        HandlingSummary::of(
-            &self
-                .totals
-                .handling_us
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
+        self.handling_us()
+            .as_ref()
+            .map(HandlingSummary::of)
+            .unwrap_or_default()
     }
 
     pub(crate) fn verdict(&self, route: &str, decision: &Decision) {

@@ -87,12 +87,7 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             });
         }
     }
-    let drained = tokio::time::timeout(
-        grace,
-        slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)),
-    )
-    .await;
-    if drained.is_err() {
+    if !super::drained(&slots, max, grace).await {
         tracing::warn!(
             "deliveries still in flight at shutdown keep their lease and are delivered again on restart"
         );

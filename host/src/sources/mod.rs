@@ -302,12 +302,7 @@ pub(crate) async fn supervise<F, Fut>(
         }
     }
     ready.set(false);
-    let drained = tokio::time::timeout(
-        grace,
-        slots.acquire_many(u32::try_from(max).unwrap_or(u32::MAX)),
-    )
-    .await;
-    if drained.is_err() {
+    if !drained(&slots, max, grace).await {
         tracing::warn!(
             source = name,
             "deliveries still in flight at shutdown are redelivered by the broker"
@@ -315,7 +310,16 @@ pub(crate) async fn supervise<F, Fut>(
     }
 }
 
-/// Aborts a background task (a keep-alive, a depth poller) when its owner goes.
+/// Whether every one of a source's `max` delivery slots came back within `grace`: false
+/// when deliveries are still running at shutdown.
+pub(crate) async fn drained(slots: &Semaphore, max: usize, grace: Duration) -> bool {
+    let all = u32::try_from(max).unwrap_or(u32::MAX);
+    tokio::time::timeout(grace, slots.acquire_many(all))
+        .await
+        .is_ok()
+}
+
+/// Aborts a background task (a depth poller, the bench's consumer) when its owner goes.
 pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {

@@ -185,11 +185,6 @@ async fn handle(
         settlement = pipeline.process(&delivery) => settlement,
         never = keep_alive(&message, every) => match never {},
     };
-    // Once the message is gone from the stream's point of view, so is its history.
-    let settled = matches!(
-        settlement,
-        Settlement::Delivered | Settlement::DeadLetter { .. } | Settlement::Discard { .. }
-    );
     let handled = settlement.handled();
     let outcome = apply(
         broker, dlqs, &message, &delivery, &key, settlement, delivered,
@@ -200,7 +195,8 @@ async fn handle(
             pipeline
                 .metrics()
                 .handled(NAME, handled, received.elapsed());
-            if settled
+            // Once the message is gone from the stream's point of view, so is its history.
+            if handled.is_final()
                 && had_history
                 && let Err(e) = broker.history().forget(&key).await
             {
