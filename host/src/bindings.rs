@@ -76,7 +76,11 @@ impl Host for HostState {
     fn log(&mut self, level: wit::Level, message: String) {
         let mut message = message;
         if level == wit::Level::Error && message.starts_with("panic: ") {
-            self.last_panic = Some(message["panic: ".len()..].to_string());
+            // A policy's panic message reaches logs, metrics and envelopes: one bounded line.
+            self.last_panic = Some(crate::text::one_line(
+                &message["panic: ".len()..],
+                crate::text::MAX_MESSAGE_BYTES,
+            ));
         }
         self.log_lines += 1;
         if self.log_lines > MAX_LOG_LINES_PER_CALL {

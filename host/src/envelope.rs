@@ -118,7 +118,12 @@ pub struct PolicyEntry {
 
 /// RFC 3339 with milliseconds, UTC.
 pub fn rfc3339(ms: u64) -> String {
-    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+    // Timestamps may come from outside (a broker's, a producer's); past the year 9999 there
+    // is no RFC 3339 form, so they are shown as its last instant (the `atMs` fields keep the
+    // number as it was).
+    const LAST_MS: u64 = 253_402_300_799_999;
+    humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms.min(LAST_MS)))
+        .to_string()
 }
 
 /// The original message's fields, for [`Envelope::new`].
@@ -270,6 +275,12 @@ fn payload_fields(bytes: &[u8]) -> (Option<serde_json::Value>, Option<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_past_the_year_9999_are_formatted_not_panicked_on() {
+        assert_eq!(rfc3339(u64::MAX), "9999-12-31T23:59:59.999Z");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+    }
 
     #[test]
     fn replays_get_the_payload_back() {

@@ -66,6 +66,30 @@ impl Failure {
             .unwrap_or(self.record.first_failed_at_ms);
         self.record.now_ms.saturating_sub(since)
     }
+
+    /// The same failure with `payload` as its body, byte for byte (a binary body reaches the
+    /// policy unaltered, and `payload-size` is its length).
+    pub fn with_payload(mut self, payload: Vec<u8>) -> Failure {
+        match Arc::get_mut(&mut self.details) {
+            Some(details) => details.payload = payload,
+            None => {
+                let d = &self.details;
+                self.details = Arc::new(Details {
+                    topic: d.topic.clone(),
+                    message_id: d.message_id.clone(),
+                    consumer_group: d.consumer_group.clone(),
+                    error_message: d.error_message.clone(),
+                    content_type: d.content_type.clone(),
+                    published_at_ms: d.published_at_ms,
+                    headers: d.headers.clone(),
+                    payload,
+                    history: d.history.clone(),
+                    extensions: d.extensions.clone(),
+                });
+            }
+        }
+        self
+    }
 }
 
 /// The JSON form of a failure, with the contract's field names. Everything but

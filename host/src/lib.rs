@@ -62,6 +62,7 @@ mod shadow;
 pub mod sources;
 mod stats;
 pub mod store;
+pub mod text;
 
 pub use artifacts::CacheStats;
 pub use config::{

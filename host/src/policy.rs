@@ -72,12 +72,15 @@ impl Policy {
                 fault,
             })?;
         let sha256 = policy.provenance.sha256.clone();
+        // The policy names itself: the name and version reach log lines, metric labels and
+        // every envelope, so they are one bounded line each.
+        use crate::text::{MAX_NAME_BYTES, one_line};
         policy.provenance = Arc::new(Provenance {
-            name: info.name,
-            version: info.version,
+            name: one_line(&info.name, MAX_NAME_BYTES),
+            version: one_line(&info.version, MAX_NAME_BYTES),
             sha256,
         });
-        policy.description = info.description;
+        policy.description = one_line(&info.description, 4 * 1_024);
         tracing::info!(name = %policy.provenance.name, version = %policy.provenance.version, "policy loaded");
         Ok(policy)
     }

@@ -100,7 +100,13 @@ pub async fn start(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let deliveries = start_sources(&config, &pipeline, &stopped);
+    let history_key = if config.routes.iter().any(|r| r.source == SourceKind::Rabbitmq) {
+        let state_dir = base.join(&config.storage.dir);
+        history_key(&config.rabbitmq, &base, &state_dir)?
+    } else {
+        sources::rabbitmq::HistoryKey::new(Vec::new())
+    };
+    let deliveries = start_sources(&config, &pipeline, &stopped, &history_key);
     let listener = tokio::net::TcpListener::bind(config.admin.listen)
         .await
         .with_context(|| format!("admin.listen = {}", config.admin.listen))?;
@@ -142,6 +148,7 @@ fn start_sources(
     config: &GatewayConfig,
     pipeline: &Arc<Pipeline>,
     stopped: &watch::Receiver<bool>,
+    history_key: &sources::rabbitmq::HistoryKey,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = vec![tokio::spawn(sources::embedded::run(
         pipeline.clone(),
@@ -178,6 +185,7 @@ fn start_sources(
             pipeline.clone(),
             config.rabbitmq.clone(),
             rabbitmq,
+            history_key.clone(),
             ready,
             pipeline.broker_dlqs().clone(),
             stopped.clone(),
@@ -185,6 +193,52 @@ fn start_sources(
         )));
     }
     tasks
+}
+
+/// The key signing RabbitMQ history headers: `[rabbitmq] history_key_file`, or
+/// `<state dir>/history.key`, created with 32 random bytes (mode 0600) when missing.
+fn history_key(
+    config: &crate::RabbitmqConfig,
+    base: &Path,
+    state_dir: &Path,
+) -> Result<sources::rabbitmq::HistoryKey> {
+    use std::io::{Read as _, Write as _};
+    let path = if config.history_key_file.as_os_str().is_empty() {
+        state_dir.join("history.key")
+    } else {
+        base.join(&config.history_key_file)
+    };
+    if !path.exists() {
+        if let Some(dir) = path.parent() {
+            crate::fsutil::create_private_dir(dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let mut key = [0_u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut key))
+            .context("reading /dev/urandom for a new history key")?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        match options.open(&path) {
+            Ok(mut file) => file
+                .write_all(&key)
+                .with_context(|| format!("writing {}", path.display()))?,
+            // Another gateway on the same state directory made it first: use that one.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+        }
+    }
+    let key = std::fs::read(&path)
+        .with_context(|| format!("rabbitmq.history_key_file: reading {}", path.display()))?;
+    anyhow::ensure!(
+        key.len() >= 16,
+        "rabbitmq.history_key_file: {} holds {} bytes; a key needs at least 16",
+        path.display(),
+        key.len()
+    );
+    Ok(sources::rabbitmq::HistoryKey::new(key))
 }
 
 /// The bearer token: from the environment variable, else the token file.

@@ -16,12 +16,17 @@ pub struct NatsConfig {
     /// Subjects the stream captures when the gateway creates it. Empty: the topics of the
     /// routes with `source = "nats"`.
     pub subjects: Vec<String>,
-    /// The durable consumer's name. Empty: `[gateway] consumer_group`.
+    /// The prefix of the durable consumers' names (one per route:
+    /// `<durable>-<route>-<hash>`). Empty: `[gateway] consumer_group`.
     pub durable: String,
     /// How long a delivery may go unacknowledged before JetStream redelivers it. While the
     /// consumer works, the gateway sends in-progress acks every half of this.
     pub ack_wait_ms: u64,
-    /// Messages delivered and not yet settled, per durable consumer (all gateways together).
+    /// Messages delivered and not yet acknowledged, per route's durable consumer (all
+    /// gateways together); -1: no limit. JetStream counts a message waiting out a retry
+    /// delay as pending, so a limit here caps a route's retry backlog - at the limit, the
+    /// route's new messages wait for retries to end. The gateway bounds what it delivers at
+    /// once itself (`max_in_flight`, each consumer's `concurrency`).
     pub max_ack_pending: i64,
     /// The dead-letter stream; created when missing, capturing `<dlq_subject_prefix>.>`.
     pub dlq_stream: String,
@@ -49,7 +54,7 @@ impl Default for NatsConfig {
             subjects: Vec::new(),
             durable: String::new(),
             ack_wait_ms: 30_000,
-            max_ack_pending: 1_000,
+            max_ack_pending: -1,
             dlq_stream: "VERDICT_DLQ".into(),
             dlq_subject_prefix: "verdict.dlq".into(),
             audit_stream: "VERDICT_AUDIT".into(),
@@ -73,6 +78,11 @@ pub struct RabbitmqConfig {
     pub delay_prefix: String,
     /// The queue audit records (discards) are published to; declared durable.
     pub audit_queue: String,
+    /// The key that signs the attempt history a retried message carries in its headers
+    /// (relative to the config file). Every gateway consuming the same queues needs the
+    /// same key. Empty: `<storage dir>/history.key`, created (32 random bytes, mode 0600)
+    /// when missing.
+    pub history_key_file: std::path::PathBuf,
 }
 
 impl Default for RabbitmqConfig {
@@ -82,6 +92,7 @@ impl Default for RabbitmqConfig {
             prefetch: 64,
             delay_prefix: "verdict.delay".into(),
             audit_queue: "verdict.audit".into(),
+            history_key_file: std::path::PathBuf::new(),
         }
     }
 }

@@ -5,18 +5,58 @@
 //! | 2xx | none: delivered |
 //! | other status | kind `http.<status>` |
 //! | JSON body `{"error": {"kind": ..., "message": ...}}` | that kind and message |
-//! | `Retry-After: <seconds>` | the retry-after hint |
+//! | `Retry-After: <seconds>` or `Retry-After: <HTTP-date>` | the retry-after hint |
 //! | `x-verdict-reject` header (any value; the value is the message) | an explicit reject |
+//! | 3xx (a redirect) | `http.3xx`: redirects are never followed |
 //! | connection refused / reset, DNS | `transport.refused` / `transport.error` |
 //! | no answer within `timeout_ms` | `transport.timeout` |
+//!
+//! Everything taken from an answer is bounded and cleaned ([`crate::text`]): at most
+//! [`MAX_ERROR_BODY_BYTES`] of the body are read, a kind that is not a plain token is
+//! ignored (the status kind stands), messages are one line of at most 512 bytes.
+//!
+//! The request carries the message's own headers first, then the gateway's
+//! (`x-verdict-message-id`, `-topic`, `-attempt`, `content-type`), which replace any of the
+//! same name; a producer's `x-verdict-*`, hop-by-hop, `host`, `authorization`, `cookie`
+//! and `content-length` headers are never forwarded.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::ConsumerConfig;
 use crate::sources::Delivery;
+use crate::text::{MAX_MESSAGE_BYTES, is_kind, one_line};
 
 /// The header that marks an explicit reject.
 pub const REJECT_HEADER: &str = "x-verdict-reject";
+
+/// The most of a failed answer's body the gateway reads (for its error kind and message).
+pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// Whether a message header may be forwarded to the consumer: not the gateway's own, not
+/// one that addresses or authenticates the request, not hop-by-hop, and a valid header.
+pub(crate) fn forwardable(name: &str, value: &str) -> bool {
+    const NEVER: [&str; 13] = [
+        "host",
+        "authorization",
+        "proxy-authorization",
+        "cookie",
+        "content-length",
+        "content-type",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    ];
+    let lower = name.to_ascii_lowercase();
+    !lower.starts_with("x-verdict-")
+        && !lower.starts_with("proxy-")
+        && !NEVER.contains(&lower.as_str())
+        && reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok()
+        && reqwest::header::HeaderValue::from_str(value).is_ok()
+}
 
 /// Why a delivery failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,22 +111,38 @@ pub(crate) async fn deliver(
             });
         }
     };
-    let mut request = client
+    use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+    let mut headers = HeaderMap::new();
+    for (name, value) in &message.headers {
+        if forwardable(name, value)
+            && let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            )
+        {
+            headers.append(name, value);
+        }
+    }
+    // The gateway's own headers last, replacing any of the same name; values from the
+    // message are made one line first (an id or topic is the producer's text).
+    let own = |text: &str| {
+        HeaderValue::from_str(&one_line(text, 1_024)).unwrap_or(HeaderValue::from_static(""))
+    };
+    headers.insert("x-verdict-message-id", own(&message.id));
+    headers.insert("x-verdict-topic", own(&message.topic));
+    headers.insert("x-verdict-attempt", HeaderValue::from(attempt));
+    headers.insert(
+        "content-type",
+        message
+            .content_type
+            .as_deref()
+            .and_then(|ct| HeaderValue::from_str(ct).ok())
+            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+    );
+    let request = client
         .post(url)
         .timeout(Duration::from_millis(consumer.config.timeout_ms))
-        .header("x-verdict-message-id", &message.id)
-        .header("x-verdict-topic", &message.topic)
-        .header("x-verdict-attempt", attempt.to_string())
-        .header(
-            "content-type",
-            message
-                .content_type
-                .as_deref()
-                .unwrap_or("application/octet-stream"),
-        );
-    for (name, value) in &message.headers {
-        request = request.header(name.as_str(), value.as_str());
-    }
+        .headers(headers);
     let response = match request.body(message.payload.clone()).send().await {
         Ok(response) => response,
         Err(e) => return Err(transport(&e)),
@@ -96,8 +152,21 @@ pub(crate) async fn deliver(
         return Ok(());
     }
     let headers = response.headers().clone();
-    let body = response.bytes().await.unwrap_or_default();
-    Err(classify(status.as_u16(), &headers, &body))
+    let body = read_capped(response, MAX_ERROR_BODY_BYTES).await;
+    Err(classify(status.as_u16(), &headers, &body, SystemTime::now()))
+}
+
+/// At most `max` bytes of a body: a consumer cannot make the gateway buffer more.
+async fn read_capped(mut response: reqwest::Response, max: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = max - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= max {
+            break;
+        }
+    }
+    body
 }
 
 fn transport(e: &reqwest::Error) -> DeliveryError {
@@ -127,33 +196,36 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// A non-2xx answer as a failure.
+/// A non-2xx answer (received at `now`) as a failure.
 pub(crate) fn classify(
     status: u16,
     headers: &reqwest::header::HeaderMap,
     body: &[u8],
+    now: SystemTime,
 ) -> DeliveryError {
     let mut kind = format!("http.{status}");
-    let mut message = String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned();
+    let mut message = one_line(
+        &String::from_utf8_lossy(&body[..body.len().min(MAX_MESSAGE_BYTES)]),
+        MAX_MESSAGE_BYTES,
+    );
     if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
         let error = &json["error"];
-        if let Some(k) = error["kind"]
-            .as_str()
-            .filter(|k| !k.is_empty() && k.len() <= 128)
-        {
-            kind = k.to_string();
+        match error["kind"].as_str() {
+            Some(k) if is_kind(k) => kind = k.to_string(),
+            // Not a usable kind (too long, control characters, ...): the status kind
+            // stands, and what the consumer sent is kept, cleaned, in the message.
+            Some(k) => message = one_line(&format!("unusable kind {k:?}"), MAX_MESSAGE_BYTES),
+            None => {}
         }
         if let Some(m) = error["message"].as_str() {
-            message = m.chars().take(512).collect();
+            message = one_line(m, MAX_MESSAGE_BYTES);
         }
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-    let retry_after_ms = header("retry-after")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|s| s.saturating_mul(1_000));
+    let retry_after_ms = header("retry-after").and_then(|v| retry_after(v, now));
     let rejected = headers.contains_key(REJECT_HEADER);
     if let Some(reason) = header(REJECT_HEADER).filter(|r| !r.is_empty()) {
-        message = reason.chars().take(512).collect();
+        message = one_line(reason, MAX_MESSAGE_BYTES);
     }
     DeliveryError {
         kind,
@@ -161,6 +233,17 @@ pub(crate) fn classify(
         retry_after_ms,
         rejected,
     }
+}
+
+/// `Retry-After` in ms: delay-seconds, or an HTTP-date (a date already past is 0).
+fn retry_after(value: &str, now: SystemTime) -> Option<u64> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(seconds.saturating_mul(1_000));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    let wait = at.duration_since(now).unwrap_or_default();
+    Some(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -172,6 +255,9 @@ mod tests {
     #[test]
     fn answers_become_kinds_hints_and_rejects() {
         let none = HeaderMap::new();
+        let classify = |status, headers: &HeaderMap, body: &[u8]| {
+            classify(status, headers, body, SystemTime::UNIX_EPOCH)
+        };
         assert_eq!(classify(503, &none, b"busy").kind, "http.503");
         assert_eq!(classify(503, &none, b"busy").message, "busy");
         let refined = classify(
@@ -193,5 +279,49 @@ mod tests {
         // A kind the consumer cannot be trusted with is ignored.
         let long = format!(r#"{{"error": {{"kind": "{}"}}}}"#, "x".repeat(500));
         assert_eq!(classify(500, &none, long.as_bytes()).kind, "http.500");
+    }
+
+    #[test]
+    fn hostile_answers_are_cleaned_before_they_go_anywhere() {
+        let none = HeaderMap::new();
+        let injected = br#"{"error": {"kind": "schema.bad\r\nx-injected: 1", "message": "a\r\nb"}}"#;
+        let e = classify(422, &none, injected, SystemTime::UNIX_EPOCH);
+        assert_eq!(e.kind, "http.422", "a kind with CR/LF is not used");
+        assert_eq!(e.message, "a  b");
+        let huge = format!(r#"{{"error": {{"kind": "x", "message": "{}"}}}}"#, "m".repeat(100_000));
+        let e = classify(500, &none, huge.as_bytes(), SystemTime::UNIX_EPOCH);
+        assert_eq!(e.message.len(), MAX_MESSAGE_BYTES);
+        let mut headers = HeaderMap::new();
+        headers.insert(REJECT_HEADER, HeaderValue::from_static("no\tway"));
+        assert_eq!(classify(409, &headers, b"", SystemTime::UNIX_EPOCH).message, "no way");
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_http_dates() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2099 07:27:00 GMT").unwrap();
+        assert_eq!(retry_after("120", now), Some(120_000));
+        assert_eq!(retry_after("Wed, 21 Oct 2099 07:28:00 GMT", now), Some(60_000));
+        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now), Some(0), "past: now");
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("99999999999999999999", now), None);
+    }
+
+    #[test]
+    fn producer_headers_cannot_speak_for_the_gateway() {
+        for name in [
+            "x-verdict-attempt",
+            "X-Verdict-Topic",
+            "Host",
+            "authorization",
+            "Content-Length",
+            "transfer-encoding",
+            "proxy-authorization",
+        ] {
+            assert!(!forwardable(name, "1"), "{name}");
+        }
+        assert!(!forwardable("tenant", "a\r\nb: c"), "not a valid value");
+        assert!(!forwardable("bad name", "v"));
+        assert!(forwardable("tenant", "eu"));
+        assert!(forwardable("traceparent", "00-abc-def-01"));
     }
 }

@@ -23,7 +23,35 @@ pub struct PipelineMetrics {
     pub(crate) applied: Family<Labels, Counter>,
     pub(crate) decide: Family<Labels, Histogram, fn() -> Histogram>,
     pub(crate) handling: Family<StaticLabels, Histogram, fn() -> Histogram>,
+    pub(crate) faults: Family<StaticLabels, Counter>,
     totals: Arc<Totals>,
+}
+
+/// Something went wrong between a delivery and its settlement (the `reason` label of
+/// `verdict_settlement_faults`). Each is handled - nothing is lost or looped - but an
+/// operator should see them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleFault {
+    /// The delivery outlived its lease and another delivery took the message over: its
+    /// outcome was not applied (the message may be delivered twice).
+    LeaseLost,
+    /// Processing the delivery panicked; the message went to the fallback.
+    Panic,
+    /// Applying the settlement failed; the message was released to be delivered again.
+    Released,
+    /// The message failed to settle too often and was dead-lettered by the gateway itself.
+    FallbackDeadLetter,
+}
+
+impl SettleFault {
+    fn name(self) -> &'static str {
+        match self {
+            SettleFault::LeaseLost => "lease-lost",
+            SettleFault::Panic => "panic",
+            SettleFault::Released => "released",
+            SettleFault::FallbackDeadLetter => "fallback-dead-letter",
+        }
+    }
 }
 
 /// Process-wide sums the bench (`verdict bench`) reads: exact, unlabelled.
@@ -148,12 +176,32 @@ impl Default for PipelineMetrics {
             applied: Family::default(),
             decide: Family::new_with_constructor(decide_histogram),
             handling: Family::new_with_constructor(handling_histogram),
+            faults: Family::default(),
             totals: Arc::default(),
         }
     }
 }
 
 impl PipelineMetrics {
+    /// One settlement fault on `source`.
+    pub fn fault(&self, source: &'static str, fault: SettleFault) {
+        self.faults
+            .get_or_create(&[("source", source), ("reason", fault.name())])
+            .inc();
+    }
+
+    /// Settlement faults of this kind so far, on every source.
+    pub fn faults(&self, fault: SettleFault) -> u64 {
+        ["embedded", "nats", "rabbitmq"]
+            .iter()
+            .map(|source| {
+                self.faults
+                    .get_or_create(&[("source", source), ("reason", fault.name())])
+                    .get()
+            })
+            .sum()
+    }
+
     /// A route's delivery counters, looked up once (the pipeline keeps them per route).
     pub(crate) fn route(&self, route: &str) -> RouteMetrics {
         let labels = |outcome: &str| {
@@ -306,6 +354,11 @@ impl PipelineMetrics {
             "verdict_handling_seconds",
             "Time from a delivery's receipt from its source to its settlement applied there (consumer call, verdict, broker/store write), by source and outcome",
             self.handling.clone(),
+        );
+        registry.register(
+            "verdict_settlement_faults",
+            "Deliveries whose settlement went wrong and was handled by the gateway, by source and reason (lease-lost: outcome not applied, a possible duplicate; panic; released: applying failed, delivered again; fallback-dead-letter: dead-lettered after repeated failures to settle)",
+            self.faults.clone(),
         );
     }
 }

@@ -23,7 +23,7 @@ pub use crate::clock::now_ms;
 pub(crate) use delivery::{Consumer, deliver};
 pub use delivery::{DeliveryError, REJECT_HEADER};
 use metrics::RouteMetrics;
-pub use metrics::{Handled, HandlingSummary, PipelineMetrics};
+pub use metrics::{Handled, HandlingSummary, PipelineMetrics, SettleFault};
 use topic_stats::TopicStats;
 
 /// A message the pipeline could not route is looked at again after this long.
@@ -60,7 +60,11 @@ impl Pipeline {
             store,
             registry,
             settings,
-            client: reqwest::Client::builder().build()?,
+            // A consumer's redirect is a failure (`http.3xx`), never followed: the gateway
+            // must not forward payloads wherever a consumer points.
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
             stats: TopicStats::default(),
             metrics: PipelineMetrics::default(),
             wake: Notify::new(),
@@ -116,17 +120,37 @@ impl Pipeline {
         &self.settings
     }
 
+    /// The route a message on `topic` is delivered on now: `None` when no route with a
+    /// consumer takes the topic.
+    pub(crate) fn route_target(&self, topic: &str) -> Option<Arc<RouteTarget>> {
+        let generation = self.registry.current();
+        generation
+            .route(topic)
+            .and_then(|r| Some(self.target(&r.topic, r.consumer.as_ref()?)))
+    }
+
+    /// The delivery target of the route whose pattern is `route` (as configured), if it
+    /// has a consumer now.
+    pub(crate) fn route_target_of(&self, route: &str) -> Option<Arc<RouteTarget>> {
+        let generation = self.registry.current();
+        generation
+            .routes
+            .iter()
+            .find(|r| r.topic == route)
+            .and_then(|r| Some(self.target(&r.topic, r.consumer.as_ref()?)))
+    }
+
+    /// The pattern of the route that takes `topic` now.
+    pub(crate) fn route_of(&self, topic: &str) -> Option<String> {
+        self.registry.current().route(topic).map(|r| r.topic.clone())
+    }
+
     /// Deliver `message` to its route's consumer and, when that fails, ask the route's
     /// policy: what the source must do with it now. Never fails: a message without a route
     /// (or whose route lost its consumer) is released for later, nothing spent.
     pub async fn process(&self, message: &Delivery) -> Settlement {
-        let generation = self.registry.current();
-        let target = generation
-            .route(&message.topic)
-            .and_then(|r| Some(self.target(&r.topic, r.consumer.as_ref()?)));
-        drop(generation);
-        let Some(target) = target else {
-            tracing::warn!(topic = %message.topic, id = %message.id, "no route with a consumer for this topic; holding the message");
+        let Some(target) = self.route_target(&message.topic) else {
+            tracing::warn!(topic = %crate::text::Clean(&message.topic), id = %crate::text::Clean(&message.id), "no route with a consumer for this topic; holding the message");
             return Settlement::Release {
                 delay_ms: UNROUTED_RETRY_MS,
             };
@@ -136,7 +160,13 @@ impl Pipeline {
                 delay_ms: UNROUTED_RETRY_MS,
             };
         };
-        let attempt = message.attempt + 1;
+        self.process_held(message, &target).await
+    }
+
+    /// [`Pipeline::process`] for a caller that already holds one of `target`'s slots (a
+    /// source that takes messages per route, only as many as the route has room for).
+    pub(crate) async fn process_held(&self, message: &Delivery, target: &RouteTarget) -> Settlement {
+        let attempt = message.attempt.saturating_add(1);
         let started = Instant::now();
         let result = deliver(&self.client, &target.consumer, message, attempt).await;
         target.metrics.delivered(result.is_ok(), started.elapsed());
@@ -160,7 +190,7 @@ impl Pipeline {
             topic: message.topic.clone(),
             message_id: message.id.clone(),
             consumer_group: self.settings.consumer_group.clone(),
-            attempt: message.attempt + 1,
+            attempt: message.attempt.saturating_add(1),
             deferrals: message.deferrals,
             first_failed_at_ms: message.first_failed_at_ms.unwrap_or(now),
             now_ms: Some(now),
@@ -174,15 +204,15 @@ impl Pipeline {
             },
             history: message.history.clone(),
             headers: message.headers.clone(),
-            payload: Some(serde_json::Value::String(
-                String::from_utf8_lossy(&message.payload).into_owned(),
-            )),
+            // The bytes go in as they are (below), not through JSON text.
+            payload: None,
             content_type: message.content_type.clone(),
             jitter_seed: None,
             stats,
             extensions: Default::default(),
         }
-        .into_failure();
+        .into_failure()
+        .with_payload(message.payload.clone());
         let asked = Instant::now();
         let cpu = self.metrics.policy_cpu_clock();
         let decided = self.registry.decide(&message.topic, &failure);
@@ -272,6 +302,69 @@ impl Pipeline {
         }
     }
 
+    /// The dead letter the gateway writes on its own authority when a delivery cannot be
+    /// settled the normal way (processing panicked, or settling failed too often): class
+    /// `unknown`, kind `gateway.fault`, the cause as the reason, the gateway as the policy.
+    /// Never panics: if even the full envelope cannot be built, a minimal JSON one is.
+    pub(crate) fn fallback_dead_letter(&self, message: &Delivery, cause: &str) -> Settlement {
+        let now = now_ms();
+        let cause = crate::text::one_line(cause, crate::text::MAX_MESSAGE_BYTES);
+        let failed = AttemptRecord {
+            at_ms: now,
+            kind: "gateway.fault".into(),
+            message: cause.clone(),
+        };
+        let reason = format!("the gateway could not settle this message: {cause}");
+        let decision = Decision {
+            verdict: verdict_sdk::Verdict::dead_letter(verdict_sdk::Class::Unknown)
+                .because(reason.clone()),
+            provenance: Arc::new(crate::Provenance {
+                name: "verdict-gateway".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                sha256: String::new(),
+            }),
+            generation: None,
+            fallback: Some(crate::Fault::Trap {
+                message: cause.clone(),
+            }),
+            clamps: Vec::new(),
+        };
+        let full = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.settlement(message, failed.clone(), &decision, now)
+        }));
+        match full {
+            Ok(settlement @ Settlement::DeadLetter { .. }) => settlement,
+            _ => {
+                let dlq = self
+                    .settings
+                    .dlq_naming
+                    .dlq_for(&message.topic, &self.settings.global_dlq);
+                let envelope = serde_json::json!({
+                    "original": {
+                        "topic": message.topic,
+                        "id": message.id,
+                        "payloadBase64": base64::Engine::encode(
+                            &base64::engine::general_purpose::STANDARD,
+                            &message.payload,
+                        ),
+                    },
+                    "verdict": {"action": "dead-letter", "class": "unknown", "reason": reason},
+                    "deadLetteredAtMs": now,
+                });
+                Settlement::DeadLetter {
+                    failed,
+                    letter: DeadLetter {
+                        dlq,
+                        class: "unknown".into(),
+                        reason,
+                        format: "json",
+                        envelope: envelope.to_string().into_bytes(),
+                    },
+                }
+            }
+        }
+    }
+
     /// The route's delivery target: kept across generations while its consumer is the same
     /// (so its concurrency bound holds across reloads), made anew when it changes.
     fn target(&self, route: &str, consumer: &ConsumerConfig) -> Arc<RouteTarget> {
@@ -284,7 +377,7 @@ impl Pipeline {
         let target = Arc::new(RouteTarget {
             topic: route.to_string(),
             consumer: Consumer::new(consumer),
-            slots: Semaphore::new(consumer.concurrency.max(1)),
+            slots: Arc::new(Semaphore::new(consumer.concurrency.max(1))),
             metrics: self.metrics.route(route),
         });
         routes.insert(route.to_string(), target.clone());
@@ -293,10 +386,11 @@ impl Pipeline {
 }
 
 /// Where a route's deliveries go, and how many may be in flight.
-struct RouteTarget {
+pub(crate) struct RouteTarget {
     /// The route's topic (pattern), for metric labels.
     topic: String,
     consumer: Consumer,
-    slots: Semaphore,
+    /// One per delivery in flight on the route (its consumer's `concurrency`).
+    pub(crate) slots: Arc<Semaphore>,
     metrics: RouteMetrics,
 }

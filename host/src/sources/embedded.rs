@@ -1,24 +1,42 @@
 //! The embedded source: messages published through the admin API into the SQLite store,
 //! claimed with a lease, and each settlement one store transaction.
 //!
-//! Retries never block other messages: a scheduled message is simply not due, and the loop
-//! keeps claiming what is. Deliveries run concurrently up to `[gateway] max_in_flight`.
+//! **Claims per route.** Each round asks every route for as many due messages as it has
+//! free delivery slots (its consumer's `concurrency`, within `[gateway] max_in_flight`),
+//! topic by topic, routes in turn. A message is claimed only when a slot is waiting for it,
+//! so a slow or failing route holds its own slots and never the others' (routes are
+//! isolated), and no claimed message waits for a slot while its lease runs out.
+//!
+//! **Leases are kept and fenced.** While a delivery runs, its lease is extended every third
+//! of `lease_ms`; a lease expires only when the process holding it stopped (crashed, or
+//! stalled longer than `lease_ms`). Every claim gives the message a new lease number and
+//! every settlement names the one it holds: a settlement from a delivery that lost its lease
+//! changes nothing (counted as `lease-lost`), so a message is settled once.
 //!
 //! Settlements are group-committed: one writer takes every settlement waiting when it is
 //! free and writes them in one transaction (one fsync), so under load the cost of the
 //! store's durability is shared by a batch, and when idle a settlement is written at once.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use futures_util::FutureExt as _;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
-use super::Settlement;
-use crate::pipeline::{Pipeline, now_ms};
-use crate::store::Store;
+use super::{AbortOnDrop, Settlement};
+use crate::pipeline::{Pipeline, RouteTarget, SettleFault, now_ms};
+use crate::store::{Claimed, Store, StoreError};
 
 /// The source's name in metrics.
 pub const NAME: &str = "embedded";
+
+/// Messages of topics no route takes are looked at this many per round (each is released
+/// for later at once).
+const UNROUTED_PER_ROUND: usize = 16;
+
+/// The leases this process holds: message seq -> lease number, for the keeper to extend.
+type Held = Arc<Mutex<HashMap<i64, i64>>>;
 
 /// Deliver the store's due messages until `shutdown` turns true; then stop claiming and wait
 /// (up to `grace`) for deliveries in flight. A delivery still running after that keeps its
@@ -30,61 +48,73 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     let slots = Arc::new(Semaphore::new(max));
     let poll = Duration::from_millis(settings.poll_ms.max(1));
     let (committer, writer) = Committer::start(store.clone());
+    let held: Held = Arc::default();
+    let _keeper = AbortOnDrop(tokio::spawn(keep_leases(
+        store.clone(),
+        held.clone(),
+        settings.lease_ms,
+    )));
+    // Rung when a delivery ends: its slot may be the one a waiting route needs.
+    let freed = Arc::new(Notify::new());
+    let mut round = 0_usize;
     while !*shutdown.borrow() {
-        let free = slots.available_permits();
-        if free == 0 {
-            tokio::select! {
-                permit = slots.clone().acquire_owned() => drop(permit),
-                _ = shutdown.changed() => {}
-            }
-            continue;
-        }
-        let claimed = {
-            let store = store.clone();
-            let lease = settings.lease_ms;
-            tokio::task::spawn_blocking(move || store.claim(now_ms(), free, lease)).await
-        };
-        let claimed = match claimed {
-            Ok(Ok(claimed)) => claimed,
-            Ok(Err(e)) => {
+        round = round.wrapping_add(1);
+        let planned = match plan(&pipeline, &store, &slots, round).await {
+            Ok(planned) => planned,
+            Err(e) => {
                 tracing::error!(error = %e, "claiming messages failed; retrying");
                 tokio::time::sleep(poll).await;
                 continue;
             }
-            Err(e) => {
-                tracing::error!(error = %e, "the claim task failed");
-                continue;
+        };
+        let claimed = if planned.wants.is_empty() {
+            Vec::new()
+        } else {
+            let (store, lease_ms) = (store.clone(), settings.lease_ms);
+            let wants = planned.wants.clone();
+            match tokio::task::spawn_blocking(move || store.claim(now_ms(), &wants, lease_ms))
+                .await
+            {
+                Ok(Ok(claimed)) => claimed,
+                Ok(Err(e)) => {
+                    tracing::error!(error = %e, "claiming messages failed; retrying");
+                    tokio::time::sleep(poll).await;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the claim task failed");
+                    continue;
+                }
             }
         };
         if claimed.is_empty() {
+            drop(planned);
             tokio::select! {
                 () = tokio::time::sleep(poll) => {}
                 () = pipeline.woken().notified() => {}
+                () = freed.notified() => {}
                 _ = shutdown.changed() => {}
             }
             continue;
         }
+        let mut planned = planned;
         for message in claimed {
-            let Ok(permit) = slots.clone().acquire_owned().await else {
-                break;
+            let Some(seat) = planned.seat_for(&message.delivery.topic) else {
+                // Cannot happen (a claim takes no more than its group's seats); if it did,
+                // the message's lease would bring it back.
+                tracing::error!(id = %crate::text::Clean(&message.delivery.id), "a claimed message has no delivery slot; it is delivered again when its lease expires");
+                continue;
             };
-            let (pipeline, committer) = (pipeline.clone(), committer.clone());
-            tokio::spawn(async move {
-                let received = Instant::now();
-                let settlement = pipeline.process(&message.delivery).await;
-                let handled = settlement.handled();
-                match committer.settle(message.seq, settlement).await {
-                    Ok(()) => pipeline
-                        .metrics()
-                        .handled(NAME, handled, received.elapsed()),
-                    Err(e) => tracing::error!(
-                        error = %e,
-                        "recording a delivery's outcome failed; the message keeps its lease \
-                         and is delivered again"
-                    ),
-                }
-                drop(permit);
-            });
+            held.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(message.seq, message.lease);
+            let task = Task {
+                pipeline: pipeline.clone(),
+                committer: committer.clone(),
+                held: held.clone(),
+                freed: freed.clone(),
+            };
+            tokio::spawn(task.run(message, seat));
         }
     }
     if !super::drained(&slots, max, grace).await {
@@ -99,8 +129,223 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     }
 }
 
-/// Settlements waiting for the writer.
-type Pending = (i64, Settlement, oneshot::Sender<Result<(), String>>);
+/// What one delivery holds while it runs: a slot of `max_in_flight`, and one of its route's
+/// (none for a topic no route takes).
+struct Seat {
+    route: Option<(Arc<RouteTarget>, OwnedSemaphorePermit)>,
+    _global: OwnedSemaphorePermit,
+}
+
+/// One claim round: the topics to ask, how many each group may take, and the seats waiting.
+struct Plan {
+    /// `(topics, limit)` per route (and one group for unrouted topics).
+    wants: Vec<(Vec<String>, usize)>,
+    /// Seats per group, in the order of `wants`.
+    seats: Vec<Vec<Seat>>,
+    /// Topic -> its group.
+    group_of: HashMap<String, usize>,
+}
+
+impl Plan {
+    fn seat_for(&mut self, topic: &str) -> Option<Seat> {
+        self.seats.get_mut(*self.group_of.get(topic)?)?.pop()
+    }
+}
+
+/// Seats for every route with room, routes taken in turn from `round` so that none is
+/// always first to the shared `max_in_flight` slots.
+async fn plan(
+    pipeline: &Pipeline,
+    store: &Arc<Store>,
+    slots: &Arc<Semaphore>,
+    round: usize,
+) -> Result<Plan, StoreError> {
+    let topics = {
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || store.topics())
+            .await
+            .map_err(|e| StoreError::Corrupt(format!("the topic list task failed: {e}")))??
+    };
+    // Topics grouped by the route they take now; unrouted ones last.
+    let mut routes: Vec<(Option<Arc<RouteTarget>>, Vec<String>)> = Vec::new();
+    for topic in topics {
+        let target = pipeline.route_target(&topic);
+        let same = |t: &Option<Arc<RouteTarget>>| match (t, &target) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        match routes.iter_mut().find(|(t, _)| same(t)) {
+            Some((_, list)) => list.push(topic),
+            None => routes.push((target, vec![topic])),
+        }
+    }
+    routes.sort_by_key(|(t, _)| t.is_none());
+    let routed = routes.iter().filter(|(t, _)| t.is_some()).count();
+    if routed > 0 {
+        routes[..routed].rotate_left(round % routed);
+    }
+    let mut plan = Plan {
+        wants: Vec::new(),
+        seats: Vec::new(),
+        group_of: HashMap::new(),
+    };
+    for (target, topics) in routes {
+        let mut seats = Vec::new();
+        let cap = match &target {
+            Some(t) => t.slots.available_permits(),
+            None => UNROUTED_PER_ROUND,
+        };
+        while seats.len() < cap {
+            let Ok(global) = slots.clone().try_acquire_owned() else {
+                break;
+            };
+            let route = match &target {
+                Some(t) => match t.slots.clone().try_acquire_owned() {
+                    Ok(permit) => Some((t.clone(), permit)),
+                    Err(_) => break,
+                },
+                None => None,
+            };
+            seats.push(Seat {
+                route,
+                _global: global,
+            });
+        }
+        if seats.is_empty() {
+            continue;
+        }
+        let group = plan.wants.len();
+        for topic in &topics {
+            plan.group_of.insert(topic.clone(), group);
+        }
+        plan.wants.push((topics, seats.len()));
+        plan.seats.push(seats);
+    }
+    Ok(plan)
+}
+
+/// Extend the leases of the deliveries this process runs, every third of `lease_ms`.
+async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
+    let every = Duration::from_millis((lease_ms / 3).max(10));
+    loop {
+        tokio::time::sleep(every).await;
+        let leases: Vec<(i64, i64)> = held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(seq, lease)| (*seq, *lease))
+            .collect();
+        if leases.is_empty() {
+            continue;
+        }
+        let store = store.clone();
+        let until = now_ms().saturating_add(lease_ms);
+        match tokio::task::spawn_blocking(move || store.extend_leases(&leases, until)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "extending leases failed; deliveries that outlive their lease may be delivered twice"),
+            Err(e) => tracing::warn!(error = %e, "the lease keeper task failed"),
+        }
+    }
+}
+
+/// One delivery: process, settle, let go of its seat.
+struct Task {
+    pipeline: Arc<Pipeline>,
+    committer: Committer,
+    held: Held,
+    freed: Arc<Notify>,
+}
+
+impl Task {
+    async fn run(self, message: Claimed, seat: Seat) {
+        let received = Instant::now();
+        // However this task ends, the keeper stops extending its lease and its seat is
+        // given back.
+        let _release = Release {
+            held: self.held.clone(),
+            seq: message.seq,
+            freed: self.freed.clone(),
+            seat: Some(seat),
+        };
+        let route = _release.seat.as_ref().and_then(|s| s.route.as_ref());
+        let processing = match route {
+            Some((target, _)) => self
+                .pipeline
+                .process_held(&message.delivery, target)
+                .boxed(),
+            None => self.pipeline.process(&message.delivery).boxed(),
+        };
+        // Nothing from outside may end a delivery without a settlement: a panic in
+        // processing dead-letters the message through the gateway's own fallback.
+        let settlement = match std::panic::AssertUnwindSafe(processing)
+            .catch_unwind()
+            .await
+        {
+            Ok(settlement) => settlement,
+            Err(panic) => {
+                self.pipeline.metrics().fault(NAME, SettleFault::Panic);
+                let cause = super::panic_text(&*panic);
+                tracing::error!(id = %crate::text::Clean(&message.delivery.id), cause = %crate::text::Clean(&cause), "processing a delivery panicked; dead-lettering the message");
+                self.pipeline.fallback_dead_letter(&message.delivery, &cause)
+            }
+        };
+        let handled = settlement.handled();
+        let outcome = self
+            .committer
+            .settle(message.seq, message.lease, settlement)
+            .await;
+        match outcome {
+            Ok(()) => self
+                .pipeline
+                .metrics()
+                .handled(NAME, handled, received.elapsed()),
+            Err(Written::Fenced) => {
+                self.pipeline.metrics().fault(NAME, SettleFault::LeaseLost);
+                tracing::warn!(
+                    id = %crate::text::Clean(&message.delivery.id),
+                    "a delivery outlived its lease and another delivery took the message over; \
+                     this outcome is not applied (the consumer may see the message twice)"
+                );
+            }
+            Err(Written::Failed(e)) => tracing::error!(
+                error = %e,
+                "recording a delivery's outcome failed; the message keeps its lease \
+                 and is delivered again"
+            ),
+        }
+    }
+}
+
+/// Lets go of a delivery's lease and seat when its task ends, however it ends.
+struct Release {
+    held: Held,
+    seq: i64,
+    freed: Arc<Notify>,
+    seat: Option<Seat>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.seq);
+        drop(self.seat.take());
+        self.freed.notify_one();
+    }
+}
+
+/// Why a settlement was not written.
+enum Written {
+    /// The message is no longer held by the delivery's lease.
+    Fenced,
+    /// The store failed.
+    Failed(String),
+}
+
+/// Settlements waiting for the writer: `(seq, lease, settlement, reply)`.
+type Pending = (i64, i64, Settlement, oneshot::Sender<Result<(), Written>>);
 
 /// The most settlements one transaction takes.
 const MAX_BATCH: usize = 256;
@@ -130,33 +375,39 @@ impl Committer {
         (Committer { queue }, writer)
     }
 
-    /// Write the settlement of message `seq`; resolves once it is durable.
-    async fn settle(&self, seq: i64, settlement: Settlement) -> Result<(), String> {
+    /// Write the settlement of message `seq` under `lease`; resolves once it is durable.
+    async fn settle(&self, seq: i64, lease: i64, settlement: Settlement) -> Result<(), Written> {
         let (done, written) = oneshot::channel();
         self.queue
-            .send((seq, settlement, done))
-            .map_err(|_| "the settlement writer has stopped".to_string())?;
-        written
-            .await
-            .map_err(|_| "the settlement writer stopped before writing".to_string())?
+            .send((seq, lease, settlement, done))
+            .map_err(|_| Written::Failed("the settlement writer has stopped".into()))?;
+        written.await.map_err(|_| {
+            Written::Failed("the settlement writer stopped before writing".into())
+        })?
     }
 }
 
 /// One transaction for the batch; each sender hears its own outcome.
 fn write(store: &Store, batch: Vec<Pending>) {
-    let items: Vec<(i64, &Settlement)> = batch.iter().map(|(seq, s, _)| (*seq, s)).collect();
+    let items: Vec<(i64, i64, &Settlement)> = batch
+        .iter()
+        .map(|(seq, lease, s, _)| (*seq, *lease, s))
+        .collect();
     match store.settle(&items, now_ms()) {
         Ok(results) => {
             drop(items);
-            for ((_, _, done), result) in batch.into_iter().zip(results) {
-                let _ = done.send(result.map_err(|e| e.to_string()));
+            for ((_, _, _, done), result) in batch.into_iter().zip(results) {
+                let _ = done.send(result.map_err(|e| match e {
+                    StoreError::Fenced { .. } => Written::Fenced,
+                    other => Written::Failed(other.to_string()),
+                }));
             }
         }
         Err(e) => {
             drop(items);
             let e = e.to_string();
-            for (_, _, done) in batch {
-                let _ = done.send(Err(e.clone()));
+            for (_, _, _, done) in batch {
+                let _ = done.send(Err(Written::Failed(e.clone())));
             }
         }
     }

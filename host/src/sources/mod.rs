@@ -123,21 +123,17 @@ impl DeadLetter {
         failed: &AttemptRecord,
     ) -> [(&'static str, String); 8] {
         use letter_headers::*;
-        // Header values are one line.
-        let reason = self
-            .reason
-            .chars()
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .take(512)
-            .collect();
+        use crate::text::one_line;
+        // Header values are one bounded line: a CR/LF would inject headers, and some
+        // clients refuse such a value with a panic.
         [
-            (TOPIC, delivery.topic.clone()),
-            (MESSAGE_ID, delivery.id.clone()),
-            (CLASS, self.class.clone()),
-            (KIND, failed.kind.clone()),
-            (REASON, reason),
+            (TOPIC, one_line(&delivery.topic, 1_024)),
+            (MESSAGE_ID, one_line(&delivery.id, 1_024)),
+            (CLASS, one_line(&self.class, 64)),
+            (KIND, one_line(&failed.kind, crate::text::MAX_KIND_BYTES)),
+            (REASON, one_line(&self.reason, 512)),
             (FORMAT, self.format.to_string()),
-            (ATTEMPTS, (delivery.attempt + 1).to_string()),
+            (ATTEMPTS, delivery.attempt.saturating_add(1).to_string()),
             (AT_MS, failed.at_ms.to_string()),
         ]
     }
@@ -317,6 +313,56 @@ pub(crate) async fn drained(slots: &Semaphore, max: usize, grace: Duration) -> b
     tokio::time::timeout(grace, slots.acquire_many(all))
         .await
         .is_ok()
+}
+
+/// What a caught panic said, as text (a panic's payload is a `&str` or a `String` when it
+/// has a message at all).
+pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}
+
+/// How many times in a row applying a settlement to one message may fail (the message
+/// given back to the broker each time) before the gateway dead-letters it itself.
+pub const MAX_SETTLE_FAILURES: u32 = 3;
+
+/// Failed settlements per message, in this process: the bound that keeps a message that
+/// no settlement can be applied to from being redelivered without end. Kept in memory and
+/// bounded (forgotten wholesale past 100,000 entries): after a restart a message gets
+/// [`MAX_SETTLE_FAILURES`] more tries, never unbounded ones.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SettleFailures(Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>);
+
+impl SettleFailures {
+    const MAX_TRACKED: usize = 100_000;
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u32>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One more failure for `key`: how many in a row now.
+    pub(crate) fn failed(&self, key: &str) -> u32 {
+        let mut map = self.lock();
+        if map.len() >= Self::MAX_TRACKED && !map.contains_key(key) {
+            map.clear();
+        }
+        let n = map.entry(key.to_string()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// `key` settled: its count starts over.
+    pub(crate) fn settled(&self, key: &str) {
+        let mut map = self.lock();
+        if !map.is_empty() {
+            map.remove(key);
+        }
+    }
 }
 
 /// Aborts a background task (a depth poller, the bench's consumer) when its owner goes.

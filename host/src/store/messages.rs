@@ -39,6 +39,9 @@ pub struct Published {
 pub struct Claimed {
     /// Store key.
     pub seq: i64,
+    /// The lease this delivery holds: its settlement applies only while the message is
+    /// still held by it (a message re-claimed after its lease expired has a new one).
+    pub lease: i64,
     /// The message and its history.
     pub delivery: Delivery,
 }
@@ -56,6 +59,7 @@ impl Store {
                   updated_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, 'ready', ?6, ?6, ?6)",
             )?;
+            let mut topics = tx.prepare_cached("INSERT OR IGNORE INTO topics (topic) VALUES (?1)")?;
             for m in messages {
                 let headers = serde_json::to_string(&m.headers)
                     .map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -65,9 +69,10 @@ impl Store {
                     headers,
                     m.payload,
                     m.content_type,
-                    now_ms
+                    clamp_ms(now_ms)
                 ])?;
                 if n == 1 {
+                    topics.execute([&m.topic])?;
                     out.accepted.push(m.id.clone());
                 } else {
                     out.duplicates.push(m.id.clone());
@@ -106,88 +111,40 @@ impl Store {
         Ok(leased.len() as u64)
     }
 
-    /// Lease up to `limit` due messages (ready or scheduled with `next_at` passed, or leased
-    /// with the lease expired) for `lease_ms`.
+    /// Topics with messages in the store (every topic ever published, until retention
+    /// prunes it): the claim loop asks each route's topics for work in turn.
+    pub fn topics(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached("SELECT topic FROM topics ORDER BY topic")?;
+        let topics = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(topics)
+    }
+
+    /// Lease due messages for each `(topics, limit)` group of `wants` - at most `limit` from
+    /// the group's topics together, each topic oldest first - ready or scheduled with
+    /// `next_at` passed, or leased with the lease expired, for `lease_ms`.
+    /// Each claimed message carries a new lease number: only a settlement naming it applies.
     pub fn claim(
         &self,
         now_ms: u64,
-        limit: usize,
+        wants: &[(Vec<String>, usize)],
         lease_ms: u64,
     ) -> Result<Vec<Claimed>, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let now = clamp_ms(now_ms);
+        let until = clamp_ms(now_ms.saturating_add(lease_ms));
         let mut claimed = Vec::new();
-        {
-            let mut due = tx.prepare_cached(
-                // The first `limit` of each kind of due message, each read in index order, then
-                // the first `limit` of those: one `WHERE ... OR ... ORDER BY` over the whole
-                // backlog made SQLite sort every due row on every claim (6 ms per claim with
-                // 20,000 messages waiting; this form reads at most 3 x `limit` rows).
-                "SELECT seq, id, topic, headers, payload, content_type, attempt, deferrals,
-                        published_at_ms, first_failed_at_ms, state
-                 FROM messages
-                 WHERE seq IN (
-                     SELECT seq FROM (SELECT seq FROM messages
-                         WHERE state = 'ready' AND next_at_ms <= ?1
-                         ORDER BY next_at_ms LIMIT ?2)
-                     UNION ALL
-                     SELECT seq FROM (SELECT seq FROM messages
-                         WHERE state = 'scheduled' AND next_at_ms <= ?1
-                         ORDER BY next_at_ms LIMIT ?2)
-                     UNION ALL
-                     SELECT seq FROM (SELECT seq FROM messages
-                         WHERE state = 'leased' AND lease_until_ms <= ?1
-                         ORDER BY lease_until_ms LIMIT ?2))
-                 ORDER BY next_at_ms LIMIT ?2",
-            )?;
-            let rows = due.query_map(params![now_ms, limit as i64], |r| {
-                let headers: String = r.get(3)?;
-                let state: String = r.get(10)?;
-                Ok((
-                    Claimed {
-                        seq: r.get(0)?,
-                        delivery: Delivery {
-                            id: r.get(1)?,
-                            topic: r.get(2)?,
-                            headers: BTreeMap::new(),
-                            payload: r.get(4)?,
-                            content_type: r.get(5)?,
-                            attempt: r.get(6)?,
-                            deferrals: r.get(7)?,
-                            published_at_ms: r.get(8)?,
-                            first_failed_at_ms: r.get(9)?,
-                            history: Vec::new(),
-                            redelivery: state == "leased",
-                        },
-                    },
-                    headers,
-                ))
-            })?;
-            for row in rows {
-                let (mut c, headers) = row?;
-                c.delivery.headers = serde_json::from_str(&headers).map_err(|e| {
-                    StoreError::Corrupt(format!("message {}: headers: {e}", c.delivery.id))
-                })?;
-                claimed.push(c);
-            }
-            let mut lease = tx.prepare_cached(
-                "UPDATE messages SET state = 'leased', lease_until_ms = ?2,
-                        deliveries = deliveries + 1, updated_at_ms = ?3 WHERE seq = ?1",
-            )?;
-            let mut history = tx.prepare_cached(
-                "SELECT at_ms, kind, message FROM attempts WHERE message_seq = ?1 ORDER BY rowid",
-            )?;
-            for c in &mut claimed {
-                lease.execute(params![c.seq, now_ms + lease_ms, now_ms])?;
-                c.delivery.history = history
-                    .query_map([c.seq], |r| {
-                        Ok(AttemptSpec {
-                            at_ms: r.get(0)?,
-                            kind: r.get(1)?,
-                            message: r.get(2)?,
-                        })
-                    })?
-                    .collect::<Result<_, _>>()?;
+        for (topics, limit) in wants {
+            let first = claimed.len();
+            for topic in topics {
+                let left = limit.saturating_sub(claimed.len() - first);
+                if left == 0 {
+                    break;
+                }
+                claim_topic(&tx, topic, left, now, until, &mut claimed)?;
             }
         }
         for c in claimed.iter().filter(|c| c.delivery.redelivery) {
@@ -204,47 +161,20 @@ impl Store {
         Ok(claimed)
     }
 
-    /// The consumer took the message.
-    pub fn delivered(&self, seq: i64, now_ms: u64) -> Result<(), StoreError> {
-        delivered_in(&self.conn(), seq, now_ms)
-    }
-
-    /// Schedule the message again at `next_at_ms`, recording the failed attempt; a retry
-    /// spends an attempt, a delay counts a deferral instead.
-    pub fn schedule(
-        &self,
-        seq: i64,
-        failed: &AttemptRecord,
-        next_at_ms: u64,
-        spend_attempt: bool,
-    ) -> Result<(), StoreError> {
-        self.write(|tx| schedule_in(tx, seq, failed, next_at_ms, spend_attempt))
-    }
-
-    /// Retire the message into `dlq` with its envelope, in one transaction.
-    pub fn dead_letter(
-        &self,
-        seq: i64,
-        failed: &AttemptRecord,
-        entry: &DeadLetter,
-    ) -> Result<(), StoreError> {
-        self.write(|tx| dead_letter_in(tx, seq, failed, entry))
-    }
-
-    /// Discard the message on a policy's word, with an audit record of the reason.
-    pub fn discard(
-        &self,
-        seq: i64,
-        failed: &AttemptRecord,
-        reason: &str,
-    ) -> Result<(), StoreError> {
-        self.write(|tx| discard_in(tx, seq, failed, reason))
-    }
-
-    /// Give a leased message back without a verdict (no route for it now, or shutting
-    /// down): ready again at `next_at_ms`, nothing spent.
-    pub fn release(&self, seq: i64, next_at_ms: u64) -> Result<(), StoreError> {
-        release_in(&self.conn(), seq, next_at_ms)
+    /// Keep the leases of deliveries still running: each `(seq, lease)` whose message is
+    /// still held by that lease is extended to `until_ms`. Returns how many were.
+    pub fn extend_leases(&self, held: &[(i64, i64)], until_ms: u64) -> Result<usize, StoreError> {
+        self.write(|tx| {
+            let mut extend = tx.prepare_cached(
+                "UPDATE messages SET lease_until_ms = ?3
+                 WHERE seq = ?1 AND lease = ?2 AND state = 'leased'",
+            )?;
+            let mut n = 0;
+            for (seq, lease) in held {
+                n += extend.execute(params![seq, lease, clamp_ms(until_ms)])?;
+            }
+            Ok(n)
+        })
     }
 
     /// A message's state by id.
@@ -262,18 +192,135 @@ fn record_attempt(tx: &Connection, seq: i64, failed: &AttemptRecord) -> Result<(
     tx.prepare_cached(
         "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![seq, failed.at_ms, failed.kind, failed.message])?;
+    .execute(params![seq, clamp_ms(failed.at_ms), failed.kind, failed.message])?;
     Ok(())
 }
 
-// Each change as a statement list on a connection inside the caller's transaction (one
-// change: its own transaction; a batch: a savepoint each in one transaction).
+/// The largest instant SQLite's signed 64-bit integers hold: times computed from config
+/// values (`now + lease_ms`, `at + delay_ms`) saturate here instead of wrapping or failing.
+pub(super) fn clamp_ms(ms: u64) -> i64 {
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
 
-pub(super) fn delivered_in(conn: &Connection, seq: i64, now_ms: u64) -> Result<(), StoreError> {
-    conn.execute(
-        "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = ?2
-         WHERE seq = ?1",
-        params![seq, now_ms],
+fn claim_topic(
+    tx: &Connection,
+    topic: &str,
+    limit: usize,
+    now: i64,
+    until: i64,
+    claimed: &mut Vec<Claimed>,
+) -> Result<(), StoreError> {
+    let mut due = tx.prepare_cached(
+        // The first `limit` of each kind of due message, each read in index order, then the
+        // first `limit` of those: one `WHERE ... OR ... ORDER BY` over the topic's backlog
+        // would make SQLite sort every due row on every claim.
+        "SELECT seq, id, topic, headers, payload, content_type, attempt, deferrals,
+                published_at_ms, first_failed_at_ms, state
+         FROM messages
+         WHERE seq IN (
+             SELECT seq FROM (SELECT seq FROM messages
+                 WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1
+                 ORDER BY next_at_ms LIMIT ?2)
+             UNION ALL
+             SELECT seq FROM (SELECT seq FROM messages
+                 WHERE topic = ?3 AND state = 'scheduled' AND next_at_ms <= ?1
+                 ORDER BY next_at_ms LIMIT ?2)
+             UNION ALL
+             SELECT seq FROM (SELECT seq FROM messages
+                 WHERE state = 'leased' AND lease_until_ms <= ?1 AND topic = ?3
+                 ORDER BY lease_until_ms LIMIT ?2))
+         ORDER BY next_at_ms LIMIT ?2",
+    )?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = due.query_map(params![now, limit, topic], |r| {
+        let headers: String = r.get(3)?;
+        let state: String = r.get(10)?;
+        Ok((
+            Claimed {
+                seq: r.get(0)?,
+                lease: 0,
+                delivery: Delivery {
+                    id: r.get(1)?,
+                    topic: r.get(2)?,
+                    headers: BTreeMap::new(),
+                    payload: r.get(4)?,
+                    content_type: r.get(5)?,
+                    attempt: r.get(6)?,
+                    deferrals: r.get(7)?,
+                    published_at_ms: r.get(8)?,
+                    first_failed_at_ms: r.get(9)?,
+                    history: Vec::new(),
+                    redelivery: state == "leased",
+                },
+            },
+            headers,
+        ))
+    })?;
+    let first = claimed.len();
+    for row in rows {
+        let (mut c, headers) = row?;
+        c.delivery.headers = serde_json::from_str(&headers).map_err(|e| {
+            StoreError::Corrupt(format!("message {}: headers: {e}", c.delivery.id))
+        })?;
+        claimed.push(c);
+    }
+    let mut lease = tx.prepare_cached(
+        "UPDATE messages SET state = 'leased', lease_until_ms = ?2, lease = lease + 1,
+                deliveries = deliveries + 1, updated_at_ms = ?3
+         WHERE seq = ?1 RETURNING lease",
+    )?;
+    let mut history = tx.prepare_cached(
+        "SELECT at_ms, kind, message FROM attempts WHERE message_seq = ?1 ORDER BY rowid",
+    )?;
+    for c in &mut claimed[first..] {
+        c.lease = lease.query_row(params![c.seq, until, now], |r| r.get(0))?;
+        c.delivery.history = history
+            .query_map([c.seq], |r| {
+                Ok(AttemptSpec {
+                    at_ms: r.get(0)?,
+                    kind: r.get(1)?,
+                    message: r.get(2)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(())
+}
+
+/// Move message `seq` out of lease `lease` with `change` (an `UPDATE ... WHERE seq = ?1 AND
+/// lease = ?2 AND state = 'leased' RETURNING id, topic, attempt`): the fence every
+/// settlement passes. A message no longer held by that lease is [`StoreError::Fenced`].
+fn fenced(
+    tx: &Connection,
+    seq: i64,
+    lease: i64,
+    change: &str,
+    rest: &[&dyn rusqlite::ToSql],
+) -> Result<(String, String, u32), StoreError> {
+    let mut args: Vec<&dyn rusqlite::ToSql> = vec![&seq, &lease];
+    args.extend_from_slice(rest);
+    tx.prepare_cached(change)?
+        .query_row(args.as_slice(), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?
+        .ok_or(StoreError::Fenced { seq, lease })
+}
+
+// Each change as a statement list on a connection inside the caller's transaction (a batch:
+// a savepoint each in one transaction). Every one is fenced by the delivery's lease.
+
+pub(super) fn delivered_in(
+    conn: &Connection,
+    seq: i64,
+    lease: i64,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    fenced(
+        conn,
+        seq,
+        lease,
+        "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = ?3
+         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
+        &[&clamp_ms(now_ms)],
     )?;
     Ok(())
 }
@@ -281,36 +328,49 @@ pub(super) fn delivered_in(conn: &Connection, seq: i64, now_ms: u64) -> Result<(
 pub(super) fn schedule_in(
     tx: &Connection,
     seq: i64,
+    lease: i64,
     failed: &AttemptRecord,
     next_at_ms: u64,
     spend_attempt: bool,
 ) -> Result<(), StoreError> {
-    record_attempt(tx, seq, failed)?;
     let (attempt, deferral) = if spend_attempt { (1, 0) } else { (0, 1) };
-    tx.execute(
-        "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = ?2,
-                attempt = attempt + ?3, deferrals = deferrals + ?4,
-                first_failed_at_ms = COALESCE(first_failed_at_ms, ?5), updated_at_ms = ?5
-         WHERE seq = ?1",
-        params![seq, next_at_ms, attempt, deferral, failed.at_ms],
+    fenced(
+        tx,
+        seq,
+        lease,
+        "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = ?3,
+                attempt = MIN(attempt + ?4, 4294967295), deferrals = MIN(deferrals + ?5, 4294967295),
+                first_failed_at_ms = COALESCE(first_failed_at_ms, ?6), updated_at_ms = ?6
+         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
+        &[
+            &clamp_ms(next_at_ms),
+            &attempt,
+            &deferral,
+            &clamp_ms(failed.at_ms),
+        ],
     )?;
-    Ok(())
+    record_attempt(tx, seq, failed)
 }
 
 pub(super) fn dead_letter_in(
     tx: &Connection,
     seq: i64,
+    lease: i64,
     failed: &AttemptRecord,
     entry: &DeadLetter,
 ) -> Result<(), StoreError> {
-    record_attempt(tx, seq, failed)?;
-    let (id, topic, attempt): (String, String, u32) = tx.query_row(
-        "UPDATE messages SET state = 'dead', lease_until_ms = NULL, attempt = attempt + 1,
-                first_failed_at_ms = COALESCE(first_failed_at_ms, ?2), updated_at_ms = ?2
-         WHERE seq = ?1 RETURNING id, topic, attempt",
-        params![seq, failed.at_ms],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    let at = clamp_ms(failed.at_ms);
+    let (id, topic, attempt) = fenced(
+        tx,
+        seq,
+        lease,
+        "UPDATE messages SET state = 'dead', lease_until_ms = NULL,
+                attempt = MIN(attempt + 1, 4294967295),
+                first_failed_at_ms = COALESCE(first_failed_at_ms, ?3), updated_at_ms = ?3
+         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
+        &[&at],
     )?;
+    record_attempt(tx, seq, failed)?;
     tx.execute(
         "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
                           created_at_ms, format, envelope, state)
@@ -324,7 +384,7 @@ pub(super) fn dead_letter_in(
             failed.kind,
             entry.reason,
             attempt,
-            failed.at_ms,
+            at,
             entry.format,
             entry.envelope
         ],
@@ -343,26 +403,37 @@ pub(super) fn dead_letter_in(
 pub(super) fn discard_in(
     tx: &Connection,
     seq: i64,
+    lease: i64,
     failed: &AttemptRecord,
     reason: &str,
 ) -> Result<(), StoreError> {
-    record_attempt(tx, seq, failed)?;
-    let (id, topic): (String, String) = tx.query_row(
-        "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = ?2
-         WHERE seq = ?1 RETURNING id, topic",
-        params![seq, failed.at_ms],
-        |r| Ok((r.get(0)?, r.get(1)?)),
+    let (id, topic, _) = fenced(
+        tx,
+        seq,
+        lease,
+        "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = ?3
+         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
+        &[&clamp_ms(failed.at_ms)],
     )?;
+    record_attempt(tx, seq, failed)?;
     audit(tx, failed.at_ms, &id, &topic, "discarded", reason)?;
     Ok(())
 }
 
-pub(super) fn release_in(conn: &Connection, seq: i64, next_at_ms: u64) -> Result<(), StoreError> {
-    conn.execute(
-        "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = ?2,
+pub(super) fn release_in(
+    conn: &Connection,
+    seq: i64,
+    lease: i64,
+    next_at_ms: u64,
+) -> Result<(), StoreError> {
+    fenced(
+        conn,
+        seq,
+        lease,
+        "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = ?3,
                 deliveries = MAX(deliveries - 1, 0)
-         WHERE seq = ?1 AND state = 'leased'",
-        params![seq, next_at_ms],
+         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
+        &[&clamp_ms(next_at_ms)],
     )?;
     Ok(())
 }
@@ -384,18 +455,20 @@ mod tests {
         };
         store.publish(&[message("a")], 0).unwrap();
         store.publish(&[message("b"), message("c")], 5).unwrap();
+        assert_eq!(store.topics().unwrap(), ["orders"]);
+        let want = |n: usize| [(vec!["orders".to_string()], n)];
         let ids = |claimed: &[Claimed]| -> Vec<String> {
             claimed.iter().map(|c| c.delivery.id.clone()).collect()
         };
         // Oldest first, and no more than asked.
-        let first = store.claim(10, 1, 100).unwrap();
+        let first = store.claim(10, &want(1), 100).unwrap();
         assert_eq!(ids(&first), ["a"]);
         // `a` is leased until 110: not due at 50.
-        assert_eq!(ids(&store.claim(50, 10, 100).unwrap()), ["b", "c"]);
-        assert!(store.claim(60, 10, 100).unwrap().is_empty());
+        assert_eq!(ids(&store.claim(50, &want(10), 100).unwrap()), ["b", "c"]);
+        assert!(store.claim(60, &want(10), 100).unwrap().is_empty());
         // Past its lease `a` comes back, flagged as a possible duplicate.
         // (`b` and `c` are leased until 150.)
-        let again = store.claim(120, 10, 100).unwrap();
+        let again = store.claim(120, &want(10), 100).unwrap();
         assert_eq!(ids(&again), ["a"]);
         assert!(again[0].delivery.redelivery);
         let _ = std::fs::remove_dir_all(dir);

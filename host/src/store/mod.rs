@@ -37,6 +37,15 @@ pub enum StoreError {
     /// A stored value could not be decoded.
     #[error("store: {0}")]
     Corrupt(String),
+    /// A settlement for a lease that is no longer the message's: another delivery took the
+    /// message over (this one outlived its lease), so its outcome is not applied.
+    #[error("store: message {seq} is no longer held by lease {lease}; its outcome is not applied")]
+    Fenced {
+        /// The message.
+        seq: i64,
+        /// The lease the settlement was for.
+        lease: i64,
+    },
 }
 
 const SCHEMA: &str = "
@@ -54,12 +63,15 @@ CREATE TABLE IF NOT EXISTS messages (
     deliveries INTEGER NOT NULL DEFAULT 0,
     next_at_ms INTEGER NOT NULL,
     lease_until_ms INTEGER,
+    lease INTEGER NOT NULL DEFAULT 0,
     published_at_ms INTEGER NOT NULL,
     first_failed_at_ms INTEGER,
     updated_at_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_due ON messages (state, next_at_ms);
 CREATE INDEX IF NOT EXISTS messages_lease ON messages (state, lease_until_ms);
+CREATE INDEX IF NOT EXISTS messages_topic_due ON messages (topic, state, next_at_ms);
+CREATE TABLE IF NOT EXISTS topics (topic TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS attempts (
     message_seq INTEGER NOT NULL REFERENCES messages (seq),
     at_ms INTEGER NOT NULL,
@@ -155,6 +167,7 @@ impl Store {
             .map_err(open_err)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
+        migrate(&conn).map_err(open_err)?;
         conn.execute_batch(SCHEMA).map_err(open_err)?;
         Ok(Store {
             conn: Mutex::new(conn),
@@ -213,6 +226,34 @@ impl Store {
     fn conn(&self) -> MutexGuard<'_, Connection> {
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// Bring a store written by an earlier version up to [`SCHEMA`]: the lease fence column and
+/// the topic list the per-route claim reads.
+fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
+    let has_messages: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'messages'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_messages {
+        return Ok(());
+    }
+    let has_lease: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('messages') WHERE name = 'lease'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_lease {
+        conn.execute_batch(
+            "BEGIN IMMEDIATE;
+             ALTER TABLE messages ADD COLUMN lease INTEGER NOT NULL DEFAULT 0;
+             CREATE TABLE IF NOT EXISTS topics (topic TEXT PRIMARY KEY) WITHOUT ROWID;
+             INSERT OR IGNORE INTO topics SELECT DISTINCT topic FROM messages;
+             COMMIT;",
+        )?;
+    }
+    Ok(())
 }
 
 fn audit(

@@ -7,21 +7,22 @@ use super::{Store, StoreError};
 use crate::sources::Settlement;
 
 impl Store {
-    /// Apply each `(seq, settlement)` of `batch` - the outcome of one delivery of the
-    /// message `seq` - in one transaction. The outer error means nothing was written (the
+    /// Apply each `(seq, lease, settlement)` of `batch` - the outcome of the delivery of
+    /// message `seq` that holds `lease` - in one transaction. A settlement whose lease is no
+    /// longer the message's is [`StoreError::Fenced`] and changes nothing. The outer error means nothing was written (the
     /// transaction could not begin or commit); otherwise each settlement's own result, in
     /// order.
     pub fn settle(
         &self,
-        batch: &[(i64, &Settlement)],
+        batch: &[(i64, i64, &Settlement)],
         now_ms: u64,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         let mut conn = self.conn();
         let mut tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut results = Vec::with_capacity(batch.len());
-        for &(seq, settlement) in batch {
+        for &(seq, lease, settlement) in batch {
             let savepoint = tx.savepoint()?;
-            let result = apply(&savepoint, seq, settlement, now_ms);
+            let result = apply(&savepoint, seq, lease, settlement, now_ms);
             if result.is_ok() {
                 savepoint.commit()?;
             }
@@ -36,19 +37,31 @@ impl Store {
 fn apply(
     conn: &rusqlite::Connection,
     seq: i64,
+    lease: i64,
     settlement: &Settlement,
     now_ms: u64,
 ) -> Result<(), StoreError> {
     match settlement {
-        Settlement::Delivered => delivered_in(conn, seq, now_ms),
+        Settlement::Delivered => delivered_in(conn, seq, lease, now_ms),
         Settlement::Again {
             failed,
             delay_ms,
             spend_attempt,
-        } => schedule_in(conn, seq, failed, failed.at_ms + delay_ms, *spend_attempt),
-        Settlement::DeadLetter { failed, letter } => dead_letter_in(conn, seq, failed, letter),
-        Settlement::Discard { failed, reason } => discard_in(conn, seq, failed, reason),
-        Settlement::Release { delay_ms } => release_in(conn, seq, now_ms + delay_ms),
+        } => schedule_in(
+            conn,
+            seq,
+            lease,
+            failed,
+            failed.at_ms.saturating_add(*delay_ms),
+            *spend_attempt,
+        ),
+        Settlement::DeadLetter { failed, letter } => {
+            dead_letter_in(conn, seq, lease, failed, letter)
+        }
+        Settlement::Discard { failed, reason } => discard_in(conn, seq, lease, failed, reason),
+        Settlement::Release { delay_ms } => {
+            release_in(conn, seq, lease, now_ms.saturating_add(*delay_ms))
+        }
     }
 }
 
@@ -85,9 +98,10 @@ mod tests {
             })
             .collect();
         store.publish(&messages, 0).unwrap();
-        let claimed = store.claim(10, 3, 60_000).unwrap();
+        let claimed = store.claim(10, &[(vec!["orders".into()], 3)], 60_000).unwrap();
         assert_eq!(claimed.len(), 3);
-        let (a, b, c) = (claimed[0].seq, claimed[1].seq, claimed[2].seq);
+        let lease = |i: usize| (claimed[i].seq, claimed[i].lease);
+        let (a, b, c) = (lease(0), lease(1), lease(2));
         let letter = Settlement::DeadLetter {
             failed: failed(),
             letter: DeadLetter {
@@ -103,14 +117,14 @@ mod tests {
             delay_ms: 500,
             spend_attempt: true,
         };
-        let missing = c + 1_000;
+        let missing = (c.0 + 1_000, 1);
         let results = store
             .settle(
                 &[
-                    (a, &Settlement::Delivered),
-                    (missing, &letter),
-                    (b, &again),
-                    (c, &letter),
+                    (a.0, a.1, &Settlement::Delivered),
+                    (missing.0, missing.1, &letter),
+                    (b.0, b.1, &again),
+                    (c.0, c.1, &letter),
                 ],
                 2_000,
             )
@@ -142,6 +156,101 @@ mod tests {
             1
         );
         assert_eq!(store.audit_count("dead-lettered").unwrap(), 1);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_settlement_applies_only_to_the_lease_that_holds_the_message() {
+        let (store, dir) = store("fence");
+        let message = NewMessage {
+            id: "m".into(),
+            topic: "orders".into(),
+            payload: b"{}".to_vec(),
+            ..NewMessage::default()
+        };
+        store.publish(&[message], 0).unwrap();
+        let want = [(vec!["orders".to_string()], 1)];
+        // The first delivery outlives its lease; a second claim takes the message over.
+        let first = store.claim(10, &want, 100).unwrap().remove(0);
+        let second = store.claim(200, &want, 100).unwrap().remove(0);
+        assert_eq!(first.seq, second.seq);
+        assert_ne!(first.lease, second.lease);
+        // The first delivery's outcomes are all refused, whatever they are.
+        let letter = Settlement::DeadLetter {
+            failed: failed(),
+            letter: DeadLetter {
+                dlq: "orders.DLQ".into(),
+                class: "permanent".into(),
+                reason: "bad".into(),
+                format: "json",
+                envelope: b"{}".to_vec(),
+            },
+        };
+        let stale = [
+            Settlement::Delivered,
+            letter.clone(),
+            Settlement::Again {
+                failed: failed(),
+                delay_ms: u64::MAX,
+                spend_attempt: true,
+            },
+            Settlement::Discard {
+                failed: failed(),
+                reason: "no".into(),
+            },
+            Settlement::Release { delay_ms: 5 },
+        ];
+        for settlement in &stale {
+            let results = store
+                .settle(&[(first.seq, first.lease, settlement)], 250)
+                .unwrap();
+            assert!(
+                matches!(results[0], Err(StoreError::Fenced { .. })),
+                "{settlement:?}: {:?}",
+                results[0]
+            );
+        }
+        assert_eq!(store.counts().unwrap().leased, 1);
+        assert!(store.dlq_stats().unwrap().is_empty(), "no DLQ row from a stale lease");
+        // Only the holder settles, and only once.
+        let results = store
+            .settle(&[(second.seq, second.lease, &letter)], 260)
+            .unwrap();
+        assert!(results[0].is_ok());
+        let results = store
+            .settle(&[(second.seq, second.lease, &letter)], 270)
+            .unwrap();
+        assert!(matches!(results[0], Err(StoreError::Fenced { .. })));
+        assert_eq!(store.dlq_stats().unwrap().iter().map(|s| s.depth).sum::<u64>(), 1);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn huge_delays_and_leases_saturate_instead_of_wrapping() {
+        let (store, dir) = store("saturate");
+        let message = NewMessage {
+            id: "m".into(),
+            topic: "orders".into(),
+            payload: b"{}".to_vec(),
+            ..NewMessage::default()
+        };
+        store.publish(&[message], 0).unwrap();
+        let want = [(vec!["orders".to_string()], 1)];
+        let c = store.claim(10, &want, u64::MAX).unwrap().remove(0);
+        // A lease to the end of time is not expired at any later instant.
+        let late = u64::try_from(i64::MAX - 1).unwrap();
+        assert!(store.claim(late, &want, 1).unwrap().is_empty());
+        let again = Settlement::Again {
+            failed: AttemptRecord {
+                at_ms: u64::MAX - 5,
+                ..failed()
+            },
+            delay_ms: u64::MAX,
+            spend_attempt: true,
+        };
+        let results = store.settle(&[(c.seq, c.lease, &again)], 20).unwrap();
+        assert!(results[0].is_ok(), "{:?}", results[0]);
+        assert_eq!(store.counts().unwrap().scheduled, 1);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -1,4 +1,16 @@
-//! The NATS JetStream source: a durable pull consumer with explicit acks on one stream.
+//! The NATS JetStream source: one stream, and a durable pull consumer with explicit acks
+//! per route, filtered to the route's subjects.
+//!
+//! - **Routes are isolated.** Each route pulls only while it has a free delivery slot (its
+//!   consumer's `concurrency`), in batches no larger than that, on a durable consumer of its
+//!   own: a route whose consumer is down, with thousands of messages waiting out a retry
+//!   delay, holds its own consumer's pending set and nothing of another route's. A message
+//!   a route's filter matches but a more specific NATS route takes is acknowledged on the
+//!   wider route's consumer and delivered by the more specific one.
+//! - **Delays do not starve new messages.** JetStream counts a message waiting out a `nak`
+//!   delay as ack-pending; `[nats] max_ack_pending` applies per route and is unlimited by
+//!   default, so a route's retry backlog never blocks its own new messages (the gateway
+//!   bounds what is in flight itself: `max_in_flight`, each route's `concurrency`).
 //!
 //! - **Retry / delay** -> the attempt history goes to a key-value bucket (keyed by stream
 //!   sequence, shared by every gateway of the group), then `nak` with the verdict's delay.
@@ -19,11 +31,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, AckKind, consumer, stream};
-use futures_util::StreamExt;
-use tokio::sync::{Semaphore, watch};
+use futures_util::{FutureExt as _, StreamExt};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, Settlement};
-use crate::pipeline::Pipeline;
+use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, SettleFailures, Settlement};
+use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
+use crate::text::Clean;
 use crate::{GatewaySection, NatsConfig};
 
 mod history;
@@ -50,6 +63,7 @@ pub async fn run(
     let settings = &pipeline.settings().clone();
     let (config, ready, dlqs, subjects) = (&config, &ready, &dlqs, &subjects);
     let pipeline = &pipeline;
+    let failures = &SettleFailures::default();
     let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         let session = Session {
             pipeline: pipeline.clone(),
@@ -58,6 +72,7 @@ pub async fn run(
             ready,
             dlqs,
             slots,
+            failures: failures.clone(),
         };
         session.run(subjects, shutdown).await
     };
@@ -79,33 +94,66 @@ struct Session<'a> {
     ready: &'a Readiness,
     dlqs: &'a BrokerDlqs,
     slots: Arc<Semaphore>,
+    failures: SettleFailures,
 }
 
 impl Session<'_> {
-    /// One connection's life: set up, then consume until shutdown (`Ok`) or failure.
-    async fn run(
-        &self,
-        subjects: &[String],
-        mut shutdown: watch::Receiver<bool>,
-    ) -> anyhow::Result<()> {
-        let broker = connect(
-            self.config,
-            self.settings,
-            subjects,
-            Some(self.ready.clone()),
-        )
-        .await?;
-        let consumer = broker.consumer().await?;
-        let mut messages = consumer.messages().await?;
+    /// One connection's life: set up, then consume every route until shutdown (`Ok`) or
+    /// until one route's consumer fails.
+    async fn run(&self, routes: &[String], shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+        let broker = connect(self.config, self.settings, routes, Some(self.ready.clone())).await?;
+        let mut consumers = Vec::new();
+        for route in routes {
+            consumers.push((route.as_str(), broker.route_consumer(route).await?));
+        }
         self.ready.set(true);
-        tracing::info!(stream = %self.config.stream, "nats source: consuming");
+        tracing::info!(stream = %self.config.stream, routes = consumers.len(), "nats source: consuming");
         let poller = tokio::spawn(poll_dlq_depths(
             broker.clone(),
             self.settings.dlq_naming,
             self.dlqs.clone(),
         ));
         let _poller = AbortOnDrop(poller);
+        let loops = consumers.into_iter().map(|(route, consumer)| {
+            self.consume_route(&broker, routes, route, consumer, shutdown.clone())
+                .boxed()
+        });
+        futures_util::future::try_join_all(loops).await?;
+        Ok(())
+    }
+
+    /// Pull `route`'s messages one free slot at a time: a slot of the route's own, then one
+    /// of `max_in_flight`, then the next message.
+    async fn consume_route(
+        &self,
+        broker: &Broker,
+        routes: &[String],
+        route: &str,
+        consumer: consumer::Consumer<consumer::pull::Config>,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        let batch = self
+            .pipeline
+            .route_target_of(route)
+            .map_or(1, |t| t.slots.available_permits().max(1));
+        let mut messages = consumer
+            .stream()
+            .max_messages_per_batch(batch)
+            .heartbeat(Duration::from_secs(15))
+            .messages()
+            .await?;
         loop {
+            let Some(target) = self.pipeline.route_target_of(route) else {
+                // The route lost its consumer in a reload: wait for one.
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    _ = shutdown.changed() => return Ok(()),
+                }
+            };
+            let slot = tokio::select! {
+                slot = target.slots.clone().acquire_owned() => slot?,
+                _ = shutdown.changed() => return Ok(()),
+            };
             let permit = tokio::select! {
                 permit = self.slots.clone().acquire_owned() => permit?,
                 _ = shutdown.changed() => return Ok(()),
@@ -119,36 +167,114 @@ impl Session<'_> {
                 Some(Err(e)) => {
                     // Missed heartbeats while the server restarts, and the like: the stream
                     // goes on after the client reconnects.
-                    tracing::debug!(error = %e, "nats source: pull stream error");
+                    tracing::debug!(error = %e, route, "nats source: pull stream error");
                     if !self.ready.is_up() {
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                     continue;
                 }
-                None => anyhow::bail!("the pull stream ended"),
+                None => anyhow::bail!("the pull stream of route `{route}` ended"),
             };
-            let (pipeline, broker, dlqs) =
-                (self.pipeline.clone(), broker.clone(), self.dlqs.clone());
+            let job = Job {
+                pipeline: self.pipeline.clone(),
+                broker: broker.clone(),
+                dlqs: self.dlqs.clone(),
+                failures: self.failures.clone(),
+                route: route.to_string(),
+                // Another NATS route more specific than this one takes its own messages.
+                more_specific_elsewhere: routes.iter().any(|r| r != route && {
+                    self.pipeline
+                        .route_of(&message.subject)
+                        .is_some_and(|best| best == *r)
+                }),
+            };
             tokio::spawn(async move {
-                handle(&pipeline, &broker, &dlqs, message).await;
+                job.handle(message, (target, slot)).await;
                 drop(permit);
             });
         }
     }
 }
 
-/// Deliver one message and apply its settlement.
+/// What one delivery's task needs.
+struct Job {
+    pipeline: Arc<Pipeline>,
+    broker: Broker,
+    dlqs: BrokerDlqs,
+    failures: SettleFailures,
+    route: String,
+    more_specific_elsewhere: bool,
+}
+
+impl Job {
+    /// Deliver one message and apply its settlement; nothing that happens here leaves it
+    /// unsettled without a bound (see [`SettleFailures`]).
+    async fn handle(
+        self,
+        message: jetstream::Message,
+        slot: (Arc<RouteTarget>, OwnedSemaphorePermit),
+    ) {
+        if self.more_specific_elsewhere {
+            // Delivered by the more specific route's own consumer; done here.
+            if let Err(e) = message.ack().await {
+                tracing::debug!(error = %e, "nats source: acknowledging another route's message failed; it comes back and is skipped again");
+            }
+            return;
+        }
+        let received = Instant::now();
+        let run = std::panic::AssertUnwindSafe(handle(
+            &self.pipeline,
+            &self.broker,
+            &self.dlqs,
+            &self.failures,
+            &message,
+            &self.route,
+            slot,
+        ))
+        .catch_unwind()
+        .await;
+        match run {
+            Ok(Some(handled)) => self
+                .pipeline
+                .metrics()
+                .handled(NAME, handled, received.elapsed()),
+            Ok(None) => {}
+            Err(panic) => {
+                // Never expected (inputs are cleaned before they reach a header); if it
+                // happens the message is dead-lettered, not left for JetStream to loop.
+                let cause = super::panic_text(&*panic);
+                self.pipeline.metrics().fault(NAME, SettleFault::Panic);
+                tracing::error!(cause = %Clean(&cause), "nats source: handling a delivery panicked; dead-lettering the message");
+                let delivery = to_delivery(&message, self.broker.stream_name(), 0, 0);
+                let settlement = self.pipeline.fallback_dead_letter(&delivery, &cause);
+                let key = self.broker.history_key(message.info().map_or(0, |i| i.stream_sequence));
+                let applied = std::panic::AssertUnwindSafe(apply(&self.broker, &self.dlqs, &message, &delivery, &key, settlement, 0))
+                    .catch_unwind()
+                    .await;
+                if !matches!(applied, Ok(Ok(()))) {
+                    let _ = message.ack_with(AckKind::Nak(Some(Duration::from_secs(5)))).await;
+                }
+            }
+        }
+    }
+}
+
+
+/// Deliver one message and apply its settlement: what was done, or `None` when the
+/// message was given back to JetStream (to be delivered again).
 async fn handle(
     pipeline: &Pipeline,
     broker: &Broker,
     dlqs: &BrokerDlqs,
-    message: jetstream::Message,
-) {
-    let received = Instant::now();
+    failures: &SettleFailures,
+    message: &jetstream::Message,
+    route: &str,
+    (target, _slot): (Arc<RouteTarget>, OwnedSemaphorePermit),
+) -> Option<crate::pipeline::Handled> {
     let Ok(info) = message.info() else {
-        tracing::error!(subject = %message.subject, "nats source: a message without JetStream metadata; terminating it");
+        tracing::error!(subject = %Clean(&message.subject), "nats source: a message without JetStream metadata; terminating it");
         let _ = message.ack_with(AckKind::Term).await;
-        return;
+        return None;
     };
     let seq = info.stream_sequence;
     let delivered = u64::try_from(info.delivered).unwrap_or(0);
@@ -164,37 +290,45 @@ async fn handle(
                 let _ = message
                     .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
                     .await;
-                return;
+                return None;
             }
         }
     } else {
         None
     };
     let had_history = history.is_some();
-    let mut delivery = to_delivery(&message, broker.stream_name(), seq, published_at_ms);
+    let mut delivery = to_delivery(message, broker.stream_name(), seq, published_at_ms);
     if let Some(h) = &history {
         h.apply_to(&mut delivery);
     } else {
         delivery.redelivery = delivered > 1;
     }
+    let own_route = pipeline.route_of(&delivery.topic).as_deref() == Some(route);
     // In the same task, not a spawned one: a task and a message copy per delivery cost more
     // than the delivery's own bookkeeping.
     let every = Duration::from_millis(broker.config().ack_wait_ms / 2);
+    let processing = async {
+        if own_route {
+            pipeline.process_held(&delivery, &target).await
+        } else {
+            pipeline.process(&delivery).await
+        }
+    };
     let settlement = tokio::select! {
         biased;
-        settlement = pipeline.process(&delivery) => settlement,
-        never = keep_alive(&message, every) => match never {},
+        settlement = processing => settlement,
+        never = keep_alive(message, every) => match never {},
     };
     let handled = settlement.handled();
-    let outcome = apply(
-        broker, dlqs, &message, &delivery, &key, settlement, delivered,
-    )
-    .await;
+    let outcome = std::panic::AssertUnwindSafe(apply(
+        broker, dlqs, message, &delivery, &key, settlement, delivered,
+    ))
+    .catch_unwind()
+    .await
+    .unwrap_or_else(|panic| Err(anyhow::anyhow!("panicked: {}", super::panic_text(&*panic))));
     match outcome {
         Ok(()) => {
-            pipeline
-                .metrics()
-                .handled(NAME, handled, received.elapsed());
+            failures.settled(&key);
             // Once the message is gone from the stream's point of view, so is its history.
             if handled.is_final()
                 && had_history
@@ -202,13 +336,53 @@ async fn handle(
             {
                 tracing::debug!(error = %e, seq, "nats source: a settled history was not purged (it expires)");
             }
+            Some(handled)
         }
-        Err(e) => tracing::error!(
-            error = %format!("{e:#}"),
-            seq,
-            "nats source: applying a verdict failed; JetStream redelivers the message"
-        ),
+        Err(e) => {
+            settle_failed(pipeline, broker, dlqs, failures, message, &delivery, &key, &e).await
+        }
     }
+}
+
+/// Applying a settlement failed: give the message back to be delivered again, at most
+/// [`super::MAX_SETTLE_FAILURES`] times in a row; then dead-letter it through the
+/// gateway's fallback, so that a message no settlement can be applied to does not loop.
+#[allow(clippy::too_many_arguments)]
+async fn settle_failed(
+    pipeline: &Pipeline,
+    broker: &Broker,
+    dlqs: &BrokerDlqs,
+    failures: &SettleFailures,
+    message: &jetstream::Message,
+    delivery: &Delivery,
+    key: &str,
+    error: &anyhow::Error,
+) -> Option<crate::pipeline::Handled> {
+    let cause = format!("{error:#}");
+    if failures.failed(key) >= super::MAX_SETTLE_FAILURES {
+        let letter = pipeline.fallback_dead_letter(delivery, &cause);
+        let applied = std::panic::AssertUnwindSafe(apply(
+            broker, dlqs, message, delivery, key, letter, 0,
+        ))
+        .catch_unwind()
+        .await;
+        if matches!(applied, Ok(Ok(()))) {
+            failures.settled(key);
+            pipeline.metrics().fault(NAME, SettleFault::FallbackDeadLetter);
+            tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "nats source: a message could not be settled repeatedly; dead-lettered by the gateway");
+            return Some(crate::pipeline::Handled::DeadLettered);
+        }
+    }
+    pipeline.metrics().fault(NAME, SettleFault::Released);
+    tracing::error!(
+        id = %Clean(&delivery.id),
+        error = %Clean(&cause),
+        "nats source: applying a verdict failed; the message is delivered again"
+    );
+    let _ = message
+        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+        .await;
+    None
 }
 
 async fn apply(
@@ -333,16 +507,22 @@ async fn poll_dlq_depths(broker: Broker, naming: crate::DlqNaming, dlqs: BrokerD
     }
 }
 
-/// The config the gateway gives its durable consumer.
-pub(crate) fn consumer_config(config: &NatsConfig, durable: &str) -> consumer::pull::Config {
+/// The config the gateway gives the durable consumer of `route`.
+pub(crate) fn consumer_config(
+    config: &NatsConfig,
+    durable: &str,
+    route: &str,
+    from: consumer::DeliverPolicy,
+) -> consumer::pull::Config {
     consumer::pull::Config {
         durable_name: Some(durable.to_string()),
+        filter_subject: route.to_string(),
         ack_policy: consumer::AckPolicy::Explicit,
         ack_wait: Duration::from_millis(config.ack_wait_ms),
         // The gateway counts attempts (a delay spends none): JetStream must never give up.
         max_deliver: -1,
         max_ack_pending: config.max_ack_pending,
-        deliver_policy: consumer::DeliverPolicy::All,
+        deliver_policy: from,
         ..Default::default()
     }
 }

@@ -29,6 +29,9 @@ struct Inner {
     history_prefix: String,
     histories: Histories,
     gateway: String,
+    /// This connection created the source stream: route consumers made now start at its
+    /// first message; on a stream that was there before they start at new messages.
+    created_stream: bool,
 }
 
 /// Connect to `config.url` and set up the stream (capturing `subjects` when it is created),
@@ -72,7 +75,7 @@ pub async fn connect(
     } else {
         config.subjects.clone()
     };
-    ensure_stream(&js, &config.stream, subjects, "nats.stream").await?;
+    let created_stream = ensure_stream(&js, &config.stream, subjects, "nats.stream").await?;
     let dlq_subjects = vec![format!("{}.>", config.dlq_subject_prefix)];
     ensure_stream(&js, &config.dlq_stream, dlq_subjects, "nats.dlq_stream").await?;
     let audit_subjects = vec![format!("{}.>", config.audit_subject_prefix)];
@@ -102,8 +105,28 @@ pub async fn connect(
             durable,
             histories: Histories::new(bucket),
             gateway: settings.instance.clone(),
+            created_stream,
         }),
     })
+}
+
+/// See [`Broker::route_durable`].
+pub(crate) fn route_durable(durable: &str, route: &str) -> String {
+    let name: String = route
+        .chars()
+        .map(|c| match c {
+            '.' => '_',
+            '*' => 'S',
+            '>' => 'G',
+            c if c.is_ascii_alphanumeric() || c == '-' || c == '_' => c,
+            _ => 'x',
+        })
+        .take(64)
+        .collect();
+    let hash = route.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("{durable}-{name}-{:08x}", hash as u32)
 }
 
 /// The history bucket, created when missing. It is created as the stream a key-value bucket
@@ -132,19 +155,20 @@ async fn history_bucket(js: &jetstream::Context, config: &NatsConfig) -> anyhow:
         .with_context(|| format!("nats.history_bucket = {bucket}"))
 }
 
+/// Create the stream `name` when missing; whether it was created.
 async fn ensure_stream(
     js: &jetstream::Context,
     name: &str,
     subjects: Vec<String>,
     field: &str,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     if js.get_stream(name).await.is_ok() {
-        return Ok(());
+        return Ok(false);
     }
     js.create_stream(stream_config(name, subjects.clone()))
         .await
         .with_context(|| format!("{field} = {name}: creating it with subjects {subjects:?}"))?;
-    Ok(())
+    Ok(true)
 }
 
 impl Broker {
@@ -163,9 +187,15 @@ impl Broker {
         &self.inner.config.stream
     }
 
-    /// The durable consumer's name.
+    /// The durable consumers' common prefix (`[nats] durable`, or the consumer group).
     pub fn durable(&self) -> &str {
         &self.inner.durable
+    }
+
+    /// The durable consumer of the route `route` (a subject pattern): `<durable>-<route in
+    /// name characters>-<hash>`, the hash keeping `orders.*` and `orders_any` apart.
+    pub fn route_durable(&self, route: &str) -> String {
+        route_durable(self.durable(), route)
     }
 
     pub(crate) fn history(&self) -> &Histories {
@@ -177,16 +207,25 @@ impl Broker {
         format!("{}.{seq}", self.inner.history_prefix)
     }
 
-    /// The durable consumer (created when missing).
-    pub async fn consumer(&self) -> anyhow::Result<consumer::Consumer<consumer::pull::Config>> {
+    /// The durable consumer of `route`, filtered to its subjects (created when missing).
+    pub async fn route_consumer(
+        &self,
+        route: &str,
+    ) -> anyhow::Result<consumer::Consumer<consumer::pull::Config>> {
         let stream = self.inner.js.get_stream(self.stream_name()).await?;
+        let durable = self.route_durable(route);
+        let from = if self.inner.created_stream {
+            consumer::DeliverPolicy::All
+        } else {
+            consumer::DeliverPolicy::New
+        };
         stream
             .get_or_create_consumer(
-                self.durable(),
-                consumer_config(self.config(), self.durable()),
+                &durable,
+                consumer_config(self.config(), &durable, route, from),
             )
             .await
-            .with_context(|| format!("durable consumer `{}`", self.durable()))
+            .with_context(|| format!("durable consumer `{durable}` of route `{route}`"))
     }
 
     /// The subject a DLQ's letters are published to.

@@ -1,6 +1,11 @@
 //! What travels with a RabbitMQ message between deliveries: the attempt history in
 //! `x-verdict-*` headers (a retried message is a new copy, so its history must ride along),
 //! and the delay buckets that copy waits in.
+//!
+//! The history is signed: `x-verdict-signature` is an HMAC-SHA256 of the message id and
+//! every history header, keyed by the gateway group's history key. A producer cannot set a
+//! message's attempts or history: headers without a valid signature are ignored (the
+//! message starts at attempt 0) and never passed on to the consumer.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +20,86 @@ const DEFERRALS: &str = "x-verdict-deferrals";
 const FIRST_FAILED: &str = "x-verdict-first-failed-at-ms";
 const PUBLISHED: &str = "x-verdict-published-at-ms";
 const HISTORY: &str = "x-verdict-history";
+const SIGNATURE: &str = "x-verdict-signature";
+
+/// The key that signs and checks history headers; every gateway consuming the same queues
+/// must have the same one.
+#[derive(Clone)]
+pub struct HistoryKey(Vec<u8>);
+
+impl std::fmt::Debug for HistoryKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HistoryKey(..)")
+    }
+}
+
+impl HistoryKey {
+    /// A key of these bytes.
+    pub fn new(bytes: Vec<u8>) -> HistoryKey {
+        HistoryKey(bytes)
+    }
+
+    fn mac(&self, fields: &Signed) -> hmac::Hmac<sha2::Sha256> {
+        use hmac::Mac as _;
+        let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC takes a key of any length");
+        // Length-prefixed fields: no two field lists sign alike.
+        for field in [
+            fields.id.as_bytes(),
+            &fields.attempt.to_be_bytes(),
+            &fields.deferrals.to_be_bytes(),
+            &fields.first_failed.unwrap_or(u64::MAX).to_be_bytes(),
+            &fields.published.to_be_bytes(),
+            fields.history.as_bytes(),
+        ] {
+            mac.update(&(field.len() as u64).to_be_bytes());
+            mac.update(field);
+        }
+        mac
+    }
+
+    fn sign(&self, fields: &Signed) -> String {
+        use hmac::Mac as _;
+        hex(&self.mac(fields).finalize().into_bytes())
+    }
+
+    fn verify(&self, fields: &Signed, signature: &str) -> bool {
+        use hmac::Mac as _;
+        let Some(bytes) = unhex(signature) else {
+            return false;
+        };
+        self.mac(fields).verify_slice(&bytes).is_ok()
+    }
+}
+
+/// What the signature covers.
+#[derive(Default)]
+struct Signed {
+    id: String,
+    attempt: u64,
+    deferrals: u64,
+    first_failed: Option<u64>,
+    published: u64,
+    history: String,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
+/// The most history entries a message carries (the oldest are dropped past it): a header
+/// table has to fit the broker's frame, and a policy needs the recent attempts.
+const MAX_HISTORY: usize = 100;
 
 /// The shortest delay bucket; each next one is 25% longer (rounded up to whole ms).
 const FIRST_BUCKET_MS: u64 = 50;
@@ -36,14 +121,16 @@ pub fn bucket_ms(delay_ms: u64) -> u64 {
 }
 
 /// The delivery a consumed message stands for: `queue` is its topic; its history comes
-/// from the `x-verdict-*` headers, which are not passed on to the consumer (nor RabbitMQ's
-/// own `x-death`).
+/// from the `x-verdict-*` headers when `key` signed them (else the message starts over at
+/// attempt 0); no `x-verdict-*` header is passed on to the consumer (nor RabbitMQ's own
+/// `x-death`).
 pub fn to_delivery(
     queue: &str,
     properties: &BasicProperties,
     payload: &[u8],
     redelivered: bool,
     now_ms: u64,
+    key: &HistoryKey,
 ) -> Delivery {
     let mut delivery = Delivery {
         id: properties
@@ -66,20 +153,25 @@ pub fn to_delivery(
     let Some(headers) = properties.headers() else {
         return delivery;
     };
+    let mut signed = Signed {
+        id: delivery.id.clone(),
+        ..Signed::default()
+    };
+    let (mut signature, mut has_published) = (None, false);
     for (name, value) in headers.inner() {
         let name = name.as_str();
         match name {
-            ATTEMPT => delivery.attempt = number(value).try_into().unwrap_or(u32::MAX),
-            DEFERRALS => delivery.deferrals = number(value).try_into().unwrap_or(u32::MAX),
-            FIRST_FAILED => delivery.first_failed_at_ms = Some(number(value)),
-            PUBLISHED => delivery.published_at_ms = number(value),
-            HISTORY => {
-                delivery.history = text(value)
-                    .and_then(|t| serde_json::from_str(&t).ok())
-                    .unwrap_or_default();
+            ATTEMPT => signed.attempt = number(value),
+            DEFERRALS => signed.deferrals = number(value),
+            FIRST_FAILED => signed.first_failed = Some(number(value)),
+            PUBLISHED => {
+                signed.published = number(value);
+                has_published = true;
             }
-            "x-death"
-            | "x-first-death-exchange"
+            HISTORY => signed.history = text(value).unwrap_or_default(),
+            SIGNATURE => signature = text(value),
+            n if n.starts_with("x-verdict-") || n.starts_with("x-death") => {}
+            "x-first-death-exchange"
             | "x-first-death-queue"
             | "x-first-death-reason"
             | "x-last-death-exchange"
@@ -92,39 +184,71 @@ pub fn to_delivery(
             }
         }
     }
+    if signature.is_some_and(|s| key.verify(&signed, &s)) {
+        delivery.attempt = u32::try_from(signed.attempt).unwrap_or(u32::MAX);
+        delivery.deferrals = u32::try_from(signed.deferrals).unwrap_or(u32::MAX);
+        delivery.first_failed_at_ms = signed.first_failed;
+        if has_published {
+            delivery.published_at_ms = signed.published;
+        }
+        delivery.history = serde_json::from_str(&signed.history).unwrap_or_default();
+    }
     delivery
 }
 
 /// The properties of the copy that carries `delivery` to its next attempt; with `failed`,
 /// that failure is added to the history (a retry spends an attempt, a delay a deferral).
+/// The history headers are signed with `key`.
 pub fn next_properties(
     delivery: &Delivery,
     failed: Option<(&AttemptRecord, bool)>,
+    key: &HistoryKey,
 ) -> BasicProperties {
     let (mut attempt, mut deferrals) = (delivery.attempt, delivery.deferrals);
     let mut first_failed = delivery.first_failed_at_ms;
     let mut history: Vec<AttemptSpec> = delivery.history.clone();
     if let Some((failed, spend_attempt)) = failed {
         if spend_attempt {
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
         } else {
-            deferrals += 1;
+            deferrals = deferrals.saturating_add(1);
         }
         first_failed.get_or_insert(failed.at_ms);
         history.push(failed.into());
     }
+    if history.len() > MAX_HISTORY {
+        history.drain(..history.len() - MAX_HISTORY);
+    }
+    let signed = Signed {
+        id: delivery.id.clone(),
+        attempt: attempt.into(),
+        deferrals: deferrals.into(),
+        first_failed,
+        published: delivery.published_at_ms,
+        history: serde_json::to_string(&history).unwrap_or_else(|_| "[]".into()),
+    };
     let mut headers = string_table(&delivery.headers);
+    // Stored as i64 by AMQP; values past it saturate (and are signed as stored).
     let int = |n: u64| AMQPValue::LongLongInt(i64::try_from(n).unwrap_or(i64::MAX));
-    headers.insert(ATTEMPT.into(), int(attempt.into()));
-    headers.insert(DEFERRALS.into(), int(deferrals.into()));
-    headers.insert(PUBLISHED.into(), int(delivery.published_at_ms));
-    if let Some(at) = first_failed {
+    let clamp = |n: u64| u64::try_from(i64::try_from(n).unwrap_or(i64::MAX)).unwrap_or(0);
+    let signed = Signed {
+        published: clamp(signed.published),
+        first_failed: signed.first_failed.map(clamp),
+        ..signed
+    };
+    headers.insert(ATTEMPT.into(), int(signed.attempt));
+    headers.insert(DEFERRALS.into(), int(signed.deferrals));
+    headers.insert(PUBLISHED.into(), int(signed.published));
+    if let Some(at) = signed.first_failed {
         headers.insert(FIRST_FAILED.into(), int(at));
     }
-    let history = serde_json::to_string(&history).unwrap_or_else(|_| "[]".into());
     headers.insert(
         HISTORY.into(),
-        AMQPValue::LongString(LongString::from(history)),
+        AMQPValue::LongString(LongString::from(signed.history.clone())),
+    );
+    headers.insert(
+        SIGNATURE.into(),
+        AMQPValue::LongString(LongString::from(key.sign(&signed))),
     );
     let mut properties = BasicProperties::default()
         .with_message_id(ShortString::from(delivery.id.as_str()))
@@ -210,8 +334,9 @@ mod tests {
             kind: "http.503".into(),
             message: "busy".into(),
         };
-        let properties = next_properties(&delivery, Some((&failed, true)));
-        let next = to_delivery("orders", &properties, b"{}", false, 9_999);
+        let key = HistoryKey::new(b"test key".to_vec());
+        let properties = next_properties(&delivery, Some((&failed, true)), &key);
+        let next = to_delivery("orders", &properties, b"{}", false, 9_999, &key);
         assert_eq!((next.attempt, next.deferrals), (1, 0));
         assert_eq!(next.first_failed_at_ms, Some(2_000));
         assert_eq!(next.published_at_ms, 1_000);
@@ -223,8 +348,8 @@ mod tests {
         );
         assert_eq!(next.id, "m-1");
         delivery = next;
-        let properties = next_properties(&delivery, Some((&failed, false)));
-        let after = to_delivery("orders", &properties, b"{}", false, 9_999);
+        let properties = next_properties(&delivery, Some((&failed, false)), &key);
+        let after = to_delivery("orders", &properties, b"{}", false, 9_999, &key);
         assert_eq!((after.attempt, after.deferrals), (1, 1));
         assert_eq!(after.history.len(), 2);
         assert_eq!(after.first_failed_at_ms, Some(2_000));
@@ -237,9 +362,55 @@ mod tests {
         table.insert(HISTORY.into(), AMQPValue::LongString("{not json".into()));
         table.insert("x-death".into(), AMQPValue::Boolean(true));
         let properties = BasicProperties::default().with_headers(table);
-        let d = to_delivery("q", &properties, b"", true, 5);
+        let key = HistoryKey::new(b"k".to_vec());
+        let d = to_delivery("q", &properties, b"", true, 5, &key);
         assert_eq!((d.attempt, d.history.len(), d.published_at_ms), (0, 0, 5));
         assert!(d.headers.is_empty());
         assert!(d.redelivery);
+    }
+
+    #[test]
+    fn a_producer_cannot_forge_attempts_or_history() {
+        let key = HistoryKey::new(b"group key".to_vec());
+        let delivery = Delivery {
+            id: "m-1".into(),
+            topic: "orders".into(),
+            ..Delivery::default()
+        };
+        let failed = AttemptRecord {
+            at_ms: 2_000,
+            kind: "http.503".into(),
+            message: "busy".into(),
+        };
+        let genuine = next_properties(&delivery, Some((&failed, true)), &key);
+        // Unsigned: a producer's own x-verdict-* headers (u32::MAX attempts, a timestamp
+        // past the year 9999) count for nothing.
+        let mut table = FieldTable::default();
+        table.insert(ATTEMPT.into(), AMQPValue::LongLongInt(i64::from(u32::MAX)));
+        table.insert(
+            HISTORY.into(),
+            AMQPValue::LongString(
+                r#"[{"at-ms": 18446744073709551615, "kind": "x", "message": "y"}]"#.into(),
+            ),
+        );
+        let forged = BasicProperties::default()
+            .with_message_id("m-1".into())
+            .with_headers(table.clone());
+        let d = to_delivery("orders", &forged, b"", false, 5, &key);
+        assert_eq!((d.attempt, d.history.len()), (0, 0));
+        assert!(d.headers.is_empty(), "x-verdict-* never reach the consumer");
+        // Signed by another key, or edited after signing: ignored too.
+        let other = HistoryKey::new(b"another group".to_vec());
+        assert_eq!(to_delivery("orders", &genuine, b"", false, 5, &other).attempt, 0);
+        let mut edited = genuine.headers().clone().unwrap();
+        edited.insert(ATTEMPT.into(), AMQPValue::LongLongInt(0));
+        let edited = genuine.clone().with_headers(edited);
+        let d = to_delivery("orders", &edited, b"", false, 5, &key);
+        assert_eq!((d.attempt, d.history.len()), (0, 0));
+        // The same headers on another message id do not verify either.
+        let moved = genuine.clone().with_message_id("m-2".into());
+        assert_eq!(to_delivery("orders", &moved, b"", false, 5, &key).attempt, 0);
+        // The genuine copy does.
+        assert_eq!(to_delivery("orders", &genuine, b"", false, 5, &key).attempt, 1);
     }
 }

@@ -18,30 +18,35 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use futures_util::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use futures_util::{FutureExt as _, StreamExt};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
 
-use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, Settlement};
-use crate::pipeline::{Pipeline, now_ms};
+use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, SettleFailures, Settlement};
+use crate::pipeline::{Handled, Pipeline, SettleFault, now_ms};
+use crate::text::Clean;
 use crate::{GatewaySection, RabbitmqConfig};
 
 pub mod headers;
 pub mod topology;
 
+pub use headers::HistoryKey;
 use topology::Topology;
 
 /// The source's name in metrics and `/readyz`.
 pub const NAME: &str = "rabbitmq";
 
 /// Consume `queues` until `shutdown` turns true, reconnecting with backoff; then wait up to
-/// `grace` for deliveries in flight (unacked ones are redelivered by the broker).
+/// `grace` for deliveries in flight (unacked ones are redelivered by the broker). `key`
+/// signs the history headers of retried copies.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     pipeline: Arc<Pipeline>,
     config: RabbitmqConfig,
     queues: Vec<String>,
+    key: HistoryKey,
     ready: Readiness,
     dlqs: BrokerDlqs,
     shutdown: watch::Receiver<bool>,
@@ -50,6 +55,8 @@ pub async fn run(
     let settings = &pipeline.settings().clone();
     let (config, ready, dlqs, queues) = (&config, &ready, &dlqs, &queues);
     let pipeline = &pipeline;
+    let failures = &SettleFailures::default();
+    let key = &key;
     let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         let session = Session {
             pipeline,
@@ -58,6 +65,8 @@ pub async fn run(
             ready,
             dlqs,
             slots: &slots,
+            failures,
+            key,
         };
         session.run(queues, shutdown).await
     };
@@ -79,6 +88,8 @@ struct Session<'a> {
     ready: &'a Readiness,
     dlqs: &'a BrokerDlqs,
     slots: &'a Arc<Semaphore>,
+    failures: &'a SettleFailures,
+    key: &'a HistoryKey,
 }
 
 impl Session<'_> {
@@ -151,10 +162,15 @@ impl Session<'_> {
                 }
                 None => anyhow::bail!("the broker closed every consumer"),
             };
-            let (pipeline, topology, dlqs) =
-                (self.pipeline.clone(), topology.clone(), self.dlqs.clone());
+            let job = Job {
+                pipeline: self.pipeline.clone(),
+                topology: topology.clone(),
+                dlqs: self.dlqs.clone(),
+                failures: self.failures.clone(),
+                key: self.key.clone(),
+            };
             tokio::spawn(async move {
-                handle(&pipeline, &topology, &dlqs, &queue, delivery).await;
+                job.handle(&queue, delivery).await;
                 drop(permit);
             });
         }
@@ -171,35 +187,108 @@ fn generated_id(queue: &str) -> String {
     )
 }
 
-async fn handle(
-    pipeline: &Pipeline,
-    topology: &Topology,
-    dlqs: &BrokerDlqs,
-    queue: &str,
-    message: lapin::message::Delivery,
-) {
-    let received = Instant::now();
-    let mut delivery = headers::to_delivery(
-        queue,
-        &message.properties,
-        &message.data,
-        message.redelivered,
-        now_ms(),
-    );
-    if delivery.id.is_empty() {
-        delivery.id = generated_id(queue);
+/// What one delivery's task needs.
+struct Job {
+    pipeline: Arc<Pipeline>,
+    topology: Topology,
+    dlqs: BrokerDlqs,
+    failures: SettleFailures,
+    key: HistoryKey,
+}
+
+impl Job {
+    /// Deliver one message and apply its settlement. Nothing from outside may leave it
+    /// unsettled: a panic dead-letters it through the gateway's fallback, and a settlement
+    /// that cannot be applied gives it back (`nack`) at most
+    /// [`super::MAX_SETTLE_FAILURES`] times in a row before the gateway dead-letters it.
+    async fn handle(self, queue: &str, message: lapin::message::Delivery) {
+        let received = Instant::now();
+        let mut delivery = headers::to_delivery(
+            queue,
+            &message.properties,
+            &message.data,
+            message.redelivered,
+            now_ms(),
+            &self.key,
+        );
+        if delivery.id.is_empty() {
+            delivery.id = generated_id(queue);
+        }
+        let settlement =
+            match std::panic::AssertUnwindSafe(self.pipeline.process(&delivery))
+                .catch_unwind()
+                .await
+            {
+                Ok(settlement) => settlement,
+                Err(panic) => {
+                    let cause = super::panic_text(&*panic);
+                    self.pipeline.metrics().fault(NAME, SettleFault::Panic);
+                    tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "rabbitmq source: processing a delivery panicked; dead-lettering the message");
+                    self.pipeline.fallback_dead_letter(&delivery, &cause)
+                }
+            };
+        let handled = settlement.handled();
+        let failure_key = format!("{queue}\u{0}{}", delivery.id);
+        match self.apply(&message, &delivery, settlement).await {
+            Ok(()) => {
+                self.failures.settled(&failure_key);
+                self.pipeline
+                    .metrics()
+                    .handled(NAME, handled, received.elapsed());
+            }
+            Err(e) => {
+                let cause = format!("{e:#}");
+                if self.failures.failed(&failure_key) >= super::MAX_SETTLE_FAILURES {
+                    let letter = self.pipeline.fallback_dead_letter(&delivery, &cause);
+                    if self.apply(&message, &delivery, letter).await.is_ok() {
+                        self.failures.settled(&failure_key);
+                        self.pipeline
+                            .metrics()
+                            .fault(NAME, SettleFault::FallbackDeadLetter);
+                        self.pipeline.metrics().handled(
+                            NAME,
+                            Handled::DeadLettered,
+                            received.elapsed(),
+                        );
+                        tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "rabbitmq source: a message could not be settled repeatedly; dead-lettered by the gateway");
+                        return;
+                    }
+                }
+                self.pipeline.metrics().fault(NAME, SettleFault::Released);
+                tracing::error!(
+                    error = %Clean(&cause),
+                    id = %Clean(&delivery.id),
+                    "rabbitmq source: applying a verdict failed; the message is given back to be delivered again"
+                );
+                let requeue = BasicNackOptions {
+                    requeue: true,
+                    ..BasicNackOptions::default()
+                };
+                if let Err(e) = message.nack(requeue).await {
+                    tracing::warn!(error = %e, "rabbitmq source: giving a message back failed; the broker redelivers it when the channel closes");
+                }
+            }
+        }
     }
-    let settlement = pipeline.process(&delivery).await;
-    let handled = settlement.handled();
-    match apply(topology, dlqs, &message, &delivery, settlement).await {
-        Ok(()) => pipeline
-            .metrics()
-            .handled(NAME, handled, received.elapsed()),
-        Err(e) => tracing::error!(
-            error = %format!("{e:#}"),
-            id = %delivery.id,
-            "rabbitmq source: applying a verdict failed; the broker redelivers the message"
-        ),
+
+    /// [`apply`], with a panic in it turned into an error.
+    async fn apply(
+        &self,
+        message: &lapin::message::Delivery,
+        delivery: &Delivery,
+        settlement: Settlement,
+    ) -> anyhow::Result<()> {
+        std::panic::AssertUnwindSafe(apply(
+            &self.topology,
+            &self.dlqs,
+            message,
+            delivery,
+            settlement,
+            &self.key,
+        ))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|panic| Err(anyhow::anyhow!("panicked: {}", super::panic_text(&*panic))))
     }
 }
 
@@ -209,6 +298,7 @@ async fn apply(
     message: &lapin::message::Delivery,
     delivery: &Delivery,
     settlement: Settlement,
+    key: &HistoryKey,
 ) -> anyhow::Result<()> {
     let queue = delivery.topic.as_str();
     let delivered = settlement == Settlement::Delivered;
@@ -219,14 +309,14 @@ async fn apply(
             delay_ms,
             spend_attempt,
         } => {
-            let properties = headers::next_properties(delivery, Some((&failed, spend_attempt)));
+            let properties = headers::next_properties(delivery, Some((&failed, spend_attempt)), key);
             let bucket = headers::bucket_ms(delay_ms);
             topology
                 .later(queue, bucket, &delivery.payload, properties)
                 .await?;
         }
         Settlement::Release { delay_ms } => {
-            let properties = headers::next_properties(delivery, None);
+            let properties = headers::next_properties(delivery, None, key);
             let bucket = headers::bucket_ms(delay_ms);
             topology
                 .later(queue, bucket, &delivery.payload, properties)
@@ -245,7 +335,7 @@ async fn apply(
                 _ => "application/json",
             };
             let properties = BasicProperties::default()
-                .with_message_id(ShortString::from(delivery.id.as_str()))
+                .with_message_id(ShortString::from(crate::text::one_line(&delivery.id, 255).as_str()))
                 .with_content_type(ShortString::from(content_type))
                 .with_timestamp(failed.at_ms / 1_000)
                 .with_delivery_mode(2)

@@ -1,0 +1,93 @@
+//! Strings from outside - consumer answers, producer headers, policy output - made safe
+//! before they reach a header, a metric label, a log line or an envelope: bounded in
+//! length and free of control characters (a CR/LF in a header value would let a consumer
+//! inject headers, and some clients refuse such a value with a panic).
+
+use std::fmt;
+
+/// The longest error kind the gateway accepts from a consumer.
+pub const MAX_KIND_BYTES: usize = 128;
+/// The longest error message kept from a consumer (or a policy fault).
+pub const MAX_MESSAGE_BYTES: usize = 512;
+/// The longest name or version a policy may describe itself with.
+pub const MAX_NAME_BYTES: usize = 128;
+/// The longest string written to a log line in one field.
+pub const MAX_LOG_BYTES: usize = 256;
+
+/// `text` cut to at most `max` bytes (on a character boundary) with every control
+/// character (CR, LF, TAB, NUL, ...) replaced by a space: one line, safe for a header value.
+pub fn one_line(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max));
+    for c in text.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if out.len() + c.len_utf8() > max {
+            break;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Whether `kind` is a usable error kind: 1 to [`MAX_KIND_BYTES`] bytes of ASCII letters,
+/// digits and `. _ - : / +`, which every broker header, metric label and policy pattern
+/// takes as it is.
+pub fn is_kind(kind: &str) -> bool {
+    !kind.is_empty()
+        && kind.len() <= MAX_KIND_BYTES
+        && kind
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_:/+".contains(&b))
+}
+
+/// A string for a log field: one line, at most [`MAX_LOG_BYTES`] (with `...` when cut).
+pub struct Clean<'a>(pub &'a str);
+
+impl fmt::Display for Clean<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let line = one_line(self.0, MAX_LOG_BYTES);
+        if line.len() < self.0.len() && self.0.len() > MAX_LOG_BYTES {
+            write!(f, "{line}...")
+        } else {
+            f.write_str(&line)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_become_spaces_and_length_is_bounded_on_a_char_boundary() {
+        assert_eq!(one_line("schema.bad\r\nx-injected: 1", 100), "schema.bad  x-injected: 1");
+        assert_eq!(one_line("\0\t\u{7f}", 10), "   ");
+        // 'é' is two bytes: never split.
+        assert_eq!(one_line("éééé", 5), "éé");
+        assert_eq!(one_line(&"x".repeat(2_000_000), 512).len(), 512);
+    }
+
+    #[test]
+    fn kinds_are_plain_tokens() {
+        for good in ["http.503", "schema.unknown-version", "db:timeout", "a/b+c_d"] {
+            assert!(is_kind(good), "{good}");
+        }
+        for bad in [
+            "",
+            "schema.bad\r\nx-injected: 1",
+            "with space",
+            "ünïcode",
+            &"x".repeat(129),
+        ] {
+            assert!(!is_kind(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn log_fields_are_one_bounded_line() {
+        let long = format!("a\nb{}", "c".repeat(1_000));
+        let shown = Clean(&long).to_string();
+        assert!(!shown.contains('\n'));
+        assert!(shown.len() <= MAX_LOG_BYTES + 3 && shown.ends_with("..."));
+        assert_eq!(Clean("short").to_string(), "short");
+    }
+}
