@@ -144,3 +144,6 @@ pub mod nats;
 
 #[path = "rabbitmq.rs"]
 pub mod rabbitmq;
+
+#[path = "scripted.rs"]
+pub mod scripted;

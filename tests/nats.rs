@@ -109,15 +109,44 @@ ack_wait_ms = 5000
         })
     }
 
-    /// The durable consumer's (pending, ack-pending) counts.
+    /// The (pending, ack-pending) counts of the durable consumers whose names start with
+    /// `durable` (the gateway's: one per route), added up.
     pub fn pending(&self, durable: &str) -> (u64, usize) {
+        self.consumers(durable)
+            .iter()
+            .fold((0, 0), |(p, a), (_, pending, acks)| (p + pending, a + acks))
+    }
+
+    /// (name, pending, ack-pending) of each durable consumer of this test's stream whose
+    /// name starts with `prefix`.
+    pub fn consumers(&self, prefix: &str) -> Vec<(String, u64, usize)> {
+        use futures_util::TryStreamExt as _;
         self.runtime.block_on(async {
             let stream = self.js.get_stream(&self.prefix).await.expect("stream");
-            let mut consumer: jetstream::consumer::PullConsumer =
-                stream.get_consumer(durable).await.expect("consumer");
-            let info = consumer.info().await.expect("consumer info");
-            (info.num_pending, info.num_ack_pending)
+            let infos: Vec<_> = stream
+                .consumers()
+                .try_collect()
+                .await
+                .expect("consumer list");
+            infos
+                .into_iter()
+                .filter(|i| i.name.starts_with(prefix))
+                .map(|i| (i.name.clone(), i.num_pending, i.num_ack_pending))
+                .collect()
         })
+    }
+
+    /// Publish one message to `topic` with these headers and payload, confirmed.
+    pub fn publish_raw(&self, topic: &str, headers: HeaderMap, payload: Vec<u8>) {
+        let subject = self.subject(topic);
+        self.runtime.block_on(async {
+            self.js
+                .publish_with_headers(subject, headers, payload.into())
+                .await
+                .expect("publish")
+                .await
+                .expect("PubAck");
+        });
     }
 
     /// Wait until `check` holds (at most `limit`).

@@ -111,6 +111,37 @@ impl RabbitFixture {
         });
     }
 
+    /// Publish one message to the queue of `topic` (declared when missing), confirmed.
+    pub fn publish_raw(&self, topic: &str, properties: BasicProperties, payload: &[u8]) {
+        let queue = self.queue(topic);
+        let channel = self.channel();
+        self.runtime.block_on(async {
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .unwrap();
+            channel
+                .queue_declare(
+                    queue.as_str().into(),
+                    QueueDeclareOptions::durable(),
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+            let confirm = channel
+                .basic_publish(
+                    "".into(),
+                    queue.as_str().into(),
+                    BasicPublishOptions::default(),
+                    payload,
+                    properties.with_delivery_mode(2),
+                )
+                .await
+                .unwrap();
+            assert!(confirm.await.unwrap().is_ack());
+        });
+    }
+
     /// Messages ready in `queue`, as the broker counts them.
     pub fn depth(&self, queue: &str) -> u64 {
         let channel = self.channel();
@@ -147,11 +178,11 @@ impl RabbitFixture {
     }
 
     fn clean(&self) {
-        let mut queues = vec![
-            self.queue("orders"),
-            format!("{}.DLQ", self.queue("orders")),
-            format!("{}.audit", self.prefix),
-        ];
+        let mut queues = vec![format!("{}.audit", self.prefix)];
+        for topic in ["orders", "other"] {
+            queues.push(self.queue(topic));
+            queues.push(format!("{}.DLQ", self.queue(topic)));
+        }
         let mut d = 1;
         let mut buckets = Vec::new();
         while d <= MAX_BUCKET_MS {

@@ -8,6 +8,7 @@ mod conformance;
 mod dlq_tools;
 mod gateway;
 mod hostile;
+mod invariants;
 mod loading;
 mod nats;
 mod policies;

@@ -25,7 +25,7 @@ use futures_util::FutureExt as _;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
 use super::{AbortOnDrop, Settlement};
-use crate::pipeline::{Pipeline, RouteTarget, SettleFault, now_ms};
+use crate::pipeline::{Handled, Pipeline, RouteTarget, SettleFault, now_ms};
 use crate::store::{Claimed, Store, StoreError};
 
 /// The source's name in metrics.
@@ -49,6 +49,7 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     let poll = Duration::from_millis(settings.poll_ms.max(1));
     let (committer, writer) = Committer::start(store.clone());
     let held: Held = Arc::default();
+    let failures = super::SettleFailures::default();
     let _keeper = AbortOnDrop(tokio::spawn(keep_leases(
         store.clone(),
         held.clone(),
@@ -111,6 +112,7 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             let task = Task {
                 pipeline: pipeline.clone(),
                 committer: committer.clone(),
+                failures: failures.clone(),
                 held: held.clone(),
                 freed: freed.clone(),
             };
@@ -227,7 +229,8 @@ async fn plan(
 
 /// Extend the leases of the deliveries this process runs, every third of `lease_ms`.
 async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
-    let every = Duration::from_millis((lease_ms / 3).max(10));
+    // At most a minute apart, however long the lease: extending early costs one statement.
+    let every = Duration::from_millis((lease_ms / 3).clamp(10, 60_000));
     loop {
         tokio::time::sleep(every).await;
         let leases: Vec<(i64, i64)> = held
@@ -253,6 +256,7 @@ async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
 struct Task {
     pipeline: Arc<Pipeline>,
     committer: Committer,
+    failures: super::SettleFailures,
     held: Held,
     freed: Arc<Notify>,
 }
@@ -308,12 +312,49 @@ impl Task {
                      this outcome is not applied (the consumer may see the message twice)"
                 );
             }
-            Err(Written::Failed(e)) => tracing::error!(
-                error = %e,
-                "recording a delivery's outcome failed; the message keeps its lease \
-                 and is delivered again"
-            ),
+            Err(Written::Failed(e)) => self.settle_failed(&message, &e, received).await,
         }
+    }
+
+    /// Writing a settlement failed: dead-letter the message through the gateway's fallback
+    /// after [`super::MAX_SETTLE_FAILURES`] failures in a row, else release it for a later
+    /// delivery ([`super::release_delay`]); if even that cannot be written, its lease
+    /// expires and it is delivered again.
+    async fn settle_failed(&self, message: &Claimed, error: &str, received: Instant) {
+        let key = message.seq.to_string();
+        let failed = self.failures.failed(&key);
+        if failed >= super::MAX_SETTLE_FAILURES {
+            let letter = self.pipeline.fallback_dead_letter(&message.delivery, error);
+            if self
+                .committer
+                .settle(message.seq, message.lease, letter)
+                .await
+                .is_ok()
+            {
+                self.failures.settled(&key);
+                let metrics = self.pipeline.metrics();
+                metrics.fault(NAME, SettleFault::FallbackDeadLetter);
+                metrics.handled(NAME, Handled::DeadLettered, received.elapsed());
+                tracing::error!(id = %crate::text::Clean(&message.delivery.id), error = %crate::text::Clean(error), "a message could not be settled repeatedly; dead-lettered by the gateway");
+                return;
+            }
+        }
+        self.pipeline.metrics().fault(NAME, SettleFault::Released);
+        let wait = super::release_delay(failed);
+        tracing::error!(
+            id = %crate::text::Clean(&message.delivery.id),
+            error = %crate::text::Clean(error),
+            failed,
+            "recording a delivery's outcome failed; the message is delivered again"
+        );
+        let release = Settlement::Release {
+            delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        };
+        // If this fails too, the lease expires and the message comes back all the same.
+        let _ = self
+            .committer
+            .settle(message.seq, message.lease, release)
+            .await;
     }
 }
 

@@ -331,6 +331,19 @@ pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// given back to the broker each time) before the gateway dead-letters it itself.
 pub const MAX_SETTLE_FAILURES: u32 = 3;
 
+/// How long a message waits before its next delivery after `failures` failed settlements
+/// in a row: at once (the broker's own redelivery) below [`MAX_SETTLE_FAILURES`]; past it,
+/// when even the gateway's own dead letter could not be written (the DLQ itself refuses),
+/// 5 s doubling to 5 minutes - the message stays on the source, released at a bounded rate
+/// and counted (`verdict_settlement_faults_total{reason="released"}`) until the DLQ takes
+/// it.
+pub(crate) fn release_delay(failures: u32) -> Duration {
+    match failures.checked_sub(MAX_SETTLE_FAILURES) {
+        None => Duration::ZERO,
+        Some(past) => Duration::from_secs((5_u64 << past.min(6)).min(300)),
+    }
+}
+
 /// Failed settlements per message, in this process: the bound that keeps a message that
 /// no settlement can be applied to from being redelivered without end. Kept in memory and
 /// bounded (forgotten wholesale past 100,000 entries): after a restart a message gets
@@ -458,6 +471,17 @@ pub(crate) fn topic_of_dlq(naming: crate::DlqNaming, dlq: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settlement_failures_are_released_at_once_then_at_a_bounded_rate() {
+        let waits: Vec<u64> = (1..=12).map(|n| release_delay(n).as_secs()).collect();
+        assert_eq!(waits, [0, 0, 5, 10, 20, 40, 80, 160, 300, 300, 300, 300]);
+        let failures = SettleFailures::default();
+        assert_eq!((failures.failed("a"), failures.failed("a")), (1, 2));
+        assert_eq!(failures.failed("b"), 1);
+        failures.settled("a");
+        assert_eq!(failures.failed("a"), 1, "a settled message starts over");
+    }
 
     #[test]
     fn reconnects_back_off_to_five_seconds_and_start_over_once_up() {

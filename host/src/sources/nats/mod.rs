@@ -359,7 +359,8 @@ async fn settle_failed(
     error: &anyhow::Error,
 ) -> Option<crate::pipeline::Handled> {
     let cause = format!("{error:#}");
-    if failures.failed(key) >= super::MAX_SETTLE_FAILURES {
+    let failed = failures.failed(key);
+    if failed >= super::MAX_SETTLE_FAILURES {
         let letter = pipeline.fallback_dead_letter(delivery, &cause);
         let applied = std::panic::AssertUnwindSafe(apply(
             broker, dlqs, message, delivery, key, letter, 0,
@@ -373,15 +374,16 @@ async fn settle_failed(
             return Some(crate::pipeline::Handled::DeadLettered);
         }
     }
+    let wait = super::release_delay(failed);
     pipeline.metrics().fault(NAME, SettleFault::Released);
     tracing::error!(
         id = %Clean(&delivery.id),
         error = %Clean(&cause),
+        failed,
+        retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
         "nats source: applying a verdict failed; the message is delivered again"
     );
-    let _ = message
-        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-        .await;
+    let _ = message.ack_with(AckKind::Nak(Some(wait))).await;
     None
 }
 

@@ -238,7 +238,8 @@ impl Job {
             }
             Err(e) => {
                 let cause = format!("{e:#}");
-                if self.failures.failed(&failure_key) >= super::MAX_SETTLE_FAILURES {
+                let failed = self.failures.failed(&failure_key);
+                if failed >= super::MAX_SETTLE_FAILURES {
                     let letter = self.pipeline.fallback_dead_letter(&delivery, &cause);
                     if self.apply(&message, &delivery, letter).await.is_ok() {
                         self.failures.settled(&failure_key);
@@ -254,12 +255,24 @@ impl Job {
                         return;
                     }
                 }
+                let wait = super::release_delay(failed);
                 self.pipeline.metrics().fault(NAME, SettleFault::Released);
                 tracing::error!(
                     error = %Clean(&cause),
                     id = %Clean(&delivery.id),
+                    failed,
+                    retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
                     "rabbitmq source: applying a verdict failed; the message is given back to be delivered again"
                 );
+                if !wait.is_zero() {
+                    // Past the bound: wait in a delay bucket, not in a tight requeue loop.
+                    let release = Settlement::Release {
+                        delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    };
+                    if self.apply(&message, &delivery, release).await.is_ok() {
+                        return;
+                    }
+                }
                 let requeue = BasicNackOptions {
                     requeue: true,
                     ..BasicNackOptions::default()

@@ -5,7 +5,8 @@
 //! `"panic"` panics; `"recurse"` recurses without end; `"huge-reason"` returns a 4 MiB
 //! reason; `"many-labels"` returns 10 000 labels; `"past-the-cap"` asks for a retry in
 //! `u64::MAX` ms; `"reject-init"` refuses its config; `"trap-in-init"` panics in `init`;
-//! `"ok"` retries after 1 s; `"echo"` retries and returns every on-demand fact as labels.
+//! `"ok"` retries after 1 s; `"echo"` retries and returns every on-demand fact as labels;
+//! `"huge-panic"` panics with a 2 MiB message spread over many lines.
 
 use std::hint::black_box;
 
@@ -38,6 +39,8 @@ pub enum Mode {
     TrapInInit,
     /// Behave, and echo every on-demand fact the host offers as labels (tests the getters).
     Echo,
+    /// Panic with a gigantic, many-line message.
+    HugePanic,
 }
 
 /// Config: `{"mode": "..."}`.
@@ -85,6 +88,7 @@ impl Policy for Hostile {
                 }
             }
             Mode::Panic => panic!("hostile policy panics on {}", f.kind()),
+            Mode::HugePanic => panic!("{}", "line\r\n".repeat(2 << 20 >> 3)),
             Mode::Recurse => Verdict::retry_after(recurse(1)),
             Mode::HugeReason => Verdict::dead_letter(Class::Poison).because("x".repeat(4 << 20)),
             Mode::ManyLabels => (0..10_000).fold(Verdict::dead_letter(Class::Poison), |v, i| {
