@@ -98,8 +98,8 @@ impl Scripted {
             .expect("binding the consumer");
         let addr = listener.local_addr().unwrap();
         let log = received.clone();
-        let router = axum::Router::new().fallback(
-            move |uri: Uri, headers: HeaderMap, body: Bytes| {
+        let router =
+            axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
                 let (script, log) = (script.clone(), log.clone());
                 async move {
                     let mut all: HashMap<String, Vec<String>> = HashMap::new();
@@ -130,8 +130,7 @@ impl Scripted {
                     }
                     response.body(Body::from(reply.body)).unwrap()
                 }
-            },
-        );
+            });
         runtime.spawn(async move { axum::serve(listener, router).await });
         Scripted { addr, received }
     }

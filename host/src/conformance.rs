@@ -8,7 +8,7 @@
 //!
 //! let host = Host::new(&Limits::new())?;
 //! let policy = host.load_file("rules.component.wasm".as_ref())?;
-//! let suite = Suite::load("policies/rules/vectors/seed2-table.json".as_ref())?;
+//! let suite = Suite::load("policies/rules/vectors/error-table.json".as_ref())?;
 //! let results = run_suites(&policy, &[suite]);
 //! let report = Report::new((**policy.provenance()).clone(), results, vec![]);
 //! print!("{}", report.human());

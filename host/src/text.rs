@@ -59,7 +59,10 @@ mod tests {
 
     #[test]
     fn control_characters_become_spaces_and_length_is_bounded_on_a_char_boundary() {
-        assert_eq!(one_line("schema.bad\r\nx-injected: 1", 100), "schema.bad  x-injected: 1");
+        assert_eq!(
+            one_line("schema.bad\r\nx-injected: 1", 100),
+            "schema.bad  x-injected: 1"
+        );
         assert_eq!(one_line("\0\t\u{7f}", 10), "   ");
         // 'é' is two bytes: never split.
         assert_eq!(one_line("éééé", 5), "éé");
@@ -68,7 +71,12 @@ mod tests {
 
     #[test]
     fn kinds_are_plain_tokens() {
-        for good in ["http.503", "schema.unknown-version", "db:timeout", "a/b+c_d"] {
+        for good in [
+            "http.503",
+            "schema.unknown-version",
+            "db:timeout",
+            "a/b+c_d",
+        ] {
             assert!(is_kind(good), "{good}");
         }
         for bad in [

@@ -92,9 +92,7 @@ fn faults(gw: &Gateway) -> Vec<(String, u64)> {
 }
 
 fn dead_letters(gw: &Gateway) -> Vec<verdict_host::store::DlqEntry> {
-    gw.store
-        .dlq_list(&DlqFilter::default(), u64::MAX)
-        .unwrap()
+    gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap()
 }
 
 // ---------------------------------------------------------------- I2: no duplicate
@@ -151,7 +149,12 @@ fn a_hanging_route_does_not_hold_another_routes_slots_on_the_embedded_store() {
         &slow.url(),
         "timeout_ms = 2000, concurrency = 4",
         STRICT,
-    ) + &route("b", &fast.url(), "timeout_ms = 2000, concurrency = 4", STRICT);
+    ) + &route(
+        "b",
+        &fast.url(),
+        "timeout_ms = 2000, concurrency = 4",
+        STRICT,
+    );
     let gw = Gateway::start_on(
         runtime,
         &dir,
@@ -317,7 +320,11 @@ consumer = {{ url = "{}", timeout_ms = 1000, concurrency = 4 }}
     let envelope: Value = serde_json::from_slice(&letters[0].payload).unwrap();
     let message = envelope["errors"][0]["message"].as_str().unwrap();
     assert!(!message.contains(['\r', '\n']), "{message:?}");
-    assert!(faults(&gw).iter().all(|(_, n)| *n == 0), "{:?}", faults(&gw));
+    assert!(
+        faults(&gw).iter().all(|(_, n)| *n == 0),
+        "{:?}",
+        faults(&gw)
+    );
 }
 
 fn rabbit_config(rabbit: &RabbitFixture, consumer: &str, prefetch: u16) -> String {
@@ -398,7 +405,11 @@ fn forged_history_headers_neither_loop_nor_stall_a_rabbitmq_queue() {
         let envelope: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(envelope["attempts"], 1, "{envelope}");
         let errors = envelope["errors"].as_array().unwrap();
-        assert_eq!(errors.len(), 1, "the forged history is not in it: {envelope}");
+        assert_eq!(
+            errors.len(),
+            1,
+            "the forged history is not in it: {envelope}"
+        );
         let headers = properties.headers().clone().unwrap();
         assert!(
             headers
@@ -429,7 +440,11 @@ fn a_dlq_that_refuses_letters_releases_the_message_at_a_bounded_rate_on_rabbitmq
             .args(args)
             .output()
             .expect("rabbitmqctl runs (the broker tests run as root beside the server)");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     rabbitmqctl(&[
         "set_policy",
@@ -513,7 +528,11 @@ fn a_redirect_is_a_failure_and_is_never_followed() {
         .unwrap()
         .dead
         == 1));
-    assert!(thief.received().is_empty(), "followed to {:?}", thief.received());
+    assert!(
+        thief.received().is_empty(),
+        "followed to {:?}",
+        thief.received()
+    );
     let dead = dead_letters(&gw);
     assert_eq!(dead[0].kind, "http.307");
     assert_eq!(gw.store.counts().unwrap().delivered, 0);
@@ -656,7 +675,12 @@ fn a_binary_payload_reaches_the_policy_byte_for_byte() {
         .with_payload(bytes.clone());
     let decision = echo.decide(&failure);
     let labels = &decision.verdict.labels;
-    let label = |k: &str| labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone());
+    let label = |k: &str| {
+        labels
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
     assert_eq!(label("payload-size"), Some("5".into()), "{labels:?}");
     assert_eq!(
         label("payload"),

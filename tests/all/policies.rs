@@ -174,9 +174,9 @@ fn a_refused_config_names_the_policy_and_field() {
 }
 
 #[test]
-fn rules_seed_two_table_example_config_behaves_as_its_readme_says() {
+fn rules_standard_table_example_config_behaves_as_its_readme_says() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../policies/rules/examples/seed2-table.json");
+        .join("../policies/rules/examples/error-table.json");
     let config = std::fs::read_to_string(path).unwrap();
     let host = host();
     let table = decider(&host, fixtures::RULES, &config);

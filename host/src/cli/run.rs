@@ -100,7 +100,11 @@ pub async fn start(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let history_key = if config.routes.iter().any(|r| r.source == SourceKind::Rabbitmq) {
+    let history_key = if config
+        .routes
+        .iter()
+        .any(|r| r.source == SourceKind::Rabbitmq)
+    {
         let state_dir = base.join(&config.storage.dir);
         history_key(&config.rabbitmq, &base, &state_dir)?
     } else {

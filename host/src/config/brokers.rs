@@ -4,8 +4,8 @@
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-/// NATS JetStream: one durable pull consumer (shared by every gateway of the group, so they
-/// compete for messages) on one stream.
+/// NATS JetStream: one stream, and a durable pull consumer per route (each shared by every
+/// gateway of the group, so they compete for the route's messages).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct NatsConfig {

@@ -15,12 +15,15 @@ pub struct GatewaySection {
     pub consumer_group: String,
     /// The embedded store (SQLite), relative to `[storage] dir`.
     pub database: PathBuf,
-    /// How long a delivery holds its message; a message whose lease expires (the gateway
-    /// died mid-delivery) is delivered again. Must exceed every consumer's `timeout_ms`.
+    /// How long a claimed message stays leased without renewal. A running delivery renews
+    /// its lease every third of this, so a lease expires only when the gateway holding it
+    /// stopped or stalled that long; the message is then delivered again (a counted
+    /// duplicate). Must exceed every consumer's `timeout_ms`.
     pub lease_ms: u64,
     /// How often the store is polled for due messages when idle.
     pub poll_ms: u64,
-    /// Deliveries in flight across all routes.
+    /// Deliveries in flight across all routes (each route also stays within its consumer's
+    /// `concurrency`).
     pub max_in_flight: usize,
     /// How dead-letter queues are named.
     pub dlq_naming: DlqNaming,
@@ -46,7 +49,7 @@ impl Default for GatewaySection {
     }
 }
 
-/// DLQ naming (seed 2): `<topic>.DLQ`, `DLQ.<topic>`, or one DLQ for every topic (the
+/// DLQ naming: `<topic>.DLQ`, `DLQ.<topic>`, or one DLQ for every topic (the
 /// source topic is in the envelope).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]

@@ -105,7 +105,7 @@ pub struct RouteConfig {
     /// Guardrails and fallback for this route, replacing `[defaults]`.
     #[serde(default)]
     pub settings: Option<TopicSettings>,
-    /// A core topic: its DLQ depth alerts critical at 500 instead of 1,000 (seed 2's tiers;
+    /// A core topic: its DLQ depth alerts critical at 500 instead of 1,000 (the alert tiers;
     /// exported as the `core` label of `verdict_dlq_depth`).
     #[serde(default)]
     pub core: bool,

@@ -153,7 +153,12 @@ pub(crate) async fn deliver(
     }
     let headers = response.headers().clone();
     let body = read_capped(response, MAX_ERROR_BODY_BYTES).await;
-    Err(classify(status.as_u16(), &headers, &body, SystemTime::now()))
+    Err(classify(
+        status.as_u16(),
+        &headers,
+        &body,
+        SystemTime::now(),
+    ))
 }
 
 /// At most `max` bytes of a body: a consumer cannot make the gateway buffer more.
@@ -284,24 +289,38 @@ mod tests {
     #[test]
     fn hostile_answers_are_cleaned_before_they_go_anywhere() {
         let none = HeaderMap::new();
-        let injected = br#"{"error": {"kind": "schema.bad\r\nx-injected: 1", "message": "a\r\nb"}}"#;
+        let injected =
+            br#"{"error": {"kind": "schema.bad\r\nx-injected: 1", "message": "a\r\nb"}}"#;
         let e = classify(422, &none, injected, SystemTime::UNIX_EPOCH);
         assert_eq!(e.kind, "http.422", "a kind with CR/LF is not used");
         assert_eq!(e.message, "a  b");
-        let huge = format!(r#"{{"error": {{"kind": "x", "message": "{}"}}}}"#, "m".repeat(100_000));
+        let huge = format!(
+            r#"{{"error": {{"kind": "x", "message": "{}"}}}}"#,
+            "m".repeat(100_000)
+        );
         let e = classify(500, &none, huge.as_bytes(), SystemTime::UNIX_EPOCH);
         assert_eq!(e.message.len(), MAX_MESSAGE_BYTES);
         let mut headers = HeaderMap::new();
         headers.insert(REJECT_HEADER, HeaderValue::from_static("no\tway"));
-        assert_eq!(classify(409, &headers, b"", SystemTime::UNIX_EPOCH).message, "no way");
+        assert_eq!(
+            classify(409, &headers, b"", SystemTime::UNIX_EPOCH).message,
+            "no way"
+        );
     }
 
     #[test]
     fn retry_after_takes_seconds_and_http_dates() {
         let now = httpdate::parse_http_date("Wed, 21 Oct 2099 07:27:00 GMT").unwrap();
         assert_eq!(retry_after("120", now), Some(120_000));
-        assert_eq!(retry_after("Wed, 21 Oct 2099 07:28:00 GMT", now), Some(60_000));
-        assert_eq!(retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now), Some(0), "past: now");
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2099 07:28:00 GMT", now),
+            Some(60_000)
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now),
+            Some(0),
+            "past: now"
+        );
         assert_eq!(retry_after("soon", now), None);
         assert_eq!(retry_after("99999999999999999999", now), None);
     }

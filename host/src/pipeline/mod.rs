@@ -142,7 +142,10 @@ impl Pipeline {
 
     /// The pattern of the route that takes `topic` now.
     pub(crate) fn route_of(&self, topic: &str) -> Option<String> {
-        self.registry.current().route(topic).map(|r| r.topic.clone())
+        self.registry
+            .current()
+            .route(topic)
+            .map(|r| r.topic.clone())
     }
 
     /// Deliver `message` to its route's consumer and, when that fails, ask the route's
@@ -165,7 +168,11 @@ impl Pipeline {
 
     /// [`Pipeline::process`] for a caller that already holds one of `target`'s slots (a
     /// source that takes messages per route, only as many as the route has room for).
-    pub(crate) async fn process_held(&self, message: &Delivery, target: &RouteTarget) -> Settlement {
+    pub(crate) async fn process_held(
+        &self,
+        message: &Delivery,
+        target: &RouteTarget,
+    ) -> Settlement {
         let attempt = message.attempt.saturating_add(1);
         let started = Instant::now();
         let result = deliver(&self.client, &target.consumer, message, attempt).await;

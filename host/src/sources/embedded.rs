@@ -73,8 +73,7 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
         } else {
             let (store, lease_ms) = (store.clone(), settings.lease_ms);
             let wants = planned.wants.clone();
-            match tokio::task::spawn_blocking(move || store.claim(now_ms(), &wants, lease_ms))
-                .await
+            match tokio::task::spawn_blocking(move || store.claim(now_ms(), &wants, lease_ms)).await
             {
                 Ok(Ok(claimed)) => claimed,
                 Ok(Err(e)) => {
@@ -246,7 +245,9 @@ async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
         let until = now_ms().saturating_add(lease_ms);
         match tokio::task::spawn_blocking(move || store.extend_leases(&leases, until)).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "extending leases failed; deliveries that outlive their lease may be delivered twice"),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "extending leases failed; deliveries that outlive their lease may be delivered twice");
+            }
             Err(e) => tracing::warn!(error = %e, "the lease keeper task failed"),
         }
     }
@@ -291,7 +292,8 @@ impl Task {
                 self.pipeline.metrics().fault(NAME, SettleFault::Panic);
                 let cause = super::panic_text(&*panic);
                 tracing::error!(id = %crate::text::Clean(&message.delivery.id), cause = %crate::text::Clean(&cause), "processing a delivery panicked; dead-lettering the message");
-                self.pipeline.fallback_dead_letter(&message.delivery, &cause)
+                self.pipeline
+                    .fallback_dead_letter(&message.delivery, &cause)
             }
         };
         let handled = settlement.handled();
@@ -422,9 +424,9 @@ impl Committer {
         self.queue
             .send((seq, lease, settlement, done))
             .map_err(|_| Written::Failed("the settlement writer has stopped".into()))?;
-        written.await.map_err(|_| {
-            Written::Failed("the settlement writer stopped before writing".into())
-        })?
+        written
+            .await
+            .map_err(|_| Written::Failed("the settlement writer stopped before writing".into()))?
     }
 }
 

@@ -122,8 +122,8 @@ impl DeadLetter {
         delivery: &Delivery,
         failed: &AttemptRecord,
     ) -> [(&'static str, String); 8] {
-        use letter_headers::*;
         use crate::text::one_line;
+        use letter_headers::*;
         // Header values are one bounded line: a CR/LF would inject headers, and some
         // clients refuse such a value with a panic.
         [
@@ -355,7 +355,9 @@ impl SettleFailures {
     const MAX_TRACKED: usize = 100_000;
 
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u32>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// One more failure for `key`: how many in a row now.

@@ -59,7 +59,8 @@ impl Store {
                   updated_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, 'ready', ?6, ?6, ?6)",
             )?;
-            let mut topics = tx.prepare_cached("INSERT OR IGNORE INTO topics (topic) VALUES (?1)")?;
+            let mut topics =
+                tx.prepare_cached("INSERT OR IGNORE INTO topics (topic) VALUES (?1)")?;
             for m in messages {
                 let headers = serde_json::to_string(&m.headers)
                     .map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -192,7 +193,12 @@ fn record_attempt(tx: &Connection, seq: i64, failed: &AttemptRecord) -> Result<(
     tx.prepare_cached(
         "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES (?1, ?2, ?3, ?4)",
     )?
-    .execute(params![seq, clamp_ms(failed.at_ms), failed.kind, failed.message])?;
+    .execute(params![
+        seq,
+        clamp_ms(failed.at_ms),
+        failed.kind,
+        failed.message
+    ])?;
     Ok(())
 }
 
@@ -259,9 +265,8 @@ fn claim_topic(
     let first = claimed.len();
     for row in rows {
         let (mut c, headers) = row?;
-        c.delivery.headers = serde_json::from_str(&headers).map_err(|e| {
-            StoreError::Corrupt(format!("message {}: headers: {e}", c.delivery.id))
-        })?;
+        c.delivery.headers = serde_json::from_str(&headers)
+            .map_err(|e| StoreError::Corrupt(format!("message {}: headers: {e}", c.delivery.id)))?;
         claimed.push(c);
     }
     let mut lease = tx.prepare_cached(

@@ -98,7 +98,9 @@ mod tests {
             })
             .collect();
         store.publish(&messages, 0).unwrap();
-        let claimed = store.claim(10, &[(vec!["orders".into()], 3)], 60_000).unwrap();
+        let claimed = store
+            .claim(10, &[(vec!["orders".into()], 3)], 60_000)
+            .unwrap();
         assert_eq!(claimed.len(), 3);
         let lease = |i: usize| (claimed[i].seq, claimed[i].lease);
         let (a, b, c) = (lease(0), lease(1), lease(2));
@@ -211,7 +213,10 @@ mod tests {
             );
         }
         assert_eq!(store.counts().unwrap().leased, 1);
-        assert!(store.dlq_stats().unwrap().is_empty(), "no DLQ row from a stale lease");
+        assert!(
+            store.dlq_stats().unwrap().is_empty(),
+            "no DLQ row from a stale lease"
+        );
         // Only the holder settles, and only once.
         let results = store
             .settle(&[(second.seq, second.lease, &letter)], 260)
@@ -221,7 +226,15 @@ mod tests {
             .settle(&[(second.seq, second.lease, &letter)], 270)
             .unwrap();
         assert!(matches!(results[0], Err(StoreError::Fenced { .. })));
-        assert_eq!(store.dlq_stats().unwrap().iter().map(|s| s.depth).sum::<u64>(), 1);
+        assert_eq!(
+            store
+                .dlq_stats()
+                .unwrap()
+                .iter()
+                .map(|s| s.depth)
+                .sum::<u64>(),
+            1
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 

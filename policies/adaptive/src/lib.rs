@@ -1,4 +1,4 @@
-//! `adaptive`: seed 2's smart retry. The delay grows as the topic's recent success rate
+//! `adaptive`: smart retry by the topic's recent success rate. The delay grows as the topic's recent success rate
 //! falls (below `slow_below` it is multiplied by `slow_factor`, above `fast_above` divided by
 //! `fast_divisor`) and is capped. When the topic's consecutive failures show the downstream
 //! is down, the circuit opens: the policy answers `delay` (no attempt spent) instead of
@@ -13,7 +13,7 @@ use verdict_sdk::{Backoff, Class, Failure, Jitter, Policy, Severity, Verdict, ex
 pub struct Config {
     /// Delay after the first failure at a normal success rate, in ms.
     pub base_ms: u64,
-    /// Longest delay, in ms (seed 2: 60 s).
+    /// Longest delay, in ms (default 60 s).
     pub cap_ms: u64,
     /// Deliveries before dead-lettering (class exhausted).
     pub max_attempts: u32,

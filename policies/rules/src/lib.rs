@@ -3,7 +3,7 @@
 //! Error-kind patterns map to an outcome (retry with a backoff strategy and an attempt
 //! limit, dead-letter with a class, or discard). The first matching rule wins; kinds no rule
 //! matches take `default`. Explicit rejects and expired messages are dead-lettered before
-//! any rule is consulted. With an empty config the rules are seed 2's error-type table (see
+//! any rule is consulted. With an empty config the rules are the standard error-type table (see
 //! the README), so `{"max_attempts": 3}` is all a topic needs to retry 3 times.
 
 use serde::Deserialize;
@@ -20,7 +20,7 @@ pub struct Config {
     /// Deliveries a message gets before a retrying rule gives up (1-based, this one
     /// included): 5 means retries after attempts 1-4 and dead-letter at 5.
     pub max_attempts: u32,
-    /// The rules, first match wins. Omitted: seed 2's error-type table.
+    /// The rules, first match wins. Omitted: the standard error-type table.
     pub rules: Vec<Rule>,
     /// What kinds no rule matches get (a rule without `match`).
     pub default: Rule,

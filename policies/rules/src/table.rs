@@ -1,4 +1,4 @@
-//! The rules used when a config names none: seed 2's error-type table, extended with the
+//! The rules used when a config names none: the standard error-type table, extended with the
 //! HTTP and transport kinds the gateway produces.
 
 use verdict_sdk::{Backoff, Class, Jitter, Severity};
@@ -29,7 +29,7 @@ fn retry(backoff: Backoff, max_attempts: Option<u32>) -> Rule {
     }
 }
 
-/// Seed 2's table: format errors and auth failures are never retried; deadlocks get a
+/// The standard table: format errors and auth failures are never retried; deadlocks get a
 /// random delay and 3 attempts; business exceptions a fixed delay and 2; timeouts and other
 /// transient kinds exponential backoff up to the config's `max_attempts` (5 by default).
 pub fn default_rules() -> Vec<Rule> {

@@ -52,7 +52,7 @@ fn json_parse_is_poison_at_attempt_one_under_any_limit() {
 }
 
 #[test]
-fn seed_two_table_limits() {
+fn standard_table_limits() {
     let p = policy("{}");
     // deadlock: random delay, 3 attempts
     let v = p.decide(&at("db.deadlock", 2));

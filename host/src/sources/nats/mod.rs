@@ -182,10 +182,12 @@ impl Session<'_> {
                 failures: self.failures.clone(),
                 route: route.to_string(),
                 // Another NATS route more specific than this one takes its own messages.
-                more_specific_elsewhere: routes.iter().any(|r| r != route && {
-                    self.pipeline
-                        .route_of(&message.subject)
-                        .is_some_and(|best| best == *r)
+                more_specific_elsewhere: routes.iter().any(|r| {
+                    r != route && {
+                        self.pipeline
+                            .route_of(&message.subject)
+                            .is_some_and(|best| best == *r)
+                    }
                 }),
             };
             tokio::spawn(async move {
@@ -247,18 +249,29 @@ impl Job {
                 tracing::error!(cause = %Clean(&cause), "nats source: handling a delivery panicked; dead-lettering the message");
                 let delivery = to_delivery(&message, self.broker.stream_name(), 0, 0);
                 let settlement = self.pipeline.fallback_dead_letter(&delivery, &cause);
-                let key = self.broker.history_key(message.info().map_or(0, |i| i.stream_sequence));
-                let applied = std::panic::AssertUnwindSafe(apply(&self.broker, &self.dlqs, &message, &delivery, &key, settlement, 0))
-                    .catch_unwind()
-                    .await;
+                let key = self
+                    .broker
+                    .history_key(message.info().map_or(0, |i| i.stream_sequence));
+                let applied = std::panic::AssertUnwindSafe(apply(
+                    &self.broker,
+                    &self.dlqs,
+                    &message,
+                    &delivery,
+                    &key,
+                    settlement,
+                    0,
+                ))
+                .catch_unwind()
+                .await;
                 if !matches!(applied, Ok(Ok(()))) {
-                    let _ = message.ack_with(AckKind::Nak(Some(Duration::from_secs(5)))).await;
+                    let _ = message
+                        .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                        .await;
                 }
             }
         }
     }
 }
-
 
 /// Deliver one message and apply its settlement: what was done, or `None` when the
 /// message was given back to JetStream (to be delivered again).
@@ -339,7 +352,10 @@ async fn handle(
             Some(handled)
         }
         Err(e) => {
-            settle_failed(pipeline, broker, dlqs, failures, message, &delivery, &key, &e).await
+            settle_failed(
+                pipeline, broker, dlqs, failures, message, &delivery, &key, &e,
+            )
+            .await
         }
     }
 }
@@ -362,14 +378,15 @@ async fn settle_failed(
     let failed = failures.failed(key);
     if failed >= super::MAX_SETTLE_FAILURES {
         let letter = pipeline.fallback_dead_letter(delivery, &cause);
-        let applied = std::panic::AssertUnwindSafe(apply(
-            broker, dlqs, message, delivery, key, letter, 0,
-        ))
-        .catch_unwind()
-        .await;
+        let applied =
+            std::panic::AssertUnwindSafe(apply(broker, dlqs, message, delivery, key, letter, 0))
+                .catch_unwind()
+                .await;
         if matches!(applied, Ok(Ok(()))) {
             failures.settled(key);
-            pipeline.metrics().fault(NAME, SettleFault::FallbackDeadLetter);
+            pipeline
+                .metrics()
+                .fault(NAME, SettleFault::FallbackDeadLetter);
             tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "nats source: a message could not be settled repeatedly; dead-lettered by the gateway");
             return Some(crate::pipeline::Handled::DeadLettered);
         }

@@ -88,7 +88,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 || !text.is_ascii() {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
         return None;
     }
     (0..text.len())
@@ -401,7 +401,10 @@ mod tests {
         assert!(d.headers.is_empty(), "x-verdict-* never reach the consumer");
         // Signed by another key, or edited after signing: ignored too.
         let other = HistoryKey::new(b"another group".to_vec());
-        assert_eq!(to_delivery("orders", &genuine, b"", false, 5, &other).attempt, 0);
+        assert_eq!(
+            to_delivery("orders", &genuine, b"", false, 5, &other).attempt,
+            0
+        );
         let mut edited = genuine.headers().clone().unwrap();
         edited.insert(ATTEMPT.into(), AMQPValue::LongLongInt(0));
         let edited = genuine.clone().with_headers(edited);
@@ -409,8 +412,14 @@ mod tests {
         assert_eq!((d.attempt, d.history.len()), (0, 0));
         // The same headers on another message id do not verify either.
         let moved = genuine.clone().with_message_id("m-2".into());
-        assert_eq!(to_delivery("orders", &moved, b"", false, 5, &key).attempt, 0);
+        assert_eq!(
+            to_delivery("orders", &moved, b"", false, 5, &key).attempt,
+            0
+        );
         // The genuine copy does.
-        assert_eq!(to_delivery("orders", &genuine, b"", false, 5, &key).attempt, 1);
+        assert_eq!(
+            to_delivery("orders", &genuine, b"", false, 5, &key).attempt,
+            1
+        );
     }
 }

@@ -22,10 +22,10 @@ use futures_util::{FutureExt as _, StreamExt};
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, SettleFailures, Settlement};
-use crate::pipeline::{Handled, Pipeline, SettleFault, now_ms};
+use crate::pipeline::{Handled, Pipeline, RouteTarget, SettleFault, now_ms};
 use crate::text::Clean;
 use crate::{GatewaySection, RabbitmqConfig};
 
@@ -96,7 +96,7 @@ impl Session<'_> {
     async fn run(
         &self,
         queues: &[String],
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let conn = Connection::connect(
             &self.config.url,
@@ -133,10 +133,8 @@ impl Session<'_> {
                 )
                 .await
                 .with_context(|| format!("consuming queue `{queue}`"))?;
-            let queue = queue.clone();
-            streams.push(consumer.map(move |d| (queue.clone(), d)).boxed());
+            streams.push((queue.as_str(), consumer));
         }
-        let mut deliveries = futures_util::stream::select_all(streams);
         let poller = Topology::new(conn.create_channel().await?, self.config).await?;
         let _poller = AbortOnDrop(tokio::spawn(poll_dlq_depths(
             poller,
@@ -146,7 +144,34 @@ impl Session<'_> {
         )));
         self.ready.set(true);
         tracing::info!(queues = ?queues, "rabbitmq source: consuming");
+        let loops = streams.into_iter().map(|(queue, consumer)| {
+            self.consume_queue(&topology, queue, consumer, shutdown.clone())
+                .boxed()
+        });
+        futures_util::future::try_join_all(loops).await?;
+        Ok(())
+    }
+
+    /// Take `queue`'s deliveries one free slot at a time: a slot of the route's own, then
+    /// one of `max_in_flight`, then the next delivery - so a slow route holds its own slots,
+    /// never the ones another route needs.
+    async fn consume_queue(
+        &self,
+        topology: &Topology,
+        queue: &str,
+        mut deliveries: lapin::Consumer,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
         loop {
+            let route = self.pipeline.route_target_of(queue);
+            let slot = match &route {
+                Some(target) => Some(tokio::select! {
+                    slot = target.slots.clone().acquire_owned() => slot?,
+                    _ = shutdown.changed() => return Ok(()),
+                }),
+                // No consumer for it now: its deliveries are released for later.
+                None => None,
+            };
             let permit = tokio::select! {
                 permit = self.slots.clone().acquire_owned() => permit?,
                 _ = shutdown.changed() => return Ok(()),
@@ -155,12 +180,12 @@ impl Session<'_> {
                 next = deliveries.next() => next,
                 _ = shutdown.changed() => return Ok(()),
             };
-            let (queue, delivery) = match next {
-                Some((queue, Ok(delivery))) => (queue, delivery),
-                Some((queue, Err(e))) => {
+            let delivery = match next {
+                Some(Ok(delivery)) => delivery,
+                Some(Err(e)) => {
                     return Err(e).with_context(|| format!("consuming queue `{queue}`"));
                 }
-                None => anyhow::bail!("the broker closed every consumer"),
+                None => anyhow::bail!("the broker closed the consumer of queue `{queue}`"),
             };
             let job = Job {
                 pipeline: self.pipeline.clone(),
@@ -169,8 +194,9 @@ impl Session<'_> {
                 failures: self.failures.clone(),
                 key: self.key.clone(),
             };
+            let (queue, held) = (queue.to_string(), route.zip(slot));
             tokio::spawn(async move {
-                job.handle(&queue, delivery).await;
+                job.handle(&queue, delivery, held).await;
                 drop(permit);
             });
         }
@@ -201,7 +227,12 @@ impl Job {
     /// unsettled: a panic dead-letters it through the gateway's fallback, and a settlement
     /// that cannot be applied gives it back (`nack`) at most
     /// [`super::MAX_SETTLE_FAILURES`] times in a row before the gateway dead-letters it.
-    async fn handle(self, queue: &str, message: lapin::message::Delivery) {
+    async fn handle(
+        self,
+        queue: &str,
+        message: lapin::message::Delivery,
+        held: Option<(Arc<RouteTarget>, OwnedSemaphorePermit)>,
+    ) {
         let received = Instant::now();
         let mut delivery = headers::to_delivery(
             queue,
@@ -214,19 +245,24 @@ impl Job {
         if delivery.id.is_empty() {
             delivery.id = generated_id(queue);
         }
-        let settlement =
-            match std::panic::AssertUnwindSafe(self.pipeline.process(&delivery))
-                .catch_unwind()
-                .await
-            {
-                Ok(settlement) => settlement,
-                Err(panic) => {
-                    let cause = super::panic_text(&*panic);
-                    self.pipeline.metrics().fault(NAME, SettleFault::Panic);
-                    tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "rabbitmq source: processing a delivery panicked; dead-lettering the message");
-                    self.pipeline.fallback_dead_letter(&delivery, &cause)
-                }
-            };
+        let processing = async {
+            match &held {
+                Some((target, _slot)) => self.pipeline.process_held(&delivery, target).await,
+                None => self.pipeline.process(&delivery).await,
+            }
+        };
+        let settlement = match std::panic::AssertUnwindSafe(processing)
+            .catch_unwind()
+            .await
+        {
+            Ok(settlement) => settlement,
+            Err(panic) => {
+                let cause = super::panic_text(&*panic);
+                self.pipeline.metrics().fault(NAME, SettleFault::Panic);
+                tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "rabbitmq source: processing a delivery panicked; dead-lettering the message");
+                self.pipeline.fallback_dead_letter(&delivery, &cause)
+            }
+        };
         let handled = settlement.handled();
         let failure_key = format!("{queue}\u{0}{}", delivery.id);
         match self.apply(&message, &delivery, settlement).await {
@@ -322,7 +358,8 @@ async fn apply(
             delay_ms,
             spend_attempt,
         } => {
-            let properties = headers::next_properties(delivery, Some((&failed, spend_attempt)), key);
+            let properties =
+                headers::next_properties(delivery, Some((&failed, spend_attempt)), key);
             let bucket = headers::bucket_ms(delay_ms);
             topology
                 .later(queue, bucket, &delivery.payload, properties)
@@ -348,7 +385,9 @@ async fn apply(
                 _ => "application/json",
             };
             let properties = BasicProperties::default()
-                .with_message_id(ShortString::from(crate::text::one_line(&delivery.id, 255).as_str()))
+                .with_message_id(ShortString::from(
+                    crate::text::one_line(&delivery.id, 255).as_str(),
+                ))
                 .with_content_type(ShortString::from(content_type))
                 .with_timestamp(failed.at_ms / 1_000)
                 .with_delivery_mode(2)
