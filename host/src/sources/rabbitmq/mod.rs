@@ -93,11 +93,7 @@ struct Session<'a> {
 }
 
 impl Session<'_> {
-    async fn run(
-        &self,
-        queues: &[String],
-        shutdown: watch::Receiver<bool>,
-    ) -> anyhow::Result<()> {
+    async fn run(&self, queues: &[String], shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
         let conn = Connection::connect(
             &self.config.url,
             ConnectionProperties::default()
