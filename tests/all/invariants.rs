@@ -174,6 +174,50 @@ fn a_hanging_route_does_not_hold_another_routes_slots_on_the_embedded_store() {
     assert!(counts.leased <= 4, "{counts:?}");
 }
 
+/// The same on RabbitMQ: queue A's consumer hangs, queue B's messages go through.
+#[test]
+fn a_hanging_queue_does_not_hold_another_queues_slots_on_rabbitmq() {
+    let dir = scratch_dir("inv-rabbit-isolated");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rabbit = RabbitFixture::new("isolated");
+    let slow = Scripted::start(&runtime, |_| Reply::ok().after(Duration::from_secs(5)));
+    let fast = Scripted::start(&runtime, |_| Reply::ok());
+    let route = |queue: &str, url: &str| {
+        format!(
+            r#"
+[[routes]]
+topic = "{queue}"
+source = "rabbitmq"
+policy = "rules"
+config = {STRICT}
+consumer = {{ url = "{url}", timeout_ms = 2000, concurrency = 4 }}
+"#
+        )
+    };
+    let routes =
+        route(&rabbit.queue("orders"), &slow.url()) + &route(&rabbit.queue("other"), &fast.url());
+    let config = embedded(
+        &format!(
+            "consumer_group = \"{}\"\nmax_in_flight = 8\n{}",
+            rabbit.prefix,
+            rabbit.section()
+        ),
+        &routes,
+    );
+    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    gw.wait_ready();
+    rabbit.publish("orders", 0..100);
+    assert!(wait_for(Duration::from_secs(10), || slow.received().len() >= 4));
+    let started = Instant::now();
+    rabbit.publish("other", 0..20);
+    let through = wait_for(Duration::from_secs(20), || fast.received().len() >= 20);
+    println!(
+        "queue other: 20 messages in {:?} beside 100 hanging ones",
+        started.elapsed()
+    );
+    assert!(through, "queue other got {} of 20", fast.received().len());
+}
+
 /// Route A's consumer is down and `rules` backs off 20 s: thousands of A's messages wait
 /// out a `nak` delay. They occupy A's own durable consumer only; B's messages arrive as fast
 /// as without A's backlog, and A's new messages are still delivered (attempted).
@@ -267,6 +311,132 @@ consumer = {{ url = "{up}", timeout_ms = 2000, concurrency = 8 }}
             .all(|c| c.2 == 0),
         "{consumers:?}"
     );
+}
+
+/// Two NATS routes whose subjects overlap (`orders.>` and `orders.vip`): each message is
+/// delivered once, by the route the router picks (the more specific one for `orders.vip`).
+#[test]
+fn overlapping_nats_routes_deliver_each_message_once() {
+    let dir = scratch_dir("inv-nats-overlap");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nats = NatsFixture::new("overlap");
+    let wide = Scripted::start(&runtime, |_| Reply::ok());
+    let vip = Scripted::start(&runtime, |_| Reply::ok());
+    let route = |topic: &str, url: &str| {
+        format!(
+            r#"
+[[routes]]
+topic = "{topic}"
+source = "nats"
+policy = "rules"
+config = {STRICT}
+consumer = {{ url = "{url}", timeout_ms = 1000, concurrency = 4 }}
+"#
+        )
+    };
+    let routes = route(&nats.subject("orders.>"), &wide.url())
+        + &route(&nats.subject("orders.vip"), &vip.url());
+    let config = embedded(
+        &format!("consumer_group = \"{}\"\n{}", nats.prefix, nats.section()),
+        &routes,
+    );
+    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    gw.wait_ready();
+    for (topic, prefix) in [("orders.eu", "eu"), ("orders.vip", "vip")] {
+        for i in 0..10 {
+            let mut h = NatsHeaders::new();
+            h.insert("Nats-Msg-Id", format!("{prefix}-{i}").as_str());
+            nats.publish_raw(topic, h, b"{}".to_vec());
+        }
+    }
+    assert!(wait_for(Duration::from_secs(20), || {
+        wide.received().len() >= 10 && vip.received().len() >= 10
+    }));
+    // Past a few pulls: a message the wide route also matched would have come by now.
+    std::thread::sleep(Duration::from_secs(2));
+    let (wide, vip) = (wide.per_id(), vip.per_id());
+    assert_eq!(wide.len(), 10, "{wide:?}");
+    assert!(wide.keys().all(|id| id.starts_with("eu-")), "{wide:?}");
+    assert_eq!(vip.len(), 10, "{vip:?}");
+    assert!(wide.values().chain(vip.values()).all(|n| *n == 1));
+    assert!(
+        nats.wait_for(Duration::from_secs(10), || nats.pending(&nats.prefix)
+            == (0, 0))
+    );
+}
+
+/// A gateway of an earlier version consumed every route through one shared durable
+/// consumer (named like the prefix). Its route consumers start where that one stopped
+/// acknowledging: what it had acknowledged is not delivered again, what it had not is not
+/// lost.
+#[test]
+fn route_consumers_take_over_from_the_shared_durable_of_an_earlier_version() {
+    use async_nats::jetstream::{self, consumer};
+    use futures_util::StreamExt as _;
+    let dir = scratch_dir("inv-nats-upgrade");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nats = NatsFixture::new("upgrade");
+    let consumer_http = Scripted::start(&runtime, |_| Reply::ok());
+    let topic = nats.subject("orders");
+    // The earlier version's stream and shared durable; it took and acknowledged m-0, m-1.
+    let js = nats.js.clone();
+    let (stream_name, prefix) = (nats.prefix.clone(), nats.prefix.clone());
+    let subject = topic.clone();
+    let setup = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async move {
+            let stream = js
+                .create_stream(jetstream::stream::Config {
+                    name: stream_name,
+                    subjects: vec![subject],
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            stream
+                .create_consumer(consumer::pull::Config {
+                    durable_name: Some(prefix),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+        })
+    });
+    let legacy = setup.join().unwrap();
+    nats.publish("orders", 0..5);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut batch = legacy.fetch().max_messages(2).messages().await.unwrap();
+        while let Some(Ok(m)) = batch.next().await {
+            m.double_ack().await.unwrap();
+        }
+    });
+    let config = embedded(
+        &format!("consumer_group = \"{}\"\n{}", nats.prefix, nats.section()),
+        &format!(
+            r#"
+[[routes]]
+topic = "{topic}"
+source = "nats"
+policy = "rules"
+config = {STRICT}
+consumer = {{ url = "{}", timeout_ms = 1000, concurrency = 4 }}
+"#,
+            consumer_http.url()
+        ),
+    );
+    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    gw.wait_ready();
+    assert!(wait_for(Duration::from_secs(20), || consumer_http
+        .received()
+        .len()
+        >= 3));
+    std::thread::sleep(Duration::from_secs(1));
+    let mut seen: Vec<String> = consumer_http.per_id().into_keys().collect();
+    seen.sort();
+    assert_eq!(seen, ["m-2", "m-3", "m-4"]);
+    drop(gw);
 }
 
 // ---------------------------------------------------------------- I3: no poison loop

@@ -71,7 +71,9 @@ pub async fn connect(
         .with_context(|| format!("nats.url = {}", config.url))?;
     let js = jetstream::new(client);
     let subjects = if config.subjects.is_empty() {
-        subjects.to_vec()
+        // JetStream refuses a stream whose subjects overlap: `orders.>` already captures
+        // `orders.vip`.
+        widest(subjects)
     } else {
         config.subjects.clone()
     };
@@ -108,6 +110,35 @@ pub async fn connect(
             created_stream,
         }),
     })
+}
+
+/// `subjects` without those another of them covers (`orders.vip` under `orders.>` or
+/// `orders.*`), each once.
+pub(crate) fn widest(subjects: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in subjects {
+        let covered = subjects.iter().any(|t| t != s && covers(t, s));
+        if !covered && !out.contains(s) {
+            out.push(s.clone());
+        }
+    }
+    out
+}
+
+/// Whether every subject pattern `narrow` matches, `wide` matches too.
+fn covers(wide: &str, narrow: &str) -> bool {
+    let (wide, narrow): (Vec<&str>, Vec<&str>) =
+        (wide.split('.').collect(), narrow.split('.').collect());
+    for (i, w) in wide.iter().enumerate() {
+        match (*w, narrow.get(i)) {
+            (">", Some(_)) => return true,
+            (_, None) | (_, Some(&">")) => return false,
+            ("*", Some(_)) => {}
+            (w, Some(n)) if w == *n => {}
+            _ => return false,
+        }
+    }
+    wide.len() == narrow.len()
 }
 
 /// See [`Broker::route_durable`].
@@ -214,8 +245,25 @@ impl Broker {
     ) -> anyhow::Result<consumer::Consumer<consumer::pull::Config>> {
         let stream = self.inner.js.get_stream(self.stream_name()).await?;
         let durable = self.route_durable(route);
+        if let Ok(existing) = stream.get_consumer(&durable).await {
+            return Ok(existing);
+        }
         let from = if self.inner.created_stream {
             consumer::DeliverPolicy::All
+        } else if let Ok(legacy) = stream.consumer_info(self.durable()).await {
+            // A gateway before per-route consumers shared one durable named like the
+            // prefix: start where it stopped acknowledging, so that nothing it held is
+            // lost (what it acknowledged out of order after that comes again: counted as
+            // redeliveries by the consumer, at least once).
+            let start_sequence = legacy.ack_floor.stream_sequence.saturating_add(1);
+            tracing::warn!(
+                legacy = %self.durable(),
+                route,
+                start_sequence,
+                "nats source: taking over from the shared durable consumer of an earlier \
+                 version; delete it once every route consumer has caught up"
+            );
+            consumer::DeliverPolicy::ByStartSequence { start_sequence }
         } else {
             consumer::DeliverPolicy::New
         };
@@ -307,5 +355,36 @@ impl Broker {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_subjects_drop_the_ones_a_wider_route_captures() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            widest(&s(&["orders.>", "orders.vip", "orders.*.eu", "invoices"])),
+            s(&["orders.>", "invoices"])
+        );
+        assert_eq!(widest(&s(&["a.*", "a.b", "a.b.c"])), s(&["a.*", "a.b.c"]));
+        assert_eq!(widest(&s(&["a.b", "a.b"])), s(&["a.b"]));
+        assert_eq!(widest(&s(&["a.*", "a.>"])), s(&["a.>"]));
+        assert!(!covers("a.*", "a.>"));
+        assert!(!covers("a.b", "a.*"));
+    }
+
+    #[test]
+    fn route_durables_are_valid_names_and_distinct() {
+        let a = route_durable("gw", "orders.*");
+        let b = route_durable("gw", "orders.S");
+        assert_ne!(a, b);
+        assert!(a.starts_with("gw-orders_S-"), "{a}");
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        );
     }
 }
