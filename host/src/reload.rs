@@ -51,7 +51,10 @@ impl ConfigWatcher {
         config_path: &Path,
         debounce: Duration,
     ) -> Result<Self, WatchError> {
-        let config_path = config_path.to_path_buf();
+        let config_path = std::path::absolute(config_path).map_err(|e| WatchError {
+            path: config_path.to_path_buf(),
+            message: e.to_string(),
+        })?;
         let path = config_path.clone();
         let target = registry.clone();
         // Events are only a hint: reading a file is an event too (the reload itself reads
@@ -62,12 +65,21 @@ impl ConfigWatcher {
             if events.is_err() {
                 return;
             }
-            let now = fingerprint(&path);
+            // A file still being written is not reloaded half-way: wait until the files stop
+            // changing, and give a config that does not parse yet a moment to become whole
+            // before calling it broken.
+            let mut now = settled_fingerprint(&path, SETTLE, SETTLE_MAX);
             let edited = now != last;
-            last = now;
             if edited {
+                let deadline = std::time::Instant::now() + BROKEN_GRACE;
+                while GatewayConfig::load(&path).is_err() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(SETTLE);
+                    now = settled_fingerprint(&path, SETTLE, SETTLE_MAX);
+                }
                 let before = target.current().number;
-                match target.reload_file(&path) {
+                let result = target.reload_file(&path);
+                last = now;
+                match result {
                     Ok(generation) if generation == before => {
                         tracing::debug!(config = %path.display(), "files changed, routes did not");
                     }
@@ -86,7 +98,14 @@ impl ConfigWatcher {
         })?;
         // Directories, not files: editors and deploy tools replace files by renaming, which a
         // watch on the old inode would miss.
-        for dir in watched_dirs(&config_path) {
+        let dirs = watched_dirs(&config_path);
+        if dirs.is_empty() {
+            return Err(WatchError {
+                path: config_path.clone(),
+                message: "its directory is not a directory that can be watched".into(),
+            });
+        }
+        for dir in dirs {
             debouncer
                 .watcher()
                 .watch(&dir, RecursiveMode::NonRecursive)
@@ -104,6 +123,32 @@ impl ConfigWatcher {
     /// What the registry has applied and refused so far.
     pub fn status(&self) -> ReloadStatus {
         self.registry.status()
+    }
+}
+
+/// How long the files must stay unchanged before a reload reads them.
+const SETTLE: Duration = Duration::from_millis(250);
+/// The longest a reload waits for the files to settle.
+const SETTLE_MAX: Duration = Duration::from_secs(5);
+/// How long a config that does not parse may take to become whole before the reload is
+/// refused.
+const BROKEN_GRACE: Duration = Duration::from_secs(3);
+
+/// [`fingerprint`] once it held still for `quiet` (or after `max`, whatever it is then).
+fn settled_fingerprint(
+    config_path: &Path,
+    quiet: Duration,
+    max: Duration,
+) -> Vec<Option<[u8; 32]>> {
+    let deadline = std::time::Instant::now() + max;
+    let mut seen = fingerprint(config_path);
+    loop {
+        std::thread::sleep(quiet);
+        let now = fingerprint(config_path);
+        if now == seen || std::time::Instant::now() >= deadline {
+            return now;
+        }
+        seen = now;
     }
 }
 

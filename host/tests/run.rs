@@ -27,8 +27,15 @@ impl Drop for Gateway {
 }
 
 fn start(config: &Path) -> Gateway {
+    start_in(Path::new("."), config)
+}
+
+/// `verdict run -c <config>` with `cwd` as the working directory (`config` as given:
+/// relative to `cwd` or absolute).
+fn start_in(cwd: &Path, config: &Path) -> Gateway {
     let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(["run", "-c", config.to_str().unwrap()])
+        .current_dir(cwd)
         .env_remove("VERDICT_ADMIN_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -158,4 +165,83 @@ fn run_serves_the_registry_and_policy_commands_operate_it() {
     assert!(status.success(), "{status:?}");
     let (ok, _, err) = policy(&gw, &["list"], false);
     assert!(!ok && err.contains("is `verdict run` running"), "{err}");
+}
+
+/// `cd conf && verdict run -c verdict.toml` (a bare file name) reloads edits like an
+/// absolute path does; `verdict run -c conf/verdict.toml` from the parent directory accepts
+/// an upload and activates it (paths resolve against the config file, once).
+#[test]
+fn relative_config_paths_reload_and_upload_from_any_working_directory() {
+    let config = gateway_config("run-relative/conf", "");
+    let conf = config.parent().unwrap().to_path_buf();
+    let parent = conf.parent().unwrap().to_path_buf();
+    std::fs::write(conf.join("token"), TOKEN).unwrap();
+    let _ = std::fs::remove_dir_all(conf.join(".verdict"));
+    let original = std::fs::read_to_string(&config).unwrap();
+    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n\n";
+    std::fs::write(&config, format!("{admin}{original}")).unwrap();
+
+    let gw = start_in(&conf, Path::new("verdict.toml"));
+    let edited = original.replace("max_attempts = 3", "max_attempts = 4");
+    std::fs::write(&config, format!("{admin}{edited}")).unwrap();
+    let history = wait_for_generation(&gw, 2);
+    assert!(history.contains("*    2  config file"), "{history}");
+    drop(gw);
+
+    let gw = start_in(&parent, Path::new("conf/verdict.toml"));
+    let component = conf.join("rules.wasm");
+    let upload = verdict(
+        &[
+            "policy",
+            "--admin",
+            gw.url.as_str(),
+            "--token-file",
+            conf.join("token").to_str().unwrap(),
+            "upload",
+            "rules",
+            component.to_str().unwrap(),
+            "--activate",
+        ],
+        None,
+    );
+    assert!(upload.status.success(), "{}", text(&upload.stderr));
+    // The staged upload sits in the state directory beside the config, not below a
+    // doubled path.
+    assert!(conf.join(".verdict/uploads/rules").is_dir());
+    assert!(!conf.join("conf").exists());
+}
+
+/// A config rewritten in two steps (half a file, then the rest) is reloaded once it is
+/// whole, not refused for the half that was read first.
+#[test]
+fn a_config_written_in_two_steps_is_reloaded_when_whole() {
+    let config = gateway_config("run-halfway", "");
+    let dir = config.parent().unwrap();
+    std::fs::write(dir.join("token"), TOKEN).unwrap();
+    let original = std::fs::read_to_string(&config).unwrap();
+    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n\n";
+    std::fs::write(&config, format!("{admin}{original}")).unwrap();
+    let gw = start(&config);
+    let edited = format!(
+        "{admin}{}",
+        original.replace("max_attempts = 3", "max_attempts = 4")
+    );
+    // The first half ends inside a table header: alone it does not parse.
+    let cut = edited.find("[[routes]]").unwrap() + 4;
+    {
+        use std::io::Write as _;
+        let mut file = std::fs::File::create(&config).unwrap();
+        file.write_all(edited[..cut].as_bytes()).unwrap();
+        file.sync_all().unwrap();
+        // Longer than the watcher's debounce: the half file is seen on its own.
+        std::thread::sleep(Duration::from_millis(700));
+        file.write_all(edited[cut..].as_bytes()).unwrap();
+    }
+    let history = wait_for_generation(&gw, 2);
+    assert!(history.contains("*    2  config file"), "{history}");
+    let (_, status, _) = policy(&gw, &["status"], false);
+    assert!(
+        status.contains("\"refused\": 0"),
+        "a half-read file was refused: {status}"
+    );
 }

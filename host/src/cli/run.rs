@@ -55,6 +55,12 @@ pub async fn start(
     config_path: &Path,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Running> {
+    // Every path in the config, the state directory, uploads and the watcher resolve
+    // against the config file's directory - once, here, whatever the working directory
+    // later is (`-c verdict.toml` has an empty parent; `-c conf/verdict.toml` must not
+    // become `conf/conf/...` when joined again).
+    let config_path = &std::path::absolute(config_path)
+        .with_context(|| format!("resolving {}", config_path.display()))?;
     let config = GatewayConfig::load(config_path)?;
     // `load` has refused a non-loopback admin.listen unless allow_remote is set.
     let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();

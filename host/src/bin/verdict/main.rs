@@ -12,10 +12,12 @@ mod dlq;
 use args::{Args, Command};
 
 fn main() -> ExitCode {
+    // Warnings by default: leases recovered after a crash, broker reconnects, refused
+    // reloads and settlement faults are what an operator must see without asking.
     let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG")
-                .unwrap_or_else(|_| "error".into()),
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr);
     // Structured logs for collectors: VERDICT_LOG_FORMAT=json.
