@@ -4,16 +4,18 @@
 //! An entry is keyed by the component's SHA-256 and everything that makes compiled code
 //! valid for an engine (Wasmtime's compatibility hash covers the Wasmtime version, target,
 //! compiler flags, tunables and features; the host's own version is added). The file holds
-//! a magic line, the SHA-256 of the artifact and the artifact; an entry whose checksum does
-//! not match is deleted and rebuilt, never loaded. Deserializing compiled code is `unsafe` in
-//! Wasmtime because the bytes are trusted to be native code Wasmtime wrote: the checksum
-//! guards against truncation and bit rot, and the directory must be writable only by the
-//! gateway's user (it is created 0700) to guard against tampering.
+//! a magic line, an HMAC-SHA256 of the artifact and the artifact; an entry whose MAC does not
+//! match is deleted and rebuilt, never loaded. Deserializing compiled code is `unsafe` in
+//! Wasmtime because the bytes are trusted to be native code Wasmtime wrote: the MAC is keyed
+//! by a secret of this installation (`artifacts.key` in the state directory, 0600), so it
+//! guards against truncation and bit rot and against an entry planted or copied from
+//! elsewhere; the state directory is private to the gateway's user besides.
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use hmac::Mac as _;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -21,7 +23,7 @@ use wasmtime::component::Component;
 
 use crate::fsutil::{create_private_dir, write_atomically};
 
-const MAGIC: &[u8] = b"verdict-artifact-1\n";
+const MAGIC: &[u8] = b"verdict-artifact-2\n";
 const DIGEST_LEN: usize = 32;
 
 /// What the cache has done since the process started.
@@ -39,16 +41,29 @@ pub struct CacheStats {
 #[derive(Debug)]
 pub(crate) struct ArtifactCache {
     dir: Option<PathBuf>,
+    key: Vec<u8>,
     compiled: AtomicU64,
     hits: AtomicU64,
     rejected: AtomicU64,
 }
 
 impl ArtifactCache {
-    /// A cache in `dir`, or none (always compile) for `None`.
+    /// A cache in `dir`, or none (always compile) for `None`. Its MAC key is
+    /// `<dir>.key`, made when missing; without it there is no cache.
     pub(crate) fn new(dir: Option<PathBuf>) -> Self {
+        let (dir, key) = match dir {
+            Some(dir) => match crate::fsutil::secret(&dir.with_extension("key")) {
+                Ok(key) => (Some(dir), key),
+                Err(e) => {
+                    tracing::warn!(path = %dir.display(), error = %e, "no key for the artifact cache; compiling every component");
+                    (None, Vec::new())
+                }
+            },
+            None => (None, Vec::new()),
+        };
         ArtifactCache {
             dir,
+            key,
             compiled: AtomicU64::new(0),
             hits: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
@@ -77,7 +92,7 @@ impl ArtifactCache {
             return compile(bytes);
         };
         let path = dir.join(format!("{}.cwasm", key(engine, sha256)));
-        match read_entry(&path) {
+        match read_entry(&path, &self.key) {
             Entry::Sound(artifact) => match deserialize(engine, &artifact) {
                 Ok(component) => {
                     self.hits.fetch_add(1, Ordering::Relaxed);
@@ -96,7 +111,8 @@ impl ArtifactCache {
             .map_err(|e| std::io::Error::other(format!("{e:#}")))
             .and_then(|artifact| {
                 create_private_dir(dir)?;
-                write_atomically(&path, &[MAGIC, &Sha256::digest(&artifact), &artifact])
+                let mac = mac(&self.key, &artifact);
+                write_atomically(&path, &[MAGIC, &mac, &artifact])
             })
         {
             tracing::warn!(path = %path.display(), error = %e, "could not write the artifact cache");
@@ -130,7 +146,15 @@ enum Entry {
     Sound(Vec<u8>),
 }
 
-fn read_entry(path: &Path) -> Entry {
+/// HMAC-SHA256 of `artifact` under `key`.
+fn mac(key: &[u8], artifact: &[u8]) -> [u8; DIGEST_LEN] {
+    let mut mac = <hmac::Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key)
+        .expect("HMAC takes a key of any length");
+    mac.update(artifact);
+    mac.finalize().into_bytes().into()
+}
+
+fn read_entry(path: &Path, key: &[u8]) -> Entry {
     let Ok(mut file) = std::fs::read(path) else {
         return Entry::Missing;
     };
@@ -141,8 +165,11 @@ fn read_entry(path: &Path) -> Entry {
         return Entry::Corrupt("truncated");
     }
     let (digest, artifact) = rest.split_at(DIGEST_LEN);
-    if Sha256::digest(artifact).as_slice() != digest {
-        return Entry::Corrupt("checksum mismatch");
+    let mut check = <hmac::Hmac<Sha256> as hmac::KeyInit>::new_from_slice(key)
+        .expect("HMAC takes a key of any length");
+    check.update(artifact);
+    if check.verify_slice(digest).is_err() {
+        return Entry::Corrupt("MAC mismatch (damaged, or not written by this installation)");
     }
     let start = MAGIC.len() + DIGEST_LEN;
     file.drain(..start);
@@ -152,9 +179,10 @@ fn read_entry(path: &Path) -> Entry {
 #[allow(unsafe_code)]
 fn deserialize(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> {
     // SAFETY: `artifact` is exactly the bytes `Component::serialize` produced for an engine
-    // with the same compatibility hash (the key) and the same host version: the checksum
-    // written next to it matched, so it is neither truncated nor altered by accident, and
-    // the cache directory is private to the gateway's user. Wasmtime itself re-checks the
+    // with the same compatibility hash (the key) and the same host version: the MAC
+    // written next to it, keyed by this installation's secret, matched, so it is neither
+    // truncated, altered nor copied in from elsewhere, and the cache directory is private
+    // to the gateway's user. Wasmtime itself re-checks the
     // header's version and engine settings and refuses a mismatch with an error.
     unsafe { Component::deserialize(engine, artifact) }
 }

@@ -245,3 +245,38 @@ fn a_config_written_in_two_steps_is_reloaded_when_whole() {
         "a half-read file was refused: {status}"
     );
 }
+
+/// The state directory holds payloads and keys: a group- or world-writable one is refused,
+/// naming it; one found readable by others is narrowed to 0700, and the store is 0600.
+#[test]
+fn the_state_directory_is_private_or_the_gateway_does_not_start() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let config = gateway_config("run-state-dir", "");
+    let dir = config.parent().unwrap();
+    let original = std::fs::read_to_string(&config).unwrap();
+    if !original.starts_with("[admin]") {
+        std::fs::write(
+            &config,
+            format!("[admin]\nlisten = \"127.0.0.1:0\"\n\n{original}"),
+        )
+        .unwrap();
+    }
+    let state = dir.join(".verdict");
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = verdict(&["run", "-c", config.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains(state.to_str().unwrap()) && err.contains("writable"),
+        "{err}"
+    );
+
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let gw = start(&config);
+    assert_eq!(mode(&state), 0o700);
+    assert_eq!(mode(&state.join("verdict.db")), 0o600);
+    drop(gw);
+}

@@ -130,6 +130,37 @@ fn a_warm_restart_compiles_nothing_and_a_damaged_entry_is_rebuilt_not_trusted() 
     assert_eq!(again.cache_stats().hits, 2);
 }
 
+/// Artifacts are authenticated with a key of the installation that wrote them: an entry
+/// copied (or planted) from another state directory is rejected and recompiled, not loaded.
+#[test]
+fn an_artifact_from_another_installation_is_recompiled_not_trusted() {
+    let here = scratch_dir("artifacts-here");
+    let elsewhere = scratch_dir("artifacts-elsewhere");
+    drop(Registry::new(&config(&elsewhere, None, ""), Path::new("/")).unwrap());
+    let mut copied = 0;
+    std::fs::create_dir_all(here.join("artifacts")).unwrap();
+    for entry in std::fs::read_dir(elsewhere.join("artifacts")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "cwasm") {
+            std::fs::copy(
+                &path,
+                here.join("artifacts").join(path.file_name().unwrap()),
+            )
+            .unwrap();
+            copied += 1;
+        }
+    }
+    assert!(copied >= 2, "{copied}");
+    let r = Registry::new(&config(&here, None, ""), Path::new("/")).unwrap();
+    let stats = r.cache_stats();
+    assert_eq!(stats.hits, 0, "{stats:?}");
+    assert_eq!((stats.compiled, stats.rejected), (2, 2), "{stats:?}");
+    assert_ne!(
+        std::fs::read(here.join("artifacts.key")).unwrap(),
+        std::fs::read(elsewhere.join("artifacts.key")).unwrap()
+    );
+}
+
 #[test]
 fn operator_changes_survive_a_restart_until_the_file_changes_their_entry() {
     let state = scratch_dir("operator-journal");

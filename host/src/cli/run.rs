@@ -64,6 +64,9 @@ pub async fn start(
     let config = GatewayConfig::load(config_path)?;
     // `load` has refused a non-loopback admin.listen unless allow_remote is set.
     let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let state_dir = base.join(&config.storage.dir);
+    crate::fsutil::private_state_dir(&state_dir)
+        .with_context(|| format!("storage.dir = {}", config.storage.dir.display()))?;
     let token = admin_token(&config.admin, &base)?;
     if token.is_none() {
         tracing::warn!(
@@ -111,7 +114,6 @@ pub async fn start(
         .iter()
         .any(|r| r.source == SourceKind::Rabbitmq)
     {
-        let state_dir = base.join(&config.storage.dir);
         history_key(&config.rabbitmq, &base, &state_dir)?
     } else {
         sources::rabbitmq::HistoryKey::new(Vec::new())
@@ -212,42 +214,13 @@ fn history_key(
     base: &Path,
     state_dir: &Path,
 ) -> Result<sources::rabbitmq::HistoryKey> {
-    use std::io::{Read as _, Write as _};
     let path = if config.history_key_file.as_os_str().is_empty() {
         state_dir.join("history.key")
     } else {
         base.join(&config.history_key_file)
     };
-    if !path.exists() {
-        if let Some(dir) = path.parent() {
-            crate::fsutil::create_private_dir(dir)
-                .with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let mut key = [0_u8; 32];
-        std::fs::File::open("/dev/urandom")
-            .and_then(|mut f| f.read_exact(&mut key))
-            .context("reading /dev/urandom for a new history key")?;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        match options.open(&path) {
-            Ok(mut file) => file
-                .write_all(&key)
-                .with_context(|| format!("writing {}", path.display()))?,
-            // Another gateway on the same state directory made it first: use that one.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
-        }
-    }
-    let key = std::fs::read(&path)
-        .with_context(|| format!("rabbitmq.history_key_file: reading {}", path.display()))?;
-    anyhow::ensure!(
-        key.len() >= 16,
-        "rabbitmq.history_key_file: {} holds {} bytes; a key needs at least 16",
-        path.display(),
-        key.len()
-    );
+    let key = crate::fsutil::secret(&path)
+        .with_context(|| format!("rabbitmq.history_key_file: {}", path.display()))?;
     Ok(sources::rabbitmq::HistoryKey::new(key))
 }
 

@@ -159,6 +159,19 @@ impl Store {
             })?;
         }
         let conn = Connection::open(path).map_err(open_err)?;
+        // Message payloads live here: readable by the gateway's user only (SQLite gives its
+        // -wal and -shm files the same mode).
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(
+                |e| {
+                    open_err(rusqlite::Error::InvalidPath(
+                        format!("{}: {e}", path.display()).into(),
+                    ))
+                },
+            )?;
+        }
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(open_err)?;
         conn.pragma_update(None, "journal_mode", "WAL")
