@@ -231,11 +231,11 @@ fn a_config_written_in_two_steps_is_reloaded_when_whole() {
     {
         use std::io::Write as _;
         let mut file = std::fs::File::create(&config).unwrap();
-        file.write_all(edited[..cut].as_bytes()).unwrap();
+        file.write_all(&edited.as_bytes()[..cut]).unwrap();
         file.sync_all().unwrap();
         // Longer than the watcher's debounce: the half file is seen on its own.
         std::thread::sleep(Duration::from_millis(700));
-        file.write_all(edited[cut..].as_bytes()).unwrap();
+        file.write_all(&edited.as_bytes()[cut..]).unwrap();
     }
     let history = wait_for_generation(&gw, 2);
     assert!(history.contains("*    2  config file"), "{history}");

@@ -87,6 +87,11 @@ impl Consumer {
         }
     }
 
+    /// Deliveries in flight at most.
+    pub(crate) fn concurrency(&self) -> usize {
+        self.config.concurrency.max(1)
+    }
+
     /// Whether this is the endpoint `config` describes.
     pub(crate) fn is(&self, config: &ConsumerConfig) -> bool {
         &self.config == config

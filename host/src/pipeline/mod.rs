@@ -392,6 +392,13 @@ impl Pipeline {
     }
 }
 
+impl RouteTarget {
+    /// Deliveries of the route in flight at most (its consumer's `concurrency`).
+    pub(crate) fn concurrency(&self) -> usize {
+        self.consumer.concurrency()
+    }
+}
+
 /// Where a route's deliveries go, and how many may be in flight.
 pub(crate) struct RouteTarget {
     /// The route's topic (pattern), for metric labels.

@@ -191,7 +191,12 @@ async fn plan(
         seats: Vec::new(),
         group_of: HashMap::new(),
     };
-    for (target, topics) in routes {
+    for (target, mut topics) in routes {
+        // Topics of one route in turn too: one topic's backlog must not starve the next.
+        if !topics.is_empty() {
+            let turn = round % topics.len();
+            topics.rotate_left(turn);
+        }
         let mut seats = Vec::new();
         let cap = match &target {
             Some(t) => t.slots.available_permits(),
@@ -226,12 +231,24 @@ async fn plan(
     Ok(plan)
 }
 
-/// Extend the leases of the deliveries this process runs, every third of `lease_ms`.
+/// How often topics with nothing left to deliver are dropped from the claim round.
+const PRUNE_TOPICS_EVERY: Duration = Duration::from_secs(60);
+
+/// Extend the leases of the deliveries this process runs, every third of `lease_ms`; and
+/// once a minute, drop idle topics from the claim round.
 async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
     // At most a minute apart, however long the lease: extending early costs one statement.
     let every = Duration::from_millis((lease_ms / 3).clamp(10, 60_000));
+    let mut pruned = Instant::now();
     loop {
         tokio::time::sleep(every).await;
+        if pruned.elapsed() >= PRUNE_TOPICS_EVERY {
+            pruned = Instant::now();
+            let store = store.clone();
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.prune_topics()).await {
+                tracing::warn!(error = %e, "pruning idle topics failed");
+            }
+        }
         let leases: Vec<(i64, i64)> = held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -270,6 +287,7 @@ impl Task {
         let _release = Release {
             held: self.held.clone(),
             seq: message.seq,
+            lease: message.lease,
             freed: self.freed.clone(),
             seat: Some(seat),
         };
@@ -302,10 +320,12 @@ impl Task {
             .settle(message.seq, message.lease, settlement)
             .await;
         match outcome {
-            Ok(()) => self
-                .pipeline
-                .metrics()
-                .handled(NAME, handled, received.elapsed()),
+            Ok(()) => {
+                self.failures.settled(&message.seq.to_string());
+                self.pipeline
+                    .metrics()
+                    .handled(NAME, handled, received.elapsed());
+            }
             Err(Written::Fenced) => {
                 self.pipeline.metrics().fault(NAME, SettleFault::LeaseLost);
                 tracing::warn!(
@@ -364,16 +384,19 @@ impl Task {
 struct Release {
     held: Held,
     seq: i64,
+    lease: i64,
     freed: Arc<Notify>,
     seat: Option<Seat>,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
-        self.held
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.seq);
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only this delivery's own lease: the same message may hold a newer one by now.
+        if held.get(&self.seq) == Some(&self.lease) {
+            held.remove(&self.seq);
+        }
+        drop(held);
         drop(self.seat.take());
         self.freed.notify_one();
     }

@@ -168,6 +168,8 @@ impl Store {
                  WHERE seq = ?1",
                 params![message_seq, now_ms],
             )?;
+            // The claim loop asks the topic list for work: the topic may have been pruned.
+            tx.execute("INSERT OR IGNORE INTO topics (topic) VALUES (?1)", [&topic])?;
             tx.execute("UPDATE dlq SET state = 'replayed' WHERE seq = ?1", [seq])?;
             audit(&tx, now_ms, &id, &topic, "replayed", note)?;
             ids.push(id);

@@ -112,8 +112,9 @@ impl Store {
         Ok(leased.len() as u64)
     }
 
-    /// Topics with messages in the store (every topic ever published, until retention
-    /// prunes it): the claim loop asks each route's topics for work in turn.
+    /// Topics that may have messages to deliver (each published or replayed topic, until
+    /// [`Store::prune_topics`] finds it idle): the claim loop asks each route's topics for
+    /// work in turn.
     pub fn topics(&self) -> Result<Vec<String>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare_cached("SELECT topic FROM topics ORDER BY topic")?;
@@ -160,6 +161,21 @@ impl Store {
         }
         tx.commit()?;
         Ok(claimed)
+    }
+
+    /// Forget topics with no message ready, scheduled or leased (a publish or a replay
+    /// lists a topic again), so a claim round asks only topics that may have work; how
+    /// many were forgotten.
+    pub fn prune_topics(&self) -> Result<usize, StoreError> {
+        self.write(|tx| {
+            Ok(tx.execute(
+                "DELETE FROM topics WHERE NOT EXISTS (
+                     SELECT 1 FROM messages
+                     WHERE messages.topic = topics.topic
+                       AND messages.state IN ('ready', 'scheduled', 'leased'))",
+                [],
+            )?)
+        })
     }
 
     /// Keep the leases of deliveries still running: each `(seq, lease)` whose message is
@@ -461,6 +477,8 @@ mod tests {
         store.publish(&[message("a")], 0).unwrap();
         store.publish(&[message("b"), message("c")], 5).unwrap();
         assert_eq!(store.topics().unwrap(), ["orders"]);
+        // A topic with messages to deliver is kept.
+        assert_eq!(store.prune_topics().unwrap(), 0);
         let want = |n: usize| [(vec!["orders".to_string()], n)];
         let ids = |claimed: &[Claimed]| -> Vec<String> {
             claimed.iter().map(|c| c.delivery.id.clone()).collect()

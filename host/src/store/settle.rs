@@ -266,4 +266,31 @@ mod tests {
         assert_eq!(store.counts().unwrap().scheduled, 1);
         let _ = std::fs::remove_dir_all(dir);
     }
+
+    #[test]
+    fn idle_topics_leave_the_claim_round_until_published_again() {
+        let (store, dir) = store("topics");
+        let message = |id: &str, topic: &str| NewMessage {
+            id: id.into(),
+            topic: topic.into(),
+            payload: b"{}".to_vec(),
+            ..NewMessage::default()
+        };
+        store
+            .publish(&[message("a", "orders"), message("b", "invoices")], 0)
+            .unwrap();
+        let c = store
+            .claim(10, &[(vec!["orders".into()], 1)], 1_000)
+            .unwrap()
+            .remove(0);
+        store
+            .settle(&[(c.seq, c.lease, &Settlement::Delivered)], 20)
+            .unwrap();
+        // `orders` has nothing left; `invoices` still has a ready message.
+        assert_eq!(store.prune_topics().unwrap(), 1);
+        assert_eq!(store.topics().unwrap(), ["invoices"]);
+        store.publish(&[message("c", "orders")], 30).unwrap();
+        assert_eq!(store.topics().unwrap(), ["invoices", "orders"]);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

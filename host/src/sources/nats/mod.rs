@@ -122,8 +122,11 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Pull `route`'s messages one free slot at a time: a slot of the route's own, then one
-    /// of `max_in_flight`, then the next message.
+    /// Take `route`'s messages as it has room - at most its consumer's `concurrency` taken
+    /// and not yet settled - in fetches of exactly that many, so no message waits in a
+    /// client buffer without in-progress acks. A taken message waits for a delivery slot of
+    /// its route and one of `max_in_flight` with its in-progress acks running; an idle route
+    /// holds neither.
     async fn consume_route(
         &self,
         broker: &Broker,
@@ -132,71 +135,86 @@ impl Session<'_> {
         consumer: consumer::Consumer<consumer::pull::Config>,
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let batch = self
+        let room = self
             .pipeline
             .route_target_of(route)
-            .map_or(1, |t| t.slots.available_permits().max(1));
-        let mut messages = consumer
-            .stream()
-            .max_messages_per_batch(batch)
-            .heartbeat(Duration::from_secs(15))
-            .messages()
-            .await?;
+            .map_or(1, |t| t.concurrency());
+        let room = Arc::new(Semaphore::new(room.max(1)));
         loop {
-            let Some(target) = self.pipeline.route_target_of(route) else {
-                // The route lost its consumer in a reload: wait for one.
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    _ = shutdown.changed() => return Ok(()),
-                }
-            };
-            let slot = tokio::select! {
-                slot = target.slots.clone().acquire_owned() => slot?,
+            let first = tokio::select! {
+                permit = room.clone().acquire_owned() => permit?,
                 _ = shutdown.changed() => return Ok(()),
             };
-            let permit = tokio::select! {
-                permit = self.slots.clone().acquire_owned() => permit?,
-                _ = shutdown.changed() => return Ok(()),
-            };
-            let next = tokio::select! {
-                next = messages.next() => next,
-                _ = shutdown.changed() => return Ok(()),
-            };
-            let message = match next {
-                Some(Ok(message)) => message,
-                Some(Err(e)) => {
-                    // Missed heartbeats while the server restarts, and the like: the stream
-                    // goes on after the client reconnects.
-                    tracing::debug!(error = %e, route, "nats source: pull stream error");
-                    if !self.ready.is_up() {
+            let mut taken = vec![first];
+            while let Ok(permit) = room.clone().try_acquire_owned() {
+                taken.push(permit);
+            }
+            let fetch = consumer
+                .fetch()
+                .max_messages(taken.len())
+                .expires(FETCH_WAIT)
+                .messages();
+            let mut batch = tokio::select! {
+                batch = fetch => match batch {
+                    Ok(batch) => batch,
+                    Err(e) if self.ready.is_up() => {
+                        // Connected, yet the consumer cannot be read (deleted, say): the
+                        // session is rebuilt, consumers and all.
+                        return Err(anyhow::anyhow!("fetching route `{route}`: {e}"));
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, route, "nats source: fetch failed while disconnected");
                         tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
                     }
-                    continue;
-                }
-                None => anyhow::bail!("the pull stream of route `{route}` ended"),
+                },
+                _ = shutdown.changed() => return Ok(()),
             };
-            let job = Job {
-                pipeline: self.pipeline.clone(),
-                broker: broker.clone(),
-                dlqs: self.dlqs.clone(),
-                failures: self.failures.clone(),
-                route: route.to_string(),
-                // Another NATS route more specific than this one takes its own messages.
-                more_specific_elsewhere: routes.iter().any(|r| {
-                    r != route && {
-                        self.pipeline
-                            .route_of(&message.subject)
-                            .is_some_and(|best| best == *r)
+            loop {
+                let next = tokio::select! {
+                    next = batch.next() => next,
+                    _ = shutdown.changed() => return Ok(()),
+                };
+                let message = match next {
+                    None => break,
+                    Some(Ok(message)) => message,
+                    Some(Err(e)) => {
+                        // Missed heartbeats while the server restarts, and the like.
+                        tracing::debug!(error = %e, route, "nats source: fetch error");
+                        break;
                     }
-                }),
-            };
-            tokio::spawn(async move {
-                job.handle(message, (target, slot)).await;
-                drop(permit);
-            });
+                };
+                let Some(room) = taken.pop() else {
+                    // JetStream sent more than asked: it comes back after `ack_wait`.
+                    break;
+                };
+                let job = Job {
+                    pipeline: self.pipeline.clone(),
+                    broker: broker.clone(),
+                    dlqs: self.dlqs.clone(),
+                    failures: self.failures.clone(),
+                    slots: self.slots.clone(),
+                    // Another NATS route more specific than this one takes its own messages.
+                    more_specific_elsewhere: routes.iter().any(|r| {
+                        r != route
+                            && self
+                                .pipeline
+                                .route_of(&message.subject)
+                                .is_some_and(|best| best == *r)
+                    }),
+                };
+                tokio::spawn(async move {
+                    job.handle(message).await;
+                    drop(room);
+                });
+            }
         }
     }
 }
+
+/// How long one fetch waits for messages before it is renewed (an idle route costs one
+/// pull request this often).
+const FETCH_WAIT: Duration = Duration::from_secs(5);
 
 /// What one delivery's task needs.
 struct Job {
@@ -204,18 +222,15 @@ struct Job {
     broker: Broker,
     dlqs: BrokerDlqs,
     failures: SettleFailures,
-    route: String,
+    /// The source's `max_in_flight` slots.
+    slots: Arc<Semaphore>,
     more_specific_elsewhere: bool,
 }
 
 impl Job {
     /// Deliver one message and apply its settlement; nothing that happens here leaves it
     /// unsettled without a bound (see [`SettleFailures`]).
-    async fn handle(
-        self,
-        message: jetstream::Message,
-        slot: (Arc<RouteTarget>, OwnedSemaphorePermit),
-    ) {
+    async fn handle(self, message: jetstream::Message) {
         if self.more_specific_elsewhere {
             // Delivered by the more specific route's own consumer; done here.
             if let Err(e) = message.ack().await {
@@ -230,8 +245,7 @@ impl Job {
             &self.dlqs,
             &self.failures,
             &message,
-            &self.route,
-            slot,
+            &self.slots,
         ))
         .catch_unwind()
         .await;
@@ -281,8 +295,7 @@ async fn handle(
     dlqs: &BrokerDlqs,
     failures: &SettleFailures,
     message: &jetstream::Message,
-    route: &str,
-    (target, _slot): (Arc<RouteTarget>, OwnedSemaphorePermit),
+    slots: &Arc<Semaphore>,
 ) -> Option<crate::pipeline::Handled> {
     let Ok(info) = message.info() else {
         tracing::error!(subject = %Clean(&message.subject), "nats source: a message without JetStream metadata; terminating it");
@@ -316,20 +329,23 @@ async fn handle(
     } else {
         delivery.redelivery = delivered > 1;
     }
-    let own_route = pipeline.route_of(&delivery.topic).as_deref() == Some(route);
-    // In the same task, not a spawned one: a task and a message copy per delivery cost more
-    // than the delivery's own bookkeeping.
+    // In-progress acks from receipt to settlement: while the message waits for its slots
+    // and while the consumer works. In the same task, not a spawned one: a task and a
+    // message copy per delivery cost more than the delivery's own bookkeeping.
     let every = Duration::from_millis(broker.config().ack_wait_ms / 2);
-    let processing = async {
-        if own_route {
-            pipeline.process_held(&delivery, &target).await
-        } else {
-            pipeline.process(&delivery).await
-        }
+    let seats = tokio::select! {
+        biased;
+        seats = take_seats(pipeline, &delivery.topic, slots) => seats,
+        never = keep_alive(message, every) => match never {},
     };
     let settlement = tokio::select! {
         biased;
-        settlement = processing => settlement,
+        settlement = async {
+            match &seats {
+                Some((target, _, _)) => pipeline.process_held(&delivery, target).await,
+                None => pipeline.process(&delivery).await,
+            }
+        } => settlement,
         never = keep_alive(message, every) => match never {},
     };
     let handled = settlement.handled();
@@ -358,6 +374,20 @@ async fn handle(
             .await
         }
     }
+}
+
+/// A delivery slot of the route that takes `topic` and one of `max_in_flight`, held until
+/// the settlement is applied; `None` when no route takes the topic now (the pipeline then
+/// releases the message).
+async fn take_seats(
+    pipeline: &Pipeline,
+    topic: &str,
+    slots: &Arc<Semaphore>,
+) -> Option<(Arc<RouteTarget>, OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+    let target = pipeline.route_target(topic)?;
+    let slot = target.slots.clone().acquire_owned().await.ok()?;
+    let global = slots.clone().acquire_owned().await.ok()?;
+    Some((target, slot, global))
 }
 
 /// Applying a settlement failed: give the message back to be delivered again, at most

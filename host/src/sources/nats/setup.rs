@@ -29,9 +29,6 @@ struct Inner {
     history_prefix: String,
     histories: Histories,
     gateway: String,
-    /// This connection created the source stream: route consumers made now start at its
-    /// first message; on a stream that was there before they start at new messages.
-    created_stream: bool,
 }
 
 /// Connect to `config.url` and set up the stream (capturing `subjects` when it is created),
@@ -77,7 +74,7 @@ pub async fn connect(
     } else {
         config.subjects.clone()
     };
-    let created_stream = ensure_stream(&js, &config.stream, subjects, "nats.stream").await?;
+    ensure_stream(&js, &config.stream, subjects, "nats.stream").await?;
     let dlq_subjects = vec![format!("{}.>", config.dlq_subject_prefix)];
     ensure_stream(&js, &config.dlq_stream, dlq_subjects, "nats.dlq_stream").await?;
     let audit_subjects = vec![format!("{}.>", config.audit_subject_prefix)];
@@ -107,7 +104,6 @@ pub async fn connect(
             durable,
             histories: Histories::new(bucket),
             gateway: settings.instance.clone(),
-            created_stream,
         }),
     })
 }
@@ -186,20 +182,20 @@ async fn history_bucket(js: &jetstream::Context, config: &NatsConfig) -> anyhow:
         .with_context(|| format!("nats.history_bucket = {bucket}"))
 }
 
-/// Create the stream `name` when missing; whether it was created.
+/// Create the stream `name` when missing.
 async fn ensure_stream(
     js: &jetstream::Context,
     name: &str,
     subjects: Vec<String>,
     field: &str,
-) -> anyhow::Result<bool> {
+) -> anyhow::Result<()> {
     if js.get_stream(name).await.is_ok() {
-        return Ok(false);
+        return Ok(());
     }
     js.create_stream(stream_config(name, subjects.clone()))
         .await
         .with_context(|| format!("{field} = {name}: creating it with subjects {subjects:?}"))?;
-    Ok(true)
+    Ok(())
 }
 
 impl Broker {
@@ -248,25 +244,7 @@ impl Broker {
         if let Ok(existing) = stream.get_consumer(&durable).await {
             return Ok(existing);
         }
-        let from = if self.inner.created_stream {
-            consumer::DeliverPolicy::All
-        } else if let Ok(legacy) = stream.consumer_info(self.durable()).await {
-            // A gateway before per-route consumers shared one durable named like the
-            // prefix: start where it stopped acknowledging, so that nothing it held is
-            // lost (what it acknowledged out of order after that comes again: counted as
-            // redeliveries by the consumer, at least once).
-            let start_sequence = legacy.ack_floor.stream_sequence.saturating_add(1);
-            tracing::warn!(
-                legacy = %self.durable(),
-                route,
-                start_sequence,
-                "nats source: taking over from the shared durable consumer of an earlier \
-                 version; delete it once every route consumer has caught up"
-            );
-            consumer::DeliverPolicy::ByStartSequence { start_sequence }
-        } else {
-            consumer::DeliverPolicy::New
-        };
+        let from = self.start_of(&stream, route).await?;
         stream
             .get_or_create_consumer(
                 &durable,
@@ -274,6 +252,47 @@ impl Broker {
             )
             .await
             .with_context(|| format!("durable consumer `{durable}` of route `{route}`"))
+    }
+
+    /// Where a new consumer for `route` starts. Messages of its subjects were delivered so
+    /// far by the gateway's consumers whose filters cover it (a wider route's, or the one
+    /// durable an earlier version shared): start at the first message the slowest of them
+    /// has not acknowledged, so nothing they held is lost when the new route takes its
+    /// subjects over - what they acknowledged after that comes again (at least once). No
+    /// such consumer: nobody has delivered these subjects, so from the stream's start.
+    async fn start_of(
+        &self,
+        stream: &jetstream::stream::Stream,
+        route: &str,
+    ) -> anyhow::Result<consumer::DeliverPolicy> {
+        use futures_util::TryStreamExt as _;
+        let prefix = format!("{}-", self.durable());
+        let infos: Vec<consumer::Info> = stream
+            .consumers()
+            .try_collect()
+            .await
+            .context("listing the stream's consumers")?;
+        let floor = infos
+            .iter()
+            .filter(|i| i.name == self.durable() || i.name.starts_with(&prefix))
+            .filter(|i| {
+                let filter = &i.config.filter_subject;
+                filter.is_empty() || covers(filter, route)
+            })
+            .map(|i| i.ack_floor.stream_sequence.saturating_add(1))
+            .min();
+        Ok(match floor {
+            None => consumer::DeliverPolicy::All,
+            Some(start_sequence) => {
+                tracing::warn!(
+                    route,
+                    start_sequence,
+                    "nats source: a new route consumer takes over subjects other consumers \
+                     delivered until now; messages they acknowledged after its start come again"
+                );
+                consumer::DeliverPolicy::ByStartSequence { start_sequence }
+            }
+        })
     }
 
     /// The subject a DLQ's letters are published to.

@@ -43,12 +43,19 @@ impl HistoryKey {
         use hmac::Mac as _;
         let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(&self.0)
             .expect("HMAC takes a key of any length");
-        // Length-prefixed fields: no two field lists sign alike.
+        // Length-prefixed fields: no two field lists sign alike. The queue binds a copy to
+        // the queue it was made for; the first failure's presence is signed apart from its
+        // value.
+        let first_failed = match fields.first_failed {
+            Some(at) => [&[1_u8][..], &at.to_be_bytes()].concat(),
+            None => vec![0_u8],
+        };
         for field in [
+            fields.queue.as_bytes(),
             fields.id.as_bytes(),
             &fields.attempt.to_be_bytes(),
             &fields.deferrals.to_be_bytes(),
-            &fields.first_failed.unwrap_or(u64::MAX).to_be_bytes(),
+            &first_failed,
             &fields.published.to_be_bytes(),
             fields.history.as_bytes(),
         ] {
@@ -75,6 +82,7 @@ impl HistoryKey {
 /// What the signature covers.
 #[derive(Default)]
 struct Signed {
+    queue: String,
     id: String,
     attempt: u64,
     deferrals: u64,
@@ -154,6 +162,7 @@ pub fn to_delivery(
         return delivery;
     };
     let mut signed = Signed {
+        queue: queue.to_string(),
         id: delivery.id.clone(),
         ..Signed::default()
     };
@@ -220,6 +229,7 @@ pub fn next_properties(
         history.drain(..history.len() - MAX_HISTORY);
     }
     let signed = Signed {
+        queue: delivery.topic.clone(),
         id: delivery.id.clone(),
         attempt: attempt.into(),
         deferrals: deferrals.into(),

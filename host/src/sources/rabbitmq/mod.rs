@@ -14,7 +14,6 @@
 //! broker had not seen acked are redelivered to whichever gateway consumes next.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -22,10 +21,10 @@ use futures_util::{FutureExt as _, StreamExt};
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Semaphore, watch};
 
 use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, SettleFailures, Settlement};
-use crate::pipeline::{Handled, Pipeline, RouteTarget, SettleFault, now_ms};
+use crate::pipeline::{Handled, Pipeline, SettleFault, now_ms};
 use crate::text::Clean;
 use crate::{GatewaySection, RabbitmqConfig};
 
@@ -148,9 +147,10 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Take `queue`'s deliveries one free slot at a time: a slot of the route's own, then
-    /// one of `max_in_flight`, then the next delivery - so a slow route holds its own slots,
-    /// never the ones another route needs.
+    /// Take `queue`'s deliveries as the broker hands them (at most `prefetch` unacked per
+    /// queue); each waits for a delivery slot of its route and one of `max_in_flight` in
+    /// its own task, so a slow route holds its own slots, never the ones another route
+    /// needs, and an idle queue holds none.
     async fn consume_queue(
         &self,
         topology: &Topology,
@@ -159,19 +159,6 @@ impl Session<'_> {
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         loop {
-            let route = self.pipeline.route_target_of(queue);
-            let slot = match &route {
-                Some(target) => Some(tokio::select! {
-                    slot = target.slots.clone().acquire_owned() => slot?,
-                    _ = shutdown.changed() => return Ok(()),
-                }),
-                // No consumer for it now: its deliveries are released for later.
-                None => None,
-            };
-            let permit = tokio::select! {
-                permit = self.slots.clone().acquire_owned() => permit?,
-                _ = shutdown.changed() => return Ok(()),
-            };
             let next = tokio::select! {
                 next = deliveries.next() => next,
                 _ = shutdown.changed() => return Ok(()),
@@ -189,24 +176,27 @@ impl Session<'_> {
                 dlqs: self.dlqs.clone(),
                 failures: self.failures.clone(),
                 key: self.key.clone(),
+                slots: self.slots.clone(),
             };
-            let (queue, held) = (queue.to_string(), route.zip(slot));
-            tokio::spawn(async move {
-                job.handle(&queue, delivery, held).await;
-                drop(permit);
-            });
+            let queue = queue.to_string();
+            tokio::spawn(async move { job.handle(&queue, delivery).await });
         }
     }
 }
 
-/// Messages published without a `message_id` get one, carried by their retry copies.
-fn generated_id(queue: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!(
-        "{queue}-{}-{}",
-        now_ms(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+/// The id of a message published without a `message_id`: a digest of what it carries, so
+/// every redelivery of it has the same one (its settlement failures are counted together),
+/// carried by its retry copies; at most 100 bytes (an AMQP short string holds 255).
+fn generated_id(queue: &str, message: &lapin::message::Delivery) -> String {
+    use sha2::Digest as _;
+    let mut digest = sha2::Sha256::new();
+    digest.update(queue.as_bytes());
+    digest.update(format!("{:?}", message.properties).as_bytes());
+    digest.update(&message.data);
+    let hash = digest.finalize();
+    let short: String = hash[..12].iter().map(|b| format!("{b:02x}")).collect();
+    let name: String = queue.chars().take(64).collect();
+    format!("{name}-{short}")
 }
 
 /// What one delivery's task needs.
@@ -216,6 +206,8 @@ struct Job {
     dlqs: BrokerDlqs,
     failures: SettleFailures,
     key: HistoryKey,
+    /// The source's `max_in_flight` slots.
+    slots: Arc<Semaphore>,
 }
 
 impl Job {
@@ -223,12 +215,7 @@ impl Job {
     /// unsettled: a panic dead-letters it through the gateway's fallback, and a settlement
     /// that cannot be applied gives it back (`nack`) at most
     /// [`super::MAX_SETTLE_FAILURES`] times in a row before the gateway dead-letters it.
-    async fn handle(
-        self,
-        queue: &str,
-        message: lapin::message::Delivery,
-        held: Option<(Arc<RouteTarget>, OwnedSemaphorePermit)>,
-    ) {
+    async fn handle(self, queue: &str, message: lapin::message::Delivery) {
         let received = Instant::now();
         let mut delivery = headers::to_delivery(
             queue,
@@ -239,8 +226,20 @@ impl Job {
             &self.key,
         );
         if delivery.id.is_empty() {
-            delivery.id = generated_id(queue);
+            delivery.id = generated_id(queue, &message);
         }
+        // A slot of the route and one of `max_in_flight`, held until the settlement is
+        // applied (none when no route takes the queue now: the pipeline releases it).
+        let held = match self.pipeline.route_target(queue) {
+            Some(target) => match target.slots.clone().acquire_owned().await {
+                Ok(slot) => Some((target, slot)),
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let Ok(_global) = self.slots.clone().acquire_owned().await else {
+            return;
+        };
         let processing = async {
             match &held {
                 Some((target, _slot)) => self.pipeline.process_held(&delivery, target).await,
@@ -405,10 +404,13 @@ async fn apply(
             topology.audit(&record).await?;
         }
     }
-    message
+    let acked = message
         .ack(BasicAckOptions::default())
         .await
         .context("ack")?;
+    anyhow::ensure!(acked, "ack: the delivery was already acknowledged");
+    // Past this point the message is settled: nothing below may count as a failure to
+    // settle it (that would dead-letter or requeue a message already delivered).
     if delivered && let Some(token) = delivery.headers.get(crate::dlq::REPLAY_HEADER) {
         // A replayed message arrived: the record a replay's canary waits for.
         let record = serde_json::json!({
@@ -418,7 +420,9 @@ async fn apply(
             "topic": queue,
             "detail": token,
         });
-        topology.audit(&record).await?;
+        if let Err(e) = topology.audit(&record).await {
+            tracing::warn!(error = %format!("{e:#}"), id = %Clean(&delivery.id), "rabbitmq source: the replay-delivered record was not written; a canary waiting for it times out");
+        }
     }
     Ok(())
 }
