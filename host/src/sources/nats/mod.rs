@@ -1,12 +1,15 @@
 //! The NATS JetStream source: one stream, and a durable pull consumer with explicit acks
 //! per route, filtered to the route's subjects.
 //!
-//! - **Routes are isolated.** Each route pulls only while it has a free delivery slot (its
-//!   consumer's `concurrency`), in batches no larger than that, on a durable consumer of its
-//!   own: a route whose consumer is down, with thousands of messages waiting out a retry
-//!   delay, holds its own consumer's pending set and nothing of another route's. A message
-//!   a route's filter matches but a more specific NATS route takes is acknowledged on the
-//!   wider route's consumer and delivered by the more specific one.
+//! - **Routes are isolated.** Each route fetches on a durable consumer of its own, at most
+//!   its consumer's `concurrency` messages taken and unsettled at once; each message then
+//!   waits for a delivery slot of its route and one of `max_in_flight`, with in-progress
+//!   acks running from receipt. A route whose consumer is down, with thousands of messages
+//!   waiting out a retry delay, holds its own consumer's pending set and nothing of another
+//!   route's. A message a route's filter matches but a more specific NATS route takes is
+//!   acknowledged on the wider route's consumer and delivered by the more specific one
+//!   (whose consumer starts where the wider one's stopped acknowledging: nothing falls
+//!   between them).
 //! - **Delays do not starve new messages.** JetStream counts a message waiting out a `nak`
 //!   delay as ack-pending; `[nats] max_ack_pending` applies per route and is unlimited by
 //!   default, so a route's retry backlog never blocks its own new messages (the gateway
