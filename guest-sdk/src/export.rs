@@ -107,6 +107,7 @@ fn host_details() -> Details {
                 })
                 .collect()
         }),
+        extensions: crate::failure::Extensions::Host(host::extension),
     }
 }
 

@@ -102,6 +102,20 @@ pub(crate) struct Details {
     pub(crate) headers: Lazy<Vec<Header>>,
     pub(crate) payload: Lazy<Vec<u8>>,
     pub(crate) history: Lazy<Vec<AttemptRecord>>,
+    pub(crate) extensions: Extensions,
+}
+
+/// Where [`Failure::extension`] looks: the host, or values a native test gave.
+pub(crate) enum Extensions {
+    Given(std::collections::BTreeMap<String, String>),
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    Host(fn(&str) -> Option<String>),
+}
+
+impl Default for Extensions {
+    fn default() -> Self {
+        Extensions::Given(std::collections::BTreeMap::new())
+    }
 }
 
 /// One failed delivery.
@@ -260,10 +274,27 @@ impl Failure {
     pub fn history(&self) -> &[AttemptRecord] {
         self.details.history.get()
     }
+    /// A named fact the host adds without changing the contract's records; `None` for a key
+    /// it does not know. The gateway fills `source` (`embedded`, `nats` or `rabbitmq`),
+    /// `route` (the route's topic pattern) and `gateway` (its instance name).
+    pub fn extension(&self, key: &str) -> Option<String> {
+        match &self.details.extensions {
+            Extensions::Given(map) => map.get(key).cloned(),
+            Extensions::Host(fetch) => fetch(key),
+        }
+    }
 }
 
 /// Setters for native tests and tools; a component never needs them.
 impl Failure {
+    /// Add an extension fact (see [`Failure::extension`]).
+    #[must_use]
+    pub fn with_extension(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Extensions::Given(map) = &mut self.details.extensions {
+            map.insert(key.into(), value.into());
+        }
+        self
+    }
     /// Set the attempt (1-based).
     #[must_use]
     pub fn with_attempt(mut self, attempt: u32) -> Self {

@@ -11,6 +11,7 @@ mod hostile;
 mod invariants;
 mod loading;
 mod nats;
+mod operator;
 mod policies;
 mod rabbitmq;
 mod registry;

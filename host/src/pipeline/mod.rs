@@ -202,7 +202,7 @@ impl Pipeline {
             first_failed_at_ms: message.first_failed_at_ms.unwrap_or(now),
             now_ms: Some(now),
             published_at_ms: Some(message.published_at_ms),
-            deadline_ms: None,
+            deadline_ms: message.deadline_ms(),
             error: ErrorSpec {
                 kind: error.kind.clone(),
                 message: error.message.clone(),
@@ -216,7 +216,14 @@ impl Pipeline {
             content_type: message.content_type.clone(),
             jitter_seed: None,
             stats,
-            extensions: Default::default(),
+            extensions: [
+                ("source", message.source),
+                ("route", route_topic),
+                ("gateway", self.settings.instance.as_str()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
         }
         .into_failure()
         .with_payload(message.payload.clone());

@@ -55,6 +55,31 @@ pub struct Delivery {
     pub history: Vec<AttemptSpec>,
     /// Delivered before without an outcome recorded: the consumer may have seen it.
     pub redelivery: bool,
+    /// The source's name (`embedded`, `nats`, `rabbitmq`), for policies' `source` extension.
+    pub source: &'static str,
+}
+
+/// The header naming a message's deadline, in ms since the Unix epoch: a policy sees it as
+/// `deadline-ms` (`is_expired`, `time_left_ms`). The brokers' own TTLs (RabbitMQ's
+/// `expiration`, NATS's `Nats-TTL`) are turned into it when a message arrives.
+pub const DEADLINE_HEADER: &str = "x-message-deadline-ms";
+/// The header naming a message's time to live, in ms after its publication (used when
+/// [`DEADLINE_HEADER`] is absent).
+pub const TTL_HEADER: &str = "x-message-ttl-ms";
+
+impl Delivery {
+    /// The message's deadline (ms since the Unix epoch), from [`DEADLINE_HEADER`] or
+    /// [`TTL_HEADER`] (case-insensitive); an unparsable value counts as none.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        let header = |name: &str| {
+            self.headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        };
+        header(DEADLINE_HEADER)
+            .or_else(|| header(TTL_HEADER).map(|ttl| self.published_at_ms.saturating_add(ttl)))
+    }
 }
 
 /// A failed delivery, as recorded.
@@ -473,6 +498,40 @@ pub(crate) fn topic_of_dlq(naming: crate::DlqNaming, dlq: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deadline_comes_from_its_header_or_a_ttl_after_publication() {
+        let with = |headers: &[(&str, &str)]| Delivery {
+            published_at_ms: 1_000,
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Delivery::default()
+        };
+        assert_eq!(with(&[]).deadline_ms(), None);
+        assert_eq!(
+            with(&[("X-Message-Deadline-Ms", "5000")]).deadline_ms(),
+            Some(5_000)
+        );
+        assert_eq!(
+            with(&[("x-message-ttl-ms", "250")]).deadline_ms(),
+            Some(1_250)
+        );
+        assert_eq!(
+            with(&[("x-message-deadline-ms", "7"), ("x-message-ttl-ms", "250")]).deadline_ms(),
+            Some(7),
+            "an explicit deadline wins"
+        );
+        assert_eq!(
+            with(&[("x-message-deadline-ms", "soon")]).deadline_ms(),
+            None
+        );
+        assert_eq!(
+            with(&[("x-message-ttl-ms", "18446744073709551615")]).deadline_ms(),
+            Some(u64::MAX)
+        );
+    }
 
     #[test]
     fn settlement_failures_are_released_at_once_then_at_a_bounded_rate() {

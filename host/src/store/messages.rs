@@ -273,6 +273,7 @@ fn claim_topic(
                     first_failed_at_ms: r.get(9)?,
                     history: Vec::new(),
                     redelivery: state == "leased",
+                    source: crate::sources::embedded::NAME,
                 },
             },
             headers,

@@ -518,6 +518,7 @@ fn to_delivery(
         topic: message.subject.to_string(),
         payload: message.payload.to_vec(),
         published_at_ms,
+        source: NAME,
         ..Delivery::default()
     };
     if let Some(headers) = &message.headers {
@@ -531,6 +532,15 @@ fn to_delivery(
             match name.as_str() {
                 "Nats-Msg-Id" if !replayed => delivery.id = value.to_string(),
                 "verdict-message-id" => delivery.id = value.to_string(),
+                // The message's own TTL: its deadline, for policies.
+                "Nats-TTL" => {
+                    if let Some(ttl) = nats_ttl_ms(value.as_str()) {
+                        delivery.headers.insert(
+                            super::DEADLINE_HEADER.to_string(),
+                            published_at_ms.saturating_add(ttl).to_string(),
+                        );
+                    }
+                }
                 n if n.eq_ignore_ascii_case("content-type") => {
                     delivery.content_type = Some(value.to_string());
                 }
@@ -542,6 +552,17 @@ fn to_delivery(
         }
     }
     delivery
+}
+
+/// A `Nats-TTL` value in ms: a duration (`30s`, `1h`) or whole seconds; `never` is none.
+fn nats_ttl_ms(value: &str) -> Option<u64> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(seconds.saturating_mul(1_000));
+    }
+    humantime::parse_duration(value)
+        .ok()
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Read each DLQ's depth from the DLQ stream about once a second.

@@ -156,8 +156,21 @@ pub fn to_delivery(
             .timestamp()
             .map_or(now_ms, |s| s.saturating_mul(1_000)),
         redelivery: redelivered,
+        source: super::NAME,
         ..Delivery::default()
     };
+    // The message's own TTL (`expiration`, ms as text) is its deadline, for policies; it
+    // travels on as a header, since the retry copies carry no expiration.
+    if let Some(ttl) = properties
+        .expiration()
+        .as_ref()
+        .and_then(|e| e.as_str().trim().parse::<u64>().ok())
+    {
+        delivery.headers.insert(
+            crate::sources::DEADLINE_HEADER.to_string(),
+            delivery.published_at_ms.saturating_add(ttl).to_string(),
+        );
+    }
     let Some(headers) = properties.headers() else {
         return delivery;
     };

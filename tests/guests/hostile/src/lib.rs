@@ -113,7 +113,12 @@ impl Policy for Hostile {
                         .collect::<Vec<_>>()
                         .join(","),
                 )
-                .label("age-ms", f.age_ms().to_string()),
+                .label("age-ms", f.age_ms().to_string())
+                .label("deadline-ms", format!("{:?}", f.deadline_ms()))
+                .label("ext-source", f.extension("source").unwrap_or_default())
+                .label("ext-route", f.extension("route").unwrap_or_default())
+                .label("ext-gateway", f.extension("gateway").unwrap_or_default())
+                .label("ext-unknown", format!("{:?}", f.extension("no-such-key"))),
             Mode::Ok | Mode::RejectInit | Mode::TrapInInit => {
                 Verdict::retry_after(1_000).because("ok")
             }

@@ -1,0 +1,127 @@
+//! What an operator relies on around the gateway, through a real gateway (`cli::start`)
+//! and a scripted consumer: message deadlines and the facts the gateway adds for policies.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use verdict_host::store::DlqFilter;
+use verdict_tests::gateway::Gateway;
+use verdict_tests::scripted::{Reply, Scripted};
+use verdict_tests::{fixtures, scratch_dir, wait_for};
+
+fn config(consumer: &str, policy: &str, path: &str, route_config: &str, settings: &str) -> String {
+    format!(
+        r#"
+[sandbox]
+decide_timeout_ms = 1000
+[admin]
+listen = "127.0.0.1:0"
+token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
+token_file = "token"
+[gateway]
+instance = "gw-operator"
+poll_ms = 10
+[admission]
+properties = false
+[policies.{policy}]
+path = "{path}"
+[[routes]]
+topic = "orders"
+policy = "{policy}"
+config = {route_config}
+consumer = {{ url = "{consumer}", timeout_ms = 1000 }}
+{settings}
+"#
+    )
+}
+
+fn dead_letter(gw: &Gateway) -> Value {
+    assert!(wait_for(Duration::from_secs(15), || gw
+        .store
+        .counts()
+        .unwrap()
+        .dead
+        == 1));
+    gw.store
+        .dlq_list(&DlqFilter::default(), u64::MAX)
+        .unwrap()
+        .remove(0)
+        .envelope
+}
+
+/// A message whose deadline (`x-message-deadline-ms`) has passed reaches the policy with
+/// `deadline-ms` set: `rules` dead-letters it as expired instead of retrying a 503.
+#[test]
+fn a_message_deadline_reaches_the_policy() {
+    let dir = scratch_dir("operator-deadline");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Scripted::start(&runtime, |_| Reply::status(503));
+    let gw = Gateway::start_on(
+        runtime,
+        &dir,
+        &config(
+            &consumer.url(),
+            "rules",
+            fixtures::RULES,
+            "{ max_attempts = 5 }",
+            "",
+        ),
+        "t",
+    );
+    let _: Value = gw
+        .admin
+        .post(
+            "/v1/topics/orders/messages",
+            &json!({"id": "late", "headers": {"x-message-deadline-ms": "1"}, "payload": {}}),
+        )
+        .unwrap();
+    let envelope = dead_letter(&gw);
+    assert_eq!(envelope["verdict"]["class"], "expired", "{envelope}");
+    assert_eq!(consumer.count("late"), 1, "not retried past its deadline");
+}
+
+/// `extension(key)` answers `source`, `route` and `gateway` in the gateway; an unknown key
+/// is none. A TTL header (`x-message-ttl-ms`) becomes the deadline after publication.
+#[test]
+fn policies_see_the_gateways_extension_facts_and_a_ttl_deadline() {
+    let dir = scratch_dir("operator-extensions");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Scripted::start(&runtime, |_| Reply::status(503));
+    // One attempt allowed: the echo policy's retry becomes a dead letter, labels and all.
+    let gw = Gateway::start_on(
+        runtime,
+        &dir,
+        &config(
+            &consumer.url(),
+            "hostile",
+            fixtures::HOSTILE,
+            r#"{ mode = "echo" }"#,
+            "settings = { guardrails = { max_attempts = 1 } }",
+        ),
+        "t",
+    );
+    let _: Value = gw
+        .admin
+        .post(
+            "/v1/topics/orders/messages",
+            &json!({"id": "m", "headers": {"x-message-ttl-ms": "60000"}, "payload": {}}),
+        )
+        .unwrap();
+    let envelope = dead_letter(&gw);
+    let labels = &envelope["verdict"]["labels"];
+    assert_eq!(labels["ext-source"], "embedded", "{envelope}");
+    assert_eq!(labels["ext-route"], "orders");
+    assert_eq!(labels["ext-gateway"], "gw-operator");
+    assert_eq!(labels["ext-unknown"], "None");
+    let published = labels["published-at-ms"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("Some(")
+        .trim_end_matches(')')
+        .parse::<u64>()
+        .unwrap();
+    assert_eq!(
+        labels["deadline-ms"],
+        Value::from(format!("Some({})", published + 60_000))
+    );
+}
