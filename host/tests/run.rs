@@ -116,7 +116,9 @@ fn run_serves_the_registry_and_policy_commands_operate_it() {
     // Roll back the default route only.
     let (ok, out, err) = policy(&gw, &["rollback", "--topic", ">"], true);
     assert!(ok, "{err}");
-    assert_eq!(out, "generation 3 is active\n");
+    // It says how long it lasts: until the next change of any route or a restart.
+    assert!(out.starts_with("generation 3 is active\nnote: "), "{out}");
+    assert!(out.contains("until the next change of any route") && out.contains("restart"));
     let (_, history, _) = policy(&gw, &["history"], false);
     assert!(
         history.contains("*    3  rollback > to generation 1"),

@@ -254,13 +254,21 @@ fn rollback_of_one_topic_leaves_the_others() {
     assert_eq!(other.verdict.class, Class::Exhausted);
     // And a whole rollback returns to generation 2 (payments 3, default 2).
     assert_eq!(r.rollback().unwrap(), 2);
-    assert_eq!(
+    let payments_class = || {
         r.decide("payments.captured", &at("db.timeout", 3))
             .unwrap()
             .verdict
-            .class,
-        Class::Exhausted
-    );
+            .class
+    };
+    assert_eq!(payments_class(), Class::Exhausted);
+    // As documented (and said by `verdict policy rollback --topic`), a one-route rollback
+    // lasts until the next change of any route: then the file speaks again.
+    r.rollback_topic("payments.>").unwrap();
+    assert_eq!(payments_class(), Class::Transient);
+    let mut unrelated = changed.clone();
+    unrelated.routes[1].config = Some(serde_json::json!({"max_attempts": 4}));
+    r.reload(&unrelated, Path::new("/")).unwrap();
+    assert_eq!(payments_class(), Class::Exhausted);
 }
 
 #[test]

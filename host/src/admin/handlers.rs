@@ -177,13 +177,24 @@ pub(crate) async fn rollback(
     } else {
         parse(Ok(bytes))?
     };
+    let one_route = request.topic.is_some();
     let generation = blocking(&state, move |r| match &request.topic {
         Some(topic) => r.rollback_topic(topic),
         None => r.rollback(),
     })
     .await?;
-    Ok(activated(generation))
+    let mut answer = activated(generation);
+    if one_route {
+        answer.0["note"] = Value::from(ROLLBACK_TOPIC_NOTE);
+    }
+    Ok(answer)
 }
+
+/// What a one-route rollback does not do, said with every answer to one: it changes the
+/// running generation only.
+pub(crate) const ROLLBACK_TOPIC_NOTE: &str = "the route stays rolled back until the next \
+    change of any route (a reload of the config file, an activation, a shadow change) or a \
+    restart, which rebuild it from the config file; to keep it, change the route in the file";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -139,7 +139,11 @@ fn pretty(value: &Value) -> Result<String> {
 }
 
 fn generation_line(value: &Value) -> Result<String> {
-    Ok(format!("generation {} is active\n", value["generation"]))
+    let mut line = format!("generation {} is active\n", value["generation"]);
+    if let Some(note) = value["note"].as_str() {
+        line += &format!("note: {note}\n");
+    }
+    Ok(line)
 }
 
 fn short(sha: &str) -> &str {

@@ -311,8 +311,9 @@ impl Registry {
 
     /// Return one route (named by its topic pattern) to the policy and config it had in the
     /// previous generation, leaving every other route as it is. Activates a new generation.
-    /// The route stays rolled back until a change rebuilds it (a reload that changes the
-    /// route's policy or config, an activation of its policy).
+    /// It changes the running generation only: the next change of any route (a reload of
+    /// the file, an activation, a shadow change) or a restart rebuilds the route from the
+    /// config file. To keep it, change the route in the file.
     pub fn rollback_topic(&self, topic: &str) -> Result<u64, RegistryError> {
         let mut next = self.next_lock();
         let previous = self

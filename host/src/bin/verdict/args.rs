@@ -191,7 +191,8 @@ pub enum PolicyArgs {
     History,
     /// Return to the previous generation, for one route or for all.
     Rollback {
-        /// Roll back only this route (its topic pattern).
+        /// Roll back only this route (its topic pattern). It lasts until the next change of
+        /// any route or a restart (both rebuild it from the config file).
         #[arg(long)]
         topic: Option<String>,
     },
