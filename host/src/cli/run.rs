@@ -118,7 +118,18 @@ pub async fn start(
     } else {
         sources::rabbitmq::HistoryKey::new(Vec::new())
     };
-    let deliveries = start_sources(&config, &pipeline, &stopped, &history_key);
+    let mut deliveries = start_sources(&config, &pipeline, &stopped, &history_key);
+    {
+        // Retention runs until shutdown, like the sources.
+        let (store, retention_ms, mut stop) =
+            (store.clone(), config.storage.retention_ms, stopped.clone());
+        deliveries.push(tokio::spawn(async move {
+            tokio::select! {
+                () = sources::embedded::maintain(store, retention_ms) => {}
+                _ = stop.wait_for(|stop| *stop) => {}
+            }
+        }));
+    }
     let listener = tokio::net::TcpListener::bind(config.admin.listen)
         .await
         .with_context(|| format!("admin.listen = {}", config.admin.listen))?;

@@ -15,6 +15,11 @@ pub struct StorageConfig {
     /// Keep compiled components and passed admission checks on disk (keyed by digests of
     /// everything they depend on), so a restart neither recompiles nor re-checks them.
     pub artifact_cache: bool,
+    /// How long the embedded store keeps delivered and discarded messages, audit records
+    /// and replayed or discarded dead letters (pending messages and dead letters in a DLQ
+    /// are kept whatever their age). A message id is refused as a duplicate publish for as
+    /// long as its message is kept: this is the duplicate-publish window.
+    pub retention_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -22,6 +27,7 @@ impl Default for StorageConfig {
         StorageConfig {
             dir: PathBuf::from(".verdict"),
             artifact_cache: true,
+            retention_ms: 7 * 24 * 3_600_000,
         }
     }
 }

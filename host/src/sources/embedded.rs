@@ -231,24 +231,45 @@ async fn plan(
     Ok(plan)
 }
 
-/// How often topics with nothing left to deliver are dropped from the claim round.
-const PRUNE_TOPICS_EVERY: Duration = Duration::from_secs(60);
+/// How often the store is pruned (retention) and idle topics leave the claim round.
+pub const MAINTAIN_EVERY: Duration = Duration::from_secs(60);
+/// Rows of a kind one pruning transaction deletes at most.
+const PRUNE_BATCH: usize = 1_000;
 
-/// Extend the leases of the deliveries this process runs, every third of `lease_ms`; and
-/// once a minute, drop idle topics from the claim round.
+/// Keep the store small and its claim round short, every [`MAINTAIN_EVERY`] until the task
+/// is dropped: delete what is older than `retention_ms` and no longer needed
+/// ([`Store::prune`], in batches), and drop topics with nothing left to deliver.
+pub async fn maintain(store: Arc<Store>, retention_ms: u64) {
+    loop {
+        let task = {
+            let store = store.clone();
+            tokio::task::spawn_blocking(move || {
+                let pruned = store.prune(now_ms().saturating_sub(retention_ms), PRUNE_BATCH)?;
+                store.prune_topics()?;
+                Ok::<_, StoreError>(pruned)
+            })
+        };
+        match task.await {
+            Ok(Ok(pruned)) if pruned.total() > 0 => tracing::info!(
+                messages = pruned.messages,
+                audit = pruned.audit,
+                dlq = pruned.dlq,
+                "retention: pruned the store"
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "retention: pruning the store failed"),
+            Err(e) => tracing::warn!(error = %e, "retention: the pruning task failed"),
+        }
+        tokio::time::sleep(MAINTAIN_EVERY).await;
+    }
+}
+
+/// Extend the leases of the deliveries this process runs, every third of `lease_ms`.
 async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
     // At most a minute apart, however long the lease: extending early costs one statement.
     let every = Duration::from_millis((lease_ms / 3).clamp(10, 60_000));
-    let mut pruned = Instant::now();
     loop {
         tokio::time::sleep(every).await;
-        if pruned.elapsed() >= PRUNE_TOPICS_EVERY {
-            pruned = Instant::now();
-            let store = store.clone();
-            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.prune_topics()).await {
-                tracing::warn!(error = %e, "pruning idle topics failed");
-            }
-        }
         let leases: Vec<(i64, i64)> = held
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -14,11 +14,13 @@ use serde::Serialize;
 
 mod dlq;
 mod messages;
+mod retention;
 mod settle;
 
 pub use crate::sources::AttemptRecord;
 pub use dlq::{DlqEntry, DlqFilter, DlqStats};
 pub use messages::{Claimed, NewMessage, Published};
+pub use retention::Pruned;
 
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +105,23 @@ CREATE TABLE IF NOT EXISTS audit (
     event TEXT NOT NULL,
     detail TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS messages_done ON messages (state, updated_at_ms);
+CREATE INDEX IF NOT EXISTS audit_at ON audit (at_ms);
+CREATE TABLE IF NOT EXISTS state_counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL)
+    WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS messages_count_insert AFTER INSERT ON messages BEGIN
+    INSERT INTO state_counts (state, n) VALUES (NEW.state, 1)
+        ON CONFLICT (state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS messages_count_update AFTER UPDATE OF state ON messages
+    WHEN OLD.state <> NEW.state BEGIN
+    UPDATE state_counts SET n = n - 1 WHERE state = OLD.state;
+    INSERT INTO state_counts (state, n) VALUES (NEW.state, 1)
+        ON CONFLICT (state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER IF NOT EXISTS messages_count_delete AFTER DELETE ON messages BEGIN
+    UPDATE state_counts SET n = n - 1 WHERE state = OLD.state;
+END;
 ";
 
 /// The store. Cheap to share behind an `Arc`; calls are serialised on one connection (SQLite
@@ -193,12 +212,12 @@ impl Store {
         &self.path
     }
 
-    /// Messages by state.
+    /// Messages by state: counters the store keeps as states change (triggers in the same
+    /// transactions), so reading them costs the same with ten messages or ten million.
     pub fn counts(&self) -> Result<StateCounts, StoreError> {
         let conn = self.conn();
         let mut counts = StateCounts::default();
-        let mut stmt =
-            conn.prepare_cached("SELECT state, COUNT(*) FROM messages GROUP BY state")?;
+        let mut stmt = conn.prepare_cached("SELECT state, n FROM state_counts")?;
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))?;
         for row in rows {
             let (state, n) = row?;
@@ -241,8 +260,8 @@ impl Store {
     }
 }
 
-/// Bring a store written by an earlier version up to [`SCHEMA`]: the lease fence column and
-/// the topic list the per-route claim reads.
+/// Bring a store written by an earlier version up to [`SCHEMA`]: the lease fence column, the
+/// topic list the per-route claim reads, and the state counters (counted once, here).
 fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
     let has_messages: bool = conn.query_row(
         "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'messages'",
@@ -263,6 +282,20 @@ fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
              ALTER TABLE messages ADD COLUMN lease INTEGER NOT NULL DEFAULT 0;
              CREATE TABLE IF NOT EXISTS topics (topic TEXT PRIMARY KEY) WITHOUT ROWID;
              INSERT OR IGNORE INTO topics SELECT DISTINCT topic FROM messages;
+             COMMIT;",
+        )?;
+    }
+    let has_counts: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'state_counts'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_counts {
+        conn.execute_batch(
+            "BEGIN IMMEDIATE;
+             CREATE TABLE state_counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL)
+                 WITHOUT ROWID;
+             INSERT INTO state_counts SELECT state, COUNT(*) FROM messages GROUP BY state;
              COMMIT;",
         )?;
     }
