@@ -42,7 +42,10 @@ fn main() {
     checkpoint(&path);
     let second = size(&path);
 
-    println!("{n} messages published and delivered in {first:.1?} ({:.0}/s)", n as f64 / first.as_secs_f64());
+    println!(
+        "{n} messages published and delivered in {first:.1?} ({:.0}/s)",
+        n as f64 / first.as_secs_f64()
+    );
     println!();
     println!("| | message counts (median) | scan it replaces | ratio |");
     println!("|---|---|---|---|");
@@ -64,7 +67,10 @@ fn main() {
         pruned.audit,
         mib(after_prune)
     );
-    println!("| after {n} more, before their pruning | {:.1} |", mib(second));
+    println!(
+        "| after {n} more, before their pruning | {:.1} |",
+        mib(second)
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -218,4 +218,27 @@ impl ResourceLimiter for MemoryLimiter {
     ) -> Result<bool> {
         Ok(desired <= 100_000)
     }
+
+    // Per store - one policy instance: what a component built against the contract needs
+    // (its module, and the shim and fixup modules `wit-component` adds for the canonical
+    // ABI), no more. The memory cap holds per memory; these keep a component from
+    // multiplying its memories or tables past it, or taking pool slots from other routes.
+    fn instances(&self) -> usize {
+        MAX_CORE_INSTANCES
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn memories(&self) -> usize {
+        MAX_MEMORIES
+    }
 }
+
+/// Core instances one policy instance may create.
+pub(crate) const MAX_CORE_INSTANCES: usize = 4;
+/// Tables one policy instance may create.
+pub(crate) const MAX_TABLES: usize = 2;
+/// Linear memories one policy instance may create.
+pub(crate) const MAX_MEMORIES: usize = 1;

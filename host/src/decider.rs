@@ -42,6 +42,22 @@ impl std::fmt::Debug for Decider {
 }
 
 impl Decider {
+    /// Drop the warm instances (a retired generation's route): their pool slots go back to
+    /// the routes that serve. A decision on it afterwards - after a rollback - makes a fresh
+    /// instance, as a cold start does.
+    pub(crate) fn release_warm(&self) -> usize {
+        let mut released = 0;
+        while self.idle.pop().is_some() {
+            released += 1;
+        }
+        released
+    }
+
+    /// Warm instances waiting.
+    pub fn warm(&self) -> usize {
+        self.idle.len()
+    }
+
     pub(crate) fn new(
         policy: Arc<Policy>,
         config: Arc<str>,

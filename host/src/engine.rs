@@ -106,7 +106,12 @@ fn engine_config(limits: &Limits) -> Config {
         .total_core_instances(limits.pooled_instances)
         .total_memories(limits.pooled_instances)
         .total_tables(limits.pooled_instances)
-        .max_memory_size(limits.memory_cap_bytes);
+        .max_memory_size(limits.memory_cap_bytes)
+        // Per component as well as per store (the limiter): a component with many
+        // memories or instances is refused at instantiation, on every engine.
+        .max_memories_per_component(bindings::MAX_MEMORIES as u32)
+        .max_tables_per_component(bindings::MAX_TABLES as u32)
+        .max_core_instances_per_component(bindings::MAX_CORE_INSTANCES as u32);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config
 }
@@ -136,5 +141,39 @@ impl EpochTicker {
 impl Drop for EpochTicker {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A component that instantiates `n` core modules, each with a memory of its own.
+    fn memories(n: usize) -> String {
+        let mut wat = String::from("(component\n  (core module $m (memory 1))\n");
+        for _ in 0..n {
+            wat += "  (core instance (instantiate $m))\n";
+        }
+        wat + ")"
+    }
+
+    #[test]
+    fn a_component_gets_one_memory_however_many_it_declares() {
+        let host = Host::new(&Limits::new()).unwrap();
+        let instantiate = |wat: &str| {
+            let bytes = wat::parse_str(wat).unwrap();
+            // Refused when compiled for the pool already, or at instantiation at the latest.
+            let component = wasmtime::component::Component::new(host.engine(), &bytes)?;
+            let mut store =
+                wasmtime::Store::new(host.engine(), HostState::new("test".into(), 1 << 20));
+            store.limiter(|state| &mut state.limiter);
+            Linker::<HostState>::new(host.engine())
+                .instantiate(&mut store, &component)
+                .map(|_| ())
+        };
+        instantiate(&memories(1)).expect("one memory is what a policy has");
+        let refused = instantiate(&memories(3)).unwrap_err();
+        let text = format!("{refused:#}");
+        assert!(text.contains("3 Wasm linear memories"), "{text}");
     }
 }

@@ -53,6 +53,34 @@ impl fmt::Display for Clean<'_> {
     }
 }
 
+/// `scheme://user:password@host/...` with the password replaced by `***`, for messages.
+pub fn redact_url(url: &str) -> String {
+    match password_of(url) {
+        Some(password) if !password.is_empty() => url.replacen(password, "***", 1),
+        _ => url.to_string(),
+    }
+}
+
+/// `text` with the password of each of `urls` replaced by `***` wherever it appears: an
+/// error from a client library may quote the URL it was given.
+pub fn without_secrets(text: &str, urls: &[&str]) -> String {
+    let mut out = text.to_string();
+    for url in urls {
+        if let Some(password) = password_of(url).filter(|p| !p.is_empty()) {
+            out = out.replace(password, "***");
+        }
+    }
+    out
+}
+
+/// The password in a URL's user information, if it has one.
+fn password_of(url: &str) -> Option<&str> {
+    let rest = &url[url.find("://")? + 3..];
+    let userinfo = &rest[..rest.find('@')?];
+    let (_, password) = userinfo.split_once(':')?;
+    Some(password)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,6 +116,18 @@ mod tests {
         ] {
             assert!(!is_kind(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn passwords_in_urls_are_never_shown() {
+        assert_eq!(
+            redact_url("amqp://guest:s3cret@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(redact_url("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+        let error = "connecting to nats://app:hunter22@10.0.0.1:4222: refused (hunter22)";
+        let clean = without_secrets(error, &["nats://app:hunter22@10.0.0.1:4222", "x"]);
+        assert!(!clean.contains("hunter22"), "{clean}");
     }
 
     #[test]

@@ -125,3 +125,31 @@ fn policies_see_the_gateways_extension_facts_and_a_ttl_deadline() {
         Value::from(format!("Some({})", published + 60_000))
     );
 }
+
+/// Reading a broker's DLQ connects to the broker: it needs the token like a change does,
+/// and whatever the broker answers, no password from the config reaches the answer.
+#[test]
+fn broker_dlq_reads_need_the_token_and_never_show_a_password() {
+    let dir = scratch_dir("operator-broker-reads");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Scripted::start(&runtime, |_| Reply::ok());
+    // No route on NATS: the gateway itself never connects; port 9 refuses.
+    let config = config(
+        &consumer.url(),
+        "rules",
+        fixtures::RULES,
+        "{ max_attempts = 5 }",
+        "",
+    ) + "\n[nats]\nurl = \"nats://app:s3cret-pass@127.0.0.1:9\"\n";
+    let gw = Gateway::start_on(runtime, &dir, &config, "the-token");
+    for path in ["/v1/dlq?source=nats", "/v1/dlq/stats?source=nats"] {
+        let err = gw.anonymous.get::<Value>(path).unwrap_err().to_string();
+        assert!(err.contains("401"), "{path}: {err}");
+        let err = gw.admin.get::<Value>(path).unwrap_err().to_string();
+        assert!(err.contains("503"), "{path}: {err}");
+        assert!(!err.contains("s3cret-pass"), "{path}: {err}");
+    }
+    // The store's DLQ stays readable without it.
+    let entries: Vec<Value> = gw.anonymous.get("/v1/dlq").unwrap();
+    assert!(entries.is_empty());
+}

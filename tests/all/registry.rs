@@ -271,6 +271,39 @@ fn rollback_of_one_topic_leaves_the_others() {
     assert_eq!(payments_class(), Class::Exhausted);
 }
 
+/// A route replaced by a reload keeps no warm instances while it waits in the history for a
+/// rollback: the pool's slots belong to the routes that serve.
+#[test]
+fn retired_routes_release_their_warm_instances() {
+    let r = registry();
+    r.decide("payments.captured", &at("db.timeout", 1)).unwrap();
+    let first = r.current();
+    let payments = first
+        .routes
+        .iter()
+        .find(|route| route.topic == "payments.>")
+        .unwrap()
+        .clone();
+    assert!(payments.decider.warm() >= 1);
+    r.reload(&config(fixtures::RULES, 3), Path::new("/"))
+        .unwrap();
+    assert!(!std::sync::Arc::ptr_eq(
+        &payments,
+        r.current()
+            .routes
+            .iter()
+            .find(|route| route.topic == "payments.>")
+            .unwrap()
+    ));
+    assert_eq!(payments.decider.warm(), 0);
+    // A rollback to it decides again, on a fresh instance.
+    r.rollback().unwrap();
+    assert!(
+        r.decide("payments.captured", &at("db.timeout", 1))
+            .is_some()
+    );
+}
+
 #[test]
 fn a_reload_reuses_an_unchanged_component_and_compiles_a_changed_one() {
     let r = registry();

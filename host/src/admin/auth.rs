@@ -15,21 +15,32 @@ pub(crate) async fn require_token(
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
+    authorized(&state, request.headers(), "this changes the gateway")?;
+    Ok(next.run(request).await)
+}
+
+/// Whether `headers` carry the admin token; the error says what needs it (`what`).
+pub(crate) fn authorized(
+    state: &AdminState,
+    headers: &axum::http::HeaderMap,
+    what: &str,
+) -> Result<(), ApiError> {
     let Some(token) = &state.token else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "changes are disabled: no admin token is configured (set the variable named by \
-             admin.token_env, VERDICT_ADMIN_TOKEN by default, or admin.token_file)",
+            format!(
+                "{what}, and no admin token is configured (set the variable named by \
+                 admin.token_env, VERDICT_ADMIN_TOKEN by default, or admin.token_file)"
+            ),
         ));
     };
-    let presented = request
-        .headers()
+    let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     match presented {
-        Some(p) if same(p.trim(), token) => Ok(next.run(request).await),
+        Some(p) if same(p.trim(), token) => Ok(()),
         Some(_) => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -38,7 +49,7 @@ pub(crate) async fn require_token(
         None => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "this changes the gateway: send `Authorization: Bearer <admin token>`",
+            format!("{what}: send `Authorization: Bearer <admin token>`"),
         )),
     }
 }

@@ -1,6 +1,9 @@
 //! The DLQ over HTTP: list, stats, replay (token) and discard (token) - the same operations
 //! as `verdict dlq`, on the running gateway's store or, with `source = "nats" | "rabbitmq"`
-//! (query or body), on the broker its config names (a connection per request).
+//! (query or body), on the broker its config names (a connection per request). Reading a
+//! broker's DLQ touches the broker, so it needs the token too; a listing returns at most
+//! [`DEFAULT_LIMIT`] entries unless `limit` says otherwise; no answer carries a broker
+//! password.
 
 use std::time::Duration;
 
@@ -18,6 +21,9 @@ use crate::dlq::{
 use crate::pipeline::{Pipeline, now_ms};
 use crate::sources::SourceKind;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
+
+/// Entries a listing returns when the request names no `limit`.
+pub const DEFAULT_LIMIT: usize = 1_000;
 
 fn gateway(state: &AdminState) -> Result<std::sync::Arc<Pipeline>, ApiError> {
     state.gateway.clone().ok_or_else(|| {
@@ -56,24 +62,41 @@ async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
         })?;
         let config = crate::GatewayConfig::load(&path)
             .map_err(|e| ApiError::new(StatusCode::CONFLICT, "config", e.to_string()))?;
+        let urls = [config.nats.url.as_str(), config.rabbitmq.url.as_str()];
+        let clean = |e: &dyn std::fmt::Display| crate::text::without_secrets(&e.to_string(), &urls);
         let broker =
-            |e: DlqError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", e.to_string());
+            |e: DlqError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", clean(&e));
         let result = match source {
             SourceKind::Nats => op(&NatsDeadLetters::connect(&config).map_err(broker)?),
             _ => op(&RabbitDeadLetters::connect(&config).map_err(broker)?),
         };
-        result.map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", e.to_string()))
+        result.map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", clean(&e)))
     })
     .await
     .map_err(store_error)?
 }
 
+/// A broker's DLQ is read through a connection to the broker: only with the token.
+fn broker_read(
+    state: &AdminState,
+    headers: &axum::http::HeaderMap,
+    source: Option<SourceKind>,
+) -> Result<(), ApiError> {
+    match source {
+        None | Some(SourceKind::Embedded) => Ok(()),
+        Some(_) => super::auth::authorized(state, headers, "reading a broker's DLQ"),
+    }
+}
+
 pub(crate) async fn list(
     State(state): State<AdminState>,
+    headers: axum::http::HeaderMap,
     filter: Result<Query<DlqFilter>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<DlqEntry>>, ApiError> {
-    let Query(filter) = filter.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let Query(mut filter) = filter.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let source = filter.source;
+    broker_read(&state, &headers, source)?;
+    filter.limit = Some(filter.limit.unwrap_or(DEFAULT_LIMIT));
     let entries = with_dlqs(&state, source, move |d| d.list(&filter, now_ms())).await?;
     Ok(Json(entries))
 }
@@ -87,9 +110,11 @@ pub(crate) struct SourceQuery {
 
 pub(crate) async fn stats(
     State(state): State<AdminState>,
+    headers: axum::http::HeaderMap,
     query: Result<Query<SourceQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<DlqStats>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    broker_read(&state, &headers, query.source)?;
     let mut stats = with_dlqs(&state, query.source, |d| d.stats()).await?;
     stats.retain(|d| d.depth > 0);
     Ok(Json(stats))

@@ -150,13 +150,33 @@ impl Admission {
         }
         let name = candidate.name;
         let policy = self.metered(candidate)?;
-        // A config the policy refuses is reported by the route that carries it, with its
-        // index; here it only means there is nothing to check.
-        let Ok(results) =
-            check_properties(&policy, config, settings, &self.config.property_options())
-        else {
-            return Ok(());
-        };
+        let results =
+            match check_properties(&policy, config, settings, &self.config.property_options()) {
+                Ok(results) => results,
+                // A config the policy refuses, or an `init` that traps, fails on the serving
+                // engine too and is reported by the route that carries it, with its index.
+                Err(
+                    crate::ConfigError::Rejected { .. }
+                    | crate::ConfigError::InitFault {
+                        fault:
+                            crate::Fault::Trap { .. }
+                            | crate::Fault::Panic { .. }
+                            | crate::Fault::Timeout { .. }
+                            | crate::Fault::MemoryCap { .. },
+                        ..
+                    },
+                ) => return Ok(()),
+                // The checking engine could not instantiate the component, or its `init`
+                // ran out of fuel (the serving engine meters none): the policy was not
+                // checked, so it is refused with the reason - never admitted unchecked.
+                Err(e) => {
+                    return Err(RegistryError::Admission {
+                        policy: name.to_string(),
+                        failed: 1,
+                        report: format!("the properties could not be checked: {e}"),
+                    });
+                }
+            };
         let report = Report::new((**policy.provenance()).clone(), vec![], results);
         self.verdict(name, &report, key)
     }

@@ -425,7 +425,18 @@ impl Registry {
     fn swap_in(&self, generation: Arc<Generation>) -> u64 {
         let number = generation.number;
         self.journal(&generation.source);
-        let old = self.current.swap(generation);
+        let old = self.current.swap(generation.clone());
+        // Routes the new generation did not carry over keep no warm instances while
+        // retired: the pool's slots are the serving routes'. (A decision still running on
+        // the old generation finishes and may leave its one instance warm.)
+        for route in &old.routes {
+            if !generation.routes.iter().any(|r| Arc::ptr_eq(r, route)) {
+                route.decider.release_warm();
+                if let Some(shadow) = &route.shadow {
+                    shadow.decider.release_warm();
+                }
+            }
+        }
         let mut history = self.history_lock();
         history.push_back(old);
         while history.len() > HISTORY {

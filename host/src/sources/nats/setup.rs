@@ -65,7 +65,7 @@ pub async fn connect(
     let client = options
         .connect(config.url.as_str())
         .await
-        .with_context(|| format!("nats.url = {}", config.url))?;
+        .with_context(|| format!("nats.url = {}", crate::text::redact_url(&config.url)))?;
     let js = jetstream::new(client);
     let subjects = if config.subjects.is_empty() {
         // JetStream refuses a stream whose subjects overlap: `orders.>` already captures

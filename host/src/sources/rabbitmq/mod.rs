@@ -99,7 +99,12 @@ impl Session<'_> {
                 .with_connection_name(format!("verdict {}", self.settings.instance).into()),
         )
         .await
-        .with_context(|| format!("rabbitmq.url = {}", redact(&self.config.url)))?;
+        .with_context(|| {
+            format!(
+                "rabbitmq.url = {}",
+                crate::text::redact_url(&self.config.url)
+            )
+        })?;
         let topology = Topology::new(conn.create_channel().await?, self.config).await?;
         let dlq_names: Vec<String> = queues
             .iter()
@@ -451,17 +456,5 @@ async fn poll_dlq_depths(
             }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-/// `amqp://user:password@host` without the password, for messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
     }
 }
