@@ -282,3 +282,50 @@ fn check_refuses_bad_gateway_configs_naming_the_problem() {
         text(&out.stderr)
     );
 }
+
+/// Broker settings that can never work are refused by `verdict check` (and so at start),
+/// naming the field, instead of a source retrying them forever while `/readyz` says "not
+/// connected": a NATS route capturing every subject would swallow the DLQ stream's.
+#[test]
+fn check_refuses_broker_subjects_that_overlap() {
+    let overlapping = gateway_config(
+        "gateway-overlap",
+        "[[routes]]\ntopic = \"events.>\"\nsource = \"nats\"\npolicy = \"rules\"\nconsumer = { url = \"http://127.0.0.1:1/\" }\n[nats]\ndlq_subject_prefix = \"events.dlq\"\n",
+    );
+    let out = verdict(&["check", "-c", overlapping.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("nats.dlq_subject_prefix") && err.contains("events.>"),
+        "{err}"
+    );
+    let bad_name = gateway_config(
+        "gateway-stream-name",
+        "[[routes]]\ntopic = \"events.>\"\nsource = \"nats\"\npolicy = \"rules\"\nconsumer = { url = \"http://127.0.0.1:1/\" }\n[nats]\nstream = \"my stream\"\n",
+    );
+    let out = verdict(&["check", "-c", bad_name.to_str().unwrap()], None);
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("nats.stream"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A good one says what `verdict run` would create on the broker, and creates nothing.
+    let good = gateway_config(
+        "gateway-brokers",
+        "[[routes]]\ntopic = \"events.>\"\nsource = \"nats\"\npolicy = \"rules\"\nconsumer = { url = \"http://127.0.0.1:1/\" }\n[nats]\nurl = \"nats://127.0.0.1:9\"\n",
+    );
+    let v = json(&verdict(&["check", "-c", good.to_str().unwrap()], None));
+    let created: Vec<String> = serde_json::from_value(v["created_when_missing"].clone()).unwrap();
+    assert!(
+        created
+            .iter()
+            .any(|c| c.contains("nats stream `VERDICT` with subjects [\"events.>\"]")),
+        "{created:?}"
+    );
+    assert!(
+        created
+            .iter()
+            .any(|c| c.contains("durable consumer `verdict-events_G-")),
+        "{created:?}"
+    );
+}

@@ -221,6 +221,10 @@ pub struct CheckSummary {
     pub generation: u64,
     /// The routes, in config order.
     pub routes: Vec<RouteSummary>,
+    /// What `verdict run` creates on the brokers when missing (streams, buckets, durable
+    /// consumers, queues); nothing is created by the check.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub created_when_missing: Vec<String>,
 }
 
 fn open_registry(config_path: &Path) -> Result<crate::Registry> {
@@ -244,10 +248,80 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
             config: serde_json::from_str(r.decider.config()).unwrap_or(serde_json::Value::Null),
         })
         .collect();
+    let config = crate::GatewayConfig::load(config_path)?;
     Ok(CheckSummary {
         generation: generation.number,
         routes,
+        created_when_missing: broker_objects(&config),
     })
+}
+
+/// The broker objects the gateway creates when they are missing, as the config names them.
+fn broker_objects(config: &crate::GatewayConfig) -> Vec<String> {
+    use crate::sources::SourceKind;
+    let routes = |kind| -> Vec<&str> {
+        config
+            .routes
+            .iter()
+            .filter(|r| r.source == kind)
+            .map(|r| r.topic.as_str())
+            .collect()
+    };
+    let mut out = Vec::new();
+    let nats = routes(SourceKind::Nats);
+    if !nats.is_empty() {
+        let n = &config.nats;
+        let subjects = if n.subjects.is_empty() {
+            crate::sources::nats::widest_subjects(
+                &nats.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            )
+        } else {
+            n.subjects.clone()
+        };
+        out.push(format!(
+            "nats stream `{}` with subjects {subjects:?}",
+            n.stream
+        ));
+        out.push(format!(
+            "nats stream `{}` with subjects [\"{}.>\"]",
+            n.dlq_stream, n.dlq_subject_prefix
+        ));
+        out.push(format!(
+            "nats stream `{}` with subjects [\"{}.>\"]",
+            n.audit_stream, n.audit_subject_prefix
+        ));
+        out.push(format!("nats key-value bucket `{}`", n.history_bucket));
+        let durable = if n.durable.is_empty() {
+            &config.gateway.consumer_group
+        } else {
+            &n.durable
+        };
+        for route in nats {
+            out.push(format!(
+                "nats durable consumer `{}` on `{}` for route `{route}`",
+                crate::sources::nats::route_durable(durable, route),
+                n.stream
+            ));
+        }
+    }
+    let rabbit = routes(SourceKind::Rabbitmq);
+    if !rabbit.is_empty() {
+        for queue in rabbit {
+            let dlq = config
+                .gateway
+                .dlq_naming
+                .dlq_for(queue, &config.gateway.global_dlq);
+            out.push(format!(
+                "rabbitmq queue `{queue}` and its DLQ queue `{dlq}`"
+            ));
+        }
+        out.push(format!("rabbitmq queue `{}`", config.rabbitmq.audit_queue));
+        out.push(format!(
+            "rabbitmq delay exchanges and queues `{}.<ms>`, as delays need them",
+            config.rabbitmq.delay_prefix
+        ));
+    }
+    out
 }
 
 /// `verdict route -c verdict.toml --topic T [--failure F]`: which route a topic takes and,

@@ -96,3 +96,153 @@ impl Default for RabbitmqConfig {
         }
     }
 }
+
+/// What can be known about the broker settings without a connection: subjects that would
+/// overlap (JetStream refuses a stream whose subjects overlap another's, and the gateway
+/// would retry that forever), names a broker refuses. `(field, message)` on error.
+pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String)> {
+    use crate::sources::SourceKind;
+    let topics = |kind| {
+        config
+            .routes
+            .iter()
+            .filter(move |r| r.source == kind)
+            .map(|r| r.topic.clone())
+    };
+    let nats_routes: Vec<String> = topics(SourceKind::Nats).collect();
+    if !nats_routes.is_empty() {
+        let n = &config.nats;
+        for (field, name) in [
+            ("nats.stream", &n.stream),
+            ("nats.dlq_stream", &n.dlq_stream),
+            ("nats.audit_stream", &n.audit_stream),
+        ] {
+            if name.is_empty()
+                || name
+                    .chars()
+                    .any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
+            {
+                return Err((
+                    field.into(),
+                    format!(
+                        "`{name}`: a stream name may not be empty or hold spaces, `.`, `*`, `>`, `/` or `\\`"
+                    ),
+                ));
+            }
+        }
+        let bucket_ok = !n.history_bucket.is_empty()
+            && n.history_bucket
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !bucket_ok {
+            return Err((
+                "nats.history_bucket".into(),
+                format!(
+                    "`{}`: a bucket name holds only letters, digits, `-` and `_`",
+                    n.history_bucket
+                ),
+            ));
+        }
+        let source: Vec<String> = if n.subjects.is_empty() {
+            nats_routes.clone()
+        } else {
+            n.subjects.clone()
+        };
+        let own = [
+            (
+                "nats.dlq_subject_prefix",
+                format!("{}.>", n.dlq_subject_prefix),
+            ),
+            (
+                "nats.audit_subject_prefix",
+                format!("{}.>", n.audit_subject_prefix),
+            ),
+            ("nats.history_bucket", format!("$KV.{}.>", n.history_bucket)),
+        ];
+        for (field, subjects) in &own {
+            if let Some(clash) = source.iter().find(|s| overlap(s, subjects)) {
+                return Err((
+                    (*field).into(),
+                    format!(
+                        "`{subjects}` overlaps the source stream's subject `{clash}`: \
+                         JetStream refuses overlapping streams (choose another prefix)"
+                    ),
+                ));
+            }
+        }
+        if overlap(&own[0].1, &own[1].1) {
+            return Err((
+                "nats.audit_subject_prefix".into(),
+                format!("`{}` overlaps the DLQ subjects `{}`", own[1].1, own[0].1),
+            ));
+        }
+        for route in &nats_routes {
+            if !source.iter().any(|s| covers_subject(s, route)) {
+                return Err((
+                    "nats.subjects".into(),
+                    format!("no subject of the source stream captures route `{route}`"),
+                ));
+            }
+        }
+    }
+    for queue in topics(SourceKind::Rabbitmq) {
+        let dlq = config
+            .gateway
+            .dlq_naming
+            .dlq_for(&queue, &config.gateway.global_dlq);
+        for name in [&queue, &dlq] {
+            if name.len() > 255 {
+                return Err((
+                    "routes.topic".into(),
+                    format!("RabbitMQ queue `{name}` is longer than 255 bytes"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether some subject matches both patterns.
+fn overlap(a: &str, b: &str) -> bool {
+    let (a, b): (Vec<&str>, Vec<&str>) = (a.split('.').collect(), b.split('.').collect());
+    let mut i = 0;
+    loop {
+        match (a.get(i), b.get(i)) {
+            (Some(&">"), Some(_)) | (Some(_), Some(&">")) => return true,
+            (None, None) => return true,
+            (Some(x), Some(y)) if *x == "*" || *y == "*" || x == y => i += 1,
+            _ => return false,
+        }
+    }
+}
+
+/// Whether every subject `narrow` matches, `wide` matches too.
+pub(crate) fn covers_subject(wide: &str, narrow: &str) -> bool {
+    let (wide, narrow): (Vec<&str>, Vec<&str>) =
+        (wide.split('.').collect(), narrow.split('.').collect());
+    for (i, w) in wide.iter().enumerate() {
+        match (*w, narrow.get(i)) {
+            (">", Some(_)) => return true,
+            (_, None) | (_, Some(&">")) => return false,
+            ("*", Some(_)) => {}
+            (w, Some(n)) if w == *n => {}
+            _ => return false,
+        }
+    }
+    wide.len() == narrow.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_overlap_when_one_subject_matches_both() {
+        assert!(overlap("orders.>", "orders.eu"));
+        assert!(overlap("verdict.dlq.>", ">"));
+        assert!(overlap("a.*.c", "a.b.*"));
+        assert!(!overlap("orders.>", "verdict.dlq.>"));
+        assert!(!overlap("a.b", "a.b.c"));
+        assert!(!overlap("a.*", "a.b.c"));
+    }
+}

@@ -35,6 +35,7 @@ mod storage;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
 pub use admission::AdmissionConfig;
+pub(crate) use brokers::covers_subject;
 pub use brokers::{NatsConfig, RabbitmqConfig};
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};
 pub use storage::StorageConfig;
@@ -269,6 +270,7 @@ impl GatewayConfig {
                 "must be at least 1".into(),
             ));
         }
+        brokers::check(&config).map_err(|(field, message)| err(field, message))?;
         for (name, policy) in &config.policies {
             if let Some(pin) = &policy.sha256
                 && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))

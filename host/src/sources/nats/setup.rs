@@ -11,6 +11,7 @@ use async_nats::jetstream::{self, consumer, kv};
 
 use super::history::Histories;
 use super::{consumer_config, stream_config};
+use crate::config::covers_subject as covers;
 use crate::pipeline::now_ms;
 use crate::sources::{AttemptRecord, DeadLetter, Delivery, Readiness};
 use crate::{GatewaySection, NatsConfig};
@@ -119,22 +120,6 @@ pub(crate) fn widest(subjects: &[String]) -> Vec<String> {
         }
     }
     out
-}
-
-/// Whether every subject pattern `narrow` matches, `wide` matches too.
-fn covers(wide: &str, narrow: &str) -> bool {
-    let (wide, narrow): (Vec<&str>, Vec<&str>) =
-        (wide.split('.').collect(), narrow.split('.').collect());
-    for (i, w) in wide.iter().enumerate() {
-        match (*w, narrow.get(i)) {
-            (">", Some(_)) => return true,
-            (_, None) | (_, Some(&">")) => return false,
-            ("*", Some(_)) => {}
-            (w, Some(n)) if w == *n => {}
-            _ => return false,
-        }
-    }
-    wide.len() == narrow.len()
 }
 
 /// See [`Broker::route_durable`].
