@@ -282,3 +282,43 @@ fn the_state_directory_is_private_or_the_gateway_does_not_start() {
     assert_eq!(mode(&state.join("verdict.db")), 0o600);
     drop(gw);
 }
+
+/// Warnings show by default (no `VERDICT_LOG` needed): the one about a gateway without an
+/// admin token is printed before the address.
+#[test]
+fn warnings_show_without_asking() {
+    let config = gateway_config("run-warnings", "");
+    let original = std::fs::read_to_string(&config).unwrap();
+    if !original.starts_with("[admin]") {
+        std::fs::write(
+            &config,
+            format!("[admin]\nlisten = \"127.0.0.1:0\"\n\n{original}"),
+        )
+        .unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["run", "-c", config.to_str().unwrap()])
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .env_remove("VERDICT_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("verdict run starts");
+    let mut seen = Vec::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let done = line.contains("http://");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        seen.iter()
+            .any(|l| l.contains("WARN") && l.contains("no admin token configured")),
+        "{seen:#?}"
+    );
+}

@@ -126,8 +126,12 @@ fn the_dlq_tools_work_on_jetstream() {
     let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
     consumer.demo.set_down(true);
     let topic = nats.subject("orders");
-    let text = config(&nats.section(), "nats", &topic, &consumer.url());
-    let gw = Gateway::start_on(runtime, &dir, &text, "unused");
+    // Reading the broker's DLQ through the admin API needs the token.
+    let text = config(&nats.section(), "nats", &topic, &consumer.url()).replace(
+        "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"",
+        "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"\ntoken_file = \"token\"",
+    );
+    let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
     assert!(wait_for(Duration::from_secs(20), || {
         gw.anonymous
             .get_text("/readyz")
@@ -137,10 +141,14 @@ fn the_dlq_tools_work_on_jetstream() {
     let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
     let dlqs = NatsDeadLetters::connect(&config).unwrap();
     assert!(wait_for(Duration::from_secs(30), || depth(&dlqs) == 10));
-    // The admin API reads the broker's DLQ too.
-    let stats: serde_json::Value = gw.anonymous.get("/v1/dlq/stats?source=nats").unwrap();
+    // The admin API reads the broker's DLQ too, with the token.
+    let anonymous = gw
+        .anonymous
+        .get::<serde_json::Value>("/v1/dlq/stats?source=nats");
+    assert!(format!("{anonymous:?}").contains("401"), "{anonymous:?}");
+    let stats: serde_json::Value = gw.admin.get("/v1/dlq/stats?source=nats").unwrap();
     assert_eq!(stats[0]["depth"], 10, "{stats}");
-    let listed: serde_json::Value = gw.anonymous.get("/v1/dlq?source=nats&limit=3").unwrap();
+    let listed: serde_json::Value = gw.admin.get("/v1/dlq?source=nats&limit=3").unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
     let refused = gw
         .anonymous
