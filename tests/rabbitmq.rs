@@ -62,6 +62,31 @@ impl RabbitFixture {
 
     /// Publish `m-<i>` (as `message_id`) to the queue of `topic`, confirmed.
     pub fn publish(&self, topic: &str, ids: std::ops::Range<u32>) {
+        let messages = ids
+            .map(|i| {
+                let mut headers = FieldTable::default();
+                headers.insert(
+                    "tenant".into(),
+                    AMQPValue::LongString(LongString::from("eu")),
+                );
+                let properties = BasicProperties::default()
+                    .with_message_id(ShortString::from(format!("m-{i}")))
+                    .with_content_type("application/json".into())
+                    .with_headers(headers);
+                (properties, format!(r#"{{"order": {i}}}"#).into_bytes())
+            })
+            .collect();
+        self.publish_all(topic, messages);
+    }
+
+    /// Publish one message to the queue of `topic` (declared when missing), confirmed.
+    pub fn publish_raw(&self, topic: &str, properties: BasicProperties, payload: &[u8]) {
+        self.publish_all(topic, vec![(properties, payload.to_vec())]);
+    }
+
+    /// Publish `messages` (persistent) to the queue of `topic`, declared when missing, and
+    /// wait for every confirm.
+    fn publish_all(&self, topic: &str, messages: Vec<(BasicProperties, Vec<u8>)>) {
         let queue = self.queue(topic);
         let channel = self.channel();
         self.runtime.block_on(async {
@@ -78,26 +103,15 @@ impl RabbitFixture {
                 .await
                 .unwrap();
             let mut confirms = Vec::new();
-            for i in ids {
-                let mut headers = FieldTable::default();
-                headers.insert(
-                    "tenant".into(),
-                    AMQPValue::LongString(LongString::from("eu")),
-                );
-                let properties = BasicProperties::default()
-                    .with_message_id(ShortString::from(format!("m-{i}")))
-                    .with_content_type("application/json".into())
-                    .with_headers(headers)
-                    .with_delivery_mode(2);
-                let payload = format!(r#"{{"order": {i}}}"#);
+            for (properties, payload) in messages {
                 confirms.push(
                     channel
                         .basic_publish(
                             "".into(),
                             queue.as_str().into(),
                             BasicPublishOptions::default(),
-                            payload.as_bytes(),
-                            properties,
+                            &payload,
+                            properties.with_delivery_mode(2),
                         )
                         .await
                         .unwrap(),
@@ -108,37 +122,6 @@ impl RabbitFixture {
                     assert!(c.await.unwrap().is_ack());
                 })
                 .await;
-        });
-    }
-
-    /// Publish one message to the queue of `topic` (declared when missing), confirmed.
-    pub fn publish_raw(&self, topic: &str, properties: BasicProperties, payload: &[u8]) {
-        let queue = self.queue(topic);
-        let channel = self.channel();
-        self.runtime.block_on(async {
-            channel
-                .confirm_select(ConfirmSelectOptions::default())
-                .await
-                .unwrap();
-            channel
-                .queue_declare(
-                    queue.as_str().into(),
-                    QueueDeclareOptions::durable(),
-                    FieldTable::default(),
-                )
-                .await
-                .unwrap();
-            let confirm = channel
-                .basic_publish(
-                    "".into(),
-                    queue.as_str().into(),
-                    BasicPublishOptions::default(),
-                    payload,
-                    properties.with_delivery_mode(2),
-                )
-                .await
-                .unwrap();
-            assert!(confirm.await.unwrap().is_ack());
         });
     }
 

@@ -30,6 +30,18 @@ fn start(config: &Path) -> Gateway {
     start_in(Path::new("."), config)
 }
 
+/// Give `config` an `[admin]` section listening on an ephemeral port (no token), once.
+fn on_an_ephemeral_port(config: &Path) {
+    let original = std::fs::read_to_string(config).unwrap();
+    if !original.starts_with("[admin]") {
+        std::fs::write(
+            config,
+            format!("[admin]\nlisten = \"127.0.0.1:0\"\n\n{original}"),
+        )
+        .unwrap();
+    }
+}
+
 /// `verdict run -c <config>` with `cwd` as the working directory (`config` as given:
 /// relative to `cwd` or absolute).
 fn start_in(cwd: &Path, config: &Path) -> Gateway {
@@ -256,14 +268,7 @@ fn the_state_directory_is_private_or_the_gateway_does_not_start() {
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     let config = gateway_config("run-state-dir", "");
     let dir = config.parent().unwrap();
-    let original = std::fs::read_to_string(&config).unwrap();
-    if !original.starts_with("[admin]") {
-        std::fs::write(
-            &config,
-            format!("[admin]\nlisten = \"127.0.0.1:0\"\n\n{original}"),
-        )
-        .unwrap();
-    }
+    on_an_ephemeral_port(&config);
     let state = dir.join(".verdict");
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).unwrap();
@@ -288,14 +293,7 @@ fn the_state_directory_is_private_or_the_gateway_does_not_start() {
 #[test]
 fn warnings_show_without_asking() {
     let config = gateway_config("run-warnings", "");
-    let original = std::fs::read_to_string(&config).unwrap();
-    if !original.starts_with("[admin]") {
-        std::fs::write(
-            &config,
-            format!("[admin]\nlisten = \"127.0.0.1:0\"\n\n{original}"),
-        )
-        .unwrap();
-    }
+    on_an_ephemeral_port(&config);
     let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(["run", "-c", config.to_str().unwrap()])
         .env_remove("VERDICT_ADMIN_TOKEN")

@@ -12,7 +12,7 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use serde_json::{Value, json};
 use verdict_host::FailureSpec;
-use verdict_host::store::DlqFilter;
+use verdict_host::store::{DlqFilter, StateCounts};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::nats::NatsFixture;
 use verdict_tests::rabbitmq::RabbitFixture;
@@ -60,6 +60,32 @@ consumer = {{ url = "{consumer}", {extra} }}
     )
 }
 
+/// The `[gateway]` keys and `[nats]` section of a gateway on this test's NATS names.
+fn nats_gateway(nats: &NatsFixture) -> String {
+    format!("consumer_group = \"{}\"\n{}", nats.prefix, nats.section())
+}
+
+/// A route consuming `topic` from the broker `source` (TOML).
+fn broker_route(
+    source: &str,
+    topic: &str,
+    consumer: &str,
+    timeout_ms: u64,
+    concurrency: usize,
+    config: &str,
+) -> String {
+    format!(
+        r#"
+[[routes]]
+topic = "{topic}"
+source = "{source}"
+policy = "rules"
+config = {config}
+consumer = {{ url = "{consumer}", timeout_ms = {timeout_ms}, concurrency = {concurrency} }}
+"#
+    )
+}
+
 fn publish(gw: &Gateway, topic: &str, messages: &[Value]) {
     let published: Value = gw
         .admin
@@ -89,6 +115,13 @@ fn faults(gw: &Gateway) -> Vec<(String, u64)> {
             Some((labels.to_string(), value.parse().ok()?))
         })
         .collect()
+}
+
+/// Wait (at most `seconds`) until the store's counts satisfy `done`.
+fn until(gw: &Gateway, seconds: u64, done: impl Fn(&StateCounts) -> bool) -> bool {
+    wait_for(Duration::from_secs(seconds), || {
+        gw.store.counts().is_ok_and(|c| done(&c))
+    })
 }
 
 fn dead_letters(gw: &Gateway) -> Vec<verdict_host::store::DlqEntry> {
@@ -182,18 +215,7 @@ fn a_hanging_queue_does_not_hold_another_queues_slots_on_rabbitmq() {
     let rabbit = RabbitFixture::new("isolated");
     let slow = Scripted::start(&runtime, |_| Reply::ok().after(Duration::from_secs(5)));
     let fast = Scripted::start(&runtime, |_| Reply::ok());
-    let route = |queue: &str, url: &str| {
-        format!(
-            r#"
-[[routes]]
-topic = "{queue}"
-source = "rabbitmq"
-policy = "rules"
-config = {STRICT}
-consumer = {{ url = "{url}", timeout_ms = 2000, concurrency = 4 }}
-"#
-        )
-    };
+    let route = |queue: &str, url: &str| broker_route("rabbitmq", queue, url, 2000, 4, STRICT);
     let routes =
         route(&rabbit.queue("orders"), &slow.url()) + &route(&rabbit.queue("other"), &fast.url());
     let config = embedded(
@@ -233,31 +255,10 @@ fn a_route_in_backoff_does_not_slow_another_route_on_nats() {
         { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
         { match = ["http.5*"], retry = { strategy = "exponential", base_ms = 20000, cap_ms = 60000 } },
     ] }"#;
-    let routes = format!(
-        r#"
-[[routes]]
-topic = "{a}"
-source = "nats"
-policy = "rules"
-config = {backoff}
-consumer = {{ url = "{down}", timeout_ms = 2000, concurrency = 32 }}
-[[routes]]
-topic = "{b}"
-source = "nats"
-policy = "rules"
-config = {STRICT}
-consumer = {{ url = "{up}", timeout_ms = 2000, concurrency = 8 }}
-"#,
-        a = nats.subject("a"),
-        b = nats.subject("b"),
-        down = down.url(),
-        up = up.url(),
-    );
+    let routes = broker_route("nats", &nats.subject("a"), &down.url(), 2000, 32, backoff)
+        + &broker_route("nats", &nats.subject("b"), &up.url(), 2000, 8, STRICT);
     // `[nats]` keeps its default `max_ack_pending` (no limit per route consumer).
-    let config = embedded(
-        &format!("consumer_group = \"{}\"\n{}", nats.prefix, nats.section()),
-        &routes,
-    );
+    let config = embedded(&nats_gateway(&nats), &routes);
     let gw = Gateway::start_on(runtime, &dir, &config, "t");
     gw.wait_ready();
 
@@ -322,24 +323,10 @@ fn overlapping_nats_routes_deliver_each_message_once() {
     let nats = NatsFixture::new("overlap");
     let wide = Scripted::start(&runtime, |_| Reply::ok());
     let vip = Scripted::start(&runtime, |_| Reply::ok());
-    let route = |topic: &str, url: &str| {
-        format!(
-            r#"
-[[routes]]
-topic = "{topic}"
-source = "nats"
-policy = "rules"
-config = {STRICT}
-consumer = {{ url = "{url}", timeout_ms = 1000, concurrency = 4 }}
-"#
-        )
-    };
+    let route = |topic: &str, url: &str| broker_route("nats", topic, url, 1000, 4, STRICT);
     let routes = route(&nats.subject("orders.>"), &wide.url())
         + &route(&nats.subject("orders.vip"), &vip.url());
-    let config = embedded(
-        &format!("consumer_group = \"{}\"\n{}", nats.prefix, nats.section()),
-        &routes,
-    );
+    let config = embedded(&nats_gateway(&nats), &routes);
     let gw = Gateway::start_on(runtime, &dir, &config, "t");
     gw.wait_ready();
     for (topic, prefix) in [("orders.eu", "eu"), ("orders.vip", "vip")] {
@@ -413,18 +400,8 @@ fn route_consumers_take_over_from_the_shared_durable_of_an_earlier_version() {
         }
     });
     let config = embedded(
-        &format!("consumer_group = \"{}\"\n{}", nats.prefix, nats.section()),
-        &format!(
-            r#"
-[[routes]]
-topic = "{topic}"
-source = "nats"
-policy = "rules"
-config = {STRICT}
-consumer = {{ url = "{}", timeout_ms = 1000, concurrency = 4 }}
-"#,
-            consumer_http.url()
-        ),
+        &nats_gateway(&nats),
+        &broker_route("nats", &topic, &consumer_http.url(), 1000, 4, STRICT),
     );
     let gw = Gateway::start_on(runtime, &dir, &config, "t");
     gw.wait_ready();
@@ -455,18 +432,8 @@ fn a_kind_with_crlf_is_dead_lettered_once_not_looped_on_nats() {
     });
     let topic = nats.subject("orders");
     let config = embedded(
-        &format!("consumer_group = \"{}\"\n{}", nats.prefix, nats.section()),
-        &format!(
-            r#"
-[[routes]]
-topic = "{topic}"
-source = "nats"
-policy = "rules"
-config = {STRICT}
-consumer = {{ url = "{}", timeout_ms = 1000, concurrency = 4 }}
-"#,
-            consumer.url()
-        ),
+        &nats_gateway(&nats),
+        &broker_route("nats", &topic, &consumer.url(), 1000, 4, STRICT),
     )
     .replacen("ack_wait_ms = 5000", "ack_wait_ms = 2000", 1);
     let gw = Gateway::start_on(runtime, &dir, &config, "t");
@@ -503,16 +470,13 @@ fn rabbit_config(rabbit: &RabbitFixture, consumer: &str, prefetch: u16) -> Strin
         .replace("prefetch = 32", &format!("prefetch = {prefetch}"));
     embedded(
         &format!("consumer_group = \"{}\"\n{section}", rabbit.prefix),
-        &format!(
-            r#"
-[[routes]]
-topic = "{}"
-source = "rabbitmq"
-policy = "rules"
-config = {STRICT}
-consumer = {{ url = "{consumer}", timeout_ms = 1000, concurrency = 8 }}
-"#,
-            rabbit.queue("orders")
+        &broker_route(
+            "rabbitmq",
+            &rabbit.queue("orders"),
+            consumer,
+            1000,
+            8,
+            STRICT,
         ),
     )
 }
@@ -692,12 +656,7 @@ fn a_redirect_is_a_failure_and_is_never_followed() {
         "orders",
         &[json!({"id": "card", "payload": {"pan": "4111111111111111"}})],
     );
-    assert!(wait_for(Duration::from_secs(10), || gw
-        .store
-        .counts()
-        .unwrap()
-        .dead
-        == 1));
+    assert!(until(&gw, 10, |c| c.dead == 1), "{:?}", gw.store.counts());
     assert!(
         thief.received().is_empty(),
         "followed to {:?}",
@@ -797,12 +756,7 @@ fn a_huge_error_body_is_capped_and_its_message_bounded() {
     );
     let gw = Gateway::start_on(runtime, &dir, &config, "t");
     publish(&gw, "orders", &ids("m", 1));
-    assert!(wait_for(Duration::from_secs(20), || gw
-        .store
-        .counts()
-        .unwrap()
-        .dead
-        == 1));
+    assert!(until(&gw, 20, |c| c.dead == 1), "{:?}", gw.store.counts());
     let dead = dead_letters(&gw);
     // Past the cap the JSON is cut, so the kind is the status's and the text is the start.
     assert_eq!(dead[0].kind, "http.422");
@@ -823,12 +777,11 @@ fn a_lease_at_the_end_of_time_neither_wraps_nor_loops() {
     );
     let gw = Gateway::start_on(runtime, &dir, &config, "t");
     publish(&gw, "orders", &ids("m", 3));
-    assert!(wait_for(Duration::from_secs(10), || gw
-        .store
-        .counts()
-        .unwrap()
-        .delivered
-        == 3));
+    assert!(
+        until(&gw, 10, |c| c.delivered == 3),
+        "{:?}",
+        gw.store.counts()
+    );
     assert_eq!(consumer.received().len(), 3);
 }
 
