@@ -19,7 +19,9 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, not in files or a journal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // Structured logs for collectors: VERDICT_LOG_FORMAT=json.
     if std::env::var("VERDICT_LOG_FORMAT").is_ok_and(|f| f == "json") {
         logs.json().init();
