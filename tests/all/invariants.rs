@@ -205,9 +205,9 @@ fn a_hanging_route_does_not_hold_another_routes_slots_on_the_embedded_store() {
     let took = started.elapsed();
     println!("route b: 20 messages in {took:?} beside route a's 300 hanging ones");
     assert!(through, "route b got {} of 20", fast.received().len());
-    // Route A stays within its own concurrency.
+    // Route A holds its own concurrency and as many claimed ahead, no more.
     let counts = gw.store.counts().unwrap();
-    assert!(counts.leased <= 4, "{counts:?}");
+    assert!(counts.leased <= 8, "{counts:?}");
 }
 
 /// The same on RabbitMQ: queue A's consumer hangs, queue B's messages go through.

@@ -392,6 +392,7 @@ impl Pipeline {
             topic: route.to_string(),
             consumer: Consumer::new(consumer),
             slots: Arc::new(Semaphore::new(consumer.concurrency.max(1))),
+            ahead: Arc::new(Semaphore::new(consumer.concurrency.max(1))),
             metrics: self.metrics.route(route),
         });
         routes.insert(route.to_string(), target.clone());
@@ -413,5 +414,8 @@ pub(crate) struct RouteTarget {
     consumer: Consumer,
     /// One per delivery in flight on the route (its consumer's `concurrency`).
     pub(crate) slots: Arc<Semaphore>,
+    /// One per message the embedded store claimed ahead for the route, waiting for a slot
+    /// (as many as its `concurrency`).
+    pub(crate) ahead: Arc<Semaphore>,
     metrics: RouteMetrics,
 }

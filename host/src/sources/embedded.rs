@@ -110,6 +110,7 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
                 .insert(message.seq, message.lease);
             let task = Task {
                 pipeline: pipeline.clone(),
+                global: slots.clone(),
                 committer: committer.clone(),
                 failures: failures.clone(),
                 held: held.clone(),
@@ -130,11 +131,22 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     }
 }
 
-/// What one delivery holds while it runs: a slot of `max_in_flight`, and one of its route's
-/// (none for a topic no route takes).
-struct Seat {
-    route: Option<(Arc<RouteTarget>, OwnedSemaphorePermit)>,
-    _global: OwnedSemaphorePermit,
+/// What a claimed message is delivered with.
+enum Seat {
+    /// At once: a slot of its route (none for a topic no route takes) and one of
+    /// `max_in_flight`.
+    Now {
+        route: Option<(Arc<RouteTarget>, OwnedSemaphorePermit)>,
+        _global: OwnedSemaphorePermit,
+    },
+    /// Claimed ahead - at most the route's `concurrency` of them - so claims come in batches
+    /// rather than one per freed slot (a claim is a durable transaction): it waits for a slot
+    /// of its route and then one of `max_in_flight`, holding nothing another route needs,
+    /// its lease kept by the keeper meanwhile.
+    Ahead {
+        target: Arc<RouteTarget>,
+        _ahead: OwnedSemaphorePermit,
+    },
 }
 
 /// One claim round: the topics to ask, how many each group may take, and the seats waiting.
@@ -197,12 +209,23 @@ async fn plan(
             let turn = round % topics.len();
             topics.rotate_left(turn);
         }
+        // Seats are handed out last first: the ones ahead go in first, so the oldest
+        // messages get the seats that run at once.
         let mut seats = Vec::new();
+        if let Some(t) = &target {
+            while let Ok(ahead) = t.ahead.clone().try_acquire_owned() {
+                seats.push(Seat::Ahead {
+                    target: t.clone(),
+                    _ahead: ahead,
+                });
+            }
+        }
         let cap = match &target {
             Some(t) => t.slots.available_permits(),
             None => UNROUTED_PER_ROUND,
         };
-        while seats.len() < cap {
+        let mut now = 0;
+        while now < cap {
             let Ok(global) = slots.clone().try_acquire_owned() else {
                 break;
             };
@@ -213,10 +236,11 @@ async fn plan(
                 },
                 None => None,
             };
-            seats.push(Seat {
+            seats.push(Seat::Now {
                 route,
                 _global: global,
             });
+            now += 1;
         }
         if seats.is_empty() {
             continue;
@@ -294,6 +318,8 @@ async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
 /// One delivery: process, settle, let go of its seat.
 struct Task {
     pipeline: Arc<Pipeline>,
+    /// The `max_in_flight` slots (a seat claimed ahead takes one when its turn comes).
+    global: Arc<Semaphore>,
     committer: Committer,
     failures: super::SettleFailures,
     held: Held,
@@ -310,15 +336,32 @@ impl Task {
             seq: message.seq,
             lease: message.lease,
             freed: self.freed.clone(),
-            seat: Some(seat),
         };
-        let route = _release.seat.as_ref().and_then(|s| s.route.as_ref());
-        let processing = match route {
-            Some((target, _)) => self
+        // A seat claimed ahead waits for its slots first (its lease is kept meanwhile).
+        let seat = match seat {
+            Seat::Ahead { target, _ahead } => {
+                let Ok(slot) = target.slots.clone().acquire_owned().await else {
+                    return;
+                };
+                let Ok(global) = self.global.clone().acquire_owned().await else {
+                    return;
+                };
+                Seat::Now {
+                    route: Some((target, slot)),
+                    _global: global,
+                }
+            }
+            now => now,
+        };
+        let processing = match &seat {
+            Seat::Now {
+                route: Some((target, _)),
+                ..
+            } => self
                 .pipeline
                 .process_held(&message.delivery, target)
                 .boxed(),
-            None => self.pipeline.process(&message.delivery).boxed(),
+            _ => self.pipeline.process(&message.delivery).boxed(),
         };
         // Nothing from outside may end a delivery without a settlement: a panic in
         // processing dead-letters the message through the gateway's own fallback.
@@ -401,13 +444,13 @@ impl Task {
     }
 }
 
-/// Lets go of a delivery's lease and seat when its task ends, however it ends.
+/// Lets go of a delivery's lease when its task ends, however it ends, and says a seat is
+/// free (the seat itself, declared after this guard, is dropped before it).
 struct Release {
     held: Held,
     seq: i64,
     lease: i64,
     freed: Arc<Notify>,
-    seat: Option<Seat>,
 }
 
 impl Drop for Release {
@@ -418,7 +461,6 @@ impl Drop for Release {
             held.remove(&self.seq);
         }
         drop(held);
-        drop(self.seat.take());
         self.freed.notify_one();
     }
 }
