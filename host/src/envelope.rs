@@ -1,6 +1,6 @@
 //! The dead-letter envelope: the original message and everything an operator needs to
-//! understand it, with field names close to seed 1's example (`original`, `attempts`,
-//! `errors`, `consumerGroup`, `firstFailedAt`) so operators recognise it.
+//! understand it, with field names operators of DLQ tooling recognise (`original`, `attempts`,
+//! `errors`, `consumerGroup`, `firstFailedAt`).
 //!
 //! ```json
 //! {"original": {"topic": "orders", "id": "m-1", "headers": {}, "payload": {"order": 7}},
