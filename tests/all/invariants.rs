@@ -814,6 +814,62 @@ fn a_binary_payload_reaches_the_policy_byte_for_byte() {
     );
 }
 
+/// The same through a real gateway on RabbitMQ: a binary body (not UTF-8) reaches the
+/// policy as the same 5 bytes, and the dead letter keeps them.
+#[test]
+fn a_binary_payload_reaches_the_policy_through_the_gateway() {
+    let dir = scratch_dir("inv-binary");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rabbit = RabbitFixture::new("binary");
+    let consumer = Scripted::start(&runtime, |_| Reply::status(503));
+    // The echo policy retries, labelling what it read; one attempt allowed makes that a
+    // dead letter with the labels.
+    let routes = format!(
+        r#"
+[[routes]]
+topic = "{queue}"
+source = "rabbitmq"
+policy = "hostile"
+config = {{ mode = "echo" }}
+consumer = {{ url = "{url}", timeout_ms = 1000 }}
+settings = {{ guardrails = {{ max_attempts = 1 }} }}
+[policies.hostile]
+path = "{hostile}"
+[admission]
+properties = false
+"#,
+        queue = rabbit.queue("orders"),
+        url = consumer.url(),
+        hostile = fixtures::HOSTILE,
+    );
+    let config = embedded(
+        &format!(
+            "consumer_group = \"{}\"\n{}",
+            rabbit.prefix,
+            rabbit.section()
+        ),
+        &routes,
+    );
+    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    gw.wait_ready();
+    let bytes = [0xff, 0x00, 0xfe, b'a', 0x80];
+    let properties = BasicProperties::default().with_message_id(ShortString::from("bin"));
+    rabbit.publish_raw("orders", properties, &bytes);
+    let dlq = format!("{}.DLQ", rabbit.queue("orders"));
+    assert!(wait_for(Duration::from_secs(20), || rabbit.depth(&dlq) == 1));
+    let (_, body) = rabbit.take_all(&dlq).remove(0);
+    let envelope: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        envelope["verdict"]["labels"]["payload-size"], "5",
+        "{envelope}"
+    );
+    assert_eq!(
+        envelope["original"]["payloadBase64"], "/wD+YYA=",
+        "{envelope}"
+    );
+    drop(gw);
+}
+
 /// A policy whose panic message is megabytes long: what reaches the decision (and so logs,
 /// metrics and every envelope) is one bounded line.
 #[test]

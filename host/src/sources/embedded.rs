@@ -385,7 +385,9 @@ impl Task {
             .await;
         match outcome {
             Ok(()) => {
-                self.failures.settled(&message.seq.to_string());
+                if self.failures.any() {
+                    self.failures.settled(&message.seq.to_string());
+                }
                 self.pipeline
                     .metrics()
                     .handled(NAME, handled, received.elapsed());

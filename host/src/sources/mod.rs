@@ -374,15 +374,30 @@ pub(crate) fn release_delay(failures: u32) -> Duration {
 /// bounded (forgotten wholesale past 100,000 entries): after a restart a message gets
 /// [`MAX_SETTLE_FAILURES`] more tries, never unbounded ones.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct SettleFailures(Arc<std::sync::Mutex<std::collections::HashMap<String, u32>>>);
+pub(crate) struct SettleFailures(Arc<Failures>);
+
+#[derive(Debug, Default)]
+struct Failures {
+    counts: std::sync::Mutex<std::collections::HashMap<String, u32>>,
+    /// Keys tracked now: a settled delivery checks this, not the lock, in the usual case
+    /// of no failures at all.
+    tracked: std::sync::atomic::AtomicUsize,
+}
 
 impl SettleFailures {
     const MAX_TRACKED: usize = 100_000;
 
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, u32>> {
         self.0
+            .counts
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether any message has failed to settle lately (then a settled one may need
+    /// [`SettleFailures::settled`]).
+    pub(crate) fn any(&self) -> bool {
+        self.0.tracked.load(Ordering::Relaxed) > 0
     }
 
     /// One more failure for `key`: how many in a row now.
@@ -393,15 +408,19 @@ impl SettleFailures {
         }
         let n = map.entry(key.to_string()).or_default();
         *n = n.saturating_add(1);
-        *n
+        let n = *n;
+        self.0.tracked.store(map.len(), Ordering::Relaxed);
+        n
     }
 
     /// `key` settled: its count starts over.
     pub(crate) fn settled(&self, key: &str) {
-        let mut map = self.lock();
-        if !map.is_empty() {
-            map.remove(key);
+        if !self.any() {
+            return;
         }
+        let mut map = self.lock();
+        map.remove(key);
+        self.0.tracked.store(map.len(), Ordering::Relaxed);
     }
 }
 
@@ -542,6 +561,9 @@ mod tests {
         assert_eq!(failures.failed("b"), 1);
         failures.settled("a");
         assert_eq!(failures.failed("a"), 1, "a settled message starts over");
+        failures.settled("a");
+        failures.settled("b");
+        assert!(!failures.any(), "nothing tracked once all settled");
     }
 
     #[test]

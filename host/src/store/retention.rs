@@ -89,7 +89,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use crate::sources::{AttemptRecord, DeadLetter, Settlement};
+    use crate::sources::Settlement;
     use crate::store::{NewMessage, Store};
 
     #[test]
@@ -109,21 +109,8 @@ mod tests {
         let claimed = store
             .claim(10, &[(vec!["orders".into()], 5)], 1_000_000)
             .unwrap();
-        let failed = AttemptRecord {
-            at_ms: 100,
-            kind: "http.503".into(),
-            message: "down".into(),
-        };
-        let letter = Settlement::DeadLetter {
-            failed: failed.clone(),
-            letter: DeadLetter {
-                dlq: "orders.DLQ".into(),
-                class: "permanent".into(),
-                reason: "bad".into(),
-                format: "json",
-                envelope: b"{}".to_vec(),
-            },
-        };
+        let failed = super::super::settle::tests::failed();
+        let letter = super::super::settle::tests::letter();
         let discard = Settlement::Discard {
             failed: failed.clone(),
             reason: "no".into(),

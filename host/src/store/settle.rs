@@ -66,7 +66,7 @@ fn apply(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::sources::{AttemptRecord, DeadLetter};
     use crate::store::NewMessage;
@@ -78,7 +78,21 @@ mod tests {
         (Store::open(&dir.join("db.sqlite")).unwrap(), dir)
     }
 
-    fn failed() -> AttemptRecord {
+    /// A dead letter of a `permanent` failure, as tests settle it.
+    pub(in crate::store) fn letter() -> Settlement {
+        Settlement::DeadLetter {
+            failed: failed(),
+            letter: DeadLetter {
+                dlq: "orders.DLQ".into(),
+                class: "permanent".into(),
+                reason: "bad".into(),
+                format: "json",
+                envelope: b"{}".to_vec(),
+            },
+        }
+    }
+
+    pub(in crate::store) fn failed() -> AttemptRecord {
         AttemptRecord {
             at_ms: 1_000,
             kind: "http.503".into(),
@@ -104,16 +118,7 @@ mod tests {
         assert_eq!(claimed.len(), 3);
         let lease = |i: usize| (claimed[i].seq, claimed[i].lease);
         let (a, b, c) = (lease(0), lease(1), lease(2));
-        let letter = Settlement::DeadLetter {
-            failed: failed(),
-            letter: DeadLetter {
-                dlq: "orders.dlq".into(),
-                class: "permanent".into(),
-                reason: "bad".into(),
-                format: "json",
-                envelope: b"{}".to_vec(),
-            },
-        };
+        let letter = letter();
         let again = Settlement::Again {
             failed: failed(),
             delay_ms: 500,
@@ -178,16 +183,7 @@ mod tests {
         assert_eq!(first.seq, second.seq);
         assert_ne!(first.lease, second.lease);
         // The first delivery's outcomes are all refused, whatever they are.
-        let letter = Settlement::DeadLetter {
-            failed: failed(),
-            letter: DeadLetter {
-                dlq: "orders.DLQ".into(),
-                class: "permanent".into(),
-                reason: "bad".into(),
-                format: "json",
-                envelope: b"{}".to_vec(),
-            },
-        };
+        let letter = letter();
         let stale = [
             Settlement::Delivered,
             letter.clone(),

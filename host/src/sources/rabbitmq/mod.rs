@@ -264,16 +264,19 @@ impl Job {
             }
         };
         let handled = settlement.handled();
-        let failure_key = format!("{queue}\u{0}{}", delivery.id);
+        let failure_key = || format!("{queue}\u{0}{}", delivery.id);
         match self.apply(&message, &delivery, settlement).await {
             Ok(()) => {
-                self.failures.settled(&failure_key);
+                if self.failures.any() {
+                    self.failures.settled(&failure_key());
+                }
                 self.pipeline
                     .metrics()
                     .handled(NAME, handled, received.elapsed());
             }
             Err(e) => {
                 let cause = format!("{e:#}");
+                let failure_key = failure_key();
                 let failed = self.failures.failed(&failure_key);
                 if failed >= super::MAX_SETTLE_FAILURES {
                     let letter = self.pipeline.fallback_dead_letter(&delivery, &cause);
