@@ -60,6 +60,11 @@ ack_wait_ms = 5000
         )
     }
 
+    /// Whether the stream `name` exists.
+    pub fn stream_exists(&self, name: &str) -> bool {
+        self.runtime.block_on(self.js.get_stream(name)).is_ok()
+    }
+
     /// The DLQ subject of dead letters of `topic` (suffix naming).
     pub fn dlq_subject(&self, topic: &str) -> String {
         format!("{}dlq.{}.DLQ", self.prefix, self.subject(topic))

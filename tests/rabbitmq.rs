@@ -140,6 +140,33 @@ impl RabbitFixture {
             .map_or(0, |q| u64::from(q.message_count()))
     }
 
+    /// Whether `queue` exists (a passive declare, on a channel of its own).
+    pub fn exists(&self, queue: &str) -> bool {
+        let channel = self.channel();
+        self.runtime
+            .block_on(channel.queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            ))
+            .is_ok()
+    }
+
+    /// Open connections whose client calls itself `name`, as `rabbitmqctl` lists them.
+    pub fn connections_named(&self, name: &str) -> usize {
+        let out = std::process::Command::new("rabbitmqctl")
+            .args(["list_connections", "client_properties"])
+            .output()
+            .expect("rabbitmqctl runs (the broker tests run as root beside the server)");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.contains(&format!("\"{name}\"")))
+            .count()
+    }
+
     /// Take every message of `queue` (consuming them): (headers, body).
     pub fn take_all(&self, queue: &str) -> Vec<(BasicProperties, Vec<u8>)> {
         let channel = self.channel();

@@ -86,6 +86,29 @@ fn a_policy_that_fails_the_property_checks_is_refused_under_the_fuel_ceiling() {
 }
 
 #[test]
+fn a_policy_whose_init_never_returns_is_refused_not_admitted_unchecked() {
+    let state = scratch_dir("admission-unchecked");
+    let admission = "fuel_per_decision = 200_000\nproperty_inputs = 4";
+    let r = Registry::new(&config(&state, None, admission), Path::new("/")).unwrap();
+    // `init` never returns: no property can run, and the route is refused with the cause.
+    let err = r
+        .reload(
+            &config(&state, Some("loop-in-init"), admission),
+            Path::new("/"),
+        )
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("hostile") && text.contains("init") && text.contains("timed out"),
+        "{text}"
+    );
+    assert_eq!(r.current().number, 1);
+    assert_eq!(r.status().refused, 1);
+    assert!(r.decide("hostile.x", &at("db.timeout", 1)).is_none());
+    assert!(r.decide("orders", &at("db.timeout", 1)).is_some());
+}
+
+#[test]
 fn a_warm_restart_compiles_nothing_and_a_damaged_entry_is_rebuilt_not_trusted() {
     let state = scratch_dir("artifacts");
     let cfg = config(&state, None, "");

@@ -62,6 +62,34 @@ fn round_trip(dlqs: &dyn DeadLetters, consumer: &Consumer, topic: &str) {
         ..DlqFilter::default()
     };
     assert_eq!(dlqs.list(&limited, u64::MAX).unwrap().len(), 3);
+    // Page by page, three at a time: every dead letter exactly once.
+    let mut paged = Vec::new();
+    let mut filter = limited.clone();
+    for _ in 0..10 {
+        let page = dlqs.page(&filter, u64::MAX).unwrap();
+        assert!(page.entries.len() <= 3, "{page:?}");
+        paged.extend(page.entries.into_iter().map(|e| e.message_id));
+        match page.next {
+            Some(next) => filter.after = Some(next),
+            None => break,
+        }
+    }
+    let mut all: Vec<String> = entries.iter().map(|e| e.message_id.clone()).collect();
+    all.sort();
+    paged.sort();
+    assert_eq!(paged, all, "pages hold each dead letter once");
+    let bad = dlqs.page(
+        &DlqFilter {
+            after: Some("not-a-cursor".into()),
+            ..DlqFilter::default()
+        },
+        u64::MAX,
+    );
+    let bad = bad.unwrap_err().to_string();
+    assert!(
+        bad.contains("after") && bad.contains("not-a-cursor"),
+        "{bad}"
+    );
     let other = DlqFilter {
         class: Some("poison".into()),
         ..DlqFilter::default()
@@ -173,8 +201,17 @@ fn the_dlq_tools_work_on_rabbitmq() {
     let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
     consumer.demo.set_down(true);
     let topic = mq.queue("orders");
-    let text = config(&mq.section(), "rabbitmq", &topic, &consumer.url());
-    let gw = Gateway::start_on(runtime, &dir, &text, "unused");
+    let instance = format!("gw-{}", mq.prefix);
+    let text = config(&mq.section(), "rabbitmq", &topic, &consumer.url())
+        .replace(
+            "instance = \"gw-rabbitmq\"",
+            &format!("instance = \"{instance}\""),
+        )
+        .replace(
+            "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"",
+            "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"\ntoken_file = \"token\"",
+        );
+    let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
     assert!(wait_for(Duration::from_secs(20), || {
         gw.anonymous
             .get_text("/readyz")
@@ -183,6 +220,40 @@ fn the_dlq_tools_work_on_rabbitmq() {
     mq.publish("orders", 0..10);
     let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
     let dlqs = RabbitDeadLetters::connect(&config).unwrap();
+    assert!(wait_for(Duration::from_secs(30), || depth(&dlqs) == 10));
+    // Through the admin API: pages and stats over one kept connection, and a page holds
+    // the DLQ's messages only while it is read.
+    let name = format!("verdict {instance} dlq tools");
+    let before = mq.connections_named(&name);
+    let mut seen = Vec::new();
+    let mut path = "/v1/dlq?source=rabbitmq&limit=4".to_string();
+    for _ in 0..5 {
+        let (page, next): (Vec<serde_json::Value>, _) = gw.admin.get_page(&path).unwrap();
+        assert!(page.len() <= 4);
+        seen.extend(
+            page.iter()
+                .map(|e| e["message_id"].as_str().unwrap().to_string()),
+        );
+        assert_eq!(
+            mq.depth(&format!("{topic}.DLQ")),
+            10,
+            "nothing held after a page"
+        );
+        match next {
+            Some(next) => path = format!("/v1/dlq?source=rabbitmq&limit=4&after={next}"),
+            None => break,
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 10, "{seen:?}");
+    let stats: serde_json::Value = gw.admin.get("/v1/dlq/stats?source=rabbitmq").unwrap();
+    assert_eq!(stats[0]["depth"], 10, "{stats}");
+    assert_eq!(
+        mq.connections_named(&name),
+        before + 1,
+        "the API keeps one connection for all its requests: {name}"
+    );
     round_trip(&dlqs, &consumer, &topic);
     let audit: Vec<String> = mq
         .take_all(&format!("{}.audit", mq.prefix))
@@ -198,4 +269,41 @@ fn the_dlq_tools_work_on_rabbitmq() {
     assert_eq!(count("dlq-discarded"), 2, "{audit:?}");
     assert_eq!(count("replayed"), 10, "{audit:?}");
     assert_eq!(count("replay-delivered"), 8, "{audit:?}");
+}
+
+/// Reading a DLQ that is not there yet creates nothing on the broker: no stream, no queue.
+#[test]
+fn broker_dlq_reads_create_nothing() {
+    let dir = scratch_dir("dlq-read-only");
+    let nats = NatsFixture::new("dlqro");
+    let mq = RabbitFixture::new("dlqro");
+    let nats_route = config(
+        &nats.section(),
+        "nats",
+        &nats.subject("orders"),
+        "http://127.0.0.1:9",
+    );
+    let text = format!(
+        "{nats_route}{}[[routes]]\ntopic = \"{}\"\nsource = \"rabbitmq\"\npolicy = \"rules\"\n\
+         consumer = {{ url = \"http://127.0.0.1:9\" }}\n",
+        mq.section(),
+        mq.queue("orders")
+    );
+    std::fs::write(dir.join("verdict.toml"), text).unwrap();
+    let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
+    let on_nats = NatsDeadLetters::connect(&config).unwrap();
+    let on_rabbit = RabbitDeadLetters::connect(&config).unwrap();
+    for dlqs in [&on_nats as &dyn DeadLetters, &on_rabbit] {
+        assert!(
+            dlqs.page(&DlqFilter::default(), u64::MAX)
+                .unwrap()
+                .entries
+                .is_empty()
+        );
+        assert!(dlqs.stats().unwrap().is_empty());
+        assert!(depth(dlqs) == 0);
+    }
+    assert!(!nats.stream_exists(&format!("{}_DLQ", nats.prefix)));
+    assert!(!nats.stream_exists(&format!("{}_AUDIT", nats.prefix)));
+    assert!(!mq.exists(&format!("{}.DLQ", mq.queue("orders"))));
 }

@@ -369,8 +369,19 @@ fn the_dlq_over_the_admin_api_lists_dry_runs_replays_and_discards() {
     publish(&gw, 0..4);
     assert_eq!(drained(&gw, Duration::from_secs(30)).dead, 4);
 
-    let listed: Vec<Value> = gw.anonymous.get("/v1/dlq?topic=orders&limit=3").unwrap();
+    let (listed, next): (Vec<Value>, _) = gw
+        .anonymous
+        .get_page("/v1/dlq?topic=orders&limit=3")
+        .unwrap();
     assert_eq!(listed.len(), 3);
+    // The next page starts where this one ended: the fourth, and no page after it.
+    let next = next.expect("a fourth dead letter follows");
+    let (rest, after): (Vec<Value>, _) = gw
+        .anonymous
+        .get_page(&format!("/v1/dlq?topic=orders&limit=3&after={next}"))
+        .unwrap();
+    assert_eq!((rest.len(), after), (1, None));
+    assert!(listed.iter().all(|e| e["seq"] != rest[0]["seq"]));
     // Oldest first (deliveries run concurrently, so which id died first varies).
     let at: Vec<u64> = listed
         .iter()

@@ -71,6 +71,23 @@ impl AdminClient {
         finish(&url, request.call())
     }
 
+    /// `GET path` of a paged listing (`/v1/dlq`): the page, and the `after` of the next one
+    /// (none after the last).
+    pub fn get_page<T: DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<(T, Option<String>), ClientError> {
+        let url = self.url(path);
+        let response = self.authorise(self.agent.get(&url)).call();
+        let next = response.as_ref().ok().and_then(|r| {
+            r.headers()
+                .get("x-verdict-next")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        });
+        Ok((finish(&url, response)?, next))
+    }
+
     /// `GET path` as text (`/metrics`).
     pub fn get_text(&self, path: &str) -> Result<String, ClientError> {
         let url = self.url(path);

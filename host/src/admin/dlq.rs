@@ -1,9 +1,10 @@
 //! The DLQ over HTTP: list, stats, replay (token) and discard (token) - the same operations
 //! as `verdict dlq`, on the running gateway's store or, with `source = "nats" | "rabbitmq"`
-//! (query or body), on the broker its config names (a connection per request). Reading a
-//! broker's DLQ touches the broker, so it needs the token too; a listing returns at most
-//! [`DEFAULT_LIMIT`] entries unless `limit` says otherwise; no answer carries a broker
-//! password.
+//! (query or body), on the broker its config names, through one connection per broker kept
+//! between requests. Reading a broker's DLQ touches the broker, so it needs the token too,
+//! and never creates anything there. A listing is a page of at most [`DEFAULT_LIMIT`]
+//! entries; when more follow, [`NEXT_HEADER`] holds the `after` of the next one. No answer
+//! carries a broker password.
 
 use std::time::Duration;
 
@@ -15,14 +16,12 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 
 use super::{AdminState, ApiError, handlers::parse};
-use crate::dlq::{
-    DeadLetters, DlqError, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, ReplayReport,
-};
+use crate::dlq::{DeadLetters, ReplayOptions, ReplayReport};
 use crate::pipeline::{Pipeline, now_ms};
 use crate::sources::SourceKind;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 
-/// Entries a listing returns when the request names no `limit`.
+/// Entries a listing returns when the request names no `limit`, and at most.
 pub const DEFAULT_LIMIT: usize = 1_000;
 
 fn gateway(state: &AdminState) -> Result<std::sync::Arc<Pipeline>, ApiError> {
@@ -39,8 +38,8 @@ fn store_error(e: impl std::fmt::Display) -> ApiError {
     ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store", e.to_string())
 }
 
-/// Run `op` on the DLQs of `source` on a blocking thread: the store, or a broker connection
-/// opened (and closed, with its runtime) there for this request.
+/// Run `op` on the DLQs of `source` on a blocking thread: the store, or the broker's DLQs
+/// through the connection the API keeps to it.
 async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
     state: &AdminState,
     source: Option<SourceKind>,
@@ -48,6 +47,8 @@ async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
 ) -> Result<T, ApiError> {
     let pipeline = gateway(state)?;
     let config_path = state.config_path.clone();
+    let kept = state.broker_dlqs.clone();
+    let handle = tokio::runtime::Handle::current();
     let source = source.unwrap_or_default();
     tokio::task::spawn_blocking(move || -> Result<T, ApiError> {
         if source == SourceKind::Embedded {
@@ -63,14 +64,25 @@ async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
         let config = crate::GatewayConfig::load(&path)
             .map_err(|e| ApiError::new(StatusCode::CONFLICT, "config", e.to_string()))?;
         let urls = [config.nats.url.as_str(), config.rabbitmq.url.as_str()];
-        let clean = |e: &dyn std::fmt::Display| crate::text::without_secrets(&e.to_string(), &urls);
-        let broker =
-            |e: DlqError| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", clean(&e));
-        let result = match source {
-            SourceKind::Nats => op(&NatsDeadLetters::connect(&config).map_err(broker)?),
-            _ => op(&RabbitDeadLetters::connect(&config).map_err(broker)?),
+        let broker = |e: &dyn std::fmt::Display| {
+            kept.forget(source);
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "broker",
+                crate::text::without_secrets(&e.to_string(), &urls),
+            )
         };
-        result.map_err(|e| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", clean(&e)))
+        let result = match source {
+            SourceKind::Nats => op(kept
+                .nats(&handle, &config)
+                .map_err(|e| broker(&e))?
+                .as_ref()),
+            _ => op(kept
+                .rabbitmq(&handle, &config)
+                .map_err(|e| broker(&e))?
+                .as_ref()),
+        };
+        result.map_err(|e| broker(&e))
     })
     .await
     .map_err(store_error)?
@@ -88,17 +100,24 @@ fn broker_read(
     }
 }
 
+/// The header that carries the next page's `after`.
+pub(crate) const NEXT_HEADER: &str = "x-verdict-next";
+
 pub(crate) async fn list(
     State(state): State<AdminState>,
     headers: axum::http::HeaderMap,
     filter: Result<Query<DlqFilter>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Vec<DlqEntry>>, ApiError> {
+) -> Result<(axum::http::HeaderMap, Json<Vec<DlqEntry>>), ApiError> {
     let Query(mut filter) = filter.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let source = filter.source;
     broker_read(&state, &headers, source)?;
-    filter.limit = Some(filter.limit.unwrap_or(DEFAULT_LIMIT));
-    let entries = with_dlqs(&state, source, move |d| d.list(&filter, now_ms())).await?;
-    Ok(Json(entries))
+    filter.limit = Some(filter.limit.unwrap_or(DEFAULT_LIMIT).min(DEFAULT_LIMIT));
+    let page = with_dlqs(&state, source, move |d| d.page(&filter, now_ms())).await?;
+    let mut headers = axum::http::HeaderMap::new();
+    if let Some(next) = page.next.and_then(|n| n.parse().ok()) {
+        headers.insert(NEXT_HEADER, next);
+    }
+    Ok((headers, Json(page.entries)))
 }
 
 /// Which source's DLQs.

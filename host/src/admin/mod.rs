@@ -14,7 +14,8 @@
 //! | POST | `/v1/decide` | | `{"topic", "failure"}` -> decision |
 //! | POST | `/v1/topics/{topic}/messages` | yes | publish one message or a batch into the store |
 //! | GET | `/readyz` | | 200 once the store answers |
-//! | GET | `/v1/dlq`, `/v1/dlq/stats` | | dead letters (query: topic, dlq, class, kind, min_age_ms, limit); depths |
+//! | GET | `/v1/dlq`, `/v1/dlq/stats` | | the store's dead letters, a page at a time (query: topic, dlq, class, kind, min_age_ms, limit, after; the next page's `after` in the `x-verdict-next` header); depths |
+//! | GET | `/v1/dlq?source=nats\|rabbitmq`, `/v1/dlq/stats?source=...` | token | the same, read from a broker (read-only; one kept connection per broker) |
 //! | POST | `/v1/dlq/replay` | token | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
 //! | POST | `/v1/dlq/discard` | token | `{"filter", "reason"}` (reason required, audited) |
 //! | PUT | `/v1/policies/{name}/component` | token | upload a component (body: bytes) |
@@ -37,6 +38,7 @@ use crate::pipeline::Pipeline;
 use crate::{Metrics, Registry};
 
 mod auth;
+mod broker_dlqs;
 mod client;
 mod dlq;
 mod error;
@@ -59,6 +61,7 @@ pub struct AdminState {
     config_path: Option<PathBuf>,
     token: Option<Arc<str>>,
     gateway: Option<Arc<Pipeline>>,
+    broker_dlqs: Arc<broker_dlqs::BrokerDlqs>,
 }
 
 impl AdminState {
@@ -76,6 +79,7 @@ impl AdminState {
             config_path,
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
             gateway: None,
+            broker_dlqs: Arc::default(),
         }
     }
 

@@ -45,10 +45,43 @@ pub struct CanaryProgress {
     pub failed: bool,
 }
 
+/// Dead letters a page holds when the filter names no `limit`.
+pub const PAGE_SIZE: usize = 1_000;
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct DlqPage {
+    /// Dead letters matching the filter, oldest first.
+    pub entries: Vec<DlqEntry>,
+    /// Where the next page starts (the next filter's `after`); none after the last page.
+    pub next: Option<String>,
+}
+
 /// A set of dead-letter queues the tools can work on.
 pub trait DeadLetters {
-    /// Dead letters matching `filter`, oldest first.
-    fn list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, DlqError>;
+    /// One page: at most `filter.limit` (else [`PAGE_SIZE`]) dead letters matching `filter`
+    /// after its `after` cursor. A page may hold fewer than asked and still have a `next`:
+    /// a broker DLQ is scanned a bounded stretch at a time.
+    fn page(&self, filter: &DlqFilter, now_ms: u64) -> Result<DlqPage, DlqError>;
+
+    /// Every dead letter matching `filter` (at most `filter.limit`), page by page.
+    fn list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, DlqError> {
+        let mut out = Vec::new();
+        let mut page_filter = filter.clone();
+        loop {
+            let wanted = filter.limit.map(|n| n.saturating_sub(out.len()));
+            if wanted == Some(0) {
+                return Ok(out);
+            }
+            page_filter.limit = Some(wanted.map_or(PAGE_SIZE, |n| n.min(PAGE_SIZE)));
+            let page = self.page(&page_filter, now_ms)?;
+            out.extend(page.entries);
+            match page.next {
+                Some(next) => page_filter.after = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
 
     /// Depth and oldest entry per DLQ.
     fn stats(&self) -> Result<Vec<DlqStats>, DlqError>;
@@ -115,38 +148,69 @@ pub(crate) fn back_again(entries: &[DlqEntry], ids: &[String], token: &str) -> b
     })
 }
 
-/// Filter, order (oldest first) and limit a DLQ read whole.
-pub(crate) fn select(mut entries: Vec<DlqEntry>, filter: &DlqFilter, now_ms: u64) -> Vec<DlqEntry> {
-    entries.retain(|e| matches(filter, e, now_ms));
-    entries.sort_by_key(|e| (e.created_at_ms, e.seq));
-    if let Some(limit) = filter.limit {
-        entries.truncate(limit);
+/// A broker's cursor: the position (stream sequence, browse position) of the last dead
+/// letter a page looked at.
+pub(crate) fn position_after(
+    filter: &DlqFilter,
+    source_name: &'static str,
+) -> Result<u64, DlqError> {
+    match &filter.after {
+        None => Ok(0),
+        Some(cursor) => cursor.parse().map_err(|_| DlqError::Broker {
+            source_name,
+            message: format!(
+                "after: `{}` is not a cursor of this DLQ (expected the `next` of a page: a number)",
+                crate::text::one_line(cursor, 64)
+            ),
+        }),
     }
-    entries
 }
 
-/// Depth and oldest entry per (DLQ, topic) of a DLQ read whole; a broker counts no ingress
-/// beyond what it holds.
-pub(crate) fn stats_of(entries: &[DlqEntry]) -> Vec<DlqStats> {
-    let mut by: BTreeMap<(String, String), DlqStats> = BTreeMap::new();
-    for e in entries {
-        let s = by
-            .entry((e.dlq.clone(), e.topic.clone()))
+/// Depth and oldest entry per (DLQ, topic), counted one dead letter at a time; a broker
+/// counts no ingress beyond what it holds.
+#[derive(Debug, Default)]
+pub(crate) struct StatsTally {
+    by: BTreeMap<(String, String), DlqStats>,
+}
+
+impl StatsTally {
+    pub(crate) fn add(&mut self, dlq: &str, topic: &str, depth: u64, at_ms: u64) {
+        let s = self
+            .by
+            .entry((dlq.to_string(), topic.to_string()))
             .or_insert_with(|| DlqStats {
-                dlq: e.dlq.clone(),
-                topic: e.topic.clone(),
+                dlq: dlq.to_string(),
+                topic: topic.to_string(),
                 depth: 0,
-                oldest_at_ms: e.created_at_ms,
+                oldest_at_ms: at_ms,
                 ingress: 0,
             });
-        s.depth += 1;
-        s.ingress += 1;
-        s.oldest_at_ms = s.oldest_at_ms.min(e.created_at_ms);
+        s.depth += depth;
+        s.ingress += depth;
+        s.oldest_at_ms = s.oldest_at_ms.min(at_ms);
     }
-    by.into_values().collect()
+
+    pub(crate) fn finish(self) -> Vec<DlqStats> {
+        self.by.into_values().collect()
+    }
 }
 
 impl DeadLetters for Store {
+    fn page(&self, filter: &DlqFilter, now_ms: u64) -> Result<DlqPage, DlqError> {
+        let limit = filter.limit.unwrap_or(PAGE_SIZE);
+        let mut entries = self.dlq_list(
+            &DlqFilter {
+                limit: Some(limit.saturating_add(1)),
+                ..filter.clone()
+            },
+            now_ms,
+        )?;
+        let more = entries.len() > limit;
+        entries.truncate(limit);
+        let next = more.then(|| entries.last().map(Store::cursor_of)).flatten();
+        Ok(DlqPage { entries, next })
+    }
+
     fn list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, DlqError> {
         Ok(self.dlq_list(filter, now_ms)?)
     }

@@ -14,10 +14,13 @@ use crate::{AttemptSpec, Decision, ErrorSpec, FailureSpec, Registry};
 mod backend;
 mod nats;
 mod rabbitmq;
+mod runtime;
 
-pub use backend::{CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, matches};
+pub use backend::{
+    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, REPLAY_HEADER, matches,
+};
 pub use nats::NatsDeadLetters;
-pub use rabbitmq::RabbitDeadLetters;
+pub use rabbitmq::{BROWSE_DEPTH_MAX, RabbitDeadLetters};
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]

@@ -1,32 +1,53 @@
-//! The DLQ tools on NATS JetStream: the DLQ stream is read by sequence (a dead letter's
-//! `seq` is its stream sequence); a replay publishes the original back to its subject (with
-//! a PubAck) before it deletes the dead letter; a discard deletes it; both are audited.
+//! The DLQ tools on NATS JetStream. Reads are read-only: they never create a stream (a DLQ
+//! stream that does not exist yet holds no dead letters) and scan the stream in order
+//! through one ephemeral ordered consumer, a bounded stretch per page, instead of asking for
+//! each sequence number. A dead letter's `seq` is its stream sequence, which is also the
+//! cursor. A replay publishes the original back to its subject (with a PubAck) before it
+//! deletes the dead letter; a discard deletes it; both are audited.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
+use std::ops::ControlFlow;
+use std::time::Duration;
 
 use async_nats::HeaderMap;
-use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::ErrorCode;
+use async_nats::jetstream::consumer::{DeliverPolicy, pull};
+use async_nats::jetstream::context::GetStreamErrorKind;
+use async_nats::jetstream::{self, Message};
+use futures_util::StreamExt as _;
 
 use super::backend::{
-    CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, back_again, entry_from_headers, select,
-    stats_of,
+    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, REPLAY_HEADER, StatsTally,
+    entry_from_headers, matches, position_after,
 };
-use crate::sources::Delivery;
-use crate::sources::nats::{Broker, connect};
+use super::runtime::Rt;
+use crate::sources::letter_headers;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use crate::{GatewayConfig, NatsConfig};
 
 const NAME: &str = "nats";
 
+/// Dead letters one page looks at, at most, whatever the filter: a filter that matches
+/// little answers with a short page and a cursor rather than scanning the whole stream.
+const SCAN_PER_PAGE: usize = 10_000;
+
+/// How long a scan waits for the next message before it takes the stream as read (the last
+/// sequence can be a deleted one, which never arrives).
+const SCAN_IDLE: Duration = Duration::from_secs(2);
+
 /// The DLQ stream of a gateway's `[nats]` section.
 pub struct NatsDeadLetters {
-    broker: Broker,
-    runtime: tokio::runtime::Runtime,
+    js: jetstream::Context,
+    config: NatsConfig,
+    gateway: String,
+    runtime: Rt,
 }
 
 impl std::fmt::Debug for NatsDeadLetters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NatsDeadLetters").finish_non_exhaustive()
+        f.debug_struct("NatsDeadLetters")
+            .field("dlq_stream", &self.config.dlq_stream)
+            .finish_non_exhaustive()
     }
 }
 
@@ -34,71 +55,152 @@ fn err(e: impl std::fmt::Display) -> DlqError {
     DlqError::broker(NAME, e)
 }
 
+/// How a scan ended.
+#[derive(Debug, Default)]
+struct Scanned {
+    /// The last stream sequence looked at (0: none).
+    last: u64,
+    /// Messages remain after it.
+    more: bool,
+}
+
 impl NatsDeadLetters {
-    /// Connect as `config` says (creating the streams when missing, as the gateway would).
+    /// Connect as `config` says, on a runtime of its own (for the command line).
     pub fn connect(config: &GatewayConfig) -> Result<NatsDeadLetters, DlqError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(err)?;
-        let subjects: Vec<String> = config
-            .routes
-            .iter()
-            .filter(|r| r.source == crate::sources::SourceKind::Nats)
-            .map(|r| r.topic.clone())
-            .collect();
-        let broker = runtime
-            .block_on(connect(&config.nats, &config.gateway, &subjects, None))
-            .map_err(|e| err(format!("{e:#}")))?;
-        Ok(NatsDeadLetters { broker, runtime })
+        Self::connect_on(Rt::own().map_err(err)?, config)
     }
 
-    fn nats(&self) -> &NatsConfig {
-        self.broker.config()
+    /// Connect as `config` says, running on `handle` (a gateway's runtime); call it, and
+    /// the operations, from a thread that may block.
+    pub fn connect_with(
+        handle: tokio::runtime::Handle,
+        config: &GatewayConfig,
+    ) -> Result<NatsDeadLetters, DlqError> {
+        Self::connect_on(Rt::Shared(handle), config)
     }
 
-    /// Every message of `stream` from `from` on.
-    async fn read(&self, stream: &str, from: u64) -> Result<Vec<StreamMessage>, DlqError> {
-        let js = self.broker.jetstream();
-        let mut stream = js.get_stream(stream).await.map_err(err)?;
-        let state = stream.info().await.map_err(err)?.state.clone();
-        let mut out = Vec::new();
-        if state.messages == 0 {
-            return Ok(out);
+    fn connect_on(runtime: Rt, config: &GatewayConfig) -> Result<NatsDeadLetters, DlqError> {
+        let nats = config.nats.clone();
+        // The JetStream context spawns a task: build it on the runtime.
+        let js = runtime
+            .block_on(async {
+                async_nats::ConnectOptions::new()
+                    .name(format!("verdict {} dlq tools", config.gateway.instance))
+                    .connection_timeout(Duration::from_secs(2))
+                    .connect(nats.url.as_str())
+                    .await
+                    .map(jetstream::new)
+            })
+            .map_err(|e| {
+                err(format!(
+                    "nats.url = {}: {e}",
+                    crate::text::redact_url(&nats.url)
+                ))
+            })?;
+        Ok(NatsDeadLetters {
+            js,
+            config: nats,
+            gateway: config.gateway.instance.clone(),
+            runtime,
+        })
+    }
+
+    /// The stream `name`, or none when it does not exist (yet).
+    async fn stream(&self, name: &str) -> Result<Option<jetstream::stream::Stream>, DlqError> {
+        match self.js.get_stream(name).await {
+            Ok(stream) => Ok(Some(stream)),
+            Err(e) => match e.kind() {
+                GetStreamErrorKind::JetStream(j)
+                    if j.error_code() == ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    Ok(None)
+                }
+                _ => Err(err(format!("stream `{name}`: {e}"))),
+            },
         }
-        for seq in state.first_sequence.max(from)..=state.last_sequence {
-            // Deleted sequences (replayed, discarded) are gaps.
-            if let Ok(m) = stream.get_raw_message(seq).await {
-                out.push(m);
+    }
+
+    /// Hand the messages of `stream` (on `subject`, empty for all) from sequence `from` on to
+    /// `visit`, in order, until it breaks, `max` were seen or the stream has no more.
+    async fn scan(
+        &self,
+        stream: &str,
+        subject: &str,
+        from: u64,
+        max: usize,
+        mut visit: impl FnMut(&Message, u64) -> Result<ControlFlow<()>, DlqError>,
+    ) -> Result<Scanned, DlqError> {
+        let mut scanned = Scanned::default();
+        let Some(mut stream) = self.stream(stream).await? else {
+            return Ok(scanned);
+        };
+        let state = stream.info().await.map_err(err)?.state.clone();
+        let from = from.max(state.first_sequence).max(1);
+        if state.messages == 0 || from > state.last_sequence || max == 0 {
+            return Ok(scanned);
+        }
+        let consumer = stream
+            .create_consumer(pull::OrderedConfig {
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: from,
+                },
+                filter_subject: subject.to_string(),
+                ..Default::default()
+            })
+            .await
+            .map_err(err)?;
+        let mut messages = consumer.messages().await.map_err(err)?;
+        let mut seen = 0;
+        while let Ok(next) = tokio::time::timeout(SCAN_IDLE, messages.next()).await {
+            let Some(message) = next else { break };
+            let message = message.map_err(err)?;
+            let info = message.info().map_err(err)?;
+            let (seq, pending) = (info.stream_sequence, info.pending);
+            scanned.last = seq;
+            scanned.more = pending > 0;
+            seen += 1;
+            if visit(&message, seq)?.is_break() || pending == 0 || seen >= max {
+                break;
             }
         }
-        Ok(out)
+        Ok(scanned)
     }
 
-    fn entry(&self, m: &StreamMessage) -> Result<DlqEntry, DlqError> {
-        let prefix = format!("{}.", self.nats().dlq_subject_prefix);
+    fn entry(&self, m: &Message, seq: u64) -> Result<DlqEntry, DlqError> {
+        let prefix = format!("{}.", self.config.dlq_subject_prefix);
         let dlq = m.subject.strip_prefix(&prefix).unwrap_or(&m.subject);
-        let header = |name: &str| {
-            m.headers
-                .get(name)
-                .map(|v| v.to_string())
-                .unwrap_or_default()
-        };
-        let seq = i64::try_from(m.sequence).unwrap_or(i64::MAX);
-        entry_from_headers(seq, dlq.to_string(), header, &m.payload).map_err(err)
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        entry_from_headers(seq, dlq.to_string(), header_of(m), &m.payload).map_err(err)
     }
 
-    fn all(&self) -> Result<Vec<DlqEntry>, DlqError> {
-        let messages = self
-            .runtime
-            .block_on(self.read(&self.nats().dlq_stream, 0))?;
-        messages.iter().map(|m| self.entry(m)).collect()
+    async fn audit(&self, event: &str, e: &DlqEntry, detail: &str) -> Result<(), DlqError> {
+        let record = serde_json::json!({
+            "event": event,
+            "atMs": crate::pipeline::now_ms(),
+            "messageId": e.message_id,
+            "topic": e.topic,
+            "kind": e.kind,
+            "detail": detail,
+            "gateway": self.gateway,
+        });
+        let subject = format!("{}.{event}", self.config.audit_subject_prefix);
+        let body = serde_json::to_vec(&record).map_err(err)?;
+        self.js
+            .publish(subject, body.into())
+            .await
+            .map_err(err)?
+            .await
+            .map_err(|x| err(format!("the audit stream did not confirm a record: {x}")))?;
+        Ok(())
     }
 
-    async fn replay_one(&self, e: &DlqEntry, note: &str, token: &str) -> Result<bool, DlqError> {
-        let js = self.broker.jetstream();
-        let stream = js.get_stream(&self.nats().dlq_stream).await.map_err(err)?;
+    async fn replay_one(
+        &self,
+        stream: &jetstream::stream::Stream,
+        e: &DlqEntry,
+        note: &str,
+        token: &str,
+    ) -> Result<bool, DlqError> {
         let seq = u64::try_from(e.seq).unwrap_or(0);
         if stream.get_raw_message(seq).await.is_err() {
             return Ok(false);
@@ -118,32 +220,82 @@ impl NatsDeadLetters {
             headers.insert("content-type", ct);
         }
         let payload = crate::envelope::payload_bytes(original);
-        js.publish_with_headers(e.topic.clone(), headers, payload.into())
+        self.js
+            .publish_with_headers(e.topic.clone(), headers, payload.into())
             .await
             .map_err(err)?
             .await
             .map_err(|x| err(format!("replaying {} to {}: {x}", e.message_id, e.topic)))?;
         stream.delete_message(seq).await.map_err(err)?;
-        let audited = Delivery {
-            id: e.message_id.clone(),
-            topic: e.topic.clone(),
-            ..Delivery::default()
-        };
-        self.broker
-            .audit("replayed", &audited, &e.kind, note)
-            .await
-            .map_err(|x| err(format!("{x:#}")))?;
+        self.audit("replayed", e, note).await?;
         Ok(true)
+    }
+
+    /// The DLQ stream, which a change needs to exist.
+    async fn dlq_stream(&self) -> Result<jetstream::stream::Stream, DlqError> {
+        self.stream(&self.config.dlq_stream)
+            .await?
+            .ok_or_else(|| err(format!("no stream `{}`", self.config.dlq_stream)))
+    }
+}
+
+/// A header of `m` as text (empty when absent).
+fn header_of(m: &Message) -> impl Fn(&str) -> String + '_ {
+    |name: &str| {
+        m.headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.to_string())
+            .unwrap_or_default()
     }
 }
 
 impl DeadLetters for NatsDeadLetters {
-    fn list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, DlqError> {
-        Ok(select(self.all()?, filter, now_ms))
+    fn page(&self, filter: &DlqFilter, now_ms: u64) -> Result<DlqPage, DlqError> {
+        let after = position_after(filter, NAME)?;
+        let limit = filter.limit.unwrap_or(PAGE_SIZE);
+        let mut entries = Vec::new();
+        if limit == 0 {
+            return Ok(DlqPage::default());
+        }
+        let scanned = self.runtime.block_on(self.scan(
+            &self.config.dlq_stream,
+            "",
+            after.saturating_add(1),
+            SCAN_PER_PAGE,
+            |m, seq| {
+                let entry = self.entry(m, seq)?;
+                if matches(filter, &entry, now_ms) {
+                    entries.push(entry);
+                }
+                Ok(if entries.len() >= limit {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                })
+            },
+        ))?;
+        // The next page starts after the last message this one looked at, whether it
+        // filled up or ran out of its scanning budget.
+        Ok(DlqPage {
+            entries,
+            next: scanned.more.then(|| scanned.last.to_string()),
+        })
     }
 
     fn stats(&self) -> Result<Vec<DlqStats>, DlqError> {
-        Ok(stats_of(&self.all()?))
+        use letter_headers::{AT_MS, TOPIC};
+        let prefix = format!("{}.", self.config.dlq_subject_prefix);
+        let mut tally = StatsTally::default();
+        self.runtime.block_on(
+            self.scan(&self.config.dlq_stream, "", 1, usize::MAX, |m, _| {
+                let header = header_of(m);
+                let dlq = m.subject.strip_prefix(&prefix).unwrap_or(&m.subject);
+                tally.add(dlq, &header(TOPIC), 1, header(AT_MS).parse().unwrap_or(0));
+                Ok(ControlFlow::Continue(()))
+            }),
+        )?;
+        Ok(tally.finish())
     }
 
     fn replay(
@@ -152,32 +304,26 @@ impl DeadLetters for NatsDeadLetters {
         note: &str,
         token: &str,
     ) -> Result<Vec<String>, DlqError> {
-        let mut ids = Vec::new();
-        for e in entries {
-            if self.runtime.block_on(self.replay_one(e, note, token))? {
-                ids.push(e.message_id.clone());
+        self.runtime.block_on(async {
+            let stream = self.dlq_stream().await?;
+            let mut ids = Vec::new();
+            for e in entries {
+                if self.replay_one(&stream, e, note, token).await? {
+                    ids.push(e.message_id.clone());
+                }
             }
-        }
-        Ok(ids)
+            Ok(ids)
+        })
     }
 
     fn discard(&self, entries: &[DlqEntry], reason: &str) -> Result<u64, DlqError> {
         self.runtime.block_on(async {
-            let js = self.broker.jetstream();
-            let stream = js.get_stream(&self.nats().dlq_stream).await.map_err(err)?;
+            let stream = self.dlq_stream().await?;
             let mut n = 0;
             for e in entries {
                 let seq = u64::try_from(e.seq).unwrap_or(0);
                 if stream.delete_message(seq).await.unwrap_or(false) {
-                    let audited = Delivery {
-                        id: e.message_id.clone(),
-                        topic: e.topic.clone(),
-                        ..Delivery::default()
-                    };
-                    self.broker
-                        .audit("dlq-discarded", &audited, &e.kind, reason)
-                        .await
-                        .map_err(|x| err(format!("{x:#}")))?;
+                    self.audit("dlq-discarded", e, reason).await?;
                     n += 1;
                 }
             }
@@ -187,25 +333,46 @@ impl DeadLetters for NatsDeadLetters {
 
     fn outcome(&self, ids: &[String], token: &str) -> Result<CanaryProgress, DlqError> {
         let wanted: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
-        let audit = self
-            .runtime
-            .block_on(self.read(&self.nats().audit_stream, 0))?;
-        let delivered_subject = format!("{}.replay-delivered", self.nats().audit_subject_prefix);
-        let mut delivered = BTreeMap::new();
-        for m in audit
-            .iter()
-            .filter(|m| m.subject.as_str() == delivered_subject)
-        {
-            let record: serde_json::Value = serde_json::from_slice(&m.payload).unwrap_or_default();
-            if record["detail"] == token
-                && let Some(id) = record["messageId"]
-                    .as_str()
-                    .filter(|id| wanted.contains(id))
-            {
-                delivered.insert(id.to_string(), ());
-            }
-        }
-        let failed = back_again(&self.all()?, ids, token);
+        let mut delivered = BTreeSet::new();
+        let subject = format!("{}.replay-delivered", self.config.audit_subject_prefix);
+        self.runtime.block_on(self.scan(
+            &self.config.audit_stream,
+            &subject,
+            1,
+            usize::MAX,
+            |m, _| {
+                let record: serde_json::Value =
+                    serde_json::from_slice(&m.payload).unwrap_or_default();
+                if record["detail"] == token
+                    && let Some(id) = record["messageId"]
+                        .as_str()
+                        .filter(|id| wanted.contains(id))
+                {
+                    delivered.insert(id.to_string());
+                }
+                Ok(ControlFlow::Continue(()))
+            },
+        ))?;
+        // Failed: one of them is dead-lettered again (its envelope carries the token).
+        let mut failed = false;
+        self.runtime.block_on(self.scan(
+            &self.config.dlq_stream,
+            "",
+            1,
+            usize::MAX,
+            |m, seq| {
+                let header = header_of(m);
+                if wanted.contains(header(letter_headers::MESSAGE_ID).as_str()) {
+                    let e = self.entry(m, seq)?;
+                    failed |= e.envelope["original"]["headers"][REPLAY_HEADER] == token;
+                }
+                Ok(if failed {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                })
+            },
+        ))?;
         Ok(CanaryProgress {
             delivered: delivered.len(),
             failed,

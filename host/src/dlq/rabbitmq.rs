@@ -1,25 +1,40 @@
 //! The DLQ tools on RabbitMQ. A queue has no random access, so the DLQ queues are
-//! *browsed*: every message is fetched unacknowledged on a channel of its own, the ones an
+//! *browsed*: messages are fetched unacknowledged on a channel of its own, the ones an
 //! operation applies to are acted on and acked, and closing the channel puts the rest back
-//! in order. A dead letter's `seq` is its position in that browse; replay and discard find
-//! their entries again by message id and failure time.
+//! in order. A dead letter's `seq` is its position in that browse (across the DLQs in the
+//! config's route order), which is also a page's cursor; positions move up when dead letters
+//! before them leave.
+//!
+//! Reads never declare a queue: a DLQ that does not exist holds no dead letters. A page holds
+//! the messages before its cursor and at most [`SCAN_PER_PAGE`] more, for as long as the
+//! page takes to read, and never more than [`BROWSE_DEPTH_MAX`]; statistics hold one message
+//! per DLQ. Replay and discard browse until they have found what they act on.
 
 use std::collections::BTreeSet;
 
-use lapin::options::BasicGetOptions;
+use lapin::options::{BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
 use super::backend::{
-    CanaryProgress, DeadLetters, DlqError, REPLAY_HEADER, back_again, entry_from_headers, select,
-    stats_of,
+    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, REPLAY_HEADER, StatsTally,
+    back_again, entry_from_headers, matches, position_after,
 };
+use super::runtime::Rt;
 use crate::sources::SourceKind;
 use crate::sources::rabbitmq::topology::Topology;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use crate::{GatewayConfig, RabbitmqConfig};
 
 const NAME: &str = "rabbitmq";
+
+/// Dead letters one page looks at past its cursor, at most, whatever the filter.
+pub const SCAN_PER_PAGE: usize = 10_000;
+
+/// How deep into the DLQs a page may start: a deeper page would hold every message before
+/// it unacknowledged while it reads. Beyond it, narrow the listing (`dlq`, `topic`), or work
+/// from the head (replay or discard what is there first).
+pub const BROWSE_DEPTH_MAX: u64 = 50_000;
 
 fn err(e: impl std::fmt::Display) -> DlqError {
     DlqError::broker(NAME, e)
@@ -31,7 +46,7 @@ pub struct RabbitDeadLetters {
     topology: Topology,
     config: RabbitmqConfig,
     dlqs: Vec<String>,
-    runtime: tokio::runtime::Runtime,
+    runtime: Rt,
 }
 
 impl std::fmt::Debug for RabbitDeadLetters {
@@ -49,39 +64,51 @@ struct Browsed {
 }
 
 impl RabbitDeadLetters {
-    /// Connect as `config` says; the DLQs are those of its RabbitMQ routes.
+    /// Connect as `config` says, on a runtime of its own (for the command line); the DLQs
+    /// are those of its RabbitMQ routes.
     pub fn connect(config: &GatewayConfig) -> Result<RabbitDeadLetters, DlqError> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .map_err(err)?;
-        let mut dlqs: Vec<String> = config
+        Self::connect_on(Rt::own().map_err(err)?, config)
+    }
+
+    /// Connect as `config` says, running on `handle` (a gateway's runtime); call it, and
+    /// the operations, from a thread that may block.
+    pub fn connect_with(
+        handle: tokio::runtime::Handle,
+        config: &GatewayConfig,
+    ) -> Result<RabbitDeadLetters, DlqError> {
+        Self::connect_on(Rt::Shared(handle), config)
+    }
+
+    fn connect_on(runtime: Rt, config: &GatewayConfig) -> Result<RabbitDeadLetters, DlqError> {
+        let mut dlqs: Vec<String> = Vec::new();
+        for route in config
             .routes
             .iter()
             .filter(|r| r.source == SourceKind::Rabbitmq)
-            .map(|r| {
-                config
-                    .gateway
-                    .dlq_naming
-                    .dlq_for(&r.topic, &config.gateway.global_dlq)
-            })
-            .collect();
-        dlqs.dedup();
+        {
+            let dlq = config
+                .gateway
+                .dlq_naming
+                .dlq_for(&route.topic, &config.gateway.global_dlq);
+            if !dlqs.contains(&dlq) {
+                dlqs.push(dlq);
+            }
+        }
+        let name = format!("verdict {} dlq tools", config.gateway.instance);
+        let url = config.rabbitmq.url.clone();
         let (conn, topology) = runtime.block_on(async {
-            let conn = Connection::connect(&config.rabbitmq.url, ConnectionProperties::default())
-                .await
-                .map_err(err)?;
+            let properties =
+                ConnectionProperties::default().with_connection_name(LongString::from(name));
+            let conn = Connection::connect(&url, properties).await.map_err(|e| {
+                err(format!(
+                    "rabbitmq.url = {}: {e}",
+                    crate::text::redact_url(&url)
+                ))
+            })?;
             let channel = conn.create_channel().await.map_err(err)?;
             let topology = Topology::new(channel, &config.rabbitmq)
                 .await
                 .map_err(|e| err(format!("{e:#}")))?;
-            for dlq in &dlqs {
-                topology
-                    .queue(dlq)
-                    .await
-                    .map_err(|e| err(format!("{e:#}")))?;
-            }
             Ok::<_, DlqError>((conn, topology))
         })?;
         Ok(RabbitDeadLetters {
@@ -93,34 +120,78 @@ impl RabbitDeadLetters {
         })
     }
 
-    /// Fetch every message of `queue` unacknowledged on `channel`.
-    async fn fetch(
-        channel: &Channel,
-        queue: &str,
-    ) -> Result<Vec<lapin::message::Delivery>, DlqError> {
+    /// Whether the connection still stands (a broker restart closes it for good).
+    pub fn is_connected(&self) -> bool {
+        self.conn.status().connected()
+    }
+
+    /// The messages waiting in `queue`, or none when it does not exist: a passive declare,
+    /// on a channel of its own because a refusal closes the channel.
+    async fn depth(&self, queue: &str) -> Result<Option<u64>, DlqError> {
+        let channel = self.conn.create_channel().await.map_err(err)?;
+        let declared = channel
+            .queue_declare(
+                ShortString::from(queue),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        match declared {
+            Ok(q) => {
+                let _ = channel.close(200, ShortString::from("checked")).await;
+                Ok(Some(u64::from(q.message_count())))
+            }
+            Err(e) if matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404) => {
+                Ok(None)
+            }
+            Err(e) => Err(err(format!("queue `{queue}`: {e}"))),
+        }
+    }
+
+    /// The DLQs that exist, in route order.
+    async fn existing(&self) -> Result<Vec<(String, u64)>, DlqError> {
         let mut out = Vec::new();
-        while let Some(m) = channel
-            .basic_get(ShortString::from(queue), BasicGetOptions { no_ack: false })
-            .await
-            .map_err(err)?
-        {
-            out.push(m.delivery);
+        for dlq in &self.dlqs {
+            if let Some(depth) = self.depth(dlq).await? {
+                out.push((dlq.clone(), depth));
+            }
         }
         Ok(out)
     }
 
-    /// Browse every DLQ: (channel holding them, messages with their entries).
-    async fn browse(&self) -> Result<(Channel, Vec<Browsed>), DlqError> {
+    /// One message of `queue`, unacknowledged on `channel`, and how many remain after it.
+    async fn get(
+        channel: &Channel,
+        queue: &str,
+    ) -> Result<Option<(lapin::message::Delivery, u64)>, DlqError> {
+        let got = channel
+            .basic_get(ShortString::from(queue), BasicGetOptions { no_ack: false })
+            .await
+            .map_err(err)?;
+        Ok(got.map(|m| (m.delivery, u64::from(m.message_count))))
+    }
+
+    /// Browse the DLQs on a new channel, handing each message, with its position, to
+    /// `visit` until it breaks or the DLQs are read; the channel still holds them.
+    async fn browse(
+        &self,
+        mut visit: impl AsyncFnMut(Browsed) -> Result<std::ops::ControlFlow<()>, DlqError>,
+    ) -> Result<Channel, DlqError> {
         let channel = self.conn.create_channel().await.map_err(err)?;
-        let mut out = Vec::new();
-        for dlq in &self.dlqs {
-            for delivery in Self::fetch(&channel, dlq).await? {
-                let seq = i64::try_from(out.len() + 1).unwrap_or(i64::MAX);
-                let entry = entry_of(dlq, seq, &delivery)?;
-                out.push(Browsed { delivery, entry });
+        let mut position = 0i64;
+        for (dlq, _) in self.existing().await? {
+            while let Some((delivery, _)) = Self::get(&channel, &dlq).await? {
+                position += 1;
+                let entry = entry_of(&dlq, position, &delivery)?;
+                if visit(Browsed { delivery, entry }).await?.is_break() {
+                    return Ok(channel);
+                }
             }
         }
-        Ok((channel, out))
+        Ok(channel)
     }
 
     /// Put back whatever is still unacknowledged on `channel`.
@@ -128,42 +199,60 @@ impl RabbitDeadLetters {
         let _ = channel.close(200, ShortString::from("browsed")).await;
     }
 
+    /// Every dead letter, read in one browse (released before it returns).
     fn all(&self) -> Result<Vec<DlqEntry>, DlqError> {
         self.runtime.block_on(async {
-            let (channel, browsed) = self.browse().await?;
+            let mut out = Vec::new();
+            let channel = self
+                .browse(async |b: Browsed| {
+                    out.push(b.entry);
+                    Ok(std::ops::ControlFlow::Continue(()))
+                })
+                .await?;
             Self::release(channel).await;
-            Ok(browsed.into_iter().map(|b| b.entry).collect())
+            Ok(out)
         })
     }
 
-    /// Browse, and for the messages `entries` name run `act`, then ack them.
+    /// Browse, and for the messages `entries` name run `act`, then ack them; stops once all
+    /// are found.
     fn each<F>(&self, entries: &[DlqEntry], mut act: F) -> Result<Vec<String>, DlqError>
     where
         F: AsyncFnMut(&Browsed) -> Result<(), DlqError>,
     {
-        let keys: BTreeSet<(String, u64)> = entries
+        use std::ops::ControlFlow::{Break, Continue};
+        let mut keys: BTreeSet<(String, u64)> = entries
             .iter()
             .map(|e| (e.message_id.clone(), e.created_at_ms))
             .collect();
         self.runtime.block_on(async {
-            let (channel, browsed) = self.browse().await?;
             let mut done = Vec::new();
             let mut result = Ok(());
-            for b in &browsed {
-                let key = (b.entry.message_id.clone(), b.entry.created_at_ms);
-                if !keys.contains(&key) {
-                    continue;
-                }
-                if let Err(e) = act(b).await {
-                    result = Err(e);
-                    break;
-                }
-                if let Err(e) = b.delivery.ack(Default::default()).await {
-                    result = Err(err(e));
-                    break;
-                }
-                done.push(b.entry.message_id.clone());
+            if keys.is_empty() {
+                return Ok(done);
             }
+            let channel = self
+                .browse(async |b: Browsed| {
+                    let key = (b.entry.message_id.clone(), b.entry.created_at_ms);
+                    if !keys.remove(&key) {
+                        return Ok(Continue(()));
+                    }
+                    if let Err(e) = act(&b).await {
+                        result = Err(e);
+                        return Ok(Break(()));
+                    }
+                    if let Err(e) = b.delivery.ack(Default::default()).await {
+                        result = Err(err(e));
+                        return Ok(Break(()));
+                    }
+                    done.push(b.entry.message_id);
+                    Ok(if keys.is_empty() {
+                        Break(())
+                    } else {
+                        Continue(())
+                    })
+                })
+                .await?;
             Self::release(channel).await;
             result.map(|()| done)
         })
@@ -198,12 +287,89 @@ fn entry_of(dlq: &str, seq: i64, d: &lapin::message::Delivery) -> Result<DlqEntr
 }
 
 impl DeadLetters for RabbitDeadLetters {
+    fn page(&self, filter: &DlqFilter, now_ms: u64) -> Result<DlqPage, DlqError> {
+        use std::ops::ControlFlow::{Break, Continue};
+        let after = position_after(filter, NAME)?;
+        if after > BROWSE_DEPTH_MAX {
+            return Err(err(format!(
+                "after: a page cannot start {after} dead letters deep (at most \
+                 {BROWSE_DEPTH_MAX}: every one before it would be held while it is read); \
+                 narrow the listing with `dlq` or `topic`"
+            )));
+        }
+        let limit = filter.limit.unwrap_or(PAGE_SIZE);
+        if limit == 0 {
+            return Ok(DlqPage::default());
+        }
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let budget = i64::try_from(SCAN_PER_PAGE).unwrap_or(i64::MAX);
+        self.runtime.block_on(async {
+            let mut entries = Vec::new();
+            let mut last = after;
+            let mut total = 0u64;
+            let existing = self.existing().await?;
+            for (_, depth) in &existing {
+                total += depth;
+            }
+            let channel = self
+                .browse(async |b: Browsed| {
+                    let position = b.entry.seq;
+                    if position <= after {
+                        return Ok(Continue(()));
+                    }
+                    last = position;
+                    if matches(filter, &b.entry, now_ms) {
+                        entries.push(b.entry);
+                    }
+                    let full = entries.len() >= limit || position - after >= budget;
+                    Ok(if full { Break(()) } else { Continue(()) })
+                })
+                .await?;
+            Self::release(channel).await;
+            // The depths were read before the browse: a page that stopped short of them
+            // says so with a cursor (which may lead to an empty page if letters left).
+            let more = u64::try_from(last).unwrap_or(0) < total;
+            Ok(DlqPage {
+                entries,
+                next: more.then(|| last.to_string()),
+            })
+        })
+    }
+
     fn list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, DlqError> {
-        Ok(select(self.all()?, filter, now_ms))
+        // The tools act on what they list: one browse, not one per page.
+        let mut entries = self.all()?;
+        let after = i64::try_from(position_after(filter, NAME)?).unwrap_or(i64::MAX);
+        entries.retain(|e| e.seq > after && matches(filter, e, now_ms));
+        entries.sort_by_key(|e| (e.created_at_ms, e.seq));
+        if let Some(limit) = filter.limit {
+            entries.truncate(limit);
+        }
+        Ok(entries)
     }
 
     fn stats(&self) -> Result<Vec<DlqStats>, DlqError> {
-        Ok(stats_of(&self.all()?))
+        // Depth as the broker counts it; the oldest dead letter (and the topic) from the head,
+        // the only message held, for a moment.
+        self.runtime.block_on(async {
+            let mut tally = StatsTally::default();
+            for (dlq, depth) in self.existing().await? {
+                if depth == 0 {
+                    continue;
+                }
+                let channel = self.conn.create_channel().await.map_err(err)?;
+                let head = Self::get(&channel, &dlq).await;
+                Self::release(channel).await;
+                match head? {
+                    Some((delivery, _)) => {
+                        let e = entry_of(&dlq, 1, &delivery)?;
+                        tally.add(&dlq, &e.topic, depth, e.created_at_ms);
+                    }
+                    None => continue,
+                }
+            }
+            Ok(tally.finish())
+        })
     }
 
     fn replay(
@@ -256,20 +422,34 @@ impl DeadLetters for RabbitDeadLetters {
     fn outcome(&self, ids: &[String], token: &str) -> Result<CanaryProgress, DlqError> {
         let wanted: BTreeSet<&str> = ids.iter().map(String::as_str).collect();
         let delivered = self.runtime.block_on(async {
+            let Some(_) = self.depth(&self.config.audit_queue).await? else {
+                return Ok(0);
+            };
             let channel = self.conn.create_channel().await.map_err(err)?;
-            let records = Self::fetch(&channel, &self.config.audit_queue).await;
-            Self::release(channel).await;
             let mut delivered = BTreeSet::new();
-            for m in records? {
-                let r: serde_json::Value = serde_json::from_slice(&m.data).unwrap_or_default();
-                if r["event"] == "replay-delivered"
-                    && r["detail"] == token
-                    && let Some(id) = r["messageId"].as_str().filter(|id| wanted.contains(id))
-                {
-                    delivered.insert(id.to_string());
+            let mut result = Ok(());
+            loop {
+                match Self::get(&channel, &self.config.audit_queue).await {
+                    Ok(Some((m, _))) => {
+                        let r: serde_json::Value =
+                            serde_json::from_slice(&m.data).unwrap_or_default();
+                        if r["event"] == "replay-delivered"
+                            && r["detail"] == token
+                            && let Some(id) =
+                                r["messageId"].as_str().filter(|id| wanted.contains(id))
+                        {
+                            delivered.insert(id.to_string());
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
                 }
             }
-            Ok::<_, DlqError>(delivered.len())
+            Self::release(channel).await;
+            result.map(|()| delivered.len())
         })?;
         let failed = back_again(&self.all()?, ids, token);
         Ok(CanaryProgress { delivered, failed })

@@ -166,9 +166,9 @@ impl Admission {
                         ..
                     },
                 ) => return Ok(()),
-                // The checking engine could not instantiate the component, or its `init`
-                // ran out of fuel (the serving engine meters none): the policy was not
-                // checked, so it is refused with the reason - never admitted unchecked.
+                // The checking engine could not instantiate the component (a component
+                // past the per-component limits, say): the policy was not checked, so it
+                // is refused with the reason - never admitted unchecked.
                 Err(e) => {
                     return Err(RegistryError::Admission {
                         policy: name.to_string(),

@@ -21,6 +21,9 @@ pub struct DlqFilter {
     pub min_age_ms: Option<u64>,
     /// At most this many, oldest first.
     pub limit: Option<usize>,
+    /// Only dead letters after this cursor: the `next` of the page before (the admin API's
+    /// `x-verdict-next` header). Its form is the source's own; pass it back unchanged.
+    pub after: Option<String>,
     /// Whose DLQs (the admin API's `?source=nats`): the embedded store when absent. Sources
     /// ignore it; whoever opens the DLQs reads it.
     pub source: Option<crate::sources::SourceKind>,
@@ -70,15 +73,21 @@ const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, a
                              created_at_ms, format, envelope FROM dlq WHERE state = 'dead'";
 
 impl Store {
-    /// Dead letters matching `filter`, oldest first.
+    /// Dead letters matching `filter`, oldest first (by failure time, then `seq`); a
+    /// cursor is `<created_at_ms>-<seq>` of the last entry seen ([`Store::cursor_of`]).
     pub fn dlq_list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, StoreError> {
-        let (sql, args) = where_clause(filter, now_ms);
+        let (sql, args) = where_clause(filter, now_ms)?;
         let limit = filter
             .limit
             .map(|n| format!(" LIMIT {n}"))
             .unwrap_or_default();
         // By failure time, not insertion order: concurrent deliveries commit in any order.
         self.dlq_query(&format!("{sql} ORDER BY created_at_ms, seq{limit}"), &args)
+    }
+
+    /// The cursor that continues a listing after `entry`.
+    pub fn cursor_of(entry: &DlqEntry) -> String {
+        format!("{}-{}", entry.created_at_ms, entry.seq)
     }
 
     /// The dead letter `seq`, if it is still in a DLQ.
@@ -214,7 +223,10 @@ fn dead_entry(
         .optional()?)
 }
 
-fn where_clause(f: &DlqFilter, now_ms: u64) -> (String, Vec<rusqlite::types::Value>) {
+fn where_clause(
+    f: &DlqFilter,
+    now_ms: u64,
+) -> Result<(String, Vec<rusqlite::types::Value>), StoreError> {
     use rusqlite::types::Value;
     let mut sql = String::new();
     let mut args: Vec<Value> = Vec::new();
@@ -235,5 +247,20 @@ fn where_clause(f: &DlqFilter, now_ms: u64) -> (String, Vec<rusqlite::types::Val
         ));
         sql += &format!(" AND created_at_ms <= ?{}", args.len());
     }
-    (sql, args)
+    if let Some(cursor) = &f.after {
+        let (at_ms, seq) = cursor
+            .split_once('-')
+            .and_then(|(a, s)| Some((a.parse::<i64>().ok()?, s.parse::<i64>().ok()?)))
+            .ok_or_else(|| {
+                StoreError::Cursor(format!(
+                    "`{}` is not a cursor of this store (expected `<created_at_ms>-<seq>`)",
+                    crate::text::one_line(cursor, 64)
+                ))
+            })?;
+        args.push(Value::Integer(at_ms));
+        args.push(Value::Integer(seq));
+        let (a, s) = (args.len() - 1, args.len());
+        sql += &format!(" AND (created_at_ms > ?{a} OR (created_at_ms = ?{a} AND seq > ?{s}))");
+    }
+    Ok((sql, args))
 }

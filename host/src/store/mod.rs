@@ -39,6 +39,9 @@ pub enum StoreError {
     /// A stored value could not be decoded.
     #[error("store: {0}")]
     Corrupt(String),
+    /// A listing's `after` cursor is not one this store hands out.
+    #[error("after: {0}")]
+    Cursor(String),
     /// A settlement for a lease that is no longer the message's: another delivery took the
     /// message over (this one outlived its lease), so its outcome is not applied.
     #[error("store: message {seq} is no longer held by lease {lease}; its outcome is not applied")]

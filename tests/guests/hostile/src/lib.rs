@@ -6,7 +6,8 @@
 //! reason; `"many-labels"` returns 10 000 labels; `"past-the-cap"` asks for a retry in
 //! `u64::MAX` ms; `"reject-init"` refuses its config; `"trap-in-init"` panics in `init`;
 //! `"ok"` retries after 1 s; `"echo"` retries and returns every on-demand fact as labels;
-//! `"huge-panic"` panics with a 2 MiB message spread over many lines.
+//! `"huge-panic"` panics with a 2 MiB message spread over many lines; `"loop-in-init"` spins
+//! forever in `init`.
 
 use std::hint::black_box;
 
@@ -41,6 +42,8 @@ pub enum Mode {
     Echo,
     /// Panic with a gigantic, many-line message.
     HugePanic,
+    /// Endless loop in `init`.
+    LoopInInit,
 }
 
 /// Config: `{"mode": "..."}`.
@@ -69,6 +72,12 @@ impl Policy for Hostile {
         match c.mode {
             Mode::RejectInit => Err("config.mode: reject-init refuses every config".into()),
             Mode::TrapInInit => panic!("trap-in-init panics during init"),
+            Mode::LoopInInit => {
+                let mut i = 0u64;
+                loop {
+                    i = black_box(i.wrapping_add(1));
+                }
+            }
             mode => Ok(Hostile(mode)),
         }
     }
@@ -119,7 +128,7 @@ impl Policy for Hostile {
                 .label("ext-route", f.extension("route").unwrap_or_default())
                 .label("ext-gateway", f.extension("gateway").unwrap_or_default())
                 .label("ext-unknown", format!("{:?}", f.extension("no-such-key"))),
-            Mode::Ok | Mode::RejectInit | Mode::TrapInInit => {
+            Mode::Ok | Mode::RejectInit | Mode::TrapInInit | Mode::LoopInInit => {
                 Verdict::retry_after(1_000).because("ok")
             }
         }

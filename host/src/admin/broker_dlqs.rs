@@ -1,0 +1,97 @@
+//! The admin API's connections to the brokers' DLQs: one per broker, opened on the first
+//! request that needs it and kept for the next, opened again when the broker's section of
+//! the config changes or the connection is lost.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::dlq::{DlqError, NatsDeadLetters, RabbitDeadLetters};
+use crate::sources::SourceKind;
+use crate::{GatewayConfig, NatsConfig, RabbitmqConfig};
+
+/// What a connection depends on: the broker's section, the gateway's name and the routes
+/// (which name the DLQs).
+type Key<S> = (S, String, Vec<(String, SourceKind)>);
+
+/// A connection, and the config it was opened with.
+type Cached<S, T> = Mutex<Option<(Key<S>, Arc<T>)>>;
+
+/// The kept connections.
+#[derive(Default)]
+pub(crate) struct BrokerDlqs {
+    nats: Cached<NatsConfig, NatsDeadLetters>,
+    rabbitmq: Cached<RabbitmqConfig, RabbitDeadLetters>,
+}
+
+impl BrokerDlqs {
+    /// The NATS DLQ connection for `config`; call from a blocking thread.
+    pub(crate) fn nats(
+        &self,
+        handle: &tokio::runtime::Handle,
+        config: &GatewayConfig,
+    ) -> Result<Arc<NatsDeadLetters>, DlqError> {
+        // The NATS client reconnects by itself: only a changed section needs a new one.
+        let key = key_of(&config.nats, config);
+        kept(
+            &self.nats,
+            key,
+            |_| true,
+            || NatsDeadLetters::connect_with(handle.clone(), config),
+        )
+    }
+
+    /// The RabbitMQ DLQ connection for `config`; call from a blocking thread.
+    pub(crate) fn rabbitmq(
+        &self,
+        handle: &tokio::runtime::Handle,
+        config: &GatewayConfig,
+    ) -> Result<Arc<RabbitDeadLetters>, DlqError> {
+        let key = key_of(&config.rabbitmq, config);
+        kept(&self.rabbitmq, key, RabbitDeadLetters::is_connected, || {
+            RabbitDeadLetters::connect_with(handle.clone(), config)
+        })
+    }
+
+    /// Forget the connection to `source`'s broker (after an error), so the next request
+    /// opens a new one.
+    pub(crate) fn forget(&self, source: SourceKind) {
+        match source {
+            SourceKind::Nats => *lock(&self.nats) = None,
+            SourceKind::Rabbitmq => *lock(&self.rabbitmq) = None,
+            SourceKind::Embedded => {}
+        }
+    }
+}
+
+fn key_of<S: Clone>(section: &S, config: &GatewayConfig) -> Key<S> {
+    let routes = config
+        .routes
+        .iter()
+        .map(|r| (r.topic.clone(), r.source))
+        .collect();
+    (section.clone(), config.gateway.instance.clone(), routes)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The connection in `cache` when it was opened for `key` and is `alive`, else a new one.
+/// The lock is held while connecting, so concurrent requests open one connection, not
+/// several.
+fn kept<S: PartialEq, T>(
+    cache: &Cached<S, T>,
+    key: Key<S>,
+    alive: impl Fn(&T) -> bool,
+    open: impl FnOnce() -> Result<T, DlqError>,
+) -> Result<Arc<T>, DlqError> {
+    let mut cached = lock(cache);
+    if let Some((k, c)) = cached.as_ref()
+        && *k == key
+        && alive(c)
+    {
+        return Ok(c.clone());
+    }
+    let connection = Arc::new(open()?);
+    *cached = Some((key, connection.clone()));
+    Ok(connection)
+}
