@@ -70,6 +70,24 @@ pub struct Original {
     /// Content type.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub content_type: Option<String>,
+    /// Set instead of `payload`/`payloadBase64` when the whole envelope would not fit in
+    /// one message of the DLQ's broker: the dead letter is written without the payload
+    /// (and says so) rather than not at all, which would deliver the message again and
+    /// again.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub payload_omitted: Option<OmittedPayload>,
+}
+
+/// What is kept of a payload an envelope could not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OmittedPayload {
+    /// Its size.
+    pub bytes: u64,
+    /// Its SHA-256 (hex), to find it in the producer's records.
+    pub sha256: String,
+    /// Why it was left out.
+    pub reason: String,
 }
 
 /// One attempt's error.
@@ -185,6 +203,7 @@ impl Envelope {
                 payload,
                 payload_base64,
                 content_type: message.content_type.map(String::from),
+                payload_omitted: None,
             },
             attempts: u32::try_from(history.len()).unwrap_or(u32::MAX),
             errors,
@@ -221,6 +240,33 @@ impl Envelope {
             DlqFormat::Json => serde_json::to_vec(self).map_err(|e| e.to_string()),
             DlqFormat::Msgpack => rmp_serde::to_vec_named(self).map_err(|e| e.to_string()),
         }
+    }
+}
+
+/// `envelope` (encoded as `format` says) again without its original payload, which was
+/// `payload`: for a broker whose messages cannot hold it. `reason` says why.
+pub fn omit_payload(
+    format: &str,
+    envelope: &[u8],
+    payload: &[u8],
+    reason: &str,
+) -> Result<Vec<u8>, String> {
+    use sha2::{Digest, Sha256};
+    let mut decoded: Envelope = match format {
+        "json" => serde_json::from_slice(envelope).map_err(|e| e.to_string())?,
+        "msgpack" => rmp_serde::from_slice(envelope).map_err(|e| e.to_string())?,
+        other => return Err(format!("unknown envelope format `{other}`")),
+    };
+    decoded.original.payload = None;
+    decoded.original.payload_base64 = None;
+    decoded.original.payload_omitted = Some(OmittedPayload {
+        bytes: payload.len() as u64,
+        sha256: crate::policy::hex(&Sha256::digest(payload)),
+        reason: reason.to_string(),
+    });
+    match format {
+        "msgpack" => decoded.encode(DlqFormat::Msgpack),
+        _ => decoded.encode(DlqFormat::Json),
     }
 }
 
@@ -305,6 +351,45 @@ mod tests {
     }
 
     #[test]
+    fn an_envelope_without_its_payload_keeps_everything_else_and_says_why() {
+        let payload = vec![0xffu8; 4_096];
+        let envelope = serde_json::json!({
+            "original": {"topic": "t", "id": "m-1", "headers": {"a": "b"},
+                         "payloadBase64": "////"},
+            "attempts": 1, "errors": [], "consumerGroup": "g",
+            "firstFailedAt": "x", "lastFailedAt": "x",
+            "verdict": {"action": "dead-letter", "class": "poison", "reason": "r",
+                        "alert": "warning", "labels": {}},
+            "policy": {"name": "rules", "version": "1", "sha256": "s", "generation": 1,
+                       "fallback": null},
+            "dlq": "t.DLQ", "gateway": "gw", "deadLetteredAt": "x"
+        });
+        let bytes = serde_json::to_vec(&envelope).unwrap();
+        let out = omit_payload("json", &bytes, &payload, "too big").unwrap();
+        let out = decode("json", &out).unwrap();
+        assert_eq!(out["original"]["payloadBase64"], serde_json::Value::Null);
+        assert_eq!(out["original"]["payloadOmitted"]["bytes"], 4_096);
+        assert_eq!(out["original"]["payloadOmitted"]["reason"], "too big");
+        assert_eq!(
+            out["original"]["payloadOmitted"]["sha256"]
+                .as_str()
+                .unwrap()
+                .len(),
+            64
+        );
+        assert_eq!(out["policy"]["name"], "rules");
+        assert_eq!(out["original"]["headers"]["a"], "b");
+        let packed: Envelope = serde_json::from_value(envelope).unwrap();
+        let packed = packed.encode(DlqFormat::Msgpack).unwrap();
+        let out = omit_payload("msgpack", &packed, &payload, "too big").unwrap();
+        assert_eq!(
+            decode("msgpack", &out).unwrap()["original"]["payloadOmitted"]["bytes"],
+            4_096
+        );
+        assert!(omit_payload("yaml", &bytes, &payload, "x").is_err());
+    }
+
+    #[test]
     fn a_msgpack_envelope_decodes_to_the_same_json() {
         let envelope = Envelope {
             original: Original {
@@ -314,6 +399,7 @@ mod tests {
                 payload: Some(serde_json::json!({"order": 1})),
                 payload_base64: None,
                 content_type: None,
+                payload_omitted: None,
             },
             attempts: 2,
             errors: vec![ErrorEntry {

@@ -297,16 +297,33 @@ impl Broker {
         // A redelivery after a crash between PubAck and term publishes the same id again:
         // JetStream's duplicate window drops it.
         headers.insert("Nats-Msg-Id", format!("dlq.{key}").as_str());
+        let mut header_bytes = 64 + key.len();
         for (name, value) in letter.headers(delivery, failed) {
+            header_bytes += name.len() + value.len() + 4;
             headers.insert(name, value.as_str());
+        }
+        // A message at the server's size limit makes an envelope past it (base64, history):
+        // such a letter goes without its payload rather than failing forever.
+        let max = self.inner.js.client().server_info().max_payload;
+        let mut body = letter.envelope.clone();
+        if max > 0 && body.len() + header_bytes > max {
+            let reason = format!(
+                "the envelope ({} bytes) exceeds the NATS server's max_payload ({max} bytes)",
+                body.len() + header_bytes
+            );
+            tracing::warn!(
+                id = %crate::text::one_line(&delivery.id, 256),
+                payload_bytes = delivery.payload.len(),
+                max_payload = max,
+                "nats source: a dead letter is written without its payload (its size and \
+                 sha256 are kept): the whole envelope exceeds the server's max_payload"
+            );
+            body = crate::envelope::omit_payload(letter.format, &body, &delivery.payload, &reason)
+                .map_err(|e| anyhow::anyhow!("shrinking a dead letter: {e}"))?;
         }
         self.inner
             .js
-            .publish_with_headers(
-                self.dlq_subject(&letter.dlq),
-                headers,
-                letter.envelope.clone().into(),
-            )
+            .publish_with_headers(self.dlq_subject(&letter.dlq), headers, body.into())
             .await
             .context("publishing a dead letter")?
             .await

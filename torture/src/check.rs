@@ -1,0 +1,334 @@
+//! The invariants, checked against what was published, what the consumer saw and what the
+//! DLQ holds at the end of a run.
+//!
+//! A fault excuses exactly what it can cause, and only for the messages whose life (publish
+//! to last delivery or dead letter) overlaps its window: a gateway kill or a broker restart
+//! may deliver a message again and may cost it an attempt; a consumer outage may cost it
+//! attempts. Nothing excuses a lost message, a second dead letter, a delivery long after a
+//! dead letter, a dead letter that does not name its policy, or a panic.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::consumer::Request;
+use crate::plan::{Planned, fate};
+use crate::sources::SourceName;
+
+/// What a fault window excuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Excuse {
+    /// Deliveries again and attempts lost (a gateway kill, a broker restart).
+    Redelivery,
+    /// Attempts lost (the consumer down).
+    Attempts,
+}
+
+/// A span of time a fault was acting in (ms since the epoch).
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    /// From.
+    pub from_ms: u64,
+    /// To.
+    pub to_ms: u64,
+    /// What it excuses.
+    pub excuse: Excuse,
+}
+
+/// A dead letter, as far as the checks go.
+#[derive(Debug, Clone)]
+pub struct Dead {
+    /// Dead letters of the key.
+    pub count: u32,
+    /// The first one's time.
+    pub at_ms: u64,
+    /// The policy its envelope names.
+    pub policy: String,
+}
+
+/// The consumer's log, by key: the requests of each, in order.
+pub fn by_key(log: &[Request]) -> HashMap<&str, Vec<&Request>> {
+    let mut out: HashMap<&str, Vec<&Request>> = HashMap::new();
+    for r in log {
+        if let Some(key) = r.key.as_deref() {
+            out.entry(key).or_default().push(r);
+        }
+    }
+    out
+}
+
+/// What the checks found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Broken invariants, one line each.
+    pub violations: Vec<String>,
+    /// Accepted deliveries beyond the first of a message (and beyond a producer's copies).
+    pub duplicates: u64,
+    /// Messages accepted at least once.
+    pub delivered: usize,
+    /// Longest publish-to-terminal time (ms).
+    pub max_publish_to_terminal_ms: u64,
+}
+
+/// The checks' inputs.
+pub struct Inputs<'a> {
+    /// The source.
+    pub name: SourceName,
+    /// The run's seed (the consumer's fates derive from it).
+    pub seed: u64,
+    /// What was planned.
+    pub planned: &'a [Planned],
+    /// When each taken message was published.
+    pub published_at: &'a BTreeMap<String, u64>,
+    /// Messages the source refused at publish.
+    pub refused: &'a BTreeSet<String>,
+    /// Messages a producer had to publish again (the broker may hold one more copy).
+    pub resent: &'a BTreeSet<String>,
+    /// The DLQ, by key.
+    pub dead: &'a BTreeMap<String, Dead>,
+    /// Everything the consumer saw.
+    pub log: &'a [Request],
+    /// The faults' windows.
+    pub windows: &'a [Window],
+}
+
+/// Delivered more than 2 s after its dead letter: the gateway still had it.
+const LATE_MS: u64 = 2_000;
+
+/// Check every invariant.
+pub fn check(i: &Inputs) -> Findings {
+    let mut f = Findings::default();
+    let requests = by_key(i.log);
+    let overlaps = |from: u64, to: u64, excuse: Excuse| {
+        i.windows
+            .iter()
+            .any(|w| w.excuse == excuse && w.from_ms <= to && from <= w.to_ms)
+    };
+    for m in i.planned {
+        let key = m.key.as_str();
+        let mine = requests.get(key).map(Vec::as_slice).unwrap_or_default();
+        let died = i.dead.get(key);
+        if i.refused.contains(key) {
+            if !mine.is_empty() || died.is_some() {
+                f.violations.push(format!(
+                    "message {key} was refused at publish yet reached the consumer or the DLQ"
+                ));
+            }
+            continue;
+        }
+        let Some(&at) = i.published_at.get(key) else {
+            continue;
+        };
+        // RabbitMQ keeps every copy a producer publishes; the others drop a repeated id. A
+        // publish sent again after a lost confirm may add one.
+        let mut copies = if i.name == SourceName::Rabbitmq {
+            u64::from(m.copies)
+        } else {
+            1
+        };
+        if i.resent.contains(key) && (i.name == SourceName::Rabbitmq || m.id.is_none()) {
+            copies += 1;
+        }
+        let accepted: Vec<u64> = mine
+            .iter()
+            .filter(|r| r.accepted)
+            .map(|r| r.at_ms)
+            .collect();
+        let last_seen = mine
+            .iter()
+            .map(|r| r.at_ms)
+            .chain(died.map(|d| d.at_ms))
+            .max()
+            .unwrap_or(at);
+        let redelivered = overlaps(at, last_seen, Excuse::Redelivery);
+        let attempts_lost = redelivered || overlaps(at, last_seen, Excuse::Attempts);
+        match (accepted.first(), died) {
+            (None, None) => f.violations.push(format!(
+                "message {key} is lost: neither delivered nor dead-lettered ({} request(s))",
+                mine.len()
+            )),
+            (Some(_), Some(_)) if copies == 1 && !redelivered => f.violations.push(format!(
+                "message {key} was both delivered and dead-lettered with no gateway kill or \
+                 broker restart in its lifetime"
+            )),
+            // Its acceptance not acknowledged before the fault, the message came again and
+            // failed: a duplicate the fault explains.
+            (Some(_), Some(_)) if copies == 1 => f.duplicates += 1,
+            _ => {}
+        }
+        if let Some(&first) = accepted.first() {
+            f.delivered += 1;
+            f.max_publish_to_terminal_ms =
+                f.max_publish_to_terminal_ms.max(first.saturating_sub(at));
+            if !fate(i.seed, key).accepted() {
+                f.violations.push(format!(
+                    "message {key} was accepted, but its consumer never accepts it"
+                ));
+            }
+            let extra = (accepted.len() as u64).saturating_sub(copies);
+            f.duplicates += extra;
+            if extra > 0 && !redelivered {
+                f.violations.push(format!(
+                    "message {key} was accepted {} times with no gateway kill or broker \
+                     restart in its lifetime",
+                    accepted.len()
+                ));
+            }
+        }
+        if let Some(d) = died {
+            // RabbitMQ has no duplicate window: a dead letter whose ack died with the
+            // connection is written again when the message comes back.
+            let letters_allowed = copies + u64::from(redelivered && i.name == SourceName::Rabbitmq);
+            if u64::from(d.count) > letters_allowed {
+                f.violations
+                    .push(format!("message {key} has {} dead letters", d.count));
+            }
+            if d.policy != "rules" {
+                f.violations.push(format!(
+                    "the dead letter of {key} names policy {:?}, not \"rules\"",
+                    d.policy
+                ));
+            }
+            f.max_publish_to_terminal_ms =
+                f.max_publish_to_terminal_ms.max(d.at_ms.saturating_sub(at));
+            if fate(i.seed, key).accepted() && !attempts_lost {
+                f.violations.push(format!(
+                    "message {key} was dead-lettered, but its consumer accepts it in time and \
+                     no fault touched it"
+                ));
+            }
+            let late = mine.iter().filter(|r| r.at_ms > d.at_ms + LATE_MS).count();
+            if late > 0 && copies == 1 && !redelivered {
+                f.violations.push(format!(
+                    "message {key} was delivered {late} time(s) after it was dead-lettered"
+                ));
+            }
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Abilities, Fate};
+
+    fn plan(n: usize) -> Vec<Planned> {
+        let can = Abilities {
+            binary: false,
+            max_payload: 1000,
+            binary_headers: false,
+        };
+        crate::plan::messages(7, n, &["t".into()], can, false)
+            .into_iter()
+            .map(|mut m| {
+                m.copies = 1;
+                m
+            })
+            .collect()
+    }
+
+    fn accept(key: &str, at_ms: u64) -> Request {
+        Request {
+            key: Some(key.into()),
+            reply: "accept",
+            at_ms,
+            accepted: true,
+        }
+    }
+
+    /// Each invariant the checker holds fails a run that breaks it: a checker that finds
+    /// nothing proves nothing.
+    #[test]
+    fn the_checker_catches_each_kind_of_broken_invariant() {
+        let planned = plan(200);
+        let ok = planned
+            .iter()
+            .find(|m| fate(7, &m.key) == Fate::Ok)
+            .unwrap();
+        let poison = planned
+            .iter()
+            .find(|m| fate(7, &m.key) == Fate::Poison)
+            .unwrap();
+        let published_at: BTreeMap<String, u64> =
+            [(ok.key.clone(), 1_000), (poison.key.clone(), 1_000)].into();
+        let planned = vec![ok.clone(), poison.clone()];
+        let none = BTreeSet::new();
+        let run = |log: &[Request], dead: &BTreeMap<String, Dead>, windows: &[Window]| {
+            check(&Inputs {
+                name: SourceName::Nats,
+                seed: 7,
+                planned: &planned,
+                published_at: &published_at,
+                refused: &none,
+                resent: &none,
+                dead,
+                log,
+                windows,
+            })
+        };
+        let dead_poison = |count| -> BTreeMap<String, Dead> {
+            [(
+                poison.key.clone(),
+                Dead {
+                    count,
+                    at_ms: 1_500,
+                    policy: "rules".into(),
+                },
+            )]
+            .into()
+        };
+        // A clean run passes.
+        let clean = run(&[accept(&ok.key, 1_100)], &dead_poison(1), &[]);
+        assert_eq!(clean.violations, Vec::<String>::new());
+        // Lost.
+        let lost = run(&[], &dead_poison(1), &[]);
+        assert!(lost.violations[0].contains("is lost"), "{lost:?}");
+        // Two dead letters.
+        let twice = run(&[accept(&ok.key, 1_100)], &dead_poison(2), &[]);
+        assert!(twice.violations[0].contains("2 dead letters"), "{twice:?}");
+        // A duplicate with no fault; the same inside a kill's window is excused.
+        let log = [accept(&ok.key, 1_100), accept(&ok.key, 1_200)];
+        let dup = run(&log, &dead_poison(1), &[]);
+        assert!(dup.violations[0].contains("accepted 2 times"), "{dup:?}");
+        let kill = Window {
+            from_ms: 1_150,
+            to_ms: 1_160,
+            excuse: Excuse::Redelivery,
+        };
+        let excused = run(&log, &dead_poison(1), &[kill]);
+        assert_eq!(excused.violations, Vec::<String>::new());
+        assert_eq!(excused.duplicates, 1);
+        // A poison message accepted; an accepted one dead-lettered without a fault.
+        let mut wrong = dead_poison(1);
+        wrong.insert(
+            ok.key.clone(),
+            Dead {
+                count: 1,
+                at_ms: 1_300,
+                policy: "other".into(),
+            },
+        );
+        let wrong = run(&[accept(&poison.key, 1_100)], &wrong, &[]);
+        let all = wrong.violations.join("\n");
+        assert!(all.contains("never accepts it"), "{all}");
+        assert!(all.contains("no fault touched it"), "{all}");
+        assert!(all.contains("not \"rules\""), "{all}");
+        // Delivered long after its dead letter.
+        let late = run(
+            &[
+                accept(&ok.key, 1_100),
+                Request {
+                    key: Some(poison.key.clone()),
+                    reply: "422",
+                    at_ms: 9_000,
+                    accepted: false,
+                },
+            ],
+            &dead_poison(1),
+            &[],
+        );
+        assert!(
+            late.violations[0].contains("after it was dead-lettered"),
+            "{late:?}"
+        );
+    }
+}

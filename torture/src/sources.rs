@@ -1,0 +1,337 @@
+//! The three sources a run drives: the broker section of the gateway's config, the topics
+//! it publishes to, how a hostile producer publishes there, and the names it cleans up.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use async_nats::jetstream;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeleteOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+
+use crate::plan::{Abilities, Planned};
+
+/// NATS as `.ci/run` starts it.
+pub const NATS_URL: &str = "nats://127.0.0.1:4222";
+/// RabbitMQ as `.ci/run` starts it.
+pub const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// Which source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SourceName {
+    /// The embedded store (messages published through the admin API).
+    Embedded,
+    /// NATS JetStream.
+    Nats,
+    /// RabbitMQ.
+    Rabbitmq,
+}
+
+impl SourceName {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceName::Embedded => "embedded",
+            SourceName::Nats => "nats",
+            SourceName::Rabbitmq => "rabbitmq",
+        }
+    }
+}
+
+/// A source set up for one run (its names start with `prefix`).
+pub struct Source {
+    /// Which.
+    pub name: SourceName,
+    prefix: String,
+    nats: Option<jetstream::Context>,
+    /// Reconnected after a broker restart.
+    rabbit: tokio::sync::Mutex<Option<(Connection, lapin::Channel)>>,
+}
+
+/// How long a producer keeps trying one message while its broker is down.
+const PUBLISH_PATIENCE: Duration = Duration::from_secs(120);
+
+/// What publishing one message came to.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Published {
+    /// The source took it.
+    pub taken: bool,
+    /// A publish had to be sent again (its confirm was lost with the connection), so the
+    /// broker may hold one copy more than planned.
+    pub resent: bool,
+}
+
+impl Source {
+    /// Connect to the source's broker (none for the embedded store); `prefix` names this
+    /// run's streams, subjects and queues.
+    pub async fn connect(name: SourceName, prefix: &str) -> Result<Source> {
+        let mut source = Source {
+            name,
+            prefix: prefix.to_string(),
+            nats: None,
+            rabbit: tokio::sync::Mutex::new(None),
+        };
+        match name {
+            SourceName::Embedded => {}
+            SourceName::Nats => {
+                let client = async_nats::connect(NATS_URL)
+                    .await
+                    .context("NATS on 127.0.0.1:4222 (.ci/run starts it)")?;
+                source.nats = Some(jetstream::new(client));
+            }
+            SourceName::Rabbitmq => {
+                *source.rabbit.get_mut() = Some(
+                    rabbit_connect()
+                        .await
+                        .context("RabbitMQ on 127.0.0.1:5672 (.ci/run starts it)")?,
+                );
+            }
+        }
+        source.clean().await;
+        Ok(source)
+    }
+
+    /// The route's topic pattern, and the topics messages are published to: on NATS and
+    /// the store, subjects at the edges of a `>` pattern; on RabbitMQ, the queue.
+    pub fn topics(&self) -> (String, Vec<String>) {
+        let p = &self.prefix;
+        match self.name {
+            SourceName::Rabbitmq => (format!("{p}.orders"), vec![format!("{p}.orders")]),
+            _ => (
+                format!("{p}.orders.>"),
+                vec![
+                    format!("{p}.orders.a"),
+                    format!("{p}.orders.a.b.c.d.e.f"),
+                    format!("{p}.orders.{}", "x".repeat(200)),
+                    format!("{p}.orders.-_-"),
+                ],
+            ),
+        }
+    }
+
+    /// What a producer can send here.
+    pub fn abilities(&self) -> Abilities {
+        match self.name {
+            SourceName::Embedded => Abilities {
+                binary: false,
+                max_payload: 1 << 20,
+                binary_headers: false,
+            },
+            // The server's default max_payload is 1 MiB, headers included.
+            SourceName::Nats => Abilities {
+                binary: true,
+                max_payload: 1_000_000,
+                binary_headers: false,
+            },
+            SourceName::Rabbitmq => Abilities {
+                binary: true,
+                max_payload: 1 << 20,
+                binary_headers: true,
+            },
+        }
+    }
+
+    /// The gateway config's section for this source.
+    pub fn section(&self) -> String {
+        let p = &self.prefix;
+        match self.name {
+            SourceName::Embedded => String::new(),
+            SourceName::Nats => format!(
+                "[nats]\nurl = \"{NATS_URL}\"\nstream = \"{p}\"\ndlq_stream = \"{p}_DLQ\"\n\
+                 dlq_subject_prefix = \"{p}dlq\"\naudit_stream = \"{p}_AUDIT\"\n\
+                 audit_subject_prefix = \"{p}audit\"\nhistory_bucket = \"{p}-history\"\n\
+                 ack_wait_ms = 3000\n"
+            ),
+            SourceName::Rabbitmq => format!(
+                "[rabbitmq]\nurl = \"{RABBITMQ_URL}\"\nprefetch = 32\n\
+                 delay_prefix = \"{p}.delay\"\naudit_queue = \"{p}.audit\"\n"
+            ),
+        }
+    }
+
+    /// Publish `m` (all its copies); whether the source took it. The embedded store goes
+    /// through the admin API at `admin_url`.
+    pub async fn publish(
+        &self,
+        m: &Planned,
+        admin: &verdict_host::admin::AdminClient,
+    ) -> Result<Published> {
+        let mut out = Published::default();
+        for _ in 0..m.copies {
+            let deadline = tokio::time::Instant::now() + PUBLISH_PATIENCE;
+            loop {
+                let tried = match self.name {
+                    SourceName::Embedded => publish_embedded(m, admin),
+                    SourceName::Nats => self.publish_nats(m).await,
+                    SourceName::Rabbitmq => self.publish_rabbit(m).await,
+                };
+                match tried {
+                    Ok(taken) => {
+                        out.taken |= taken;
+                        break;
+                    }
+                    // A broker restarting: a producer retries, as real ones do.
+                    Err(e) if self.name != SourceName::Embedded => {
+                        if tokio::time::Instant::now() > deadline {
+                            return Err(e.context(format!(
+                                "the broker took no publish for {PUBLISH_PATIENCE:?}"
+                            )));
+                        }
+                        out.resent = true;
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn publish_nats(&self, m: &Planned) -> Result<bool> {
+        let js = self.nats.as_ref().expect("connected");
+        let mut headers = async_nats::HeaderMap::new();
+        for (name, value) in &m.headers {
+            headers.insert(name.as_str(), String::from_utf8_lossy(value).as_ref());
+        }
+        if let Some(id) = &m.id {
+            // A NATS header value cannot hold a line break: that much a producer cannot
+            // send, whatever it wants.
+            let id: String = id.chars().filter(|c| *c != '\r' && *c != '\n').collect();
+            headers.insert("Nats-Msg-Id", id.as_str());
+        }
+        let ack = js
+            .publish_with_headers(m.topic.clone(), headers, m.payload.clone().into())
+            .await;
+        match ack {
+            Ok(ack) => match tokio::time::timeout(Duration::from_secs(10), ack).await {
+                Ok(Ok(_)) => Ok(true),
+                Ok(Err(e)) => bail!("NATS refused message {}: {e}", m.key),
+                Err(_) => bail!("no PubAck for message {} within 10 s", m.key),
+            },
+            Err(e) => bail!("publishing message {}: {e}", m.key),
+        }
+    }
+
+    async fn publish_rabbit(&self, m: &Planned) -> Result<bool> {
+        let mut held = self.rabbit.lock().await;
+        if held.as_ref().is_none_or(|(c, _)| !c.status().connected()) {
+            *held = None;
+            *held = Some(rabbit_connect().await?);
+        }
+        let (_, channel) = held.as_ref().expect("connected just now");
+        let mut headers = FieldTable::default();
+        for (name, value) in &m.headers {
+            headers.insert(
+                ShortString::from(name.as_str()),
+                AMQPValue::LongString(LongString::from(value.clone())),
+            );
+        }
+        let mut properties = BasicProperties::default()
+            .with_headers(headers)
+            .with_delivery_mode(2);
+        if let Some(id) = &m.id {
+            // A short string holds 255 bytes at most.
+            let mut id = id.clone();
+            while id.len() > 255 {
+                id.pop();
+            }
+            properties = properties.with_message_id(ShortString::from(id));
+        }
+        let confirm = async {
+            channel
+                .basic_publish(
+                    ShortString::from(""),
+                    ShortString::from(m.topic.as_str()),
+                    BasicPublishOptions::default(),
+                    &m.payload,
+                    properties,
+                )
+                .await?
+                .await
+        }
+        .await;
+        match confirm {
+            Ok(confirm) => Ok(confirm.is_ack()),
+            Err(e) => {
+                *held = None;
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Delete what a run of this prefix leaves on the broker.
+    pub async fn clean(&self) {
+        let p = &self.prefix;
+        if let Some(js) = &self.nats {
+            for stream in [p.clone(), format!("{p}_DLQ"), format!("{p}_AUDIT")] {
+                let _ = js.delete_stream(&stream).await;
+            }
+            let _ = js.delete_key_value(format!("{p}-history")).await;
+        }
+        let mut held = self.rabbit.lock().await;
+        if held.as_ref().is_some_and(|(c, _)| !c.status().connected()) {
+            *held = rabbit_connect().await.ok();
+        }
+        if let Some((conn, _)) = held.as_ref() {
+            let mut queues = vec![
+                format!("{p}.orders"),
+                format!("{p}.orders.DLQ"),
+                format!("{p}.audit"),
+            ];
+            let mut d = 1;
+            while d <= verdict_host::sources::rabbitmq::headers::MAX_BUCKET_MS {
+                let b = verdict_host::sources::rabbitmq::headers::bucket_ms(d);
+                queues.push(format!("{p}.delay.{b}"));
+                d = b + 1;
+            }
+            for q in &queues {
+                // A failed delete closes its channel: one channel each.
+                if let Ok(ch) = conn.create_channel().await {
+                    let _ = ch
+                        .queue_delete(ShortString::from(q.as_str()), QueueDeleteOptions::default())
+                        .await;
+                    let _ = ch
+                        .exchange_delete(ShortString::from(q.as_str()), Default::default())
+                        .await;
+                }
+            }
+        }
+    }
+}
+
+async fn rabbit_connect() -> lapin::Result<(Connection, lapin::Channel)> {
+    let conn = Connection::connect(RABBITMQ_URL, ConnectionProperties::default()).await?;
+    let channel = conn.create_channel().await?;
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await?;
+    Ok((conn, channel))
+}
+
+fn publish_embedded(m: &Planned, admin: &verdict_host::admin::AdminClient) -> Result<bool> {
+    let headers: serde_json::Map<String, serde_json::Value> = m
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(v).into_owned().into()))
+        .collect();
+    let mut body = serde_json::json!({
+        "headers": headers,
+        "payload": String::from_utf8_lossy(&m.payload),
+        "content_type": "text/plain",
+    });
+    if let Some(id) = &m.id {
+        body["id"] = id.clone().into();
+    }
+    let path = format!("/v1/topics/{}/messages", m.topic);
+    match admin.post::<serde_json::Value>(&path, &body) {
+        Ok(_) => Ok(true),
+        // The API refuses what it will not store (an id past its bound, say): the
+        // message never entered, and the run does not expect it anywhere.
+        Err(verdict_host::admin::ClientError::Api {
+            status: 400 | 413 | 422,
+            ..
+        }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,61 @@
+//! The short torture profile the test command runs: every source, two seeds, 150 hostile
+//! messages and five faults each (a gateway kill, a broker restart, a consumer outage, a
+//! hot reload and a rollback), through the real `verdict` binary. The
+//! long runs (`--soak`, more seeds) are run by hand; see RELIABILITY.md.
+
+use std::process::Command;
+
+#[test]
+fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
+    let workdir = std::env::temp_dir().join(format!("verdict-torture-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_verdict-torture"))
+        .args([
+            "--sources",
+            "embedded,nats,rabbitmq",
+            "--seed",
+            "1",
+            "--seeds",
+            "2",
+            "--messages",
+            "150",
+            "--faults",
+            "5",
+            "--duration",
+            "90",
+            "--json",
+            "--quiet",
+        ])
+        .arg("--workdir")
+        .arg(&workdir)
+        .output()
+        .expect("verdict-torture runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON reports");
+    let reports = reports.as_array().expect("one report per run");
+    assert_eq!(reports.len(), 6, "{reports:?}");
+    for r in reports {
+        assert_eq!(r["violations"], serde_json::json!([]), "{r}");
+        let terminal = r["delivered"].as_u64().unwrap() + r["dead_lettered"].as_u64().unwrap();
+        let expected = r["messages"].as_u64().unwrap() - r["refused"].as_u64().unwrap();
+        // Every message ends somewhere (RabbitMQ keeps a producer's repeated publish as a
+        // message of its own, so it may hold both copies' outcomes).
+        assert!(terminal >= expected, "{r}");
+        assert!(
+            r["dead_lettered"].as_u64().unwrap() > 0,
+            "poison and exhausted ones: {r}"
+        );
+        // Five faults take every kind in turn: each run had each kind its source allows.
+        let faults = &r["faults"];
+        for kind in ["gateway_kills", "consumer_outages", "reloads", "rollbacks"] {
+            assert!(faults[kind].as_u64().unwrap() >= 1, "{kind}: {r}");
+        }
+        let broker = r["source"] != "embedded";
+        assert_eq!(
+            faults["broker_restarts"].as_u64().unwrap() >= 1,
+            broker,
+            "{r}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&workdir);
+}
