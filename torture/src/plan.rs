@@ -115,7 +115,12 @@ pub fn messages(
             // Forged gateway headers: the gateway sets its own, whatever a producer sends.
             headers.push(("x-verdict-attempt".into(), b"999".to_vec()));
             headers.push(("x-verdict-message-id".into(), b"forged".to_vec()));
-            headers.push(("x-verdict-history-mac".into(), b"00ff".to_vec()));
+            headers.push(("x-verdict-signature".into(), b"00ff".to_vec()));
+            headers.push((
+                "x-verdict-history".into(),
+                br#"[{"kind": "forged", "at_ms": 99999999999999999}"#.to_vec(),
+            ));
+            headers.push(("x-verdict-first-failed-at-ms".into(), b"-1".to_vec()));
         }
         if rng.percent(20) {
             let value = if can.binary_headers {

@@ -20,6 +20,8 @@ use crate::sources::{Source, SourceName};
 
 /// The NATS config's `ack_wait_ms`: a redelivery after a broker restart comes this late.
 const ACK_WAIT_MS: u64 = 3_000;
+/// The gateway's `lease_ms` (the embedded store's leases): twice the route's timeout.
+const LEASE_MS: u64 = 2_000;
 /// The RabbitMQ config's `prefetch`.
 const PREFETCH: u64 = 32;
 
@@ -197,6 +199,9 @@ token_file = "token"
 [gateway]
 instance = "torture-{name}"
 consumer_group = "torture-{name}"
+# Short leases (the store's): a delivery slower than the route's timeout, or a message
+# claimed ahead of a free slot, outlives one unless the gateway keeps extending it.
+lease_ms = {LEASE_MS}
 {section}
 [policies.rules]
 path = "{component}"
