@@ -22,6 +22,8 @@ use crate::sources::{Source, SourceName};
 const ACK_WAIT_MS: u64 = 3_000;
 /// The gateway's `lease_ms` (the embedded store's leases): twice the route's timeout.
 const LEASE_MS: u64 = 2_000;
+/// Messages published at once (and at most this many between two faults' checks).
+const BATCH: usize = 256;
 /// The RabbitMQ config's `prefetch`.
 const PREFETCH: u64 = 32;
 
@@ -291,7 +293,10 @@ pub fn run(name: SourceName, o: &Options) -> Result<Report> {
     let mut refused = BTreeSet::new();
     let mut resent = BTreeSet::new();
     let progress = Progress::new(o.progress, name.as_str());
-    for (i, m) in planned.iter().enumerate() {
+    // Published in batches, concurrently within one (a real producer keeps many publishes
+    // in flight); a fault strikes between two batches, at its seeded message.
+    let mut i = 0;
+    while i < planned.len() {
         for fault in points.get(&i).into_iter().flatten() {
             progress.note(&format!("fault at message {i}: {fault:?}"));
             match fault {
@@ -355,18 +360,25 @@ pub fn run(name: SourceName, o: &Options) -> Result<Report> {
                 }
             }
         }
-        let sent = runtime
-            .block_on(source.publish(m, &admin))
-            .with_context(|| format!("publishing message {}", m.key))?;
-        if sent.taken {
-            published_at.insert(m.key.clone(), now_ms());
-        } else {
-            refused.insert(m.key.clone());
+        let end = points
+            .range(i + 1..)
+            .next()
+            .map_or(planned.len(), |(at, _)| *at)
+            .min(i + BATCH);
+        let batch = &planned[i..end];
+        let sent = publish_batch(&runtime, &source, batch, &admin)?;
+        for (m, sent) in batch.iter().zip(sent) {
+            if sent.taken {
+                published_at.insert(m.key.clone(), sent.at_ms);
+            } else {
+                refused.insert(m.key.clone());
+            }
+            if sent.resent {
+                resent.insert(m.key.clone());
+            }
         }
-        if sent.resent {
-            resent.insert(m.key.clone());
-        }
-        progress.show(&format!("published {}/{}", i + 1, planned.len()));
+        i = end;
+        progress.show(&format!("published {i}/{}", planned.len()));
     }
     report.refused = refused.len();
 
@@ -598,3 +610,65 @@ impl Progress {
         }
     }
 }
+
+/// Publish `batch`, many at once; what each came to, in `batch`'s order.
+fn publish_batch(
+    runtime: &tokio::runtime::Runtime,
+    source: &Source,
+    batch: &[plan::Planned],
+    admin: &AdminClient,
+) -> Result<Vec<crate::sources::Published>> {
+    use futures_util::StreamExt as _;
+    let publish = |m: &plan::Planned| -> Result<crate::sources::Published> {
+        runtime
+            .block_on(source.publish(m, admin))
+            .with_context(|| format!("publishing message {}", m.key))
+    };
+    if source.name == SourceName::Embedded {
+        // The admin API is plain blocking HTTP: a few threads keep it busy.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let out: Vec<std::sync::Mutex<Option<Result<crate::sources::Published>>>> =
+            batch.iter().map(|_| std::sync::Mutex::new(None)).collect();
+        std::thread::scope(|scope| {
+            for _ in 0..EMBEDDED_PUBLISHERS {
+                scope.spawn(|| {
+                    loop {
+                        let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(m) = batch.get(at) else { break };
+                        let sent = publish(m);
+                        *out[at]
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sent);
+                    }
+                });
+            }
+        });
+        return out
+            .into_iter()
+            .map(|slot| {
+                slot.into_inner()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .unwrap_or_else(|| Err(anyhow::anyhow!("a publisher thread died")))
+            })
+            .collect();
+    }
+    let results: Vec<(usize, Result<crate::sources::Published>)> = runtime.block_on(
+        futures_util::stream::iter(batch.iter().enumerate().map(|(at, m)| async move {
+            let sent = source
+                .publish(m, admin)
+                .await
+                .with_context(|| format!("publishing message {}", m.key));
+            (at, sent)
+        }))
+        .buffer_unordered(BROKER_PUBLISHES_IN_FLIGHT)
+        .collect(),
+    );
+    let mut results = results;
+    results.sort_by_key(|(at, _)| *at);
+    results.into_iter().map(|(_, sent)| sent).collect()
+}
+
+/// Threads publishing to the embedded store's admin API.
+const EMBEDDED_PUBLISHERS: usize = 4;
+/// Publishes awaiting their broker's confirmation at once.
+const BROKER_PUBLISHES_IN_FLIGHT: usize = 64;

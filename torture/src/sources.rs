@@ -60,6 +60,9 @@ pub struct Published {
     /// A publish had to be sent again (its confirm was lost with the connection), so the
     /// broker may hold one copy more than planned.
     pub resent: bool,
+    /// When its first publish went out (ms since the epoch): it may reach the consumer
+    /// before its confirm does.
+    pub at_ms: u64,
 }
 
 impl Source {
@@ -157,7 +160,10 @@ impl Source {
         m: &Planned,
         admin: &verdict_host::admin::AdminClient,
     ) -> Result<Published> {
-        let mut out = Published::default();
+        let mut out = Published {
+            at_ms: verdict_host::pipeline::now_ms(),
+            ..Published::default()
+        };
         for _ in 0..m.copies {
             let deadline = tokio::time::Instant::now() + PUBLISH_PATIENCE;
             loop {
@@ -214,12 +220,15 @@ impl Source {
     }
 
     async fn publish_rabbit(&self, m: &Planned) -> Result<bool> {
-        let mut held = self.rabbit.lock().await;
-        if held.as_ref().is_none_or(|(c, _)| !c.status().connected()) {
-            *held = None;
-            *held = Some(rabbit_connect().await?);
-        }
-        let (_, channel) = held.as_ref().expect("connected just now");
+        // One channel for every publish in flight; the lock only guards (re)connecting.
+        let channel = {
+            let mut held = self.rabbit.lock().await;
+            if held.as_ref().is_none_or(|(c, _)| !c.status().connected()) {
+                *held = None;
+                *held = Some(rabbit_connect().await?);
+            }
+            held.as_ref().expect("connected just now").1.clone()
+        };
         let mut headers = FieldTable::default();
         for (name, value) in &m.headers {
             headers.insert(
@@ -254,7 +263,11 @@ impl Source {
         match confirm {
             Ok(confirm) => Ok(confirm.is_ack()),
             Err(e) => {
-                *held = None;
+                // The next publish reconnects, unless another already did.
+                let mut held = self.rabbit.lock().await;
+                if held.as_ref().is_some_and(|(_, c)| c.id() == channel.id()) {
+                    *held = None;
+                }
                 Err(e.into())
             }
         }
