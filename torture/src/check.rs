@@ -90,6 +90,10 @@ pub struct Inputs<'a> {
     pub windows: &'a [Window],
 }
 
+/// The key of dead letters whose envelope holds no message of the run (a payload lost or
+/// mangled on its way to the DLQ).
+pub const NO_KEY: &str = "<no key>";
+
 /// Delivered more than 2 s after its dead letter: the gateway still had it.
 const LATE_MS: u64 = 2_000;
 
@@ -202,6 +206,13 @@ pub fn check(i: &Inputs) -> Findings {
                 ));
             }
         }
+    }
+    if let Some(d) = i.dead.get(NO_KEY) {
+        f.violations.push(format!(
+            "{} dead letter(s) whose envelope holds no message of this run (payload lost or \
+             mangled)",
+            d.count
+        ));
     }
     f
 }
@@ -329,6 +340,21 @@ mod tests {
         assert!(
             late.violations[0].contains("after it was dead-lettered"),
             "{late:?}"
+        );
+        // A dead letter that lost its message on the way.
+        let mut mangled = dead_poison(1);
+        mangled.insert(
+            NO_KEY.into(),
+            Dead {
+                count: 3,
+                at_ms: 1_500,
+                policy: "rules".into(),
+            },
+        );
+        let mangled = run(&[accept(&ok.key, 1_100)], &mangled, &[]);
+        assert!(
+            mangled.violations[0].starts_with("3 dead letter(s) whose envelope"),
+            "{mangled:?}"
         );
     }
 }

@@ -540,7 +540,7 @@ fn dead_letters(
                     let omitted = e["envelope"]["original"]["payloadOmitted"]["sha256"].as_str()?;
                     by_digest.get(omitted).cloned()
                 })
-                .unwrap_or_else(|| "<no key>".into());
+                .unwrap_or_else(|| check::NO_KEY.into());
             let d = out.entry(key).or_insert(Dead {
                 count: 0,
                 at_ms: u64::MAX,
