@@ -20,7 +20,7 @@ pub struct Request {
     pub key: Option<String>,
     /// What it answered (`accept`, `503-garbage-retry-after`, `reset-mid-body`, ...).
     pub reply: &'static str,
-    /// When it answered (ms since the epoch).
+    /// When it came (ms since the epoch).
     pub at_ms: u64,
     /// It accepted the message (a 2xx went out whole).
     pub accepted: bool,
@@ -39,18 +39,22 @@ struct State {
 #[derive(Default)]
 struct Log {
     requests: Vec<Request>,
-    /// Per key: failed answers so far, accepted yet.
+    /// Per key: failing answers chosen so far, accepted yet.
     keys: HashMap<String, (u32, bool)>,
 }
 
 impl Log {
     fn push(&mut self, r: Request) {
         if let Some(key) = &r.key {
-            let e = self.keys.entry(key.clone()).or_default();
-            e.0 += u32::from(!r.accepted);
-            e.1 |= r.accepted;
+            self.keys.entry(key.clone()).or_default().1 |= r.accepted;
         }
         self.requests.push(r);
+    }
+
+    /// Count a failing answer of `key` - when it is chosen, not when it is written: a slow
+    /// answer is still being written when the gateway, past its timeout, delivers again.
+    fn failed(&mut self, key: &str) {
+        self.keys.entry(key.to_string()).or_default().0 += 1;
     }
 }
 
@@ -133,15 +137,20 @@ async fn serve(state: Arc<State>, mut stream: TcpStream) {
     let Some(body) = read_request(&mut stream).await else {
         return;
     };
+    // When the request came: the checks compare deliveries with dead letters by it.
+    let at_ms = now_ms();
     let key = key_of(&body);
     if state.down.load(Ordering::Relaxed) {
         // Down: the request is cut off unanswered (and counts as a failed delivery).
         reset(&stream);
         let mut log = state.log.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(key) = &key {
+            log.failed(key);
+        }
         log.push(Request {
             key,
             reply: "down",
-            at_ms: now_ms(),
+            at_ms,
             accepted: false,
         });
         return;
@@ -152,7 +161,7 @@ async fn serve(state: Arc<State>, mut stream: TcpStream) {
     log.push(Request {
         key,
         reply: name,
-        at_ms: now_ms(),
+        at_ms,
         accepted: accepted && wrote,
     });
 }
@@ -196,10 +205,8 @@ fn choose(state: &State, key: Option<&str>) -> (Reply, &'static str, bool) {
     let Some(key) = key else {
         return (Reply::Accept(200), "accept-unkeyed", true);
     };
-    let (failed_before, accepted_before) = {
-        let log = state.log.lock().unwrap_or_else(PoisonError::into_inner);
-        log.keys.get(key).copied().unwrap_or_default()
-    };
+    let mut log = state.log.lock().unwrap_or_else(PoisonError::into_inner);
+    let (failed_before, accepted_before) = log.keys.get(key).copied().unwrap_or_default();
     let mut rng = Rng::new(state.seed, hash(key) ^ u64::from(failed_before) << 32);
     let fails = match fate(state.seed, key) {
         // A redelivery of an accepted message is accepted again (the consumer is
@@ -207,13 +214,17 @@ fn choose(state: &State, key: Option<&str>) -> (Reply, &'static str, bool) {
         _ if accepted_before => false,
         Fate::Ok => false,
         Fate::FailThenOk(k) => failed_before < k,
-        Fate::Poison => return poison(&mut rng),
+        Fate::Poison => {
+            log.failed(key);
+            return poison(&mut rng);
+        }
         Fate::Exhaust => true,
     };
     if !fails {
         let status = *rng.pick(&[200, 201, 202, 204, 299]);
         return (Reply::Accept(status), "accept", true);
     }
+    log.failed(key);
     transient(&mut rng, state.gentle)
 }
 
