@@ -29,6 +29,10 @@ mod sources;
 
 use sources::SourceName;
 
+/// The soak's backlog: enough to keep every delivery slot busy, few enough that a fault
+/// late in the publishing meets a gateway still at work.
+const SOAK_BACKLOG: usize = 20_000;
+
 /// Torture the gateway and check its invariants.
 #[derive(Debug, Parser)]
 #[command(name = "verdict-torture", version)]
@@ -57,6 +61,10 @@ struct Args {
     /// restarts (besides 2 consumer outages, 2 reloads and a rollback) per run.
     #[arg(long)]
     soak: bool,
+    /// Publish no further while this many messages are not terminal yet (default: no limit;
+    /// 20,000 with --soak, so its faults strike all through the run).
+    #[arg(long)]
+    max_backlog: Option<usize>,
     /// How long to wait for every message to become terminal after publishing (seconds).
     #[arg(long, default_value_t = 120)]
     duration: u64,
@@ -140,6 +148,7 @@ fn real_main() -> Result<bool> {
                 component: component.clone(),
                 workdir: std::path::absolute(&args.workdir)?,
                 progress: !args.quiet,
+                max_backlog: args.max_backlog.or(args.soak.then_some(SOAK_BACKLOG)),
             };
             let report = run::run(*name, &options)
                 .with_context(|| format!("{} with seed {}", name.as_str(), seed + s))?;

@@ -84,6 +84,9 @@ pub struct Options {
     pub workdir: PathBuf,
     /// Print progress to stderr.
     pub progress: bool,
+    /// Publish no further while this many messages are not terminal yet: a producer at the
+    /// gateway's pace, so the faults strike all through the run instead of into a backlog.
+    pub max_backlog: Option<usize>,
 }
 
 /// The faults a run injected.
@@ -365,6 +368,9 @@ pub fn run(name: SourceName, o: &Options) -> Result<Report> {
             .next()
             .map_or(planned.len(), |(at, _)| *at)
             .min(i + BATCH);
+        if let Some(max) = o.max_backlog {
+            wait_for_backlog(max, &consumer, &admin, name, published_at.len(), &progress)?;
+        }
         let batch = &planned[i..end];
         let sent = publish_batch(&runtime, &source, batch, &admin)?;
         for (m, sent) in batch.iter().zip(sent) {
@@ -608,6 +614,28 @@ impl Progress {
         if self.on && self.tty {
             eprintln!();
         }
+    }
+}
+
+/// Wait until at most `max` of the `published` messages are not terminal yet: ten minutes at
+/// most, after which publishing goes on and the settle phase reports what is stuck.
+fn wait_for_backlog(
+    max: usize,
+    consumer: &Consumer,
+    admin: &AdminClient,
+    name: SourceName,
+    published: usize,
+    progress: &Progress,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let terminal = consumer.accepted_keys() + dlq_depth(admin, name)? as usize;
+        let open = published.saturating_sub(terminal);
+        if open <= max || Instant::now() > deadline {
+            return Ok(());
+        }
+        progress.show(&format!("waiting: {open} not terminal yet (at most {max})"));
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
