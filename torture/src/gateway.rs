@@ -119,6 +119,23 @@ impl Gateway {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
     }
 
+    /// The possible duplicates the gateway itself counted on the embedded store: the leases
+    /// it recovered at each start (`recovered=N`) and each outcome fenced off because its
+    /// delivery outlived its lease.
+    pub fn counted_redeliveries(&self) -> u64 {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let recovered: u64 = log
+            .lines()
+            .filter_map(|l| {
+                let rest = &l[l.find("recovered=")? + "recovered=".len()..];
+                let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                digits.parse::<u64>().ok()
+            })
+            .sum();
+        let fenced = log.matches("outlived its lease").count() as u64;
+        recovered + fenced
+    }
+
     /// Lines of its log that show a panic.
     pub fn panics(&self) -> Vec<String> {
         std::fs::read_to_string(self.log_path())
