@@ -60,11 +60,9 @@ impl Host {
 
     /// Load a policy component from a file.
     pub fn load_file(&self, path: &Path) -> Result<Arc<Policy>, LoadError> {
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        self.load_bytes(&bytes, &path.display().to_string())
+        let origin = path.display().to_string();
+        let bytes = crate::bounds::read(path, self.limits(), &origin)?;
+        self.load_bytes(&bytes, &origin)
     }
 
     /// Load a policy component from bytes; `origin` names it in errors and logs.

@@ -254,7 +254,7 @@ pub fn omit_payload(
     use sha2::{Digest, Sha256};
     let mut decoded: Envelope = match format {
         "json" => serde_json::from_slice(envelope).map_err(|e| e.to_string())?,
-        "msgpack" => rmp_serde::from_slice(envelope).map_err(|e| e.to_string())?,
+        "msgpack" => from_msgpack(envelope)?,
         other => return Err(format!("unknown envelope format `{other}`")),
     };
     decoded.original.payload = None;
@@ -278,13 +278,26 @@ pub fn format_name(format: DlqFormat) -> &'static str {
     }
 }
 
+/// The deepest nesting a MessagePack envelope may have. serde_json reads at most 128 levels,
+/// so no envelope the gateway writes comes near it; rmp-serde's own limit (1,024) lets a
+/// dead letter put in a broker's DLQ by anyone nest deep enough to overflow a thread's
+/// stack (2 MiB: ~700 levels in a debug build), which aborts the whole process.
+const MAX_MSGPACK_DEPTH: usize = 160;
+
+/// A MessagePack envelope, nested at most [`MAX_MSGPACK_DEPTH`] deep.
+fn from_msgpack(bytes: &[u8]) -> Result<Envelope, String> {
+    let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+    de.set_max_depth(MAX_MSGPACK_DEPTH);
+    Envelope::deserialize(&mut de).map_err(|e| e.to_string())
+}
+
 /// Decode a stored envelope into JSON, whatever its format.
 pub fn decode(format: &str, bytes: &[u8]) -> Result<serde_json::Value, String> {
     match format {
         "json" => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
-        "msgpack" => rmp_serde::from_slice::<Envelope>(bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|e| serde_json::to_value(e).map_err(|e| e.to_string())),
+        "msgpack" => {
+            from_msgpack(bytes).and_then(|e| serde_json::to_value(e).map_err(|e| e.to_string()))
+        }
         other => Err(format!("unknown envelope format `{other}`")),
     }
 }
@@ -306,7 +319,11 @@ pub fn payload_bytes(original: &serde_json::Value) -> Vec<u8> {
 }
 
 fn payload_fields(bytes: &[u8]) -> (Option<serde_json::Value>, Option<String>) {
-    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes) {
+    // A payload that is JSON `null` is kept as its text: `"payload": null` reads back as no
+    // payload, and its replay would be empty.
+    if let Ok(value) = serde_json::from_slice::<serde_json::Value>(bytes)
+        && !value.is_null()
+    {
         return (Some(value), None);
     }
     match std::str::from_utf8(bytes) {
@@ -330,7 +347,14 @@ mod tests {
 
     #[test]
     fn replays_get_the_payload_back() {
-        for bytes in [&br#"{"a":[1,2]}"#[..], b"plain text", &[0xff, 0x00, 0x9f]] {
+        // `null` too (found by `tests/fuzz.rs`: it came back empty).
+        for bytes in [
+            &br#"{"a":[1,2]}"#[..],
+            b"plain text",
+            &[0xff, 0x00, 0x9f],
+            b"null",
+            b" null ",
+        ] {
             let (payload, payload_base64) = payload_fields(bytes);
             let original = serde_json::json!({"payload": payload, "payloadBase64": payload_base64});
             assert_eq!(payload_bytes(&original), bytes);
@@ -436,5 +460,44 @@ mod tests {
         assert_eq!(json["consumerGroup"], "g");
         assert!(decode("yaml", b"").unwrap_err().contains("yaml"));
         assert!(decode("msgpack", b"\xc1").is_err());
+    }
+
+    #[test]
+    fn a_deeply_nested_msgpack_envelope_is_refused_not_a_stack_overflow() {
+        // An envelope whose payload is 1,000 nested one-element arrays (0x91 ... 0x01), as
+        // anyone who can publish to a DLQ may write one: before, rmp-serde's limit of 1,024
+        // let it through and decoding it overflowed the stack (found by `tests/fuzz.rs`).
+        let envelope: Envelope = serde_json::from_value(serde_json::json!({
+            "original": {"topic": "t", "id": "m-1", "headers": {}, "payload": 0},
+            "attempts": 1, "errors": [], "consumerGroup": "g",
+            "firstFailedAt": "x", "lastFailedAt": "x",
+            "verdict": {"action": "dead-letter", "class": "poison", "reason": "r",
+                        "alert": "warning", "labels": {}},
+            "policy": {"name": "rules", "version": "1", "sha256": "s", "generation": 1,
+                       "fallback": null},
+            "dlq": "t.DLQ", "gateway": "gw", "deadLetteredAt": "x"
+        }))
+        .unwrap();
+        let packed = envelope.encode(DlqFormat::Msgpack).unwrap();
+        let needle = b"\xa7payload\x00";
+        let at = packed
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .unwrap()
+            + needle.len()
+            - 1;
+        let nested = |depth: usize| {
+            let mut bytes = packed[..at].to_vec();
+            bytes.extend(std::iter::repeat_n(0x91u8, depth));
+            bytes.push(0x01);
+            bytes.extend_from_slice(&packed[at + 1..]);
+            bytes
+        };
+        let e = decode("msgpack", &nested(1_000)).unwrap_err();
+        assert!(e.contains("depth"), "{e}");
+        assert!(omit_payload("msgpack", &nested(1_000), b"", "x").is_err());
+        // As deep as serde_json reads: still an envelope.
+        let value = decode("msgpack", &nested(126)).unwrap();
+        assert_eq!(payload_bytes(&value["original"]).len(), 126 * 2 + 1);
     }
 }

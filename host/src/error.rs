@@ -34,6 +34,21 @@ pub enum LoadError {
         /// Where the bytes came from.
         origin: String,
     },
+    /// Past one of the sandbox's static bounds (size, functions, blocks, memory), found by a
+    /// scan before compiling: what would have cost the compiler seconds costs milliseconds.
+    #[error("{origin}: {what}: {value}, past sandbox.{limit} = {max} (refused before compiling)")]
+    Bound {
+        /// Where the bytes came from.
+        origin: String,
+        /// What was measured, and where.
+        what: String,
+        /// Its value.
+        value: u64,
+        /// The `[sandbox]` setting it is past.
+        limit: &'static str,
+        /// The setting's value.
+        max: u64,
+    },
     /// Wasmtime could not compile it (truncated, corrupt, unsupported feature).
     #[error("{origin}: invalid component: {message}")]
     Compile {
@@ -79,6 +94,15 @@ pub enum LoadError {
         origin: String,
         /// What the linker said.
         message: String,
+    },
+    /// The first instance could not be made (a start function that traps, a component past
+    /// the per-policy memory, table or instance limits), before any call.
+    #[error("{origin}: {fault}")]
+    Instantiate {
+        /// Where the bytes came from.
+        origin: String,
+        /// What went wrong (a [`Fault::Instantiate`]).
+        fault: Fault,
     },
     /// `describe` (called once at load) failed.
     #[error("{origin}: `describe` failed: {fault}")]

@@ -34,6 +34,7 @@ pub mod admin;
 mod artifacts;
 pub mod bench;
 mod bindings;
+mod bounds;
 pub mod cli;
 mod clock;
 mod config;

@@ -40,6 +40,15 @@ pub struct Limits {
     pub(crate) instance_recycle_bytes: usize,
     /// Idle instances kept warm per route.
     pub(crate) warm_instances: usize,
+    /// Largest component file, checked before it is read whole or compiled.
+    pub(crate) max_component_bytes: usize,
+    /// Most functions a component may define, over all its core modules.
+    pub(crate) max_functions: u32,
+    /// Most blocks, ifs and trys in one function, a loop counting as 16 (compile time grows
+    /// with the square of this count).
+    pub(crate) max_function_blocks: u64,
+    /// Most blocks, ifs and trys in all of a component's functions, a loop counting as 16.
+    pub(crate) max_blocks: u64,
 }
 
 impl Default for Limits {
@@ -55,6 +64,10 @@ impl Default for Limits {
             instance_max_uses: 10_000,
             instance_recycle_bytes: 4 << 20,
             warm_instances: 4,
+            max_component_bytes: 8 << 20,
+            max_functions: 10_000,
+            max_function_blocks: 10_000,
+            max_blocks: 100_000,
         }
     }
 }
@@ -128,6 +141,37 @@ impl Limits {
         self
     }
 
+    /// Largest component a policy may be, in bytes; a larger file is refused before it is
+    /// read whole or compiled. Default 8 MiB (the shipped policies are under 250 KiB).
+    pub fn max_component_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.max_component_bytes = bytes;
+        self
+    }
+
+    /// Most functions a component may define, over all its core modules; each costs the
+    /// compiler time and memory of its own. Default 10 000 (the shipped policies define
+    /// under 400).
+    pub fn max_functions(&mut self, count: u32) -> &mut Self {
+        self.max_functions = count;
+        self
+    }
+
+    /// Most blocks, ifs and trys in one function, each loop counting as 16: the compiler's
+    /// time grows with the square of this count, so a small function of deeply nested or
+    /// many blocks is a compile bomb. Default 10 000 (the shipped policies reach 742).
+    pub fn max_function_blocks(&mut self, count: u64) -> &mut Self {
+        self.max_function_blocks = count;
+        self
+    }
+
+    /// Most blocks, ifs and trys in all of a component's functions, counted as for
+    /// [`max_function_blocks`](Self::max_function_blocks); with it, bounds the compile time
+    /// of many large functions. Default 100 000 (the shipped policies reach 8 232).
+    pub fn max_blocks(&mut self, count: u64) -> &mut Self {
+        self.max_blocks = count;
+        self
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, message: String| Err(ConfigError::InvalidLimit { field, message });
         if self.epoch_tick_ms == 0 {
@@ -169,6 +213,30 @@ impl Limits {
         if self.instance_max_uses == 0 {
             return bad("instance_max_uses", "must be at least 1".into());
         }
+        if self.max_component_bytes < 8 {
+            return bad(
+                "max_component_bytes",
+                format!(
+                    "{} is below a component's 8-byte header",
+                    self.max_component_bytes
+                ),
+            );
+        }
+        if self.max_functions == 0 {
+            return bad("max_functions", "must be at least 1".into());
+        }
+        if self.max_function_blocks == 0 {
+            return bad("max_function_blocks", "must be at least 1".into());
+        }
+        if self.max_blocks < self.max_function_blocks {
+            return bad(
+                "max_blocks",
+                format!(
+                    "{} is below max_function_blocks ({})",
+                    self.max_blocks, self.max_function_blocks
+                ),
+            );
+        }
         Ok(())
     }
 
@@ -191,7 +259,7 @@ mod tests {
     #[test]
     fn each_bad_limit_names_its_field() {
         type Setter = fn(&mut Limits);
-        let cases: [(&str, Setter); 6] = [
+        let cases: [(&str, Setter); 10] = [
             ("epoch_tick_ms", |l| {
                 l.epoch_tick_ms(0);
             }),
@@ -209,6 +277,18 @@ mod tests {
             }),
             ("instance_max_uses", |l| {
                 l.instance_max_uses(0);
+            }),
+            ("max_component_bytes", |l| {
+                l.max_component_bytes(4);
+            }),
+            ("max_functions", |l| {
+                l.max_functions(0);
+            }),
+            ("max_function_blocks", |l| {
+                l.max_function_blocks(0).max_blocks(0);
+            }),
+            ("max_blocks", |l| {
+                l.max_function_blocks(100).max_blocks(99);
             }),
         ];
         for (field, set) in cases {

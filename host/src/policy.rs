@@ -33,6 +33,7 @@ impl Policy {
     pub(crate) fn load(host: &Host, bytes: &[u8], origin: &str) -> Result<Self, LoadError> {
         let _span = tracing::info_span!("load", origin).entered();
         check_header(bytes, origin)?;
+        crate::bounds::check(bytes, host.limits(), origin)?;
         let sha256 = sha256_hex(bytes);
         let component = host
             .artifacts()
@@ -65,8 +66,12 @@ impl Policy {
             exports: surface.exports,
             loaded_at: SystemTime::now(),
         };
-        let info = Instance::new(&policy)
-            .and_then(|mut instance| instance.describe(host.limits()))
+        let mut first = Instance::new(&policy).map_err(|fault| LoadError::Instantiate {
+            origin: origin.into(),
+            fault,
+        })?;
+        let info = first
+            .describe(host.limits())
             .map_err(|fault| LoadError::Describe {
                 origin: origin.into(),
                 fault,

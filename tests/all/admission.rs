@@ -2,9 +2,10 @@
 //! artifact cache (warm restart, corrupt and truncated entries).
 
 use std::path::Path;
+use std::time::Instant;
 
-use verdict_host::{Class, GatewayConfig, Registry, RegistryError};
-use verdict_tests::{at, fixtures, scratch_dir};
+use verdict_host::{Action, Class, GatewayConfig, LoadError, Registry, RegistryError};
+use verdict_tests::{at, fixtures, scratch_dir, with_bystander};
 
 /// `rules` on `orders`; with a `mode`, the hostile guest in that mode on `hostile.>`.
 fn config(state: &Path, mode: Option<&str>, admission: &str) -> GatewayConfig {
@@ -229,5 +230,340 @@ fn operator_changes_survive_a_restart_until_the_file_changes_their_entry() {
         r.shadow_report().len(),
         1,
         "the shadow's route entry did not change"
+    );
+}
+
+// Components generated here rather than built from source: what `describe` answers is
+// fixed before any config arrives (so no mode of the hostile guest can pick it), and a
+// start function or a compile bomb is not something a Rust compiler emits on request.
+
+/// `bytes` as the contents of a WAT string literal.
+fn wat_bytes(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("\\{b:02x}")).collect()
+}
+
+/// Where `contract_module` keeps the text its `describe` returns.
+const NAME_AT: u32 = 1 << 16;
+
+/// A core module that speaks the contract through the canonical ABI by hand. `describe`
+/// answers `name` as its name, version and description; `decide` dead-letters every failure
+/// as `unknown`, which passes every property check; `extra` is spliced into the module.
+fn contract_module(name: &[u8], extra: &str) -> String {
+    let len = u32::try_from(name.len()).unwrap();
+    let pages = (NAME_AT + len).div_ceil(1 << 16) + 1;
+    let info: Vec<u8> = [NAME_AT, len, NAME_AT, len, NAME_AT, len]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    format!(
+        r#"(module
+  (memory (export "memory") {pages})
+  (global $heap (mut i32) (i32.const {heap}))
+  ;; A bump allocator: each instance serves a handful of calls.
+  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
+    (local $p i32) (local $end i32) (local $have i32)
+    (local.set $p (i32.and
+      (i32.add (global.get $heap) (i32.sub (local.get 2) (i32.const 1)))
+      (i32.sub (i32.const 0) (local.get 2))))
+    (local.set $end (i32.add (local.get $p) (local.get 3)))
+    (local.set $have (i32.mul (memory.size) (i32.const 65536)))
+    (if (i32.gt_u (local.get $end) (local.get $have))
+      (then
+        (if (i32.eq
+              (memory.grow (i32.div_u
+                (i32.add (i32.sub (local.get $end) (local.get $have)) (i32.const 65535))
+                (i32.const 65536)))
+              (i32.const -1))
+          (then unreachable))))
+    (global.set $heap (local.get $end))
+    (local.get $p))
+  (func (export "verdict:policy/decider@0.1.0#init") (param i32 i32) (result i32)
+    (i32.const 1024))
+  (func (export "verdict:policy/decider@0.1.0#describe") (result i32)
+    (i32.const 1040))
+  (func (export "verdict:policy/decider@0.1.0#decide")
+    (param i32 i32 i64 i64 i32 i64 i32 i32 i32 i64 i32 i64 i64 i32 i32 i32) (result i32)
+    (i32.const 1088))
+  (data (i32.const 1040) "{info}")
+  ;; verdict: action dead-letter (case 2) at 0, class unknown (case 6) at 16
+  (data (i32.const 1088) "\02")
+  (data (i32.const 1104) "\06")
+  (data (i32.const {NAME_AT}) "{name}")
+  {extra}
+)"#,
+        heap = NAME_AT + len.next_multiple_of(8),
+        info = wat_bytes(&info),
+        name = wat_bytes(name),
+    )
+}
+
+/// `core_wat` wrapped into a policy component with the contract's world embedded, as
+/// `verdict build` does for a module `wit-bindgen` produced.
+fn componentize(core_wat: &str) -> Vec<u8> {
+    let mut resolve = wit_parser::Resolve::default();
+    let package = resolve
+        .push_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/policy.wit"))
+        .unwrap();
+    let world = resolve.select_world(&[package], Some("policy")).unwrap();
+    let mut module = wat::parse_str(core_wat).unwrap();
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+        false,
+    )
+    .unwrap();
+    verdict_componentize::componentize(&module).unwrap()
+}
+
+/// `rules` on `orders`, plus each `(name, component)` written to the state dir and routed
+/// on `<name>.>`.
+fn config_with(state: &Path, admission: &str, extra: &[(&str, &[u8])]) -> GatewayConfig {
+    let mut text = format!(
+        r#"
+[sandbox]
+decide_timeout_ms = 1000
+[storage]
+dir = "{state}"
+[admission]
+{admission}
+[policies.rules]
+path = "{rules}"
+[[routes]]
+topic = "orders"
+policy = "rules"
+config = {{ max_attempts = 3 }}
+"#,
+        state = state.display(),
+        rules = fixtures::RULES,
+    );
+    for (name, component) in extra {
+        let path = state.join(format!("{name}.wasm"));
+        std::fs::write(&path, component).unwrap();
+        text += &format!(
+            "[policies.{name}]\npath = \"{}\"\n[[routes]]\ntopic = \"{name}.>\"\npolicy = \"{name}\"\n",
+            path.display()
+        );
+    }
+    GatewayConfig::parse(&text, "verdict.toml").unwrap()
+}
+
+/// Reload a registry serving `rules` on `orders` to one that adds `component` as `name`,
+/// while a bystander decides on another host; the refusal, once it is clear nothing moved:
+/// the old generation is live and `orders` still decides.
+fn refused(test: &str, name: &str, component: &[u8]) -> RegistryError {
+    let state = scratch_dir(test);
+    let r = Registry::new(&config_with(&state, "", &[]), Path::new("/")).unwrap();
+    let bad = config_with(&state, "", &[(name, component)]);
+    let err = with_bystander(|| {
+        let started = Instant::now();
+        let err = r.reload(&bad, Path::new("/")).unwrap_err();
+        // Measured once for RELIABILITY.md (`--nocapture`); not asserted.
+        eprintln!(
+            "{test}: {} bytes refused in {:?}",
+            component.len(),
+            started.elapsed()
+        );
+        err
+    });
+    assert_eq!(r.current().number, 1, "{err}");
+    assert_eq!(r.status().refused, 1);
+    assert!(
+        r.decide(&format!("{name}.x"), &at("db.timeout", 1))
+            .is_none()
+    );
+    let d = r.decide("orders", &at("db.timeout", 3)).unwrap();
+    assert_eq!(d.verdict.class, Class::Exhausted);
+    assert!(d.fallback.is_none());
+    drop(r);
+    // Some bombs are tens of MiB.
+    let _ = std::fs::remove_dir_all(&state);
+    err
+}
+
+#[test]
+fn a_policy_describing_itself_with_a_megabyte_of_lines_is_shown_as_one_bounded_line() {
+    let name = "hostile\r\nx-injected: 1\n".repeat(50_000);
+    assert!(name.len() > 1 << 20);
+    let component = componentize(&contract_module(name.as_bytes(), ""));
+    let state = scratch_dir("admission-describe");
+    let config = config_with(&state, "", &[("named", &component)]);
+    // Loaded, described and put through the property checks while another host decides.
+    let (r, d) = with_bystander(|| {
+        let r = Registry::new(&config, Path::new("/")).unwrap();
+        let d = r.decide("named.x", &at("db.timeout", 1)).unwrap();
+        (r, d)
+    });
+    assert!(d.fallback.is_none(), "{d:?}");
+    assert_eq!(
+        (d.verdict.action, d.verdict.class),
+        (Action::DeadLetter, Class::Unknown)
+    );
+    let provenance = &d.provenance;
+    for shown in [&provenance.name, &provenance.version] {
+        assert_eq!(shown.len(), verdict_host::text::MAX_NAME_BYTES, "{shown}");
+        assert!(!shown.chars().any(char::is_control), "{shown}");
+        assert!(shown.starts_with("hostile  x-injected: 1 "), "{shown}");
+    }
+    let policy = &r.current().policies["named"];
+    assert!(policy.description().len() <= 4 << 10);
+    assert!(!policy.description().chars().any(char::is_control));
+    assert!(r.decide("orders", &at("db.timeout", 1)).is_some());
+}
+
+#[test]
+fn a_policy_that_traps_while_instantiating_is_refused_and_the_old_one_keeps_deciding() {
+    let trap = "(func $start unreachable) (start $start)";
+    let component = componentize(&contract_module(b"trap", trap));
+    let err = refused("admission-start-trap", "trap", &component);
+    let text = err.to_string();
+    assert!(
+        matches!(&err, RegistryError::Load { policy, source: LoadError::Instantiate { .. } } if policy == "trap"),
+        "{text}"
+    );
+    assert!(
+        text.contains("could not instantiate: trapped: wasm trap: wasm `unreachable`"),
+        "{text}"
+    );
+}
+
+/// A component of one core module with `fields`, instantiated `instances` times.
+fn component_of(fields: &str, instances: usize) -> Vec<u8> {
+    let mut wat = format!("(component\n(core module $m {fields})\n");
+    for _ in 0..instances {
+        wat += "(core instance (instantiate $m))\n";
+    }
+    wat::parse_str(wat + ")").unwrap()
+}
+
+#[test]
+fn more_memories_tables_or_instances_than_a_policy_has_are_refused_naming_the_limit() {
+    for (what, fields, instances, reason) in [
+        (
+            "memories",
+            "(memory 1)".to_string(),
+            4,
+            "4 Wasm linear memories, which exceeds the configured maximum of 1",
+        ),
+        (
+            "memories-in-one-module",
+            "(memory 1)".repeat(25),
+            1,
+            "defined memories count of 25 exceeds the per-instance limit of 1",
+        ),
+        (
+            "tables",
+            "(table 1 funcref)".to_string(),
+            4,
+            "4 tables, which exceeds the configured maximum of 2",
+        ),
+        // 1 000 is as many as the parser takes at all.
+        (
+            "instances",
+            String::new(),
+            1_000,
+            "1000 core module instances, which exceeds the configured maximum of 4",
+        ),
+    ] {
+        let component = component_of(&fields, instances);
+        let text = refused(&format!("admission-many-{what}"), what, &component).to_string();
+        assert!(text.contains(reason), "{what}: {text}");
+    }
+}
+
+/// The `[sandbox]` bound a refusal names, and its text.
+fn bound(err: &RegistryError) -> (&'static str, String) {
+    match err {
+        RegistryError::Load {
+            source: LoadError::Bound { limit, .. },
+            ..
+        } => (limit, err.to_string()),
+        other => panic!("expected a refusal before compiling, got {other}"),
+    }
+}
+
+/// `n` blocks, each inside the one before.
+fn nested_blocks(n: usize) -> String {
+    format!("(func {} {})", "block\n".repeat(n), "end\n".repeat(n))
+}
+
+// Unbounded, these took the compiler 17 s (nested blocks), 34 s (loops), 11 s and 640 MB
+// (functions) and 3.4 s (a 32 MiB segment) on a 2-core machine before being refused for
+// not exporting the contract; one that did export it went live after that.
+
+#[test]
+fn a_function_nested_100_000_blocks_deep_is_refused_before_compiling() {
+    let component = component_of(&nested_blocks(100_000), 1);
+    let (limit, text) = bound(&refused("admission-nesting", "nested", &component));
+    assert_eq!(limit, "max_function_blocks", "{text}");
+    assert!(
+        text.contains("function body 0 of core module 0 (a loop counts as 16): 100000, past sandbox.max_function_blocks = 10000"),
+        "{text}"
+    );
+}
+
+#[test]
+fn loop_bombs_are_refused_in_one_function_and_spread_over_many() {
+    let one = component_of(&format!("(func {})", "loop end ".repeat(20_000)), 1);
+    let (limit, text) = bound(&refused("admission-loops", "loops", &one));
+    assert_eq!(limit, "max_function_blocks", "{text}");
+    assert!(text.contains(": 320000, past"), "{text}");
+    // Each function under the bound, 40 of them over the component's.
+    let function = format!("(func {})\n", "loop end ".repeat(200));
+    let spread = component_of(&function.repeat(40), 1);
+    let (limit, text) = bound(&refused("admission-loops-spread", "spread", &spread));
+    assert_eq!(limit, "max_blocks", "{text}");
+    assert!(
+        text.contains("up to body 31 of core module 0 (a loop counts as 16): 102400, past sandbox.max_blocks = 100000"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_component_with_100_000_functions_is_refused_before_compiling() {
+    let funcs = "(func (result i32) i32.const 7)\n".repeat(100_000);
+    let component = component_of(&funcs, 1);
+    let (limit, text) = bound(&refused("admission-functions", "functions", &component));
+    assert_eq!(limit, "max_functions", "{text}");
+    assert!(
+        text.contains("functions defined: 100000, past sandbox.max_functions = 10000"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_memory_or_data_segment_past_the_memory_cap_is_refused_before_compiling() {
+    for (what, fields, reason) in [
+        (
+            "memory",
+            "(memory 16384)",
+            "minimum bytes of memory 0 of core module 0: 1073741824, past sandbox.memory_cap_bytes = 16777216",
+        ),
+        (
+            "data",
+            "(memory 1 65536) (data (i32.const 1073741823) \"x\")",
+            "end of data segment 0 of core module 0: 1073741824, past sandbox.memory_cap_bytes = 16777216",
+        ),
+    ] {
+        let component = component_of(fields, 1);
+        let (limit, text) = bound(&refused(&format!("admission-{what}-cap"), what, &component));
+        assert_eq!(limit, "memory_cap_bytes", "{text}");
+        assert!(text.contains(reason), "{what}: {text}");
+    }
+}
+
+#[test]
+fn a_component_past_max_component_bytes_is_refused_before_it_is_read_whole() {
+    let data = "x".repeat(32 << 20);
+    let component = component_of(&format!("(memory 1) (data (i32.const 0) \"{data}\")"), 1);
+    let (limit, text) = bound(&refused("admission-size", "large", &component));
+    assert_eq!(limit, "max_component_bytes", "{text}");
+    assert!(
+        text.contains(&format!(
+            "size in bytes: {}, past sandbox.max_component_bytes = 8388608",
+            component.len()
+        )),
+        "{text}"
     );
 }

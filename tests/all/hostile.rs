@@ -168,3 +168,65 @@ fn trap_in_init_is_a_config_error_with_the_panic() {
         other => panic!("expected an init panic, got {other}"),
     }
 }
+
+/// A failure whose on-demand facts are large: a 64 KiB payload, 8 earlier attempts with
+/// 1 KiB messages.
+fn bulky_failure() -> verdict_host::Failure {
+    let history: Vec<_> = (0..8)
+        .map(|i| serde_json::json!({"at-ms": i, "kind": "db.timeout", "message": "m".repeat(1 << 10)}))
+        .collect();
+    verdict_tests::failure(serde_json::json!({
+        "message-id": "m-1", "attempt": 1, "jitter-seed": 7,
+        "error": {"kind": "db.timeout"},
+        "payload": "p".repeat(64 << 10),
+        "history": history,
+    }))
+}
+
+fn storm(mode: &str, decide_timeout_ms: u64) -> Decision {
+    let mut limits = Limits::new();
+    limits.decide_timeout_ms(decide_timeout_ms);
+    let host = Host::new(&limits).unwrap();
+    let topic = decider(
+        &host,
+        fixtures::HOSTILE,
+        &format!(r#"{{"mode": "{mode}"}}"#),
+    );
+    let failure = bulky_failure();
+    with_bystander(|| {
+        let started = Instant::now();
+        let d = topic.decide(&failure);
+        assert!(
+            started.elapsed() < HANG,
+            "{mode}: took {:?}",
+            started.elapsed()
+        );
+        eprintln!("{mode}: {:?} after {:?}", d.fallback, started.elapsed());
+        // The topic stays usable: the next storm on it is contained the same way.
+        let again = topic.decide(&failure);
+        assert_eq!(again.fallback.is_some(), d.fallback.is_some(), "{again:?}");
+        d
+    })
+}
+
+/// Each `host.payload()` copies 64 KiB out of the failure and into the guest's memory, and
+/// the host frees its copy as the call returns; the guest drops its own at once, so neither
+/// side's memory grows and only time does: the deadline ends it.
+#[test]
+fn a_million_payload_fetches_in_one_decision_time_out_into_the_fallback() {
+    let d = storm("payload-storm", 50);
+    assert_eq!(d.fallback, Some(Fault::Timeout { limit_ms: 50 }), "{d:?}");
+    assert_fallback_retry(&d);
+}
+
+/// Each `host.history()` copy lands in the guest's memory (the host keeps none): kept, they
+/// hit the policy's memory cap long before a million.
+#[test]
+fn a_million_history_copies_kept_in_one_decision_hit_the_memory_cap() {
+    let d = storm("history-storm", PATIENT_MS);
+    assert!(
+        matches!(d.fallback, Some(Fault::MemoryCap { cap_bytes: 16_777_216, requested_bytes }) if requested_bytes > 16_777_216),
+        "{d:?}"
+    );
+    assert_fallback_retry(&d);
+}

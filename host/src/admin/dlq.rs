@@ -6,8 +6,6 @@
 //! entries; when more follow, [`NEXT_HEADER`] holds the `after` of the next one. No answer
 //! carries a broker password.
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -15,8 +13,9 @@ use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 
-use super::{AdminState, ApiError, handlers::parse};
-use crate::dlq::{DeadLetters, ReplayOptions, ReplayReport};
+use super::handlers::body_bytes;
+use super::{AdminState, ApiError, bodies};
+use crate::dlq::{DeadLetters, ReplayReport};
 use crate::pipeline::{Pipeline, now_ms};
 use crate::sources::SourceKind;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
@@ -139,39 +138,18 @@ pub(crate) async fn stats(
     Ok(Json(stats))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
-pub(crate) struct ReplayRequest {
-    filter: DlqFilter,
-    dry_run: bool,
-    rate_per_s: Option<f64>,
-    canary: Option<usize>,
-    canary_timeout_ms: Option<u64>,
-    note: Option<String>,
-}
-
 pub(crate) async fn replay(
     State(state): State<AdminState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<ReplayReport>, ApiError> {
-    let request: ReplayRequest = parse(body)?;
+    let (filter, options) = bodies::replay(&body_bytes(body)?)?;
     let pipeline = gateway(&state)?;
     let registry = state.registry.clone();
-    let options = ReplayOptions {
-        dry_run: request.dry_run,
-        rate_per_s: request.rate_per_s,
-        canary: request.canary,
-        canary_timeout: Duration::from_millis(request.canary_timeout_ms.unwrap_or(120_000)),
-        note: request
-            .note
-            .unwrap_or_else(|| "replayed through the admin API".into()),
-    };
-    let source = request.filter.source;
+    let source = filter.source;
     let report = with_dlqs(&state, source, move |dlqs| {
-        let report =
-            crate::dlq::replay(dlqs, Some(&registry), &request.filter, &options, |_, _| {
-                pipeline.wake();
-            });
+        let report = crate::dlq::replay(dlqs, Some(&registry), &filter, &options, |_, _| {
+            pipeline.wake();
+        });
         pipeline.wake();
         report
     })
@@ -179,28 +157,15 @@ pub(crate) async fn replay(
     Ok(Json(report))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct DiscardRequest {
-    #[serde(default)]
-    filter: DlqFilter,
-    reason: String,
-}
-
 pub(crate) async fn discard(
     State(state): State<AdminState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let request: DiscardRequest = parse(body)?;
-    if request.reason.trim().is_empty() {
-        return Err(ApiError::bad_request(
-            "request body: reason: say why (it is audited)",
-        ));
-    }
-    let source = request.filter.source;
+    let (filter, reason) = bodies::discard(&body_bytes(body)?)?;
+    let source = filter.source;
     let discarded = with_dlqs(&state, source, move |dlqs| {
-        let entries = dlqs.list(&request.filter, now_ms())?;
-        dlqs.discard(&entries, &request.reason)
+        let entries = dlqs.list(&filter, now_ms())?;
+        dlqs.discard(&entries, &reason)
     })
     .await?;
     Ok(Json(serde_json::json!({ "discarded": discarded })))

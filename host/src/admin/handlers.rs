@@ -8,28 +8,16 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
-use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{AdminState, ApiError, views};
-use crate::{FailureSpec, Registry, RegistryError, ShadowConfig};
+use super::{AdminState, ApiError, bodies, views};
+use crate::{Registry, RegistryError};
 
 type ApiResult<T> = Result<T, ApiError>;
 
-/// Parse a JSON body; errors name the field.
-pub(crate) fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
-    let body = body.map_err(body_error)?;
-    let de = &mut serde_json::Deserializer::from_slice(&body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let at = if path == "." {
-            String::new()
-        } else {
-            format!("{path}: ")
-        };
-        ApiError::bad_request(format!("request body: {at}{}", e.inner()))
-    })
+/// The body, or the rejection as an API error.
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+    body.map_err(body_error)
 }
 
 fn body_error(e: BytesRejection) -> ApiError {
@@ -104,32 +92,20 @@ pub(crate) async fn shadow_report(
     Json(state.registry.shadow_report())
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct DecideRequest {
-    topic: String,
-    failure: Value,
-}
-
 pub(crate) async fn decide(
     State(state): State<AdminState>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<crate::Decision>> {
-    let request: DecideRequest = parse(body)?;
-    let spec = FailureSpec::from_json(&request.failure.to_string())
-        .map_err(|e| ApiError::bad_request(format!("failure: {e}")))?;
+    let (topic, spec) = bodies::decide(&body_bytes(body)?)?;
     state
         .registry
-        .decide(&request.topic, &spec.into_failure())
+        .decide(&topic, &spec.into_failure())
         .map(Json)
         .ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "no_route",
-                format!(
-                    "no route matches topic `{}` (add a `>` route as the default)",
-                    request.topic
-                ),
+                format!("no route matches topic `{topic}` (add a `>` route as the default)"),
             )
         })
 }
@@ -144,41 +120,23 @@ pub(crate) async fn upload(
     Ok((StatusCode::CREATED, Json(upload)))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ActivateRequest {
-    sha256: String,
-}
-
 pub(crate) async fn activate(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
-    let request: ActivateRequest = parse(body)?;
-    let generation = blocking(&state, move |r| r.activate(&name, &request.sha256)).await?;
+    let sha256 = bodies::activate(&body_bytes(body)?)?;
+    let generation = blocking(&state, move |r| r.activate(&name, &sha256)).await?;
     Ok(activated(generation))
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RollbackRequest {
-    #[serde(default)]
-    topic: Option<String>,
 }
 
 pub(crate) async fn rollback(
     State(state): State<AdminState>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
-    let bytes = body.map_err(body_error)?;
-    let request: RollbackRequest = if bytes.iter().all(u8::is_ascii_whitespace) {
-        RollbackRequest::default()
-    } else {
-        parse(Ok(bytes))?
-    };
-    let one_route = request.topic.is_some();
-    let generation = blocking(&state, move |r| match &request.topic {
+    let topic = bodies::rollback(&body_bytes(body)?)?;
+    let one_route = topic.is_some();
+    let generation = blocking(&state, move |r| match &topic {
         Some(topic) => r.rollback_topic(topic),
         None => r.rollback(),
     })
@@ -196,32 +154,12 @@ pub(crate) const ROLLBACK_TOPIC_NOTE: &str = "the route stays rolled back until 
     change of any route (a reload of the config file, an activation, a shadow change) or a \
     restart, which rebuild it from the config file; to keep it, change the route in the file";
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct ShadowRequest {
-    topic: String,
-    #[serde(default)]
-    policy: Option<String>,
-    #[serde(default)]
-    config: Option<Value>,
-}
-
 pub(crate) async fn shadow(
     State(state): State<AdminState>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Json<Value>> {
-    let request: ShadowRequest = parse(body)?;
-    let shadow = match (request.policy, request.config) {
-        (Some(policy), config) => Some(ShadowConfig { policy, config }),
-        (None, None) => None,
-        (None, Some(_)) => {
-            return Err(ApiError::bad_request(
-                "request body: config: a shadow config needs a `policy` (omit both to turn the \
-                 shadow off)",
-            ));
-        }
-    };
-    let generation = blocking(&state, move |r| r.set_shadow(&request.topic, shadow)).await?;
+    let (topic, shadow) = bodies::shadow(&body_bytes(body)?)?;
+    let generation = blocking(&state, move |r| r.set_shadow(&topic, shadow)).await?;
     Ok(activated(generation))
 }
 

@@ -38,6 +38,8 @@ use crate::pipeline::Pipeline;
 use crate::{Metrics, Registry};
 
 mod auth;
+#[doc(hidden)]
+pub mod bodies;
 mod broker_dlqs;
 mod client;
 mod dlq;

@@ -10,51 +10,15 @@
 //! message whose id is already stored is reported as a duplicate and not stored again, so a
 //! producer may safely retry a publish. The whole batch is one transaction.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::Deserialize;
 
-use super::{AdminState, ApiError};
+use super::{AdminState, ApiError, bodies};
 use crate::pipeline::now_ms;
-use crate::store::{NewMessage, Published};
-
-/// Largest batch in one request.
-const MAX_BATCH: usize = 10_000;
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MessageBody {
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    payload: serde_json::Value,
-    #[serde(default)]
-    content_type: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum Body {
-    Batch(Vec<serde_json::Value>),
-    One(serde_json::Value),
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-
-fn make_id(now: u64) -> String {
-    format!(
-        "{now:x}-{:x}-{:x}",
-        std::process::id(),
-        NEXT_ID.fetch_add(1, Ordering::Relaxed)
-    )
-}
+use crate::store::Published;
 
 pub(crate) async fn publish(
     State(state): State<AdminState>,
@@ -85,45 +49,8 @@ pub(crate) async fn publish(
         ));
     }
     let body = body.map_err(|e| ApiError::new(e.status(), "bad_body", e.body_text()))?;
-    let items = match serde_json::from_slice::<Body>(&body) {
-        Ok(Body::Batch(items)) => items,
-        Ok(Body::One(item)) => vec![item],
-        Err(e) => return Err(ApiError::bad_request(format!("request body: {e}"))),
-    };
-    if items.is_empty() || items.len() > MAX_BATCH {
-        return Err(ApiError::bad_request(format!(
-            "request body: a batch holds 1 to {MAX_BATCH} messages, not {}",
-            items.len()
-        )));
-    }
     let now = now_ms();
-    let mut messages = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        let m: MessageBody = serde_path_to_error::deserialize(item).map_err(|e| {
-            ApiError::bad_request(format!(
-                "request body: message {i}: {}: {}",
-                e.path(),
-                e.inner()
-            ))
-        })?;
-        let (payload, default_type) = match m.payload {
-            serde_json::Value::String(text) => (text.into_bytes(), "text/plain"),
-            other => (other.to_string().into_bytes(), "application/json"),
-        };
-        let id = m.id.unwrap_or_else(|| make_id(now));
-        if id.is_empty() || id.len() > 256 {
-            return Err(ApiError::bad_request(format!(
-                "request body: message {i}: id: 1 to 256 bytes"
-            )));
-        }
-        messages.push(NewMessage {
-            id,
-            topic: topic.clone(),
-            headers: m.headers,
-            payload,
-            content_type: Some(m.content_type.unwrap_or_else(|| default_type.into())),
-        });
-    }
+    let messages = bodies::publish(&topic, &body, now)?;
     let store = pipeline.store().clone();
     let published = tokio::task::spawn_blocking(move || store.publish(&messages, now))
         .await

@@ -185,6 +185,31 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
             }
         }
     }
+    if topics(SourceKind::Rabbitmq).next().is_some() {
+        // Declared by name as AMQP short strings (255 bytes): a longer one panics in the
+        // client when the first delay or audit record needs it, long after startup.
+        let r = &config.rabbitmq;
+        let longest_bucket = format!(
+            "{}.{}",
+            r.delay_prefix,
+            crate::sources::rabbitmq::headers::MAX_BUCKET_MS
+        );
+        for (field, name) in [
+            ("rabbitmq.delay_prefix", &longest_bucket),
+            ("rabbitmq.audit_queue", &r.audit_queue),
+        ] {
+            if name.len() > 255 {
+                return Err((
+                    field.into(),
+                    format!(
+                        "RabbitMQ name `{}...` is {} bytes, past 255",
+                        crate::text::one_line(name, 32),
+                        name.len()
+                    ),
+                ));
+            }
+        }
+    }
     for queue in topics(SourceKind::Rabbitmq) {
         let dlq = config
             .gateway
@@ -244,5 +269,34 @@ mod tests {
         assert!(!overlap("orders.>", "verdict.dlq.>"));
         assert!(!overlap("a.b", "a.b.c"));
         assert!(!overlap("a.*", "a.b.c"));
+    }
+
+    #[test]
+    fn rabbitmq_names_past_a_short_string_are_refused_when_the_config_is_read() {
+        // Found by `tests/fuzz.rs`: accepted, then a panic in the client at the first delay
+        // bucket or audit record.
+        let config = |section: &str| {
+            format!(
+                "[rabbitmq]\n{section}\n[policies.rules]\npath = \"r.wasm\"\n[[routes]]\n\
+                 topic = \"orders\"\npolicy = \"rules\"\nsource = \"rabbitmq\"\n\
+                 consumer = {{ url = \"http://127.0.0.1:8081/\" }}\n"
+            )
+        };
+        let parse = |section: &str| crate::GatewayConfig::parse(&config(section), "v.toml");
+        for (section, field) in [
+            (
+                format!("delay_prefix = \"{}\"", "d".repeat(250)),
+                "rabbitmq.delay_prefix",
+            ),
+            (
+                format!("audit_queue = \"{}\"", "a".repeat(256)),
+                "rabbitmq.audit_queue",
+            ),
+        ] {
+            let e = parse(&section).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.message.len() < 100, "{e}");
+        }
+        assert!(parse(&format!("delay_prefix = \"{}\"", "d".repeat(200))).is_ok());
     }
 }

@@ -297,6 +297,7 @@ mod tests {
     const GOOD: &str = r#"
         [sandbox]
         decide_timeout_ms = 20
+        max_functions = 20000
         [policies.rules]
         path = "rules.wasm"
         [[routes]]
@@ -313,6 +314,7 @@ mod tests {
     fn a_good_config_parses_with_defaults() {
         let c = GatewayConfig::parse(GOOD, "verdict.toml").unwrap();
         assert_eq!(c.sandbox.decide_timeout_ms, 20);
+        assert_eq!(c.sandbox.max_functions, 20_000);
         assert_eq!(c.sandbox.memory_cap_bytes, Limits::new().memory_cap_bytes);
         assert_eq!(
             c.routes[0].config,

@@ -203,16 +203,29 @@ impl Suite {
     /// Like [`Suite::load`], with `config` (JSON text) replacing the suite's default config;
     /// cases that name their own config keep it.
     pub fn load_with_config(path: &Path, config: Option<&str>) -> Result<Suite, VectorError> {
+        let text = std::fs::read_to_string(path).map_err(|e| VectorError {
+            file: path.to_path_buf(),
+            case: None,
+            field: "(file)".into(),
+            message: e.to_string(),
+        })?;
+        Self::parse(&text, path, config)
+    }
+
+    /// Validate the text of a vector file; `path` names it in errors (and is what
+    /// [`Suite::file`] holds), `config` is as for [`Suite::load_with_config`].
+    pub fn parse(text: &str, path: &Path, config: Option<&str>) -> Result<Suite, VectorError> {
         let err = |case: Option<String>, field: &str, message: String| VectorError {
             file: path.to_path_buf(),
             case,
             field: field.to_string(),
             message,
         };
-        let text = std::fs::read_to_string(path).map_err(|e| err(None, "(file)", e.to_string()))?;
-        let mut de = serde_json::Deserializer::from_str(&text);
+        let mut de = serde_json::Deserializer::from_str(text);
         let file: VectorFile = serde_path_to_error::deserialize(&mut de)
             .map_err(|e| err(None, &e.path().to_string(), e.inner().to_string()))?;
+        // One document: text after it is refused, not silently ignored.
+        de.end().map_err(|e| err(None, "(syntax)", e.to_string()))?;
         let default_config = match config {
             Some(text) => text.to_string(),
             None => file
@@ -320,4 +333,23 @@ pub fn vector_schema() -> Value {
         defs.remove("required");
     }
     schema
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vector_file_is_one_document() {
+        let one =
+            r#"{"suite": "s", "cases": [{"name": "c", "failure": {"error": {"kind": "x"}}}]}"#;
+        let path = Path::new("v.json");
+        assert_eq!(Suite::parse(one, path, None).unwrap().cases.len(), 1);
+        // Text after the document was ignored (found by `tests/fuzz.rs`): a second suite
+        // pasted below the first never ran.
+        let two = format!("{one}\n{one}");
+        let e = Suite::parse(&two, path, None).unwrap_err();
+        assert_eq!(e.field, "(syntax)");
+        assert!(e.message.contains("trailing"), "{e}");
+    }
 }

@@ -20,6 +20,12 @@ pub use backend::{
     CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, REPLAY_HEADER, matches,
 };
 pub use nats::NatsDeadLetters;
+/// What a replay from a broker's DLQ sends: public for the fuzz targets, not an API.
+#[doc(hidden)]
+pub use nats::replay_headers as nats_replay_headers;
+/// What a replay from a broker's DLQ sends: public for the fuzz targets, not an API.
+#[doc(hidden)]
+pub use rabbitmq::replay_properties as rabbitmq_replay_properties;
 pub use rabbitmq::{BROWSE_DEPTH_MAX, RabbitDeadLetters};
 
 /// How to replay.
@@ -35,6 +41,17 @@ pub struct ReplayOptions {
     pub canary_timeout: Duration,
     /// Who and why, for the audit log.
     pub note: String,
+}
+
+impl ReplayOptions {
+    /// The least time between two replays that `rate_per_s` asks for; none without a
+    /// (positive) rate. A rate so low that the pause would not fit a [`Duration`] (below
+    /// one per ~584 billion years) waits [`Duration::MAX`].
+    pub fn pause(&self) -> Option<Duration> {
+        self.rate_per_s
+            .filter(|r| *r > 0.0)
+            .map(|r| Duration::try_from_secs_f64(1.0 / r).unwrap_or(Duration::MAX))
+    }
 }
 
 /// What a replay did.
@@ -127,10 +144,7 @@ pub fn replay(
         }
         rest = after;
     }
-    let pause = options
-        .rate_per_s
-        .filter(|r| *r > 0.0)
-        .map(|r| Duration::from_secs_f64(1.0 / r));
+    let pause = options.pause();
     let token = replay_token();
     for entry in rest {
         let started = Instant::now();
@@ -213,12 +227,40 @@ fn wait_delivered(
     token: &str,
     timeout: Duration,
 ) -> Result<usize, DlqError> {
-    let deadline = Instant::now() + timeout;
+    // A timeout past what an `Instant` can hold waits for good rather than panicking.
+    let deadline = Instant::now().checked_add(timeout);
     loop {
         let outcome = store.outcome(ids, token)?;
-        if outcome.delivered == ids.len() || outcome.failed || Instant::now() > deadline {
+        let late = deadline.is_some_and(|d| Instant::now() > d);
+        if outcome.delivered == ids.len() || outcome.failed || late {
             return Ok(outcome.delivered);
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_replay_rate_gives_a_pause_without_panicking() {
+        let pause = |rate: f64| {
+            ReplayOptions {
+                rate_per_s: Some(rate),
+                ..ReplayOptions::default()
+            }
+            .pause()
+        };
+        assert_eq!(pause(2.0), Some(Duration::from_millis(500)));
+        assert_eq!(pause(0.0), None);
+        assert_eq!(pause(-1.0), None);
+        assert_eq!(pause(f64::NAN), None);
+        assert_eq!(pause(f64::INFINITY), Some(Duration::ZERO));
+        // `{"rate_per_s": 1e-300}` (a JSON body of the admin API): 1e300 s does not fit a
+        // Duration; before, `Duration::from_secs_f64` panicked in the replay.
+        assert_eq!(pause(1e-300), Some(Duration::MAX));
+        assert_eq!(pause(f64::MIN_POSITIVE), Some(Duration::MAX));
+        assert_eq!(ReplayOptions::default().pause(), None);
     }
 }

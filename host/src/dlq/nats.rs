@@ -206,19 +206,7 @@ impl NatsDeadLetters {
             return Ok(false);
         }
         let original = &e.envelope["original"];
-        let mut headers = HeaderMap::new();
-        if let Some(map) = original["headers"].as_object() {
-            for (k, v) in map {
-                if let Some(v) = v.as_str() {
-                    headers.insert(k.as_str(), v);
-                }
-            }
-        }
-        headers.insert("verdict-message-id", e.message_id.as_str());
-        headers.insert(REPLAY_HEADER, token);
-        if let Some(ct) = original["contentType"].as_str() {
-            headers.insert("content-type", ct);
-        }
+        let headers = replay_headers(original, &e.message_id, token);
         let payload = crate::envelope::payload_bytes(original);
         self.js
             .publish_with_headers(e.topic.clone(), headers, payload.into())
@@ -377,5 +365,62 @@ impl DeadLetters for NatsDeadLetters {
             delivered: delivered.len(),
             failed,
         })
+    }
+}
+
+/// The headers a replay of the dead letter whose envelope's `original` is `original` carries:
+/// the message's own, its id (`message_id`) and the replay's `token`. A dead letter is
+/// whatever the DLQ stream holds - anyone who may publish there may have written it - so a
+/// header NATS cannot carry is left out and the id and content type are made one line,
+/// rather than panicking in the client (its `insert` asserts). Public for the fuzz targets.
+#[doc(hidden)]
+pub fn replay_headers(original: &serde_json::Value, message_id: &str, token: &str) -> HeaderMap {
+    use std::str::FromStr;
+    let mut headers = HeaderMap::new();
+    if let Some(map) = original["headers"].as_object() {
+        for (k, v) in map {
+            let name = async_nats::HeaderName::from_str(k);
+            let value = v.as_str().map(async_nats::HeaderValue::from_str);
+            if let (Ok(name), Some(Ok(value))) = (name, value) {
+                headers.insert(name, value);
+            }
+        }
+    }
+    let line = |text: &str| crate::text::one_line(text, 1_024);
+    headers.insert("verdict-message-id", line(message_id).as_str());
+    headers.insert(REPLAY_HEADER, line(token).as_str());
+    if let Some(ct) = original["contentType"].as_str() {
+        headers.insert("content-type", line(ct).as_str());
+    }
+    headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forged_dead_letter_replays_without_a_panic() {
+        // Headers NATS cannot carry (a name with a space or a colon, a value with CR/LF),
+        // as a dead letter published into the DLQ stream by someone else may hold: before,
+        // `HeaderMap::insert` asserted and the replay panicked.
+        let original = serde_json::json!({
+            "headers": {"bad name": "v", "a:b": "v", "ok": "a\r\nb", "tenant": "eu"},
+            "contentType": "text/plain\r\nx: 1",
+        });
+        let headers = replay_headers(&original, "m-1\r\n", "tok");
+        assert_eq!(headers.get("tenant").map(|v| v.as_str()), Some("eu"));
+        assert!(headers.get("ok").is_none());
+        // tenant, the id, the token, the content type: nothing else.
+        assert_eq!(headers.len(), 4);
+        assert_eq!(
+            headers.get("verdict-message-id").map(|v| v.as_str()),
+            Some("m-1  ")
+        );
+        assert_eq!(
+            headers.get("content-type").map(|v| v.as_str()),
+            Some("text/plain  x: 1")
+        );
+        assert_eq!(headers.get(REPLAY_HEADER).map(|v| v.as_str()), Some("tok"));
     }
 }

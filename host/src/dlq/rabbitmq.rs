@@ -381,28 +381,7 @@ impl DeadLetters for RabbitDeadLetters {
         self.each(entries, async |b: &Browsed| {
             let e = &b.entry;
             let original = &e.envelope["original"];
-            let mut headers = FieldTable::default();
-            if let Some(map) = original["headers"].as_object() {
-                for (k, v) in map {
-                    if let Some(v) = v.as_str() {
-                        headers.insert(
-                            ShortString::from(k.as_str()),
-                            AMQPValue::LongString(LongString::from(v)),
-                        );
-                    }
-                }
-            }
-            headers.insert(
-                ShortString::from(REPLAY_HEADER),
-                AMQPValue::LongString(LongString::from(token)),
-            );
-            let mut properties = BasicProperties::default()
-                .with_message_id(ShortString::from(e.message_id.as_str()))
-                .with_headers(headers)
-                .with_delivery_mode(2);
-            if let Some(ct) = original["contentType"].as_str() {
-                properties = properties.with_content_type(ShortString::from(ct));
-            }
+            let properties = replay_properties(original, &e.message_id, token);
             let payload = crate::envelope::payload_bytes(original);
             self.topology
                 .to_queue(&e.topic, &payload, properties)
@@ -453,5 +432,65 @@ impl DeadLetters for RabbitDeadLetters {
         })?;
         let failed = back_again(&self.all()?, ids, token);
         Ok(CanaryProgress { delivered, failed })
+    }
+}
+
+/// The properties a replay of the dead letter whose envelope's `original` is `original`
+/// carries: the message's own headers, its id (`message_id`) and the replay's `token`. A dead
+/// letter is whatever the DLQ queue holds - anyone who may publish there may have written it
+/// - so a header name longer than an AMQP short string (255 bytes) is left out and the id
+/// and content type are made one line of at most 255 bytes, rather than panicking in the
+/// client. Public for the fuzz targets.
+#[doc(hidden)]
+pub fn replay_properties(
+    original: &serde_json::Value,
+    message_id: &str,
+    token: &str,
+) -> BasicProperties {
+    let short = |text: &str| ShortString::from(crate::text::one_line(text, 255));
+    let mut headers = FieldTable::default();
+    if let Some(map) = original["headers"].as_object() {
+        for (k, v) in map {
+            if let (Ok(name), Some(v)) = (ShortString::try_new(k.as_str()), v.as_str()) {
+                headers.insert(name, AMQPValue::LongString(LongString::from(v)));
+            }
+        }
+    }
+    headers.insert(
+        ShortString::from(REPLAY_HEADER),
+        AMQPValue::LongString(LongString::from(token)),
+    );
+    let mut properties = BasicProperties::default()
+        .with_message_id(short(message_id))
+        .with_headers(headers)
+        .with_delivery_mode(2);
+    if let Some(ct) = original["contentType"].as_str() {
+        properties = properties.with_content_type(short(ct));
+    }
+    properties
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_forged_dead_letter_replays_without_a_panic() {
+        // A header name, an id and a content type past an AMQP short string (255 bytes), as
+        // a dead letter published into the DLQ queue by someone else may hold: before,
+        // `ShortString::from` panicked and the replay with it.
+        let long = "n".repeat(300);
+        let original = serde_json::json!({
+            "headers": {long.clone(): "v", "tenant": "eu"},
+            "contentType": long,
+        });
+        let properties = replay_properties(&original, &"i".repeat(300), "tok");
+        let headers = properties.headers().clone().unwrap();
+        assert_eq!(headers.inner().len(), 2, "tenant and the replay token");
+        assert!(headers.inner().contains_key("tenant"));
+        let id = properties.message_id().clone().unwrap();
+        assert_eq!(id.as_str().len(), 255);
+        let ct = properties.content_type().clone().unwrap();
+        assert_eq!(ct.as_str().len(), 255);
     }
 }

@@ -34,7 +34,7 @@ pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
 /// Whether a message header may be forwarded to the consumer: not the gateway's own, not
 /// one that addresses or authenticates the request, not hop-by-hop, and a valid header.
-pub(crate) fn forwardable(name: &str, value: &str) -> bool {
+pub fn forwardable(name: &str, value: &str) -> bool {
     const NEVER: [&str; 13] = [
         "host",
         "authorization",
@@ -206,8 +206,9 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// A non-2xx answer (received at `now`) as a failure.
-pub(crate) fn classify(
+/// A non-2xx answer (received at `now`) as a failure: `body` is what was read of it (at most
+/// [`MAX_ERROR_BODY_BYTES`]).
+pub fn classify(
     status: u16,
     headers: &reqwest::header::HeaderMap,
     body: &[u8],

@@ -21,7 +21,11 @@ mod topic_stats;
 
 pub use crate::clock::now_ms;
 pub(crate) use delivery::{Consumer, deliver};
-pub use delivery::{DeliveryError, REJECT_HEADER};
+pub use delivery::{DeliveryError, MAX_ERROR_BODY_BYTES, REJECT_HEADER};
+/// What a consumer's answer becomes, and which producer headers reach the consumer: public
+/// for the fuzz targets (`host/tests/fuzz.rs`), not an API.
+#[doc(hidden)]
+pub use delivery::{classify, forwardable};
 use metrics::RouteMetrics;
 pub use metrics::{Handled, HandlingSummary, PipelineMetrics, SettleFault};
 use topic_stats::TopicStats;

@@ -68,7 +68,13 @@ impl Admission {
             .memory_cap_bytes(sandbox.memory_cap_bytes)
             .max_wasm_stack_bytes(sandbox.max_wasm_stack_bytes)
             .pooled_instances(16)
-            .warm_instances(1);
+            .warm_instances(1)
+            // A candidate with vectors is compiled here before the serving engine sees it: the
+            // same bounds apply to both compilers.
+            .max_component_bytes(sandbox.max_component_bytes)
+            .max_functions(sandbox.max_functions)
+            .max_function_blocks(sandbox.max_function_blocks)
+            .max_blocks(sandbox.max_blocks);
         Ok(Admission {
             host: Host::with_artifact_cache(&limits, artifacts)?,
             config: config.clone(),

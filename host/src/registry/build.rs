@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use super::admission::{Admission, Candidate};
 use super::source::Source;
 use super::{ActiveRoute, Generation, RegistryError};
-use crate::{Host, LoadError, Policy, Router, Shadow, TopicPattern};
+use crate::{Host, Policy, Router, Shadow, TopicPattern};
 
 /// Components already compiled for the serving engine, by sha256 (weak, so retired
 /// components are freed).
@@ -43,9 +43,11 @@ impl Builder<'_> {
         let mut files = BTreeMap::new();
         for (name, spec) in &config.policies {
             let path = base_dir.join(&spec.path);
-            let bytes = std::fs::read(&path).map_err(|source| RegistryError::Load {
-                policy: name.clone(),
-                source: LoadError::Read { path, source },
+            let bytes = crate::bounds::read(&path, self.host.limits(), name).map_err(|source| {
+                RegistryError::Load {
+                    policy: name.clone(),
+                    source,
+                }
             })?;
             let sha256 = crate::policy::sha256_hex(&bytes);
             if let Some(pinned) = &spec.sha256

@@ -25,7 +25,19 @@ pub struct History {
     pub attempts: Vec<AttemptSpec>,
 }
 
+/// The deepest nesting a history read from the bucket may have: a history nests 3 levels;
+/// rmp-serde's own limit (1,024) lets a value in the shared bucket nest deep enough to
+/// overflow a thread's stack while it is skipped.
+const MAX_DEPTH: usize = 16;
+
 impl History {
+    /// A history as the bucket holds it (MessagePack), nested at most a few levels deep.
+    pub fn decode(bytes: &[u8]) -> Result<History, rmp_serde::decode::Error> {
+        let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
+        de.set_max_depth(MAX_DEPTH);
+        History::deserialize(&mut de)
+    }
+
     /// The history once `failed` is recorded against `delivery`.
     pub fn after(delivery: &Delivery, failed: &AttemptRecord, spend_attempt: bool) -> History {
         History {
@@ -93,7 +105,7 @@ impl Histories {
         let Some(bytes) = self.bucket.get(key).await? else {
             return Ok(None);
         };
-        match rmp_serde::from_slice(&bytes) {
+        match History::decode(&bytes) {
             Ok(history) => Ok(Some(history)),
             Err(e) => {
                 tracing::warn!(key, error = %e, "nats source: an attempt history does not decode; ignoring it");
@@ -128,7 +140,29 @@ impl Histories {
 
 #[cfg(test)]
 mod tests {
-    use super::still_current;
+    use super::{History, still_current};
+
+    #[test]
+    fn a_history_nested_past_its_shape_is_refused_not_a_stack_overflow() {
+        // `{"zz": [[[...1]]]}`, 1,000 deep: an unknown field is skipped as deep as it nests;
+        // before, that overflowed the stack (found by `tests/fuzz.rs`).
+        let mut bytes = b"\x81\xa2zz".to_vec();
+        bytes.extend(std::iter::repeat_n(0x91u8, 1_000));
+        bytes.push(0x01);
+        assert!(History::decode(&bytes).is_err());
+        let history = History {
+            attempt: 2,
+            deferrals: 1,
+            first_failed_at_ms: Some(7),
+            attempts: vec![crate::AttemptSpec {
+                at_ms: 7,
+                kind: "http.503".into(),
+                message: "busy".into(),
+            }],
+        };
+        let packed = rmp_serde::to_vec_named(&history).unwrap();
+        assert_eq!(History::decode(&packed).unwrap(), history);
+    }
 
     #[test]
     fn a_remembered_history_is_used_only_for_the_very_next_delivery() {

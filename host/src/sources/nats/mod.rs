@@ -30,6 +30,7 @@
 //! that fails (stream gone, consumer deleted) is rebuilt with backoff. `/readyz` reflects
 //! the connection.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -514,22 +515,46 @@ fn to_delivery(
     seq: u64,
     published_at_ms: u64,
 ) -> Delivery {
+    delivery_of(
+        &message.subject,
+        &message.payload,
+        message.headers.as_ref(),
+        stream,
+        seq,
+        published_at_ms,
+    )
+}
+
+/// The delivery a JetStream message stands for, from its parts: what [`to_delivery`] reads
+/// of a message (public for the fuzz targets, `host/tests/fuzz.rs`; not an API).
+#[doc(hidden)]
+pub fn delivery_of(
+    subject: &str,
+    payload: &[u8],
+    headers: Option<&async_nats::HeaderMap>,
+    stream: &str,
+    seq: u64,
+    published_at_ms: u64,
+) -> Delivery {
     let mut delivery = Delivery {
         id: format!("{stream}-{seq}"),
-        topic: message.subject.to_string(),
-        payload: message.payload.to_vec(),
+        topic: subject.to_string(),
+        payload: payload.to_vec(),
         published_at_ms,
         source: NAME,
         ..Delivery::default()
     };
-    if let Some(headers) = &message.headers {
+    if let Some(headers) = headers {
         // A replay carries the original id (its own Nats-Msg-Id would be deduplicated).
         let replayed = headers.get("verdict-message-id").is_some();
-        for (name, values) in headers.iter() {
-            let name = name.to_string();
-            let Some(value) = values.first() else {
-                continue;
-            };
+        // In name order, not the map's (which differs from map to map): `Content-Type` and
+        // `content-type`, or a `Nats-TTL` and the producer's own deadline header, then
+        // resolve the same way every time (the later name, the producer's deadline).
+        let sorted: BTreeMap<String, _> = headers
+            .iter()
+            .filter_map(|(name, values)| Some((name.to_string(), values.first()?)))
+            .collect();
+        for (name, value) in sorted {
             match name.as_str() {
                 "Nats-Msg-Id" if !replayed => delivery.id = value.to_string(),
                 "verdict-message-id" => delivery.id = value.to_string(),
@@ -609,5 +634,44 @@ pub(crate) fn stream_config(name: &str, subjects: Vec<String>) -> stream::Config
         storage: stream::StorageType::File,
         allow_direct: true,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+
+    use async_nats::{HeaderMap, HeaderName, HeaderValue};
+
+    use super::delivery_of;
+
+    #[test]
+    fn headers_that_collide_resolve_the_same_way_whatever_the_map_order() {
+        // Found by `tests/fuzz.rs`: the header map's iteration order differs from map to
+        // map, and decided which of two colliding headers won.
+        let pairs = [
+            ("Content-Type", "text/plain"),
+            ("content-type", "application/json"),
+            ("Nats-TTL", "30s"),
+            (crate::sources::DEADLINE_HEADER, "5000"),
+            ("tenant", "eu"),
+        ];
+        for _ in 0..20 {
+            let mut headers = HeaderMap::new();
+            for (name, value) in pairs {
+                headers.append(
+                    HeaderName::from_str(name).unwrap(),
+                    HeaderValue::from_str(value).unwrap(),
+                );
+            }
+            let d = delivery_of("orders", b"", Some(&headers), "S", 1, 1_000);
+            assert_eq!(d.content_type.as_deref(), Some("application/json"));
+            assert_eq!(d.deadline_ms(), Some(5_000), "the producer's own deadline");
+            assert_eq!(d.headers.get("tenant").map(String::as_str), Some("eu"));
+        }
+        let mut ttl_only = HeaderMap::new();
+        ttl_only.insert("Nats-TTL", "30s");
+        let d = delivery_of("orders", b"", Some(&ttl_only), "S", 1, 1_000);
+        assert_eq!(d.deadline_ms(), Some(31_000));
     }
 }

@@ -1,0 +1,267 @@
+//! The admin API's request bodies, parsed and checked exactly as the handlers do before
+//! anything reaches the registry or the store: one function per endpoint that takes a
+//! body. Public (hidden) for the fuzz targets (`host/tests/fuzz.rs`); not an API.
+//!
+//! Every error is a 400 `bad_request` whose message starts with `request body` (or
+//! `failure` for the failure inside a `POST /v1/decide`) and names the field.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::ApiError;
+use crate::dlq::ReplayOptions;
+use crate::store::{DlqFilter, NewMessage};
+use crate::{FailureSpec, ShadowConfig};
+
+/// Largest batch in one publish.
+pub const MAX_BATCH: usize = 10_000;
+/// Longest message id a publish accepts.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// Parse a JSON body into `T`; errors name the field.
+pub fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!("{path}: ")
+        };
+        ApiError::bad_request(format!("request body: {at}{}", e.inner()))
+    })?;
+    de.end()
+        .map_err(|e| ApiError::bad_request(format!("request body: {e}")))?;
+    Ok(value)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecideRequest {
+    topic: String,
+    failure: Value,
+}
+
+/// `POST /v1/decide`: the topic and the failure to decide.
+pub fn decide(body: &[u8]) -> Result<(String, FailureSpec), ApiError> {
+    let request: DecideRequest = json(body)?;
+    let spec = FailureSpec::from_json(&request.failure.to_string())
+        .map_err(|e| ApiError::bad_request(format!("failure: {e}")))?;
+    Ok((request.topic, spec))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActivateRequest {
+    sha256: String,
+}
+
+/// `POST /v1/policies/{name}/activate`: the digest of the upload to activate.
+pub fn activate(body: &[u8]) -> Result<String, ApiError> {
+    json::<ActivateRequest>(body).map(|r| r.sha256)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RollbackRequest {
+    #[serde(default)]
+    topic: Option<String>,
+}
+
+/// `POST /v1/rollback`: the one route to roll back, or none for all (an empty body too).
+pub fn rollback(body: &[u8]) -> Result<Option<String>, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    json::<RollbackRequest>(body).map(|r| r.topic)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ShadowRequest {
+    topic: String,
+    #[serde(default)]
+    policy: Option<String>,
+    #[serde(default)]
+    config: Option<Value>,
+}
+
+/// `POST /v1/shadow`: the route and its new shadow (none: the shadow off).
+pub fn shadow(body: &[u8]) -> Result<(String, Option<ShadowConfig>), ApiError> {
+    let request: ShadowRequest = json(body)?;
+    let shadow = match (request.policy, request.config) {
+        (Some(policy), config) => Some(ShadowConfig { policy, config }),
+        (None, None) => None,
+        (None, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "request body: config: a shadow config needs a `policy` (omit both to turn the \
+                 shadow off)",
+            ));
+        }
+    };
+    Ok((request.topic, shadow))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct ReplayRequest {
+    filter: DlqFilter,
+    dry_run: bool,
+    rate_per_s: Option<f64>,
+    canary: Option<usize>,
+    canary_timeout_ms: Option<u64>,
+    note: Option<String>,
+}
+
+/// `POST /v1/dlq/replay`: which dead letters, and how.
+pub fn replay(body: &[u8]) -> Result<(DlqFilter, ReplayOptions), ApiError> {
+    let request: ReplayRequest = json(body)?;
+    let options = ReplayOptions {
+        dry_run: request.dry_run,
+        rate_per_s: request.rate_per_s,
+        canary: request.canary,
+        canary_timeout: Duration::from_millis(request.canary_timeout_ms.unwrap_or(120_000)),
+        note: request
+            .note
+            .unwrap_or_else(|| "replayed through the admin API".into()),
+    };
+    Ok((request.filter, options))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiscardRequest {
+    #[serde(default)]
+    filter: DlqFilter,
+    reason: String,
+}
+
+/// `POST /v1/dlq/discard`: which dead letters, and why (required: it is audited).
+pub fn discard(body: &[u8]) -> Result<(DlqFilter, String), ApiError> {
+    let request: DiscardRequest = json(body)?;
+    if request.reason.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "request body: reason: say why (it is audited)",
+        ));
+    }
+    Ok((request.filter, request.reason))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageBody {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    payload: Value,
+    #[serde(default)]
+    content_type: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Body {
+    Batch(Vec<Value>),
+    One(Value),
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+fn make_id(now: u64) -> String {
+    format!(
+        "{now:x}-{:x}-{:x}",
+        std::process::id(),
+        NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `POST /v1/topics/{topic}/messages`: the messages to store for `topic` (one, or a batch of
+/// 1 to [`MAX_BATCH`]), received at `now_ms` (a message without an id gets one made of it).
+pub fn publish(topic: &str, body: &[u8], now_ms: u64) -> Result<Vec<NewMessage>, ApiError> {
+    let items = match serde_json::from_slice::<Body>(body) {
+        Ok(Body::Batch(items)) => items,
+        Ok(Body::One(item)) => vec![item],
+        Err(e) => return Err(ApiError::bad_request(format!("request body: {e}"))),
+    };
+    if items.is_empty() || items.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "request body: a batch holds 1 to {MAX_BATCH} messages, not {}",
+            items.len()
+        )));
+    }
+    let mut messages = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let m: MessageBody = serde_path_to_error::deserialize(item).map_err(|e| {
+            ApiError::bad_request(format!(
+                "request body: message {i}: {}: {}",
+                e.path(),
+                e.inner()
+            ))
+        })?;
+        let (payload, default_type) = match m.payload {
+            Value::String(text) => (text.into_bytes(), "text/plain"),
+            other => (other.to_string().into_bytes(), "application/json"),
+        };
+        let id = m.id.unwrap_or_else(|| make_id(now_ms));
+        if id.is_empty() || id.len() > MAX_ID_BYTES {
+            return Err(ApiError::bad_request(format!(
+                "request body: message {i}: id: 1 to {MAX_ID_BYTES} bytes"
+            )));
+        }
+        messages.push(NewMessage {
+            id,
+            topic: topic.to_string(),
+            headers: m.headers,
+            payload,
+            content_type: Some(m.content_type.unwrap_or_else(|| default_type.into())),
+        });
+    }
+    Ok(messages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_is_one_json_document() {
+        let sha = "0".repeat(64);
+        assert_eq!(
+            activate(format!(r#"{{"sha256": "{sha}"}}"#).as_bytes()).unwrap(),
+            sha
+        );
+        // Text after the document was ignored: `{"topic": "a"}{"topic": "b"}` rolled back `a`.
+        let e = rollback(br#"{"topic": "a"}{"topic": "b"}"#).unwrap_err();
+        assert_eq!(e.code, "bad_request");
+        assert!(
+            e.message.starts_with("request body: trailing"),
+            "{}",
+            e.message
+        );
+        assert_eq!(rollback(b" \n").unwrap(), None);
+        assert_eq!(
+            rollback(br#"{"topic": "a"} "#).unwrap().as_deref(),
+            Some("a")
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = decide(br#"{"topic": "t", "failure": {"attempt": "x"}}"#).unwrap_err();
+        assert!(e.message.starts_with("failure: attempt:"), "{}", e.message);
+        let e = publish("t", br#"[{"payload": 1}, {"payload": 1, "id": 7}]"#, 0).unwrap_err();
+        assert!(
+            e.message.starts_with("request body: message 1: id:"),
+            "{}",
+            e.message
+        );
+        let e = discard(br#"{"reason": " "}"#).unwrap_err();
+        assert!(e.message.contains("reason"), "{}", e.message);
+    }
+}
