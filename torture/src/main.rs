@@ -18,11 +18,15 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 
+mod admin;
 mod broker;
 mod check;
 mod consumer;
+mod faults;
 mod gateway;
 mod plan;
+mod producer;
+mod progress;
 mod rng;
 mod run;
 mod sources;

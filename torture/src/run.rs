@@ -3,20 +3,22 @@
 //! consumer saw and what the DLQ holds.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use verdict_host::admin::AdminClient;
 
-use crate::broker;
-use crate::check::{self, Dead, Excuse, Window};
+use crate::check::{self, Excuse, Window};
 use crate::consumer::Consumer;
+pub use crate::faults::{Fault, Faults};
+use crate::faults::{fault_kinds, schedule};
 use crate::gateway::Gateway;
-use crate::plan::{self, MAX_ATTEMPTS, key_of};
+use crate::plan::{self, MAX_ATTEMPTS};
+use crate::progress::Progress;
 use crate::rng::Rng;
 use crate::sources::{Source, SourceName};
+use crate::{admin, broker, producer};
 
 /// The NATS config's `ack_wait_ms`: a redelivery after a broker restart comes this late.
 const ACK_WAIT_MS: u64 = 3_000;
@@ -89,21 +91,6 @@ pub struct Options {
     pub max_backlog: Option<usize>,
 }
 
-/// The faults a run injected.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Faults {
-    /// `kill -9` of the gateway, then a restart.
-    pub gateway_kills: u32,
-    /// Broker stops and starts.
-    pub broker_restarts: u32,
-    /// Windows in which the consumer reset every connection.
-    pub consumer_outages: u32,
-    /// Config edits the gateway reloaded.
-    pub reloads: u32,
-    /// Rollbacks through the admin API.
-    pub rollbacks: u32,
-}
-
 /// What a run found.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Report {
@@ -140,49 +127,6 @@ pub struct Report {
     pub violations: Vec<String>,
     /// The run's directory, kept when it failed.
     pub dir: Option<String>,
-}
-
-/// A fault at a point of the publishing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// `kill -9` of the gateway, then a restart.
-    Kill,
-    /// The broker stopped and started.
-    BrokerRestart,
-    /// The consumer resets every connection for a while.
-    ConsumerDown,
-    /// The config edited (the route's retry delay), for the gateway to reload.
-    Reload,
-    /// A rollback to the previous generation through the admin API.
-    Rollback,
-}
-
-/// The faults of a run and where in the publishing they strike: `kinds` placed at seeded
-/// points of `messages` publishes.
-fn schedule(rng: &mut Rng, messages: usize, kinds: &[Fault]) -> BTreeMap<usize, Vec<Fault>> {
-    let mut points: BTreeMap<usize, Vec<Fault>> = BTreeMap::new();
-    for kind in kinds {
-        // Not before the first publish: a fault needs something in flight to hurt.
-        let at = 1 + rng.below(messages.saturating_sub(1).max(1) as u64) as usize;
-        points.entry(at).or_default().push(*kind);
-    }
-    points
-}
-
-/// `n` faults of every kind the source allows, in turn from a seeded start, so a few
-/// faults already cover every kind.
-pub fn fault_kinds(rng: &mut Rng, n: usize, broker: bool) -> Vec<Fault> {
-    let mut kinds = vec![
-        Fault::Kill,
-        Fault::ConsumerDown,
-        Fault::Reload,
-        Fault::Rollback,
-    ];
-    if broker {
-        kinds.insert(1, Fault::BrokerRestart);
-    }
-    let start = rng.below(kinds.len() as u64) as usize;
-    (0..n).map(|i| kinds[(start + i) % kinds.len()]).collect()
 }
 
 fn config(
@@ -235,240 +179,360 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// Run `source` as `o` says.
+/// Run `source` as `o` says. Whatever happens, the gateway is killed and the run's streams,
+/// queues and buckets are deleted at the end.
 pub fn run(name: SourceName, o: &Options) -> Result<Report> {
     let started = Instant::now();
-    let p = &o.profile;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     let prefix = format!("tt{}s{}", std::process::id(), o.seed % 1_000_000);
     let source = runtime.block_on(Source::connect(name, &prefix))?;
-    let consumer = runtime.block_on(Consumer::start(o.seed, p.timeout_ms, p.gentle))?;
-    let dir = o.workdir.join(format!("{}-{}", name.as_str(), o.seed));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
-    let token = format!("torture-{}", o.seed);
-    std::fs::write(dir.join("token"), &token)?;
-    let port = free_port()?;
-    let component = o.component.display().to_string();
-    let write_config = |delay_ms| {
-        let text = config(&source, port, &component, consumer.url(), delay_ms, p);
-        // Written whole, then renamed: the reload sees one file or the other.
-        let tmp = dir.join("verdict.toml.tmp");
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, dir.join("verdict.toml"))
-    };
-    // Every edit names a delay no earlier generation had: an edit that restores the active
-    // routes (after a rollback, say) changes no route, so it is rightly no reload.
-    let mut delay_ms = 200;
-    write_config(delay_ms)?;
-    let mut gw = Gateway::new(&o.bin, &dir, port);
-    gw.start(Duration::from_secs(60))?;
-    let mut report = Report {
-        source: name.as_str().into(),
-        seed: o.seed,
-        messages: o.messages,
-        rss_start_kb: gw.rss_kb(),
-        ..Report::default()
-    };
-    let admin = AdminClient::new(&gw.admin_url, Some(token.clone()));
-
-    let (_, topics) = source.topics();
-    let planned = plan::messages(o.seed, o.messages, &topics, source.abilities(), p.gentle);
-    let mut rng = Rng::new(o.seed, 0x4641_554c);
-    let kinds = match &o.fault_kinds {
-        Some(kinds) => kinds
-            .iter()
-            .copied()
-            .filter(|k| *k != Fault::BrokerRestart || name != SourceName::Embedded)
-            .collect(),
-        None => fault_kinds(
-            &mut rng,
-            o.faults,
-            name != SourceName::Embedded && o.broker_restarts,
-        ),
-    };
-    let points = schedule(&mut rng, o.messages, &kinds);
-    let mut windows: Vec<Window> = Vec::new();
-    let mut published_at: BTreeMap<String, u64> = BTreeMap::new();
-    let mut refused = BTreeSet::new();
-    let mut resent = BTreeSet::new();
-    let progress = Progress::new(o.progress, name.as_str());
-    // Published in batches, concurrently within one (a real producer keeps many publishes
-    // in flight); a fault strikes between two batches, at its seeded message.
-    let mut i = 0;
-    while i < planned.len() {
-        for fault in points.get(&i).into_iter().flatten() {
-            progress.note(&format!("fault at message {i}: {fault:?}"));
-            match fault {
-                Fault::Kill => {
-                    let from_ms = now_ms();
-                    gw.kill();
-                    std::thread::sleep(Duration::from_millis(rng.below(300)));
-                    gw.start(Duration::from_secs(60))?;
-                    windows.push(Window {
-                        from_ms,
-                        to_ms: now_ms(),
-                        excuse: Excuse::Redelivery,
-                    });
-                    report.faults.gateway_kills += 1;
-                }
-                Fault::BrokerRestart => {
-                    let from_ms = now_ms();
-                    broker::restart(name, Duration::from_millis(200 + rng.below(1_500)))?;
-                    // Until the gateway has its consumers back: a redelivery is excused
-                    // until the broker's ack wait after that.
-                    gw.wait_ready(Duration::from_secs(120))?;
-                    windows.push(Window {
-                        from_ms,
-                        to_ms: now_ms() + ACK_WAIT_MS,
-                        excuse: Excuse::Redelivery,
-                    });
-                    report.faults.broker_restarts += 1;
-                }
-                Fault::ConsumerDown => {
-                    let from_ms = now_ms();
-                    consumer.set_down(true);
-                    let up = consumer.clone();
-                    let for_ms = 300 + rng.below(1_000);
-                    runtime.spawn(async move {
-                        tokio::time::sleep(Duration::from_millis(for_ms)).await;
-                        up.set_down(false);
-                    });
-                    windows.push(Window {
-                        from_ms,
-                        to_ms: from_ms + for_ms + 100,
-                        excuse: Excuse::Attempts,
-                    });
-                    report.faults.consumer_outages += 1;
-                }
-                Fault::Reload => {
-                    delay_ms += 10;
-                    reload(&admin, || write_config(delay_ms), &mut report)?;
-                }
-                Fault::Rollback => {
-                    // A rollback needs an earlier generation: a fresh gateway gets one first.
-                    if generation(&admin)? < 2 {
-                        delay_ms += 10;
-                        reload(&admin, || write_config(delay_ms), &mut report)?;
-                    }
-                    match admin.post::<serde_json::Value>("/v1/rollback", &serde_json::json!({})) {
-                        Ok(_) => report.faults.rollbacks += 1,
-                        Err(e) => report
-                            .violations
-                            .push(format!("a rollback to the previous generation failed: {e}")),
-                    }
-                }
-            }
-        }
-        let end = points
-            .range(i + 1..)
-            .next()
-            .map_or(planned.len(), |(at, _)| *at)
-            .min(i + BATCH);
-        if let Some(max) = o.max_backlog {
-            wait_for_backlog(max, &consumer, &admin, name, published_at.len(), &progress)?;
-        }
-        let batch = &planned[i..end];
-        let sent = publish_batch(&runtime, &source, batch, &admin)?;
-        for (m, sent) in batch.iter().zip(sent) {
-            if sent.taken {
-                published_at.insert(m.key.clone(), sent.at_ms);
-            } else {
-                refused.insert(m.key.clone());
-            }
-            if sent.resent {
-                resent.insert(m.key.clone());
-            }
-        }
-        i = end;
-        progress.show(&format!("published {i}/{}", planned.len()));
-    }
-    report.refused = refused.len();
-
-    // Settle: wait until every message taken is accepted or dead-lettered (counted by the
-    // DLQ's depth; the DLQ itself is read once, at the end).
-    let deadline = Instant::now() + o.settle;
-    loop {
-        let accepted = consumer.accepted_keys();
-        let dead = dlq_depth(&admin, name)?;
-        let open = published_at.len().saturating_sub(accepted + dead as usize);
-        progress.show(&format!(
-            "settling: {open} of {} not terminal yet",
-            published_at.len()
-        ));
-        if open == 0 || Instant::now() > deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_secs(1));
-    }
-    // A last look a moment later: whatever arrives after "all terminal" is a violation.
-    std::thread::sleep(Duration::from_millis(1_500));
-    let by_digest: HashMap<String, String> = planned
-        .iter()
-        .filter(|m| m.payload.len() > 100_000)
-        .map(|m| (sha256_hex(&m.payload), m.key.clone()))
-        .collect();
-    let dead = dead_letters(&admin, name, &by_digest)?;
-    report.rss_end_kb = gw.rss_kb();
-    progress.done();
-    let log = consumer.log();
-    let found = check::check(&check::Inputs {
-        name,
-        seed: o.seed,
-        planned: &planned,
-        published_at: &published_at,
-        refused: &refused,
-        resent: &resent,
-        dead: &dead,
-        log: &log,
-        windows: &windows,
-    });
-    report.violations.extend(found.violations);
-    report.duplicates = found.duplicates;
-    report.delivered = found.delivered;
-    report.max_publish_to_terminal_ms = found.max_publish_to_terminal_ms;
-    // The store counts what it may deliver twice (leases recovered at a start, outcomes
-    // fenced off); a broker redelivers what was unacknowledged at a kill or a restart: at
-    // most the route's concurrency, and on a restart the prefetch window too.
-    report.duplicates_allowed = if name == SourceName::Embedded {
-        gw.counted_redeliveries()
-    } else {
-        u64::from(report.faults.gateway_kills) * p.concurrency
-            + u64::from(report.faults.broker_restarts) * (p.concurrency + PREFETCH)
-    };
-    if report.duplicates > report.duplicates_allowed {
-        report.violations.push(format!(
-            "{} duplicate deliveries; the faults explain at most {}",
-            report.duplicates, report.duplicates_allowed
-        ));
-    }
-    report.violations.extend(
-        gw.panics()
-            .into_iter()
-            .map(|l| format!("the gateway panicked: {l}")),
-    );
-    report.requests = log.len();
-    report.dead_lettered = dead.len();
-    gw.kill();
+    let outcome = Run::start(name, o, &runtime, &source).and_then(Run::drive);
     runtime.block_on(source.clean());
-    if report.violations.is_empty() {
-        let _ = std::fs::remove_dir_all(&dir);
-    } else {
-        // What the consumer saw and the faults' windows, for the post-mortem.
-        let mut lines = String::new();
-        for r in &log {
-            lines += &serde_json::to_string(r).unwrap_or_default();
-            lines.push('\n');
-        }
-        let _ = std::fs::write(dir.join("consumer.jsonl"), lines);
-        let _ = std::fs::write(dir.join("faults.txt"), format!("{windows:#?}\n"));
-        report.dir = Some(dir.display().to_string());
-    }
+    let mut report = outcome?;
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     Ok(report)
+}
+
+/// One run under way.
+struct Run<'a> {
+    name: SourceName,
+    o: &'a Options,
+    runtime: &'a tokio::runtime::Runtime,
+    source: &'a Source,
+    consumer: Consumer,
+    gw: Gateway,
+    admin: AdminClient,
+    dir: PathBuf,
+    port: u16,
+    /// The retry delay of the config as last written: every edit names one no earlier
+    /// generation had, since an edit that restores the active routes (after a rollback,
+    /// say) changes no route and is rightly no reload.
+    delay_ms: u64,
+    rng: Rng,
+    windows: Vec<Window>,
+    report: Report,
+    progress: Progress,
+}
+
+impl<'a> Run<'a> {
+    /// The consumer up, the config written, the gateway started and ready.
+    fn start(
+        name: SourceName,
+        o: &'a Options,
+        runtime: &'a tokio::runtime::Runtime,
+        source: &'a Source,
+    ) -> Result<Run<'a>> {
+        let p = &o.profile;
+        let consumer = runtime.block_on(Consumer::start(o.seed, p.timeout_ms, p.gentle))?;
+        let dir = o.workdir.join(format!("{}-{}", name.as_str(), o.seed));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
+        let token = format!("torture-{}", o.seed);
+        std::fs::write(dir.join("token"), &token)?;
+        let port = free_port()?;
+        let gw = Gateway::new(&o.bin, &dir, port);
+        let admin = AdminClient::new(&gw.admin_url, Some(token));
+        let mut run = Run {
+            name,
+            o,
+            runtime,
+            source,
+            consumer,
+            gw,
+            admin,
+            dir,
+            port,
+            delay_ms: 200,
+            rng: Rng::new(o.seed, 0x4641_554c),
+            windows: Vec::new(),
+            report: Report {
+                source: name.as_str().into(),
+                seed: o.seed,
+                messages: o.messages,
+                ..Report::default()
+            },
+            progress: Progress::new(o.progress, name.as_str()),
+        };
+        run.write_config()?;
+        run.gw.start(Duration::from_secs(60))?;
+        run.report.rss_start_kb = run.gw.rss_kb();
+        Ok(run)
+    }
+
+    /// Publish, settle, check.
+    fn drive(mut self) -> Result<Report> {
+        let (_, topics) = self.source.topics();
+        let o = self.o;
+        let planned = plan::messages(
+            o.seed,
+            o.messages,
+            &topics,
+            self.source.abilities(),
+            o.profile.gentle,
+        );
+        let kinds = match &o.fault_kinds {
+            Some(kinds) => kinds
+                .iter()
+                .copied()
+                .filter(|k| *k != Fault::BrokerRestart || self.name != SourceName::Embedded)
+                .collect(),
+            None => fault_kinds(
+                &mut self.rng,
+                o.faults,
+                self.name != SourceName::Embedded && o.broker_restarts,
+            ),
+        };
+        let points = schedule(&mut self.rng, o.messages, &kinds);
+        let published = self.publish(&planned, &points)?;
+        self.settle(&published)?;
+        self.judge(&planned, &published)
+    }
+
+    /// The config with the current retry delay, written whole and then renamed: a reload
+    /// sees one file or the other.
+    fn write_config(&self) -> std::io::Result<()> {
+        let component = self.o.component.display().to_string();
+        let text = config(
+            self.source,
+            self.port,
+            &component,
+            self.consumer.url(),
+            self.delay_ms,
+            &self.o.profile,
+        );
+        let tmp = self.dir.join("verdict.toml.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(&tmp, self.dir.join("verdict.toml"))
+    }
+
+    /// Publish `planned` in batches, concurrently within one; a fault strikes between two
+    /// batches, at its seeded message.
+    fn publish(
+        &mut self,
+        planned: &[plan::Planned],
+        points: &BTreeMap<usize, Vec<Fault>>,
+    ) -> Result<Published> {
+        let mut out = Published::default();
+        let mut i = 0;
+        while i < planned.len() {
+            for fault in points.get(&i).into_iter().flatten() {
+                self.progress
+                    .note(&format!("fault at message {i}: {fault:?}"));
+                self.strike(*fault)?;
+            }
+            let end = points
+                .range(i + 1..)
+                .next()
+                .map_or(planned.len(), |(at, _)| *at)
+                .min(i + BATCH);
+            if let Some(max) = self.o.max_backlog {
+                admin::wait_for_backlog(
+                    max,
+                    &self.consumer,
+                    &self.admin,
+                    self.name,
+                    out.at.len(),
+                    &self.progress,
+                )?;
+            }
+            let batch = &planned[i..end];
+            let sent = producer::publish_batch(self.runtime, self.source, batch, &self.admin)?;
+            for (m, sent) in batch.iter().zip(sent) {
+                if sent.taken {
+                    out.at.insert(m.key.clone(), sent.at_ms);
+                } else {
+                    out.refused.insert(m.key.clone());
+                }
+                if sent.resent {
+                    out.resent.insert(m.key.clone());
+                }
+            }
+            i = end;
+            self.progress
+                .show(&format!("published {i}/{}", planned.len()));
+        }
+        self.report.refused = out.refused.len();
+        Ok(out)
+    }
+
+    /// Inject `fault`, and record the window in which it may excuse what.
+    fn strike(&mut self, fault: Fault) -> Result<()> {
+        let from_ms = now_ms();
+        match fault {
+            Fault::Kill => {
+                self.gw.kill();
+                std::thread::sleep(Duration::from_millis(self.rng.below(300)));
+                self.gw.start(Duration::from_secs(60))?;
+                self.excuse(from_ms, now_ms(), Excuse::Redelivery);
+                self.report.faults.gateway_kills += 1;
+            }
+            Fault::BrokerRestart => {
+                let down = Duration::from_millis(200 + self.rng.below(1_500));
+                broker::restart(self.name, down)?;
+                // Until the gateway has its consumers back, and the broker's ack wait after
+                // that: what was unacknowledged comes again that late.
+                self.gw.wait_ready(Duration::from_secs(120))?;
+                self.excuse(from_ms, now_ms() + ACK_WAIT_MS, Excuse::Redelivery);
+                self.report.faults.broker_restarts += 1;
+            }
+            Fault::ConsumerDown => {
+                self.consumer.set_down(true);
+                let up = self.consumer.clone();
+                let for_ms = 300 + self.rng.below(1_000);
+                self.runtime.spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(for_ms)).await;
+                    up.set_down(false);
+                });
+                self.excuse(from_ms, from_ms + for_ms + 100, Excuse::Attempts);
+                self.report.faults.consumer_outages += 1;
+            }
+            Fault::Reload => self.reload()?,
+            Fault::Rollback => {
+                // A rollback needs an earlier generation: a fresh gateway gets one first.
+                if admin::generation(&self.admin)? < 2 {
+                    self.reload()?;
+                }
+                match self
+                    .admin
+                    .post::<serde_json::Value>("/v1/rollback", &serde_json::json!({}))
+                {
+                    Ok(_) => self.report.faults.rollbacks += 1,
+                    Err(e) => self
+                        .report
+                        .violations
+                        .push(format!("a rollback to the previous generation failed: {e}")),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn excuse(&mut self, from_ms: u64, to_ms: u64, excuse: Excuse) {
+        self.windows.push(Window {
+            from_ms,
+            to_ms,
+            excuse,
+        });
+    }
+
+    /// A config edit (the next retry delay) the gateway must reload.
+    fn reload(&mut self) -> Result<()> {
+        self.delay_ms += 10;
+        match admin::reload(&self.admin, || self.write_config())? {
+            Ok(()) => self.report.faults.reloads += 1,
+            Err(violation) => self.report.violations.push(violation),
+        }
+        Ok(())
+    }
+
+    /// Wait until every message taken is accepted or dead-lettered (counted by the DLQ's
+    /// depth; the DLQ itself is read once, at the end), `settle` at most.
+    fn settle(&self, published: &Published) -> Result<()> {
+        let deadline = Instant::now() + self.o.settle;
+        loop {
+            let accepted = self.consumer.accepted_keys();
+            let dead = admin::dlq_depth(&self.admin, self.name)?;
+            let open = published.at.len().saturating_sub(accepted + dead as usize);
+            self.progress.show(&format!(
+                "settling: {open} of {} not terminal yet",
+                published.at.len()
+            ));
+            if open == 0 || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        // A last look a moment later: whatever arrives after "all terminal" is a violation.
+        std::thread::sleep(Duration::from_millis(1_500));
+        Ok(())
+    }
+
+    /// Read the DLQ, check the invariants, and make the report (keeping the run's files
+    /// when it failed).
+    fn judge(mut self, planned: &[plan::Planned], published: &Published) -> Result<Report> {
+        // A letter too big for its broker keeps only its payload's digest.
+        let by_digest: HashMap<String, String> = planned
+            .iter()
+            .filter(|m| m.payload.len() > 100_000)
+            .map(|m| (sha256_hex(&m.payload), m.key.clone()))
+            .collect();
+        let dead = admin::dead_letters(&self.admin, self.name, &by_digest)?;
+        self.progress.done();
+        let report = &mut self.report;
+        report.rss_end_kb = self.gw.rss_kb();
+        let log = self.consumer.log();
+        let found = check::check(&check::Inputs {
+            name: self.name,
+            seed: self.o.seed,
+            planned,
+            published_at: &published.at,
+            refused: &published.refused,
+            resent: &published.resent,
+            dead: &dead,
+            log: &log,
+            windows: &self.windows,
+        });
+        report.violations.extend(found.violations);
+        report.duplicates = found.duplicates;
+        report.delivered = found.delivered;
+        report.max_publish_to_terminal_ms = found.max_publish_to_terminal_ms;
+        // The store counts what it may deliver twice (leases recovered at a start, outcomes
+        // fenced off); a broker redelivers what was unacknowledged at a kill or a restart:
+        // at most the route's concurrency, and on a restart the prefetch window too.
+        let concurrency = self.o.profile.concurrency;
+        report.duplicates_allowed = if self.name == SourceName::Embedded {
+            self.gw.counted_redeliveries()
+        } else {
+            u64::from(report.faults.gateway_kills) * concurrency
+                + u64::from(report.faults.broker_restarts) * (concurrency + PREFETCH)
+        };
+        if report.duplicates > report.duplicates_allowed {
+            report.violations.push(format!(
+                "{} duplicate deliveries; the faults explain at most {}",
+                report.duplicates, report.duplicates_allowed
+            ));
+        }
+        report.violations.extend(
+            self.gw
+                .panics()
+                .into_iter()
+                .map(|l| format!("the gateway panicked: {l}")),
+        );
+        report.requests = log.len();
+        report.dead_lettered = dead.len();
+        self.gw.kill();
+        if report.violations.is_empty() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            // What the consumer saw and the faults' windows, for the post-mortem.
+            let mut lines = String::new();
+            for r in &log {
+                lines += &serde_json::to_string(r).unwrap_or_default();
+                lines.push('\n');
+            }
+            let _ = std::fs::write(self.dir.join("consumer.jsonl"), lines);
+            let _ = std::fs::write(
+                self.dir.join("faults.txt"),
+                format!("{:#?}\n", self.windows),
+            );
+            report.dir = Some(self.dir.display().to_string());
+        }
+        Ok(self.report)
+    }
+}
+
+/// What the publishing came to, by key.
+#[derive(Default)]
+struct Published {
+    /// When each message the source took was first published.
+    at: BTreeMap<String, u64>,
+    /// Messages the source refused.
+    refused: BTreeSet<String>,
+    /// Messages a producer had to publish again.
+    resent: BTreeSet<String>,
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -482,226 +546,3 @@ fn sha256_hex(bytes: &[u8]) -> String {
 fn now_ms() -> u64 {
     verdict_host::pipeline::now_ms()
 }
-
-/// The active generation.
-fn generation(admin: &AdminClient) -> Result<u64> {
-    let status: serde_json::Value = admin.get("/v1/status").context("reading /v1/status")?;
-    Ok(status["generation"].as_u64().unwrap_or(0))
-}
-
-/// Edit the config (`write`) and wait for the gateway to reload it: a hot reload that does
-/// not happen within 10 s is a violation of its own.
-fn reload(
-    admin: &AdminClient,
-    write: impl Fn() -> std::io::Result<()>,
-    report: &mut Report,
-) -> Result<()> {
-    let before = generation(admin)?;
-    write().context("writing the config")?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while generation(admin)? <= before {
-        if Instant::now() > deadline {
-            report.violations.push(format!(
-                "a config edit was not reloaded within 10 s (generation {before} throughout)"
-            ));
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    report.faults.reloads += 1;
-    Ok(())
-}
-
-fn source_query(name: SourceName) -> String {
-    match name {
-        SourceName::Embedded => String::new(),
-        other => format!("source={}", other.as_str()),
-    }
-}
-
-/// Dead letters waiting, over every DLQ of the source.
-fn dlq_depth(admin: &AdminClient, name: SourceName) -> Result<u64> {
-    let path = format!("/v1/dlq/stats?{}", source_query(name));
-    let stats: Vec<serde_json::Value> = admin
-        .get(&path)
-        .with_context(|| format!("reading the DLQ's stats ({path})"))?;
-    Ok(stats.iter().filter_map(|s| s["depth"].as_u64()).sum())
-}
-
-/// The DLQ, page by page through the admin API, by key.
-fn dead_letters(
-    admin: &AdminClient,
-    name: SourceName,
-    by_digest: &HashMap<String, String>,
-) -> Result<BTreeMap<String, Dead>> {
-    let mut out: BTreeMap<String, Dead> = BTreeMap::new();
-    let source = source_query(name);
-    let mut after = String::new();
-    loop {
-        let path = format!("/v1/dlq?limit=1000&{source}{after}");
-        let (page, next): (Vec<serde_json::Value>, _) = admin
-            .get_page(&path)
-            .with_context(|| format!("reading the DLQ ({path})"))?;
-        for e in &page {
-            let original = &e["envelope"]["original"];
-            let payload = verdict_host::envelope::payload_bytes(original);
-            // A letter too big for its broker keeps its payload's digest instead.
-            let key = key_of(&payload)
-                .or_else(|| {
-                    let omitted = e["envelope"]["original"]["payloadOmitted"]["sha256"].as_str()?;
-                    by_digest.get(omitted).cloned()
-                })
-                .unwrap_or_else(|| check::NO_KEY.into());
-            let d = out.entry(key).or_insert(Dead {
-                count: 0,
-                at_ms: u64::MAX,
-                policy: String::new(),
-            });
-            d.count += 1;
-            d.at_ms = d.at_ms.min(e["created_at_ms"].as_u64().unwrap_or(0));
-            d.policy = e["envelope"]["policy"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-        }
-        match next {
-            Some(n) => after = format!("&after={n}"),
-            None => return Ok(out),
-        }
-    }
-}
-
-/// A progress line on stderr: rewritten in place on a terminal, every 10 s otherwise.
-struct Progress {
-    on: bool,
-    tty: bool,
-    name: &'static str,
-    last: std::cell::Cell<Option<Instant>>,
-}
-
-impl Progress {
-    fn new(on: bool, name: &'static str) -> Progress {
-        Progress {
-            on,
-            tty: std::io::stderr().is_terminal(),
-            name,
-            last: std::cell::Cell::new(None),
-        }
-    }
-
-    fn show(&self, what: &str) {
-        if !self.on {
-            return;
-        }
-        if self.tty {
-            eprint!("\r\x1b[2K[{}] {what}", self.name);
-        } else if self
-            .last
-            .get()
-            .is_none_or(|t| t.elapsed() > Duration::from_secs(10))
-        {
-            eprintln!("[{}] {what}", self.name);
-            self.last.set(Some(Instant::now()));
-        }
-    }
-
-    /// A line of its own (a fault struck), kept on screen.
-    fn note(&self, what: &str) {
-        if self.on {
-            if self.tty {
-                eprint!("\r\x1b[2K");
-            }
-            eprintln!("[{}] {what}", self.name);
-        }
-    }
-
-    fn done(&self) {
-        if self.on && self.tty {
-            eprintln!();
-        }
-    }
-}
-
-/// Wait until at most `max` of the `published` messages are not terminal yet: ten minutes at
-/// most, after which publishing goes on and the settle phase reports what is stuck.
-fn wait_for_backlog(
-    max: usize,
-    consumer: &Consumer,
-    admin: &AdminClient,
-    name: SourceName,
-    published: usize,
-    progress: &Progress,
-) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let terminal = consumer.accepted_keys() + dlq_depth(admin, name)? as usize;
-        let open = published.saturating_sub(terminal);
-        if open <= max || Instant::now() > deadline {
-            return Ok(());
-        }
-        progress.show(&format!("waiting: {open} not terminal yet (at most {max})"));
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Publish `batch`, many at once; what each came to, in `batch`'s order.
-fn publish_batch(
-    runtime: &tokio::runtime::Runtime,
-    source: &Source,
-    batch: &[plan::Planned],
-    admin: &AdminClient,
-) -> Result<Vec<crate::sources::Published>> {
-    use futures_util::StreamExt as _;
-    let publish = |m: &plan::Planned| -> Result<crate::sources::Published> {
-        runtime
-            .block_on(source.publish(m, admin))
-            .with_context(|| format!("publishing message {}", m.key))
-    };
-    if source.name == SourceName::Embedded {
-        // The admin API is plain blocking HTTP: a few threads keep it busy.
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let out: Vec<std::sync::Mutex<Option<Result<crate::sources::Published>>>> =
-            batch.iter().map(|_| std::sync::Mutex::new(None)).collect();
-        std::thread::scope(|scope| {
-            for _ in 0..EMBEDDED_PUBLISHERS {
-                scope.spawn(|| {
-                    loop {
-                        let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(m) = batch.get(at) else { break };
-                        let sent = publish(m);
-                        *out[at]
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sent);
-                    }
-                });
-            }
-        });
-        return out
-            .into_iter()
-            .map(|slot| {
-                slot.into_inner()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .unwrap_or_else(|| Err(anyhow::anyhow!("a publisher thread died")))
-            })
-            .collect();
-    }
-    let results: Vec<(usize, Result<crate::sources::Published>)> = runtime.block_on(
-        futures_util::stream::iter(batch.iter().enumerate().map(|(at, m)| async move {
-            let sent = source
-                .publish(m, admin)
-                .await
-                .with_context(|| format!("publishing message {}", m.key));
-            (at, sent)
-        }))
-        .buffer_unordered(BROKER_PUBLISHES_IN_FLIGHT)
-        .collect(),
-    );
-    let mut results = results;
-    results.sort_by_key(|(at, _)| *at);
-    results.into_iter().map(|(_, sent)| sent).collect()
-}
-
-/// Threads publishing to the embedded store's admin API.
-const EMBEDDED_PUBLISHERS: usize = 4;
-/// Publishes awaiting their broker's confirmation at once.
-const BROKER_PUBLISHES_IN_FLIGHT: usize = 64;

@@ -1,0 +1,121 @@
+//! What a run reads from and asks of the gateway through its admin API: the generation, hot
+//! reloads, the DLQ's depth and its letters.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use verdict_host::admin::AdminClient;
+
+use crate::check::{self, Dead};
+use crate::consumer::Consumer;
+use crate::plan::key_of;
+use crate::progress::Progress;
+use crate::sources::SourceName;
+
+/// The active generation.
+pub fn generation(admin: &AdminClient) -> Result<u64> {
+    let status: serde_json::Value = admin.get("/v1/status").context("reading /v1/status")?;
+    Ok(status["generation"].as_u64().unwrap_or(0))
+}
+
+/// Edit the config (`write`) and wait for the gateway to reload it. `Err` of a string when
+/// it did not within 10 s: a hot reload that does not happen is a violation of its own.
+pub fn reload(
+    admin: &AdminClient,
+    write: impl FnOnce() -> std::io::Result<()>,
+) -> Result<std::result::Result<(), String>> {
+    let before = generation(admin)?;
+    write().context("writing the config")?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while generation(admin)? <= before {
+        if Instant::now() > deadline {
+            return Ok(Err(format!(
+                "a config edit was not reloaded within 10 s (generation {before} throughout)"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Ok(()))
+}
+
+fn source_query(name: SourceName) -> String {
+    match name {
+        SourceName::Embedded => String::new(),
+        other => format!("source={}", other.as_str()),
+    }
+}
+
+/// Dead letters waiting, over every DLQ of the source.
+pub fn dlq_depth(admin: &AdminClient, name: SourceName) -> Result<u64> {
+    let path = format!("/v1/dlq/stats?{}", source_query(name));
+    let stats: Vec<serde_json::Value> = admin
+        .get(&path)
+        .with_context(|| format!("reading the DLQ's stats ({path})"))?;
+    Ok(stats.iter().filter_map(|s| s["depth"].as_u64()).sum())
+}
+
+/// The DLQ, page by page through the admin API, by key.
+pub fn dead_letters(
+    admin: &AdminClient,
+    name: SourceName,
+    by_digest: &HashMap<String, String>,
+) -> Result<BTreeMap<String, Dead>> {
+    let mut out: BTreeMap<String, Dead> = BTreeMap::new();
+    let source = source_query(name);
+    let mut after = String::new();
+    loop {
+        let path = format!("/v1/dlq?limit=1000&{source}{after}");
+        let (page, next): (Vec<serde_json::Value>, _) = admin
+            .get_page(&path)
+            .with_context(|| format!("reading the DLQ ({path})"))?;
+        for e in &page {
+            let original = &e["envelope"]["original"];
+            let payload = verdict_host::envelope::payload_bytes(original);
+            // A letter too big for its broker keeps its payload's digest instead.
+            let key = key_of(&payload)
+                .or_else(|| {
+                    let omitted = e["envelope"]["original"]["payloadOmitted"]["sha256"].as_str()?;
+                    by_digest.get(omitted).cloned()
+                })
+                .unwrap_or_else(|| check::NO_KEY.into());
+            let d = out.entry(key).or_insert(Dead {
+                count: 0,
+                at_ms: u64::MAX,
+                policy: String::new(),
+            });
+            d.count += 1;
+            d.at_ms = d.at_ms.min(e["created_at_ms"].as_u64().unwrap_or(0));
+            d.policy = e["envelope"]["policy"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+        }
+        match next {
+            Some(n) => after = format!("&after={n}"),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Wait until at most `max` of the `published` messages are not terminal yet: ten minutes at
+/// most, after which publishing goes on and the settle phase reports what is stuck.
+pub fn wait_for_backlog(
+    max: usize,
+    consumer: &Consumer,
+    admin: &AdminClient,
+    name: SourceName,
+    published: usize,
+    progress: &Progress,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let terminal = consumer.accepted_keys() + dlq_depth(admin, name)? as usize;
+        let open = published.saturating_sub(terminal);
+        if open <= max || Instant::now() > deadline {
+            return Ok(());
+        }
+        progress.show(&format!("waiting: {open} not terminal yet (at most {max})"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
