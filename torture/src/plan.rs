@@ -123,6 +123,15 @@ pub fn messages(
             headers.push(("x-verdict-first-failed-at-ms".into(), b"-1".to_vec()));
         }
         if rng.percent(20) {
+            // The broker's own and the deadline headers, forged or garbage: ignored, never
+            // a reason to expire or to count a death.
+            let garbage = *rng.pick(&["soon", "-5", "99999999999999999999999", "1e3", ""]);
+            headers.push(("x-message-deadline-ms".into(), garbage.as_bytes().to_vec()));
+            headers.push(("x-message-ttl-ms".into(), garbage.as_bytes().to_vec()));
+            headers.push(("x-death".into(), b"forged".to_vec()));
+            headers.push(("x-first-death-reason".into(), b"expired".to_vec()));
+        }
+        if rng.percent(20) {
             let value = if can.binary_headers {
                 vec![0xff, 0xfe, b'a', 0x80]
             } else {
