@@ -46,13 +46,18 @@ fn source_query(name: SourceName) -> String {
     }
 }
 
-/// Dead letters waiting, over every DLQ of the source.
-pub fn dlq_depth(admin: &AdminClient, name: SourceName) -> Result<u64> {
-    let path = format!("/v1/dlq/stats?{}", source_query(name));
-    let stats: Vec<serde_json::Value> = admin
-        .get(&path)
-        .with_context(|| format!("reading the DLQ's stats ({path})"))?;
-    Ok(stats.iter().filter_map(|s| s["depth"].as_u64()).sum())
+/// Dead letters waiting, over every DLQ the gateway knows: the sum of its
+/// `verdict_dlq_depth` gauges. The gateway keeps those from its own records and the
+/// brokers' counts (refreshed every second), where `/v1/dlq/stats` would read every letter
+/// of a broker's DLQ - a cost that grows with the DLQ, paid once a batch.
+pub fn dlq_depth(admin: &AdminClient) -> Result<u64> {
+    let text = admin.get_text("/metrics").context("reading /metrics")?;
+    Ok(text
+        .lines()
+        .filter(|l| l.starts_with("verdict_dlq_depth{") || l.starts_with("verdict_dlq_depth "))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v.max(0.0) as u64)
+        .sum())
 }
 
 /// The DLQ, page by page through the admin API, by key.
@@ -104,13 +109,12 @@ pub fn wait_for_backlog(
     max: usize,
     consumer: &Consumer,
     admin: &AdminClient,
-    name: SourceName,
     published: usize,
     progress: &Progress,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let terminal = consumer.accepted_keys() + dlq_depth(admin, name)? as usize;
+        let terminal = consumer.accepted_keys() + dlq_depth(admin)? as usize;
         let open = published.saturating_sub(terminal);
         if open <= max || Instant::now() > deadline {
             return Ok(());

@@ -41,12 +41,18 @@ struct Log {
     requests: Vec<Request>,
     /// Per key: failing answers chosen so far, accepted yet.
     keys: HashMap<String, (u32, bool)>,
+    /// Keys accepted at least once.
+    accepted: usize,
 }
 
 impl Log {
     fn push(&mut self, r: Request) {
         if let Some(key) = &r.key {
-            self.keys.entry(key.clone()).or_default().1 |= r.accepted;
+            let seen = &mut self.keys.entry(key.clone()).or_default().1;
+            if r.accepted && !*seen {
+                *seen = true;
+                self.accepted += 1;
+            }
         }
         self.requests.push(r);
     }
@@ -120,12 +126,11 @@ impl Consumer {
 
     /// Messages accepted at least once so far.
     pub fn accepted_keys(&self) -> usize {
-        let log = self
-            .state
+        self.state
             .log
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        log.keys.values().filter(|(_, accepted)| *accepted).count()
+            .unwrap_or_else(PoisonError::into_inner)
+            .accepted
     }
 }
 

@@ -333,7 +333,6 @@ impl<'a> Run<'a> {
                     max,
                     &self.consumer,
                     &self.admin,
-                    self.name,
                     out.at.len(),
                     &self.progress,
                 )?;
@@ -434,7 +433,7 @@ impl<'a> Run<'a> {
         let deadline = Instant::now() + self.o.settle;
         loop {
             let accepted = self.consumer.accepted_keys();
-            let dead = admin::dlq_depth(&self.admin, self.name)?;
+            let dead = admin::dlq_depth(&self.admin)?;
             let open = published.at.len().saturating_sub(accepted + dead as usize);
             self.progress.show(&format!(
                 "settling: {open} of {} not terminal yet",
