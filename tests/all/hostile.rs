@@ -19,6 +19,16 @@ fn hostile_decision(mode: &str) -> Decision {
 }
 
 fn hostile_decision_within(mode: &str, decide_timeout_ms: u64) -> Decision {
+    hostile_decision_on(mode, decide_timeout_ms, &at("db.timeout", 1))
+}
+
+/// The hostile guest in `mode` deciding `failure` twice beside a well-behaved bystander:
+/// each call ends within [`HANG`], and the second is contained the same way as the first.
+fn hostile_decision_on(
+    mode: &str,
+    decide_timeout_ms: u64,
+    failure: &verdict_host::Failure,
+) -> Decision {
     let mut limits = Limits::new();
     limits.decide_timeout_ms(decide_timeout_ms);
     let host = Host::new(&limits).unwrap();
@@ -29,18 +39,19 @@ fn hostile_decision_within(mode: &str, decide_timeout_ms: u64) -> Decision {
     );
     with_bystander(|| {
         let started = Instant::now();
-        let d = topic.decide(&at("db.timeout", 1));
+        let d = topic.decide(failure);
         assert!(
             started.elapsed() < HANG,
             "{mode}: took {:?}",
             started.elapsed()
         );
+        eprintln!("{mode}: {:?} after {:?}", d.fallback, started.elapsed());
         // The topic stays usable: the next decision is contained the same way.
-        let again = topic.decide(&at("db.timeout", 1));
+        let again = topic.decide(failure);
         assert_eq!(
             d.fallback.is_some(),
             again.fallback.is_some(),
-            "{mode}: second call differs"
+            "{mode}: second call differs: {again:?}"
         );
         d
     })
@@ -184,29 +195,7 @@ fn bulky_failure() -> verdict_host::Failure {
 }
 
 fn storm(mode: &str, decide_timeout_ms: u64) -> Decision {
-    let mut limits = Limits::new();
-    limits.decide_timeout_ms(decide_timeout_ms);
-    let host = Host::new(&limits).unwrap();
-    let topic = decider(
-        &host,
-        fixtures::HOSTILE,
-        &format!(r#"{{"mode": "{mode}"}}"#),
-    );
-    let failure = bulky_failure();
-    with_bystander(|| {
-        let started = Instant::now();
-        let d = topic.decide(&failure);
-        assert!(
-            started.elapsed() < HANG,
-            "{mode}: took {:?}",
-            started.elapsed()
-        );
-        eprintln!("{mode}: {:?} after {:?}", d.fallback, started.elapsed());
-        // The topic stays usable: the next storm on it is contained the same way.
-        let again = topic.decide(&failure);
-        assert_eq!(again.fallback.is_some(), d.fallback.is_some(), "{again:?}");
-        d
-    })
+    hostile_decision_on(mode, decide_timeout_ms, &bulky_failure())
 }
 
 /// Each `host.payload()` copies 64 KiB out of the failure and into the guest's memory, and
