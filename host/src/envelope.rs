@@ -212,7 +212,7 @@ impl Envelope {
             last_failed_at: rfc3339(last),
             verdict: VerdictEntry {
                 action: "dead-letter".into(),
-                class: crate::stats::class_name(v.class).into(),
+                class: verdict_runtime::class_name(v.class).into(),
                 reason: v.reason.clone(),
                 alert: name(serde_json::to_value(v.alert).unwrap_or_default()),
                 labels: v
@@ -261,7 +261,7 @@ pub fn omit_payload(
     decoded.original.payload_base64 = None;
     decoded.original.payload_omitted = Some(OmittedPayload {
         bytes: payload.len() as u64,
-        sha256: crate::policy::hex(&Sha256::digest(payload)),
+        sha256: verdict_runtime::digest::hex(&Sha256::digest(payload)),
         reason: reason.to_string(),
     });
     match format {

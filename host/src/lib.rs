@@ -27,75 +27,39 @@
 //! goes live, swaps generations atomically, and rolls back. [`admin`] serves it over HTTP
 //! (`verdict run`), and [`cli`] holds every `verdict` command as a function.
 
-// One audited exception: loading compiled code from the artifact cache (`artifacts.rs`).
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod admin;
-mod artifacts;
 pub mod bench;
-mod bindings;
-mod bounds;
 pub mod cli;
 mod clock;
 mod config;
 pub mod conformance;
-mod contract;
-mod decider;
-mod decision;
 pub mod demo;
 pub mod dlq;
-mod engine;
 pub mod envelope;
-mod error;
-mod failure;
-mod fallback;
-mod fsutil;
-mod guardrails;
-mod instance;
-mod limits;
 mod metrics;
 pub mod pipeline;
-mod policy;
 mod registry;
 mod reload;
 mod routing;
 mod shadow;
 pub mod sources;
-mod stats;
 pub mod store;
-pub mod text;
 
-pub use artifacts::CacheStats;
 pub use config::{
     AdminConfig, AdmissionConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DlqFormat, DlqNaming,
     GatewayConfig, GatewayConfigError, GatewaySection, NatsConfig, PolicyConfig, RabbitmqConfig,
     RouteConfig, ShadowConfig, StorageConfig,
 };
-pub use contract::SUPPORTED_CONTRACT;
-pub use decider::{Decider, TopicSettings};
-pub use decision::{Clamp, Decision, Provenance};
-pub use engine::Host;
-pub use error::{ConfigError, Fault, LoadError};
-pub use failure::{AttemptSpec, ErrorSpec, Failure, FailureSpec, StatsSpec, jitter_seed};
-pub use fallback::Fallback;
-pub use guardrails::Guardrails;
-pub use limits::Limits;
 pub use metrics::{METRICS_CONTENT_TYPE, Metrics};
-pub use policy::Policy;
 pub use registry::{ActiveRoute, Generation, Registry, RegistryError, Upload};
 pub use reload::{ConfigWatcher, ReloadStatus, WatchError};
 pub use routing::{RouteError, Router, TopicPattern};
 pub use shadow::{Shadow, ShadowReport};
-pub use stats::{DecisionStats, VerdictCount};
-pub use verdict_sdk::{Action, Class, Severity, Verdict};
-
-/// Cut `s` to at most `max` bytes on a character boundary.
-pub(crate) fn truncate_utf8(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut end = max;
-        while !s.is_char_boundary(end) {
-            end -= 1;
-        }
-        s.truncate(end);
-    }
-}
+pub use verdict_runtime::{
+    Action, AttemptSpec, CacheStats, Clamp, Class, ConfigError, Decider, Decision, ErrorSpec,
+    Failure, FailureSpec, Fallback, Fault, Guardrails, Host, Limits, LoadError, Policy, Provenance,
+    SUPPORTED_CONTRACT, Severity, StatsSpec, TopicSettings, Verdict, jitter_seed,
+};
+pub use verdict_runtime::{DecisionStats, VerdictCount, text};

@@ -65,7 +65,7 @@ pub async fn start(
     // `load` has refused a non-loopback admin.listen unless allow_remote is set.
     let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
     let state_dir = base.join(&config.storage.dir);
-    crate::fsutil::private_state_dir(&state_dir)
+    verdict_runtime::fsutil::private_state_dir(&state_dir)
         .with_context(|| format!("storage.dir = {}", config.storage.dir.display()))?;
     let token = admin_token(&config.admin, &base)?;
     if token.is_none() {
@@ -230,7 +230,7 @@ fn history_key(
     } else {
         base.join(&config.history_key_file)
     };
-    let key = crate::fsutil::secret(&path)
+    let key = verdict_runtime::fsutil::secret(&path)
         .with_context(|| format!("rabbitmq.history_key_file: {}", path.display()))?;
     Ok(sources::rabbitmq::HistoryKey::new(key))
 }

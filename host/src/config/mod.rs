@@ -313,9 +313,9 @@ mod tests {
     #[test]
     fn a_good_config_parses_with_defaults() {
         let c = GatewayConfig::parse(GOOD, "verdict.toml").unwrap();
-        assert_eq!(c.sandbox.decide_timeout_ms, 20);
-        assert_eq!(c.sandbox.max_functions, 20_000);
-        assert_eq!(c.sandbox.memory_cap_bytes, Limits::new().memory_cap_bytes);
+        let mut sandbox = Limits::new();
+        sandbox.decide_timeout_ms(20).max_functions(20_000);
+        assert_eq!(c.sandbox, sandbox);
         assert_eq!(
             c.routes[0].config,
             Some(serde_json::json!({"max_attempts": 5}))

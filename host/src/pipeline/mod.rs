@@ -310,7 +310,7 @@ impl Pipeline {
                     failed,
                     letter: DeadLetter {
                         dlq,
-                        class: crate::stats::class_name(decision.verdict.class).to_string(),
+                        class: verdict_runtime::class_name(decision.verdict.class).to_string(),
                         reason: decision.verdict.reason.clone(),
                         format: crate::envelope::format_name(format),
                         envelope,

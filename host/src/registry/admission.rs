@@ -52,7 +52,7 @@ impl Admission {
         state: Option<&Path>,
     ) -> Result<Self, RegistryError> {
         if let Some(state) = state
-            && let Err(e) = crate::fsutil::create_private_dir(state)
+            && let Err(e) = verdict_runtime::fsutil::create_private_dir(state)
         {
             tracing::warn!(path = %state.display(), error = %e, "could not create the state directory");
         }
@@ -65,16 +65,11 @@ impl Admission {
             .unwrap_or_default();
         let mut limits = crate::conformance::metered_limits(config.fuel_per_decision);
         limits
-            .memory_cap_bytes(sandbox.memory_cap_bytes)
-            .max_wasm_stack_bytes(sandbox.max_wasm_stack_bytes)
             .pooled_instances(16)
             .warm_instances(1)
             // A candidate with vectors is compiled here before the serving engine sees it: the
             // same bounds apply to both compilers.
-            .max_component_bytes(sandbox.max_component_bytes)
-            .max_functions(sandbox.max_functions)
-            .max_function_blocks(sandbox.max_function_blocks)
-            .max_blocks(sandbox.max_blocks);
+            .bounds_of(sandbox);
         Ok(Admission {
             host: Host::with_artifact_cache(&limits, artifacts)?,
             config: config.clone(),
@@ -208,7 +203,7 @@ impl Admission {
             .insert(key);
         if let Some(ledger) = &self.ledger {
             // Losing the ledger costs a re-check on the next start, nothing else.
-            let line = format!("{}\n", crate::policy::hex(&key));
+            let line = format!("{}\n", verdict_runtime::digest::hex(&key));
             let written = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)

@@ -43,13 +43,13 @@ impl Builder<'_> {
         let mut files = BTreeMap::new();
         for (name, spec) in &config.policies {
             let path = base_dir.join(&spec.path);
-            let bytes = crate::bounds::read(&path, self.host.limits(), name).map_err(|source| {
-                RegistryError::Load {
+            let bytes = verdict_runtime::bounds::read(&path, self.host.limits(), name).map_err(
+                |source| RegistryError::Load {
                     policy: name.clone(),
                     source,
-                }
-            })?;
-            let sha256 = crate::policy::sha256_hex(&bytes);
+                },
+            )?;
+            let sha256 = verdict_runtime::digest::sha256_hex(&bytes);
             if let Some(pinned) = &spec.sha256
                 && !pinned.eq_ignore_ascii_case(&sha256)
             {

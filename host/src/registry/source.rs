@@ -124,7 +124,7 @@ impl Journal {
             shadows: source.shadows.clone(),
         };
         let bytes = serde_json::to_vec_pretty(&journal).map_err(std::io::Error::other)?;
-        crate::fsutil::write_atomically(path, &[&bytes])
+        verdict_runtime::fsutil::write_atomically(path, &[&bytes])
     }
 
     /// `file` with these changes, minus those whose file entry has changed since.

@@ -37,7 +37,7 @@ impl Registry {
         let provenance = (**loaded.provenance()).clone();
         let path = self.uploaded_path(policy, &provenance.sha256)?;
         if !path.is_file() {
-            crate::fsutil::write_atomically(&path, &[bytes]).map_err(|source| {
+            verdict_runtime::fsutil::write_atomically(&path, &[bytes]).map_err(|source| {
                 RegistryError::Storage {
                     path: path.clone(),
                     source,

@@ -137,7 +137,7 @@ fn key(engine: &Engine, sha256: &str) -> String {
     h.update(env!("CARGO_PKG_VERSION").as_bytes());
     h.update(engine_hash.finish().to_le_bytes());
     h.update(sha256.as_bytes());
-    crate::policy::hex(&h.finalize())
+    crate::digest::hex(&h.finalize())
 }
 
 enum Entry {

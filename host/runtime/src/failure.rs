@@ -97,7 +97,7 @@ impl Failure {
 /// empty payload), and the jitter seed is derived from the message id and attempt.
 ///
 /// ```
-/// use verdict_host::FailureSpec;
+/// use verdict_runtime::FailureSpec;
 ///
 /// let spec: FailureSpec = serde_json::from_str(r#"{
 ///     "topic": "payments", "message-id": "m-1", "attempt": 2,

@@ -10,7 +10,7 @@ use verdict_sdk::{Action, Class};
 use crate::Decision;
 
 /// Every class, in counter order.
-pub(crate) const CLASSES: [Class; 7] = [
+pub const CLASSES: [Class; 7] = [
     Class::Transient,
     Class::Permanent,
     Class::Poison,
@@ -23,11 +23,13 @@ pub(crate) const CLASSES: [Class; 7] = [
 /// Every action name, in counter order.
 pub(crate) const ACTIONS: [&str; 4] = ["retry", "delay", "dead-letter", "discard"];
 
-pub(crate) fn class_index(class: Class) -> usize {
+/// The position of `class` in [`CLASSES`]: an index into per-class counters.
+pub fn class_index(class: Class) -> usize {
     CLASSES.iter().position(|c| *c == class).unwrap_or(6)
 }
 
-pub(crate) fn class_name(class: Class) -> &'static str {
+/// The name a class has in envelopes, metrics and the admin API (`transient`, `poison`, ...).
+pub fn class_name(class: Class) -> &'static str {
     match class {
         Class::Transient => "transient",
         Class::Permanent => "permanent",

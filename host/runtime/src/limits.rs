@@ -10,14 +10,14 @@ use crate::ConfigError;
 /// `[sandbox]` table of `verdict.toml` (every field optional).
 ///
 /// ```
-/// use verdict_host::{Host, Limits};
+/// use verdict_runtime::{Host, Limits};
 ///
 /// let mut limits = Limits::new();
 /// limits.decide_timeout_ms(20).memory_cap_bytes(8 << 20);
 /// let host = Host::new(&limits)?;
-/// # Ok::<(), verdict_host::ConfigError>(())
+/// # Ok::<(), verdict_runtime::ConfigError>(())
 /// ```
-#[derive(Debug, Clone, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Wall-clock deadline of one `decide`.
@@ -172,7 +172,25 @@ impl Limits {
         self
     }
 
-    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+    /// Take the bounds that keep a component in its box from `other`: the memory cap, the
+    /// stack, and the component's shape (size, functions, blocks). Deadlines, fuel and
+    /// pooling stay as they are. An admission gate compiles candidates this way, under the
+    /// same bounds as the engine that will serve them.
+    pub fn bounds_of(&mut self, other: &Limits) -> &mut Self {
+        self.memory_cap_bytes = other.memory_cap_bytes;
+        self.max_wasm_stack_bytes = other.max_wasm_stack_bytes;
+        self.max_component_bytes = other.max_component_bytes;
+        self.max_functions = other.max_functions;
+        self.max_function_blocks = other.max_function_blocks;
+        self.max_blocks = other.max_blocks;
+        self
+    }
+
+    /// Check the limits against each other; [`Host::new`] does this, a config loader may do
+    /// it earlier to name the file.
+    ///
+    /// [`Host::new`]: crate::Host::new
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, message: String| Err(ConfigError::InvalidLimit { field, message });
         if self.epoch_tick_ms == 0 {
             return bad("epoch_tick_ms", "must be at least 1".into());

@@ -6,7 +6,7 @@ use std::path::Path;
 
 /// Write `parts` to `path` through a temporary file and a rename, so a reader (or a restart
 /// after a crash) never sees half a file. Creates the parent directory.
-pub(crate) fn write_atomically(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+pub fn write_atomically(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -20,7 +20,7 @@ pub(crate) fn write_atomically(path: &Path, parts: &[&[u8]]) -> std::io::Result<
 }
 
 /// Create `dir` (and its parents) readable only by this user.
-pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -31,7 +31,7 @@ pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 /// Make `dir` the gateway's private state directory: created (mode 0700) when missing;
 /// when found, refused if group- or world-writable (someone else could plant files the
 /// gateway trusts) and otherwise narrowed to 0700 (it holds message payloads and keys).
-pub(crate) fn private_state_dir(dir: &Path) -> std::io::Result<()> {
+pub fn private_state_dir(dir: &Path) -> std::io::Result<()> {
     if !dir.exists() {
         return create_private_dir(dir);
     }
@@ -62,7 +62,7 @@ pub(crate) fn private_state_dir(dir: &Path) -> std::io::Result<()> {
 
 /// The secret kept at `path`: 32 random bytes, created (mode 0600) when missing. Two
 /// processes creating it at once agree on the first one written.
-pub(crate) fn secret(path: &Path) -> std::io::Result<Vec<u8>> {
+pub fn secret(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read as _;
     if !path.exists() {
         if let Some(dir) = path.parent() {

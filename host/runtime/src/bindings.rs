@@ -10,7 +10,7 @@ use crate::failure::Details;
 #[allow(missing_docs, unused_qualifications, clippy::all)]
 mod generated {
     wasmtime::component::bindgen!({
-        path: "../wit",
+        path: "../../wit",
         world: "policy",
     });
 }
@@ -86,7 +86,7 @@ impl Host for HostState {
         if self.log_lines > MAX_LOG_LINES_PER_CALL {
             return;
         }
-        crate::truncate_utf8(&mut message, MAX_LOG_LINE_BYTES);
+        crate::text::truncate_utf8(&mut message, MAX_LOG_LINE_BYTES);
         let policy = &*self.policy;
         match level {
             wit::Level::Trace => tracing::trace!(target: "verdict::policy", policy, "{message}"),

@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 
 use crate::bindings::{HostState, PolicyBindingsPre};
+use crate::digest::sha256_hex;
 use crate::instance::Instance;
 use crate::{ConfigError, Decider, Host, LoadError, Provenance, TopicSettings, contract};
 
@@ -170,18 +170,4 @@ fn check_header(bytes: &[u8], origin: &str) -> Result<(), LoadError> {
         });
     }
     Ok(())
-}
-
-/// SHA-256 of `bytes`, lowercase hex: a component's identity in provenance and caches.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-/// Lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }

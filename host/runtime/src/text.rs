@@ -81,6 +81,17 @@ fn password_of(url: &str) -> Option<&str> {
     Some(password)
 }
 
+/// Cut `s` to at most `max` bytes on a character boundary.
+pub(crate) fn truncate_utf8(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

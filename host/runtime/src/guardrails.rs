@@ -91,7 +91,7 @@ impl Guardrails {
             clamps.push(Clamp::ReasonTruncated {
                 bytes: verdict.reason.len(),
             });
-            crate::truncate_utf8(&mut verdict.reason, self.max_reason_bytes);
+            crate::text::truncate_utf8(&mut verdict.reason, self.max_reason_bytes);
         }
         let count = verdict.labels.len();
         let too_long = |(k, v): &(String, String)| {
@@ -101,8 +101,8 @@ impl Guardrails {
             clamps.push(Clamp::LabelsTruncated { count });
             verdict.labels.truncate(self.max_labels);
             for (k, v) in &mut verdict.labels {
-                crate::truncate_utf8(k, self.max_label_bytes);
-                crate::truncate_utf8(v, self.max_label_bytes);
+                crate::text::truncate_utf8(k, self.max_label_bytes);
+                crate::text::truncate_utf8(v, self.max_label_bytes);
             }
         }
     }

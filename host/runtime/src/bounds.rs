@@ -28,7 +28,7 @@ pub(crate) const LOOP_BLOCKS: u64 = 16;
 
 /// Read a component file, refusing one past [`Limits::max_component_bytes`] without reading
 /// more than that.
-pub(crate) fn read(path: &Path, limits: &Limits, origin: &str) -> Result<Vec<u8>, LoadError> {
+pub fn read(path: &Path, limits: &Limits, origin: &str) -> Result<Vec<u8>, LoadError> {
     let io = |source| LoadError::Read {
         path: path.to_path_buf(),
         source,

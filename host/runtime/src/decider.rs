@@ -45,7 +45,7 @@ impl Decider {
     /// Drop the warm instances (a retired generation's route): their pool slots go back to
     /// the routes that serve. A decision on it afterwards - after a rollback - makes a fresh
     /// instance, as a cold start does.
-    pub(crate) fn release_warm(&self) -> usize {
+    pub fn release_warm(&self) -> usize {
         let mut released = 0;
         while self.idle.pop().is_some() {
             released += 1;
