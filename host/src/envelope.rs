@@ -21,7 +21,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use crate::{AttemptSpec, Decision, DlqFormat};
+use verdict_registry::DlqFormat;
+use verdict_runtime::{AttemptSpec, Decision};
 
 /// A dead letter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

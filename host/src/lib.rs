@@ -33,30 +33,22 @@ pub mod admin;
 pub mod bench;
 pub mod cli;
 mod clock;
-mod config;
-pub mod conformance;
 pub mod demo;
 pub mod dlq;
 pub mod envelope;
 mod metrics;
 pub mod pipeline;
-mod registry;
-mod reload;
-mod routing;
-mod shadow;
 pub mod sources;
 pub mod store;
 
-pub use config::{
-    AdminConfig, AdmissionConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DlqFormat, DlqNaming,
-    GatewayConfig, GatewayConfigError, GatewaySection, NatsConfig, PolicyConfig, RabbitmqConfig,
-    RouteConfig, ShadowConfig, StorageConfig,
-};
 pub use metrics::{METRICS_CONTENT_TYPE, Metrics};
-pub use registry::{ActiveRoute, Generation, Registry, RegistryError, Upload};
-pub use reload::{ConfigWatcher, ReloadStatus, WatchError};
-pub use routing::{RouteError, Router, TopicPattern};
-pub use shadow::{Shadow, ShadowReport};
+pub use verdict_registry::{
+    ActiveRoute, AdminConfig, AdmissionConfig, ConfigWatcher, ConsumerConfig, DEFAULT_ADMIN_PORT,
+    DlqFormat, DlqNaming, GatewayConfig, GatewayConfigError, GatewaySection, Generation,
+    NatsConfig, PolicyConfig, RabbitmqConfig, Registry, RegistryError, ReloadStatus, RouteConfig,
+    RouteError, Router, ShadowConfig, ShadowReport, SourceKind, StorageConfig, TopicPattern,
+    Upload, WatchError, conformance,
+};
 pub use verdict_runtime::{
     Action, AttemptSpec, CacheStats, Clamp, Class, ConfigError, Decider, Decision, ErrorSpec,
     Failure, FailureSpec, Fallback, Fault, Guardrails, Host, Limits, LoadError, Policy, Provenance,

@@ -9,10 +9,10 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use crate::Registry;
 use crate::pipeline::PipelineMetrics;
 use crate::sources::BrokerDlqs;
 use crate::store::Store;
+use verdict_registry::Registry;
 
 /// The `/metrics` page of a gateway: the registry's collector plus whatever else registers.
 pub struct Metrics {

@@ -945,7 +945,7 @@ fn config_input() -> BoxedStrategy<(String, Expect)> {
 
 /// What every config that parses holds to.
 fn check_config(config: &GatewayConfig) -> Result<(), TestCaseError> {
-    use verdict_host::sources::SourceKind;
+    use verdict_host::SourceKind;
     for route in &config.routes {
         prop_assert!(config.policies.contains_key(&route.policy));
         if let Some(shadow) = &route.shadow {

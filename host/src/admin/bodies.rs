@@ -16,7 +16,8 @@ use serde_json::Value;
 use super::ApiError;
 use crate::dlq::ReplayOptions;
 use crate::store::{DlqFilter, NewMessage};
-use crate::{FailureSpec, ShadowConfig};
+use verdict_registry::ShadowConfig;
+use verdict_runtime::FailureSpec;
 
 /// Largest batch in one publish.
 pub const MAX_BATCH: usize = 10_000;

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::dlq::{DlqError, NatsDeadLetters, RabbitDeadLetters};
-use crate::sources::SourceKind;
-use crate::{GatewayConfig, NatsConfig, RabbitmqConfig};
+use verdict_registry::SourceKind;
+use verdict_registry::{GatewayConfig, NatsConfig, RabbitmqConfig};
 
 /// What a connection depends on: the broker's section, the gateway's name and the routes
 /// (which name the DLQs).

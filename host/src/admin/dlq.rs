@@ -17,8 +17,8 @@ use super::handlers::body_bytes;
 use super::{AdminState, ApiError, bodies};
 use crate::dlq::{DeadLetters, ReplayReport};
 use crate::pipeline::{Pipeline, now_ms};
-use crate::sources::SourceKind;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
+use verdict_registry::SourceKind;
 
 /// Entries a listing returns when the request names no `limit`, and at most.
 pub const DEFAULT_LIMIT: usize = 1_000;
@@ -60,7 +60,7 @@ async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
                 "this server has no config file",
             )
         })?;
-        let config = crate::GatewayConfig::load(&path)
+        let config = verdict_registry::GatewayConfig::load(&path)
             .map_err(|e| ApiError::new(StatusCode::CONFLICT, "config", e.to_string()))?;
         let urls = [config.nats.url.as_str(), config.rabbitmq.url.as_str()];
         let broker = |e: &dyn std::fmt::Display| {
@@ -68,7 +68,7 @@ async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "broker",
-                crate::text::without_secrets(&e.to_string(), &urls),
+                verdict_runtime::text::without_secrets(&e.to_string(), &urls),
             )
         };
         let result = match source {

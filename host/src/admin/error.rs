@@ -5,7 +5,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::RegistryError;
+use verdict_registry::RegistryError;
 
 /// An error response.
 #[derive(Debug)]

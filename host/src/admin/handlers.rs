@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 
 use super::{AdminState, ApiError, bodies, views};
-use crate::{Registry, RegistryError};
+use verdict_registry::{Registry, RegistryError};
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -88,14 +88,14 @@ pub(crate) async fn generations(
 
 pub(crate) async fn shadow_report(
     State(state): State<AdminState>,
-) -> Json<Vec<crate::ShadowReport>> {
+) -> Json<Vec<verdict_registry::ShadowReport>> {
     Json(state.registry.shadow_report())
 }
 
 pub(crate) async fn decide(
     State(state): State<AdminState>,
     body: Result<Bytes, BytesRejection>,
-) -> ApiResult<Json<crate::Decision>> {
+) -> ApiResult<Json<verdict_runtime::Decision>> {
     let (topic, spec) = bodies::decide(&body_bytes(body)?)?;
     state
         .registry
@@ -114,7 +114,7 @@ pub(crate) async fn upload(
     State(state): State<AdminState>,
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> ApiResult<(StatusCode, Json<crate::Upload>)> {
+) -> ApiResult<(StatusCode, Json<verdict_registry::Upload>)> {
     let bytes = body.map_err(body_error)?;
     let upload = blocking(&state, move |r| r.upload(&name, &bytes)).await?;
     Ok((StatusCode::CREATED, Json(upload)))

@@ -34,8 +34,9 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware;
 use axum::routing::{get, post, put};
 
+use crate::Metrics;
 use crate::pipeline::Pipeline;
-use crate::{Metrics, Registry};
+use verdict_registry::Registry;
 
 mod auth;
 #[doc(hidden)]

@@ -32,7 +32,7 @@ pub(crate) async fn publish(
             "this server has no store (start it with `verdict run`)",
         ));
     };
-    crate::TopicPattern::parse(&topic)
+    verdict_registry::TopicPattern::parse(&topic)
         .ok()
         .filter(|_| !topic.contains(['*', '>']))
         .ok_or_else(|| ApiError::bad_request(format!("`{topic}` is not a topic name")))?;

@@ -4,9 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{
-    CacheStats, DecisionStats, Generation, Provenance, Registry, ReloadStatus, ShadowReport,
-};
+use verdict_registry::{Generation, Registry, ReloadStatus, ShadowReport};
+use verdict_runtime::{CacheStats, DecisionStats, Provenance};
 
 use crate::clock::unix_ms;
 

@@ -20,9 +20,9 @@ use tokio::sync::Semaphore;
 
 use super::load::{self, Load};
 use super::{BenchOptions, Figures, Progress, Target, cpu};
-use crate::ConsumerConfig;
 use crate::pipeline::{Consumer, Handled, HandlingSummary, PipelineMetrics, deliver};
 use crate::sources::Delivery;
+use verdict_registry::ConsumerConfig;
 
 /// The baseline's name in its metrics.
 const NAME: &str = "nats-native";

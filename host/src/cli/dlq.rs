@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::dlq::{DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, ReplayReport};
-use crate::sources::SourceKind;
 use crate::store::{DlqFilter, Store};
-use crate::{GatewayConfig, Registry};
+use verdict_registry::SourceKind;
+use verdict_registry::{GatewayConfig, Registry};
 
 /// The DLQs of `source` for the gateway configured by `config_path`.
 pub fn open(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use crate::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, TopicSettings};
+use verdict_runtime::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, TopicSettings};
 
 pub mod dlq;
 mod policy;
@@ -164,22 +164,22 @@ pub fn test(
     let suites = request
         .vectors
         .iter()
-        .map(|path| crate::conformance::Suite::load_with_config(path, config.as_deref()))
+        .map(|path| verdict_registry::conformance::Suite::load_with_config(path, config.as_deref()))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| invalid(e.into()))?;
-    let host = Host::new(&crate::conformance::metered_limits(request.fuel))
+    let host = Host::new(&verdict_registry::conformance::metered_limits(request.fuel))
         .map_err(|e| invalid(e.into()))?;
     let policy = host
         .load_file(request.policy)
         .map_err(|e| invalid(e.into()))?;
     let settings = TopicSettings::default();
-    let results = crate::conformance::run_suites(&policy, &suites);
+    let results = verdict_registry::conformance::run_suites(&policy, &suites);
     let properties = if request.properties || request.monotone || request.vectors.is_empty() {
-        let options = crate::conformance::PropertyOptions {
+        let options = verdict_registry::conformance::PropertyOptions {
             monotone: request.monotone,
             ..Default::default()
         };
-        crate::conformance::check_properties(
+        verdict_registry::conformance::check_properties(
             &policy,
             config.as_deref().unwrap_or("{}"),
             &settings,
@@ -189,8 +189,11 @@ pub fn test(
     } else {
         Vec::new()
     };
-    let report =
-        crate::conformance::Report::new((**policy.provenance()).clone(), results, properties);
+    let report = verdict_registry::conformance::Report::new(
+        (**policy.provenance()).clone(),
+        results,
+        properties,
+    );
     let out = match format {
         Format::Human => report.human(),
         Format::Json => {
@@ -209,7 +212,7 @@ pub struct RouteSummary {
     /// The policy's name in the config.
     pub policy: String,
     /// What the component says it is.
-    pub provenance: crate::Provenance,
+    pub provenance: verdict_runtime::Provenance,
     /// The config it was initialised with.
     pub config: serde_json::Value,
 }
@@ -227,10 +230,10 @@ pub struct CheckSummary {
     pub created_when_missing: Vec<String>,
 }
 
-fn open_registry(config_path: &Path) -> Result<crate::Registry> {
-    let config = crate::GatewayConfig::load(config_path)?;
+fn open_registry(config_path: &Path) -> Result<verdict_registry::Registry> {
+    let config = verdict_registry::GatewayConfig::load(config_path)?;
     let base = config_path.parent().unwrap_or(Path::new("."));
-    Ok(crate::Registry::new(&config, base)?)
+    Ok(verdict_registry::Registry::new(&config, base)?)
 }
 
 /// `verdict check -c verdict.toml`: validate the config and run the admission gate (load,
@@ -248,7 +251,7 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
             config: serde_json::from_str(r.decider.config()).unwrap_or(serde_json::Value::Null),
         })
         .collect();
-    let config = crate::GatewayConfig::load(config_path)?;
+    let config = verdict_registry::GatewayConfig::load(config_path)?;
     Ok(CheckSummary {
         generation: generation.number,
         routes,
@@ -257,8 +260,8 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
 }
 
 /// The broker objects the gateway creates when they are missing, as the config names them.
-fn broker_objects(config: &crate::GatewayConfig) -> Vec<String> {
-    use crate::sources::SourceKind;
+fn broker_objects(config: &verdict_registry::GatewayConfig) -> Vec<String> {
+    use verdict_registry::SourceKind;
     let routes = |kind| -> Vec<&str> {
         config
             .routes

@@ -8,8 +8,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use crate::ShadowReport;
 use crate::admin::{AdminClient, GenerationView, PolicyView, RouteView};
+use verdict_registry::ShadowReport;
 
 /// One `verdict policy` command.
 #[derive(Debug, Clone)]

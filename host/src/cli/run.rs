@@ -11,11 +11,13 @@ use anyhow::{Context, Result};
 
 use tokio::sync::watch;
 
+use crate::Metrics;
 use crate::admin::{self, AdminState};
 use crate::pipeline::{Pipeline, now_ms};
-use crate::sources::{self, Readiness, SourceKind};
+use crate::sources::{self, Readiness};
 use crate::store::Store;
-use crate::{AdminConfig, ConfigWatcher, GatewayConfig, Metrics, Registry};
+use verdict_registry::SourceKind;
+use verdict_registry::{AdminConfig, ConfigWatcher, GatewayConfig, Registry};
 
 /// How long file changes are coalesced before a reload.
 const DEBOUNCE: Duration = Duration::from_millis(300);
@@ -221,7 +223,7 @@ fn start_sources(
 /// The key signing RabbitMQ history headers: `[rabbitmq] history_key_file`, or
 /// `<state dir>/history.key`, created with 32 random bytes (mode 0600) when missing.
 fn history_key(
-    config: &crate::RabbitmqConfig,
+    config: &verdict_registry::RabbitmqConfig,
     base: &Path,
     state_dir: &Path,
 ) -> Result<sources::rabbitmq::HistoryKey> {

@@ -160,7 +160,7 @@ pub(crate) fn position_after(
             source_name,
             message: format!(
                 "after: `{}` is not a cursor of this DLQ (expected the `next` of a page: a number)",
-                crate::text::one_line(cursor, 64)
+                verdict_runtime::text::one_line(cursor, 64)
             ),
         }),
     }

@@ -9,7 +9,8 @@ use serde::Serialize;
 
 use crate::pipeline::now_ms;
 use crate::store::{DlqEntry, DlqFilter};
-use crate::{AttemptSpec, Decision, ErrorSpec, FailureSpec, Registry};
+use verdict_registry::Registry;
+use verdict_runtime::{AttemptSpec, Decision, ErrorSpec, FailureSpec};
 
 mod backend;
 mod nats;

@@ -23,7 +23,7 @@ use super::backend::{
 use super::runtime::Rt;
 use crate::sources::letter_headers;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
-use crate::{GatewayConfig, NatsConfig};
+use verdict_registry::{GatewayConfig, NatsConfig};
 
 const NAME: &str = "nats";
 
@@ -94,7 +94,7 @@ impl NatsDeadLetters {
             .map_err(|e| {
                 err(format!(
                     "nats.url = {}: {e}",
-                    crate::text::redact_url(&nats.url)
+                    verdict_runtime::text::redact_url(&nats.url)
                 ))
             })?;
         Ok(NatsDeadLetters {
@@ -386,7 +386,7 @@ pub fn replay_headers(original: &serde_json::Value, message_id: &str, token: &st
             }
         }
     }
-    let line = |text: &str| crate::text::one_line(text, 1_024);
+    let line = |text: &str| verdict_runtime::text::one_line(text, 1_024);
     headers.insert("verdict-message-id", line(message_id).as_str());
     headers.insert(REPLAY_HEADER, line(token).as_str());
     if let Some(ct) = original["contentType"].as_str() {

@@ -21,10 +21,10 @@ use super::backend::{
     back_again, entry_from_headers, matches, position_after,
 };
 use super::runtime::Rt;
-use crate::sources::SourceKind;
 use crate::sources::rabbitmq::topology::Topology;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
-use crate::{GatewayConfig, RabbitmqConfig};
+use verdict_registry::SourceKind;
+use verdict_registry::{GatewayConfig, RabbitmqConfig};
 
 const NAME: &str = "rabbitmq";
 
@@ -102,7 +102,7 @@ impl RabbitDeadLetters {
             let conn = Connection::connect(&url, properties).await.map_err(|e| {
                 err(format!(
                     "rabbitmq.url = {}: {e}",
-                    crate::text::redact_url(&url)
+                    verdict_runtime::text::redact_url(&url)
                 ))
             })?;
             let channel = conn.create_channel().await.map_err(err)?;
@@ -447,7 +447,7 @@ pub fn replay_properties(
     message_id: &str,
     token: &str,
 ) -> BasicProperties {
-    let short = |text: &str| ShortString::from(crate::text::one_line(text, 255));
+    let short = |text: &str| ShortString::from(verdict_runtime::text::one_line(text, 255));
     let mut headers = FieldTable::default();
     if let Some(map) = original["headers"].as_object() {
         for (k, v) in map {

@@ -11,7 +11,7 @@
 //! | connection refused / reset, DNS | `transport.refused` / `transport.error` |
 //! | no answer within `timeout_ms` | `transport.timeout` |
 //!
-//! Everything taken from an answer is bounded and cleaned ([`crate::text`]): at most
+//! Everything taken from an answer is bounded and cleaned ([`verdict_runtime::text`]): at most
 //! [`MAX_ERROR_BODY_BYTES`] of the body are read, a kind that is not a plain token is
 //! ignored (the status kind stands), messages are one line of at most 512 bytes.
 //!
@@ -22,9 +22,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::ConsumerConfig;
 use crate::sources::Delivery;
-use crate::text::{MAX_MESSAGE_BYTES, is_kind, one_line};
+use verdict_registry::ConsumerConfig;
+use verdict_runtime::text::{MAX_MESSAGE_BYTES, is_kind, one_line};
 
 /// The header that marks an explicit reject.
 pub const REJECT_HEADER: &str = "x-verdict-reject";

@@ -9,7 +9,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use crate::{Action, Decision};
+use verdict_runtime::{Action, Decision};
 
 type Labels = Vec<(&'static str, String)>;
 /// Labels known at compile time: nothing to allocate per observation.

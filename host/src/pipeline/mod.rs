@@ -13,7 +13,8 @@ use tokio::sync::{Notify, Semaphore};
 use crate::envelope::{Context, Envelope, MessageRef};
 use crate::sources::{AttemptRecord, BrokerDlqs, DeadLetter, Delivery, Readiness, Settlement};
 use crate::store::Store;
-use crate::{Action, ConsumerConfig, Decision, ErrorSpec, FailureSpec, GatewaySection, Registry};
+use verdict_registry::{ConsumerConfig, GatewaySection, Registry};
+use verdict_runtime::{Action, Decision, ErrorSpec, FailureSpec};
 
 mod delivery;
 mod metrics;
@@ -157,7 +158,7 @@ impl Pipeline {
     /// (or whose route lost its consumer) is released for later, nothing spent.
     pub async fn process(&self, message: &Delivery) -> Settlement {
         let Some(target) = self.route_target(&message.topic) else {
-            tracing::warn!(topic = %crate::text::Clean(&message.topic), id = %crate::text::Clean(&message.id), "no route with a consumer for this topic; holding the message");
+            tracing::warn!(topic = %verdict_runtime::text::Clean(&message.topic), id = %verdict_runtime::text::Clean(&message.id), "no route with a consumer for this topic; holding the message");
             return Settlement::Release {
                 delay_ms: UNROUTED_RETRY_MS,
             };
@@ -326,7 +327,8 @@ impl Pipeline {
     /// Never panics: if even the full envelope cannot be built, a minimal JSON one is.
     pub(crate) fn fallback_dead_letter(&self, message: &Delivery, cause: &str) -> Settlement {
         let now = now_ms();
-        let cause = crate::text::one_line(cause, crate::text::MAX_MESSAGE_BYTES);
+        let cause =
+            verdict_runtime::text::one_line(cause, verdict_runtime::text::MAX_MESSAGE_BYTES);
         let failed = AttemptRecord {
             at_ms: now,
             kind: "gateway.fault".into(),
@@ -336,13 +338,13 @@ impl Pipeline {
         let decision = Decision {
             verdict: verdict_sdk::Verdict::dead_letter(verdict_sdk::Class::Unknown)
                 .because(reason.clone()),
-            provenance: Arc::new(crate::Provenance {
+            provenance: Arc::new(verdict_runtime::Provenance {
                 name: "verdict-gateway".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
                 sha256: String::new(),
             }),
             generation: None,
-            fallback: Some(crate::Fault::Trap {
+            fallback: Some(verdict_runtime::Fault::Trap {
                 message: cause.clone(),
             }),
             clamps: Vec::new(),

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use crate::StatsSpec;
+use verdict_runtime::StatsSpec;
 
 const WINDOW_MS: u64 = 60_000;
 

@@ -102,7 +102,7 @@ pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             let Some(seat) = planned.seat_for(&message.delivery.topic) else {
                 // Cannot happen (a claim takes no more than its group's seats); if it did,
                 // the message's lease would bring it back.
-                tracing::error!(id = %crate::text::Clean(&message.delivery.id), "a claimed message has no delivery slot; it is delivered again when its lease expires");
+                tracing::error!(id = %verdict_runtime::text::Clean(&message.delivery.id), "a claimed message has no delivery slot; it is delivered again when its lease expires");
                 continue;
             };
             held.lock()
@@ -373,7 +373,7 @@ impl Task {
             Err(panic) => {
                 self.pipeline.metrics().fault(NAME, SettleFault::Panic);
                 let cause = super::panic_text(&*panic);
-                tracing::error!(id = %crate::text::Clean(&message.delivery.id), cause = %crate::text::Clean(&cause), "processing a delivery panicked; dead-lettering the message");
+                tracing::error!(id = %verdict_runtime::text::Clean(&message.delivery.id), cause = %verdict_runtime::text::Clean(&cause), "processing a delivery panicked; dead-lettering the message");
                 self.pipeline
                     .fallback_dead_letter(&message.delivery, &cause)
             }
@@ -395,7 +395,7 @@ impl Task {
             Err(Written::Fenced) => {
                 self.pipeline.metrics().fault(NAME, SettleFault::LeaseLost);
                 tracing::warn!(
-                    id = %crate::text::Clean(&message.delivery.id),
+                    id = %verdict_runtime::text::Clean(&message.delivery.id),
                     "a delivery outlived its lease and another delivery took the message over; \
                      this outcome is not applied (the consumer may see the message twice)"
                 );
@@ -423,15 +423,15 @@ impl Task {
                 let metrics = self.pipeline.metrics();
                 metrics.fault(NAME, SettleFault::FallbackDeadLetter);
                 metrics.handled(NAME, Handled::DeadLettered, received.elapsed());
-                tracing::error!(id = %crate::text::Clean(&message.delivery.id), error = %crate::text::Clean(error), "a message could not be settled repeatedly; dead-lettered by the gateway");
+                tracing::error!(id = %verdict_runtime::text::Clean(&message.delivery.id), error = %verdict_runtime::text::Clean(error), "a message could not be settled repeatedly; dead-lettered by the gateway");
                 return;
             }
         }
         self.pipeline.metrics().fault(NAME, SettleFault::Released);
         let wait = super::release_delay(failed);
         tracing::error!(
-            id = %crate::text::Clean(&message.delivery.id),
-            error = %crate::text::Clean(error),
+            id = %verdict_runtime::text::Clean(&message.delivery.id),
+            error = %verdict_runtime::text::Clean(error),
             failed,
             "recording a delivery's outcome failed; the message is delivered again"
         );

@@ -23,8 +23,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, watch};
 
-use crate::AttemptSpec;
 use crate::pipeline::Handled;
+use verdict_runtime::AttemptSpec;
 
 pub mod embedded;
 pub mod nats;
@@ -147,15 +147,18 @@ impl DeadLetter {
         delivery: &Delivery,
         failed: &AttemptRecord,
     ) -> [(&'static str, String); 8] {
-        use crate::text::one_line;
         use letter_headers::*;
+        use verdict_runtime::text::one_line;
         // Header values are one bounded line: a CR/LF would inject headers, and some
         // clients refuse such a value with a panic.
         [
             (TOPIC, one_line(&delivery.topic, 1_024)),
             (MESSAGE_ID, one_line(&delivery.id, 1_024)),
             (CLASS, one_line(&self.class, 64)),
-            (KIND, one_line(&failed.kind, crate::text::MAX_KIND_BYTES)),
+            (
+                KIND,
+                one_line(&failed.kind, verdict_runtime::text::MAX_KIND_BYTES),
+            ),
             (REASON, one_line(&self.reason, 512)),
             (FORMAT, self.format.to_string()),
             (ATTEMPTS, delivery.attempt.saturating_add(1).to_string()),
@@ -219,32 +222,6 @@ impl Delivery {
         let mut history = self.history.clone();
         history.push(failed.into());
         history
-    }
-}
-
-/// Which source a route consumes from.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case")]
-pub enum SourceKind {
-    /// The embedded store: messages published through the admin API.
-    #[default]
-    Embedded,
-    /// A RabbitMQ queue (`[rabbitmq]`).
-    Rabbitmq,
-    /// A NATS JetStream stream (`[nats]`).
-    Nats,
-}
-
-impl SourceKind {
-    /// The config spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            SourceKind::Embedded => "embedded",
-            SourceKind::Rabbitmq => "rabbitmq",
-            SourceKind::Nats => "nats",
-        }
     }
 }
 
@@ -506,11 +483,11 @@ impl BrokerDlqs {
 }
 
 /// The source topic of a DLQ named by `naming` (empty when the DLQ is global).
-pub(crate) fn topic_of_dlq(naming: crate::DlqNaming, dlq: &str) -> String {
+pub(crate) fn topic_of_dlq(naming: verdict_registry::DlqNaming, dlq: &str) -> String {
     match naming {
-        crate::DlqNaming::Suffix => dlq.strip_suffix(".DLQ").unwrap_or(dlq).to_string(),
-        crate::DlqNaming::Prefix => dlq.strip_prefix("DLQ.").unwrap_or(dlq).to_string(),
-        crate::DlqNaming::Global => String::new(),
+        verdict_registry::DlqNaming::Suffix => dlq.strip_suffix(".DLQ").unwrap_or(dlq).to_string(),
+        verdict_registry::DlqNaming::Prefix => dlq.strip_prefix("DLQ.").unwrap_or(dlq).to_string(),
+        verdict_registry::DlqNaming::Global => String::new(),
     }
 }
 
@@ -600,7 +577,7 @@ mod tests {
 
     #[test]
     fn a_dlq_names_its_topic_unless_it_is_global() {
-        use crate::DlqNaming;
+        use verdict_registry::DlqNaming;
         assert_eq!(
             topic_of_dlq(DlqNaming::Suffix, "orders.eu.DLQ"),
             "orders.eu"

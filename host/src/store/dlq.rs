@@ -26,7 +26,7 @@ pub struct DlqFilter {
     pub after: Option<String>,
     /// Whose DLQs (the admin API's `?source=nats`): the embedded store when absent. Sources
     /// ignore it; whoever opens the DLQs reads it.
-    pub source: Option<crate::sources::SourceKind>,
+    pub source: Option<verdict_registry::SourceKind>,
 }
 
 /// One dead letter.
@@ -254,7 +254,7 @@ fn where_clause(
             .ok_or_else(|| {
                 StoreError::Cursor(format!(
                     "`{}` is not a cursor of this store (expected `<created_at_ms>-<seq>`)",
-                    crate::text::one_line(cursor, 64)
+                    verdict_runtime::text::one_line(cursor, 64)
                 ))
             })?;
         args.push(Value::Integer(at_ms));

@@ -7,8 +7,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, audit};
-use crate::AttemptSpec;
 use crate::sources::{AttemptRecord, DeadLetter, Delivery};
+use verdict_runtime::AttemptSpec;
 
 /// A message to publish.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

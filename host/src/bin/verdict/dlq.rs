@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Subcommand;
+use verdict_host::SourceKind;
 use verdict_host::cli;
 use verdict_host::dlq::ReplayOptions;
-use verdict_host::sources::SourceKind;
 use verdict_host::store::DlqFilter;
 
 /// Which dead letters.

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_nats::jetstream::kv;
 use serde::{Deserialize, Serialize};
 
-use crate::AttemptSpec;
 use crate::sources::{AttemptRecord, Delivery};
+use verdict_runtime::AttemptSpec;
 
 /// What the gateway knows of a message's failed deliveries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,7 +154,7 @@ mod tests {
             attempt: 2,
             deferrals: 1,
             first_failed_at_ms: Some(7),
-            attempts: vec![crate::AttemptSpec {
+            attempts: vec![verdict_runtime::AttemptSpec {
                 at_ms: 7,
                 kind: "http.503".into(),
                 message: "busy".into(),

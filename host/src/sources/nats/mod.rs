@@ -40,8 +40,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
 use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, SettleFailures, Settlement};
 use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
-use crate::text::Clean;
-use crate::{GatewaySection, NatsConfig};
+use verdict_registry::{GatewaySection, NatsConfig};
+use verdict_runtime::text::Clean;
 
 mod history;
 mod setup;
@@ -592,7 +592,7 @@ fn nats_ttl_ms(value: &str) -> Option<u64> {
 }
 
 /// Read each DLQ's depth from the DLQ stream about once a second.
-async fn poll_dlq_depths(broker: Broker, naming: crate::DlqNaming, dlqs: BrokerDlqs) {
+async fn poll_dlq_depths(broker: Broker, naming: verdict_registry::DlqNaming, dlqs: BrokerDlqs) {
     loop {
         match broker.dlq_depths().await {
             Ok(depths) => {

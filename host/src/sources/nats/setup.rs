@@ -11,10 +11,10 @@ use async_nats::jetstream::{self, consumer, kv};
 
 use super::history::Histories;
 use super::{consumer_config, stream_config};
-use crate::config::covers_subject as covers;
 use crate::pipeline::now_ms;
 use crate::sources::{AttemptRecord, DeadLetter, Delivery, Readiness};
-use crate::{GatewaySection, NatsConfig};
+use verdict_registry::config::covers_subject as covers;
+use verdict_registry::{GatewaySection, NatsConfig};
 
 /// A connection with everything the source writes to.
 #[derive(Clone)]
@@ -66,7 +66,12 @@ pub async fn connect(
     let client = options
         .connect(config.url.as_str())
         .await
-        .with_context(|| format!("nats.url = {}", crate::text::redact_url(&config.url)))?;
+        .with_context(|| {
+            format!(
+                "nats.url = {}",
+                verdict_runtime::text::redact_url(&config.url)
+            )
+        })?;
     let js = jetstream::new(client);
     let subjects = if config.subjects.is_empty() {
         // JetStream refuses a stream whose subjects overlap: `orders.>` already captures
@@ -312,7 +317,7 @@ impl Broker {
                 body.len() + header_bytes
             );
             tracing::warn!(
-                id = %crate::text::one_line(&delivery.id, 256),
+                id = %verdict_runtime::text::one_line(&delivery.id, 256),
                 payload_bytes = delivery.payload.len(),
                 max_payload = max,
                 "nats source: a dead letter is written without its payload (its size and \

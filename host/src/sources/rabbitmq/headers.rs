@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
-use crate::AttemptSpec;
 use crate::sources::{AttemptRecord, Delivery};
+use verdict_runtime::AttemptSpec;
 
 const ATTEMPT: &str = "x-verdict-attempt";
 const DEFERRALS: &str = "x-verdict-deferrals";
@@ -111,8 +111,8 @@ const MAX_HISTORY: usize = 100;
 
 /// The shortest delay bucket; each next one is 25% longer (rounded up to whole ms).
 const FIRST_BUCKET_MS: u64 = 50;
-/// The longest delay bucket: a day.
-pub const MAX_BUCKET_MS: u64 = 24 * 3_600_000;
+/// The longest delay bucket: a day (the config checks that its queue name is short enough).
+pub const MAX_BUCKET_MS: u64 = verdict_registry::config::MAX_DELAY_BUCKET_MS;
 
 /// The delay bucket a verdict's delay waits in: the shortest bucket at least as long as the
 /// delay (a retry never comes early, and at most 25% late), capped at a day; 0 stays 0

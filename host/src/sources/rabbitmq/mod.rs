@@ -25,8 +25,8 @@ use tokio::sync::{Semaphore, watch};
 
 use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, SettleFailures, Settlement};
 use crate::pipeline::{Handled, Pipeline, SettleFault, now_ms};
-use crate::text::Clean;
-use crate::{GatewaySection, RabbitmqConfig};
+use verdict_registry::{GatewaySection, RabbitmqConfig};
+use verdict_runtime::text::Clean;
 
 pub mod headers;
 pub mod topology;
@@ -102,7 +102,7 @@ impl Session<'_> {
         .with_context(|| {
             format!(
                 "rabbitmq.url = {}",
-                crate::text::redact_url(&self.config.url)
+                verdict_runtime::text::redact_url(&self.config.url)
             )
         })?;
         let topology = Topology::new(conn.create_channel().await?, self.config).await?;
@@ -389,7 +389,7 @@ async fn apply(
             };
             let properties = BasicProperties::default()
                 .with_message_id(ShortString::from(
-                    crate::text::one_line(&delivery.id, 255).as_str(),
+                    verdict_runtime::text::one_line(&delivery.id, 255).as_str(),
                 ))
                 .with_content_type(ShortString::from(content_type))
                 .with_timestamp(failed.at_ms / 1_000)
@@ -439,7 +439,7 @@ async fn apply(
 async fn poll_dlq_depths(
     topology: Topology,
     mut names: Vec<String>,
-    naming: crate::DlqNaming,
+    naming: verdict_registry::DlqNaming,
     dlqs: BrokerDlqs,
 ) {
     loop {

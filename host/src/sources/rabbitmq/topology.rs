@@ -18,7 +18,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, ExchangeKind};
 
-use crate::RabbitmqConfig;
+use verdict_registry::RabbitmqConfig;
 
 /// A channel in confirm mode, and what has been declared on it.
 #[derive(Clone)]

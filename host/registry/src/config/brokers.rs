@@ -101,7 +101,7 @@ impl Default for RabbitmqConfig {
 /// overlap (JetStream refuses a stream whose subjects overlap another's, and the gateway
 /// would retry that forever), names a broker refuses. `(field, message)` on error.
 pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String)> {
-    use crate::sources::SourceKind;
+    use crate::config::SourceKind;
     let topics = |kind| {
         config
             .routes
@@ -189,11 +189,7 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
         // Declared by name as AMQP short strings (255 bytes): a longer one panics in the
         // client when the first delay or audit record needs it, long after startup.
         let r = &config.rabbitmq;
-        let longest_bucket = format!(
-            "{}.{}",
-            r.delay_prefix,
-            crate::sources::rabbitmq::headers::MAX_BUCKET_MS
-        );
+        let longest_bucket = format!("{}.{}", r.delay_prefix, MAX_DELAY_BUCKET_MS);
         for (field, name) in [
             ("rabbitmq.delay_prefix", &longest_bucket),
             ("rabbitmq.audit_queue", &r.audit_queue),
@@ -203,7 +199,7 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
                     field.into(),
                     format!(
                         "RabbitMQ name `{}...` is {} bytes, past 255",
-                        crate::text::one_line(name, 32),
+                        verdict_runtime::text::one_line(name, 32),
                         name.len()
                     ),
                 ));
@@ -241,8 +237,12 @@ fn overlap(a: &str, b: &str) -> bool {
     }
 }
 
+/// The longest RabbitMQ delay bucket (a day): the gateway names bucket queues
+/// `<delay_prefix>.<ms>`, so this sets the longest queue name the config must allow.
+pub const MAX_DELAY_BUCKET_MS: u64 = 24 * 3_600_000;
+
 /// Whether every subject `narrow` matches, `wide` matches too.
-pub(crate) fn covers_subject(wide: &str, narrow: &str) -> bool {
+pub fn covers_subject(wide: &str, narrow: &str) -> bool {
     let (wide, narrow): (Vec<&str>, Vec<&str>) =
         (wide.split('.').collect(), narrow.split('.').collect());
     for (i, w) in wide.iter().enumerate() {

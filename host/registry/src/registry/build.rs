@@ -13,7 +13,8 @@ use std::time::SystemTime;
 use super::admission::{Admission, Candidate};
 use super::source::Source;
 use super::{ActiveRoute, Generation, RegistryError};
-use crate::{Host, Policy, Router, Shadow, TopicPattern};
+use crate::{Router, Shadow, TopicPattern};
+use verdict_runtime::{Host, Policy};
 
 /// Components already compiled for the serving engine, by sha256 (weak, so retired
 /// components are freed).

@@ -3,8 +3,8 @@
 //! registry's admission gate calls the same functions.
 //!
 //! ```no_run
-//! use verdict_host::conformance::{Report, Suite, run_suites};
-//! use verdict_host::{Host, Limits};
+//! use verdict_registry::conformance::{Report, Suite, run_suites};
+//! use verdict_runtime::{Host, Limits};
 //!
 //! let host = Host::new(&Limits::new())?;
 //! let policy = host.load_file("rules.component.wasm".as_ref())?;
@@ -18,8 +18,8 @@
 /// Limits for conformance runs: fuel bounds the cost deterministically, so the wall-clock
 /// deadline only needs to be a generous safety net (a loaded CI machine must not turn a
 /// slow scheduler into a failed case).
-pub fn metered_limits(fuel_per_decision: u64) -> crate::Limits {
-    let mut limits = crate::Limits::new();
+pub fn metered_limits(fuel_per_decision: u64) -> verdict_runtime::Limits {
+    let mut limits = verdict_runtime::Limits::new();
     limits
         .fuel_per_decision(Some(fuel_per_decision))
         .decide_timeout_ms(1_000);

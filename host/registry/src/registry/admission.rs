@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use sha2::{Digest, Sha256};
 
 use super::RegistryError;
+use crate::AdmissionConfig;
 use crate::conformance::{Report, Suite, check_properties, run_suites};
-use crate::{AdmissionConfig, Host, Limits, Policy, TopicSettings};
+use verdict_runtime::{Host, Limits, Policy, TopicSettings};
 
 pub(crate) struct Admission {
     host: Host,
@@ -157,13 +158,13 @@ impl Admission {
                 // A config the policy refuses, or an `init` that traps, fails on the serving
                 // engine too and is reported by the route that carries it, with its index.
                 Err(
-                    crate::ConfigError::Rejected { .. }
-                    | crate::ConfigError::InitFault {
+                    verdict_runtime::ConfigError::Rejected { .. }
+                    | verdict_runtime::ConfigError::InitFault {
                         fault:
-                            crate::Fault::Trap { .. }
-                            | crate::Fault::Panic { .. }
-                            | crate::Fault::Timeout { .. }
-                            | crate::Fault::MemoryCap { .. },
+                            verdict_runtime::Fault::Trap { .. }
+                            | verdict_runtime::Fault::Panic { .. }
+                            | verdict_runtime::Fault::Timeout { .. }
+                            | verdict_runtime::Fault::MemoryCap { .. },
                         ..
                     },
                 ) => return Ok(()),

@@ -15,20 +15,20 @@ use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 
-use crate::{
-    CacheStats, Decider, Decision, Failure, GatewayConfig, Host, Policy, ReloadStatus, Router,
-    Shadow, ShadowConfig, ShadowReport, TopicPattern,
-};
+use crate::{GatewayConfig, Router, Shadow, ShadowConfig, ShadowReport, TopicPattern};
+use verdict_runtime::{CacheStats, Decider, Decision, Failure, Host, Policy};
 
 mod admission;
 mod build;
 mod error;
 mod source;
+mod status;
 mod upload;
 
 use build::{Builder, CompiledCache};
 pub use error::RegistryError;
 use source::{ComponentOverride, Journal, ShadowOverride, Source};
+pub use status::ReloadStatus;
 pub use upload::Upload;
 
 /// Generations kept for rollback.

@@ -8,24 +8,9 @@ use std::time::Duration;
 
 use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
 use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
-use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::{GatewayConfig, Registry};
-
-/// The changes a registry has applied and refused (reloads from the file, API
-/// activations, rollbacks, shadow changes).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ReloadStatus {
-    /// Changes that went live.
-    pub reloads: u64,
-    /// Changes refused (the previous generation stayed active).
-    pub refused: u64,
-    /// Why the last refused change was refused.
-    pub last_error: Option<String>,
-    /// The active generation after the last change.
-    pub generation: u64,
-}
+use crate::{GatewayConfig, Registry, ReloadStatus};
 
 /// Why watching could not start.
 #[derive(Debug, thiserror::Error)]

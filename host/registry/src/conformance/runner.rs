@@ -6,7 +6,7 @@ use serde::Serialize;
 use verdict_sdk::Action;
 
 use super::vectors::{Case, Expect, ExpectedAction, Suite};
-use crate::{Decider, Decision, Policy, TopicSettings};
+use verdict_runtime::{Decider, Decision, Policy, TopicSettings};
 
 /// One field that did not match.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -123,7 +123,7 @@ fn kebab<T: Serialize>(value: &T) -> String {
 }
 
 /// The `clamp` tag a clamp serializes with (`delay-capped`, `attempt-ceiling`, ...).
-fn kebab_tag(clamp: &crate::Clamp) -> String {
+fn kebab_tag(clamp: &verdict_runtime::Clamp) -> String {
     serde_json::to_value(clamp)
         .ok()
         .and_then(|v| v["clamp"].as_str().map(str::to_string))

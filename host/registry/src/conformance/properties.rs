@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use verdict_sdk::{Action, SplitMix64};
 
-use crate::{Clamp, Decider, Decision, FailureSpec, Fault, Policy, TopicSettings};
+use verdict_runtime::{Clamp, Decider, Decision, FailureSpec, Fault, Policy, TopicSettings};
 
 /// How far to sweep.
 #[derive(Debug, Clone)]
@@ -167,13 +167,13 @@ impl Input {
 type Check<'a> = dyn Fn(&Input) -> Option<String> + 'a;
 
 /// Run every property against `policy` configured with `config`. Fuel exhaustion shows as
-/// a fault when the policy's host meters fuel (see [`crate::Limits::fuel_per_decision`]).
+/// a fault when the policy's host meters fuel (see [`verdict_runtime::Limits::fuel_per_decision`]).
 pub fn check_properties(
     policy: &Arc<Policy>,
     config: &str,
     settings: &TopicSettings,
     options: &PropertyOptions,
-) -> Result<Vec<PropertyResult>, crate::ConfigError> {
+) -> Result<Vec<PropertyResult>, verdict_runtime::ConfigError> {
     let decider = policy.configure(config, settings.clone())?;
     let guard = &settings.guardrails;
     let d = &decider;
@@ -289,7 +289,7 @@ fn monotone(d: &Decider, i: &Input) -> Option<String> {
     let message = format!("m-{}", i.seed);
     for attempt in 1..=i.attempt {
         let at = Input {
-            seed: crate::jitter_seed(&message, attempt),
+            seed: verdict_runtime::jitter_seed(&message, attempt),
             ..i.clone()
         };
         let Action::Retry(ms) = d
@@ -313,7 +313,7 @@ fn monotone(d: &Decider, i: &Input) -> Option<String> {
 
 /// Replay one message's life: retries spend attempts, delays spend deferrals and time. The
 /// policy itself must end it; if a guardrail had to, that is the violation.
-fn terminates(d: &Decider, i: &Input, guard: &crate::Guardrails) -> Option<String> {
+fn terminates(d: &Decider, i: &Input, guard: &verdict_runtime::Guardrails) -> Option<String> {
     let (mut attempt, mut deferrals, mut now) = (1u32, 0u32, 0u64);
     let steps = guard.max_attempts as usize + guard.max_deferrals as usize + 2;
     for _ in 0..steps {

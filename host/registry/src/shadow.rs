@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::Serialize;
 use verdict_sdk::Action;
 
-use crate::{Decider, Decision, Failure};
 use verdict_runtime::{CLASSES, class_index, class_name};
+use verdict_runtime::{Decider, Decision, Failure};
 
 /// The shadow of one route, with its counters (lock-free: decisions only add).
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use verdict_sdk::{Class, Severity};
 
-use crate::{FailureSpec, TopicSettings};
+use verdict_runtime::{FailureSpec, TopicSettings};
 
 /// A vector file: one suite of cases for one policy.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]

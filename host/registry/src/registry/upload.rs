@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use super::{Registry, RegistryError};
-use crate::Provenance;
+use verdict_runtime::Provenance;
 
 /// A component staged for a policy.
 #[derive(Debug, Clone, Serialize)]

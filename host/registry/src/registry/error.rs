@@ -1,6 +1,7 @@
 //! Why the registry refused a change. The active generation is untouched by every one.
 
-use crate::{ConfigError, LoadError, RouteError};
+use crate::RouteError;
+use verdict_runtime::{ConfigError, LoadError};
 
 /// Why a configuration, upload or operator action was refused.
 #[derive(Debug, thiserror::Error)]

@@ -25,19 +25,21 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::{Limits, TopicSettings};
+use verdict_runtime::{Limits, TopicSettings};
 
 mod admin;
 mod admission;
 mod brokers;
 mod gateway;
+mod source_kind;
 mod storage;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
 pub use admission::AdmissionConfig;
-pub(crate) use brokers::covers_subject;
+pub use brokers::{MAX_DELAY_BUCKET_MS, covers_subject};
 pub use brokers::{NatsConfig, RabbitmqConfig};
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};
+pub use source_kind::SourceKind;
 pub use storage::StorageConfig;
 
 /// The whole file.
@@ -114,7 +116,7 @@ pub struct RouteConfig {
     /// `nats` (`[nats]`) or `rabbitmq` (`[rabbitmq]`; the topic is a queue name, no
     /// wildcards).
     #[serde(default)]
-    pub source: crate::sources::SourceKind,
+    pub source: SourceKind,
     /// Where the gateway delivers this route's messages. A route without one only decides
     /// (`POST /v1/decide`); publishing to it is refused.
     #[serde(default)]
@@ -154,7 +156,7 @@ fn check_consumer(c: &ConsumerConfig, lease_ms: u64) -> Result<(), (&'static str
     if !(c.url.starts_with("http://") || c.url.starts_with("https://")) {
         return Err(("url", format!("`{}` is not an http(s) URL", c.url)));
     }
-    if let Err(e) = reqwest::Url::parse(&c.url) {
+    if let Err(e) = url::Url::parse(&c.url) {
         return Err(("url", format!("`{}` is not a valid URL: {e}", c.url)));
     }
     if c.timeout_ms == 0 || c.timeout_ms >= lease_ms {
@@ -227,7 +229,7 @@ impl GatewayConfig {
             }
             crate::TopicPattern::parse(&route.topic)
                 .map_err(|e| err(format!("routes[{i}].topic"), e.to_string()))?;
-            if route.source != crate::sources::SourceKind::Embedded && route.consumer.is_none() {
+            if route.source != SourceKind::Embedded && route.consumer.is_none() {
                 return Err(err(
                     format!("routes[{i}].consumer"),
                     format!(
@@ -236,7 +238,7 @@ impl GatewayConfig {
                     ),
                 ));
             }
-            if route.source == crate::sources::SourceKind::Rabbitmq
+            if route.source == SourceKind::Rabbitmq
                 && route.topic.split('.').any(|t| t == "*" || t == ">")
             {
                 return Err(err(
@@ -413,7 +415,7 @@ mod tests {
             )
         };
         let ok = GatewayConfig::parse(&route("orders.>", "nats", consumer), "v.toml").unwrap();
-        assert_eq!(ok.routes[0].source, crate::sources::SourceKind::Nats);
+        assert_eq!(ok.routes[0].source, SourceKind::Nats);
         assert_eq!(ok.nats.url, "nats://127.0.0.1:4222");
         assert!(GatewayConfig::parse(&route("orders", "rabbitmq", consumer), "v.toml").is_ok());
         let e =
@@ -427,7 +429,8 @@ mod tests {
 
     #[test]
     fn the_shipped_examples_are_valid() {
-        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+        // The examples ship with the `verdict` binary, beside this crate.
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
         for name in ["quickstart.toml", "brokers.toml"] {
             let config =
                 GatewayConfig::load(&examples.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -435,7 +438,7 @@ mod tests {
         }
         let brokers = GatewayConfig::load(&examples.join("brokers.toml")).unwrap();
         let sources: Vec<_> = brokers.routes.iter().map(|r| r.source).collect();
-        use crate::sources::SourceKind::{Nats, Rabbitmq};
+        use SourceKind::{Nats, Rabbitmq};
         assert_eq!(sources, [Nats, Rabbitmq]);
     }
 }

@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::properties::PropertyResult;
 use super::runner::{SuiteResult, totals};
-use crate::Provenance;
+use verdict_runtime::Provenance;
 
 /// Everything one `verdict test` run found.
 #[derive(Debug, Clone, Serialize)]
