@@ -1,15 +1,13 @@
 //! What a run reads from and asks of the gateway through its admin API: the generation, hot
 //! reloads, the DLQ's depth and its letters.
 
-use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use verdict_host::admin::AdminClient;
 
-use crate::check::{self, Dead};
 use crate::consumer::Consumer;
-use crate::plan::key_of;
+use crate::letters::Letter;
 use crate::progress::Progress;
 use crate::sources::SourceName;
 
@@ -60,13 +58,9 @@ pub fn dlq_depth(admin: &AdminClient) -> Result<u64> {
         .sum())
 }
 
-/// The DLQ, page by page through the admin API, by key.
-pub fn dead_letters(
-    admin: &AdminClient,
-    name: SourceName,
-    by_digest: &HashMap<String, String>,
-) -> Result<BTreeMap<String, Dead>> {
-    let mut out: BTreeMap<String, Dead> = BTreeMap::new();
+/// The DLQ, page by page through the admin API.
+pub fn dead_letters(admin: &AdminClient, name: SourceName) -> Result<Vec<Letter>> {
+    let mut out = Vec::new();
     let source = source_query(name);
     let mut after = String::new();
     loop {
@@ -74,28 +68,10 @@ pub fn dead_letters(
         let (page, next): (Vec<serde_json::Value>, _) = admin
             .get_page(&path)
             .with_context(|| format!("reading the DLQ ({path})"))?;
-        for e in &page {
-            let original = &e["envelope"]["original"];
-            let payload = verdict_host::envelope::payload_bytes(original);
-            // A letter too big for its broker keeps its payload's digest instead.
-            let key = key_of(&payload)
-                .or_else(|| {
-                    let omitted = e["envelope"]["original"]["payloadOmitted"]["sha256"].as_str()?;
-                    by_digest.get(omitted).cloned()
-                })
-                .unwrap_or_else(|| check::NO_KEY.into());
-            let d = out.entry(key).or_insert(Dead {
-                count: 0,
-                at_ms: u64::MAX,
-                policy: String::new(),
-            });
-            d.count += 1;
-            d.at_ms = d.at_ms.min(e["created_at_ms"].as_u64().unwrap_or(0));
-            d.policy = e["envelope"]["policy"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-        }
+        out.extend(page.into_iter().map(|mut e| Letter {
+            created_at_ms: e["created_at_ms"].as_u64().unwrap_or(0),
+            envelope: e["envelope"].take(),
+        }));
         match next {
             Some(n) => after = format!("&after={n}"),
             None => return Ok(out),

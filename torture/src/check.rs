@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::consumer::Request;
+use crate::letters::{Dead, NO_KEY};
 use crate::plan::{Planned, fate};
 use crate::sources::SourceName;
 
@@ -31,17 +32,6 @@ pub struct Window {
     pub to_ms: u64,
     /// What it excuses.
     pub excuse: Excuse,
-}
-
-/// A dead letter, as far as the checks go.
-#[derive(Debug, Clone)]
-pub struct Dead {
-    /// Dead letters of the key.
-    pub count: u32,
-    /// The first one's time.
-    pub at_ms: u64,
-    /// The policy its envelope names.
-    pub policy: String,
 }
 
 /// The consumer's log, by key: the requests of each, in order.
@@ -89,10 +79,6 @@ pub struct Inputs<'a> {
     /// The faults' windows.
     pub windows: &'a [Window],
 }
-
-/// The key of dead letters whose envelope holds no message of the run (a payload lost or
-/// mangled on its way to the DLQ).
-pub const NO_KEY: &str = "<no key>";
 
 /// Delivered more than 2 s after its dead letter: the gateway still had it.
 const LATE_MS: u64 = 2_000;

@@ -24,6 +24,7 @@ mod check;
 mod consumer;
 mod faults;
 mod gateway;
+mod letters;
 mod plan;
 mod producer;
 mod progress;

@@ -14,6 +14,7 @@ use crate::consumer::Consumer;
 pub use crate::faults::{Fault, Faults};
 use crate::faults::{fault_kinds, schedule};
 use crate::gateway::Gateway;
+use crate::letters;
 use crate::plan::{self, MAX_ATTEMPTS};
 use crate::progress::Progress;
 use crate::rng::Rng;
@@ -458,7 +459,11 @@ impl<'a> Run<'a> {
             .filter(|m| m.payload.len() > 100_000)
             .map(|m| (sha256_hex(&m.payload), m.key.clone()))
             .collect();
-        let dead = admin::dead_letters(&self.admin, self.name, &by_digest)?;
+        let letters = match self.name {
+            SourceName::Rabbitmq => self.runtime.block_on(self.source.drain_rabbitmq_dlq())?,
+            _ => admin::dead_letters(&self.admin, self.name)?,
+        };
+        let dead = letters::tally(&letters, &by_digest);
         self.progress.done();
         let report = &mut self.report;
         report.rss_end_kb = self.gw.rss_kb();

@@ -9,6 +9,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeleteOptio
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
+use crate::letters::Letter;
 use crate::plan::{Abilities, Planned};
 
 /// NATS as `.ci/run` starts it.
@@ -271,6 +272,76 @@ impl Source {
                 Err(e.into())
             }
         }
+    }
+
+    /// Take every letter out of the run's RabbitMQ DLQ (the run is over: nothing reads it
+    /// after the judge). A queue can only be browsed by holding what came before unacked,
+    /// so the gateway's admin API pages at most 50,000 letters deep; a soak leaves a few
+    /// hundred thousand, which a consumer without acknowledgements drains in seconds.
+    pub async fn drain_rabbitmq_dlq(&self) -> Result<Vec<Letter>> {
+        use futures_util::StreamExt as _;
+        use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+        use verdict_host::sources::letter_headers::{AT_MS, FORMAT};
+
+        let queue = format!("{}.orders.DLQ", self.prefix);
+        let mut held = self.rabbit.lock().await;
+        if held.as_ref().is_none_or(|(c, _)| !c.status().connected()) {
+            *held = Some(rabbit_connect().await.context("reconnecting to RabbitMQ")?);
+        }
+        let (conn, _) = held.as_ref().expect("connected above");
+        let channel = conn.create_channel().await?;
+        let depth = channel
+            .queue_declare(
+                ShortString::from(queue.as_str()),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("queue `{queue}`"))?
+            .message_count() as usize;
+        let mut consumer = channel
+            .basic_consume(
+                ShortString::from(queue.as_str()),
+                ShortString::from(""),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("consuming `{queue}`"))?;
+        let mut letters = Vec::with_capacity(depth);
+        while letters.len() < depth {
+            let next = tokio::time::timeout(Duration::from_secs(30), consumer.next()).await;
+            let delivery = match next {
+                Ok(Some(delivery)) => delivery.with_context(|| format!("reading `{queue}`"))?,
+                Ok(None) => break,
+                Err(_) => anyhow::bail!(
+                    "`{queue}` held {depth} letters, but only {} came in 30 s",
+                    letters.len()
+                ),
+            };
+            let headers = delivery.properties.headers().clone().unwrap_or_default();
+            let header = |name: &str| match headers.inner().get(name) {
+                Some(AMQPValue::LongString(s)) => {
+                    String::from_utf8_lossy(s.as_bytes()).into_owned()
+                }
+                Some(AMQPValue::ShortString(s)) => s.as_str().to_string(),
+                _ => String::new(),
+            };
+            let envelope = verdict_host::envelope::decode(&header(FORMAT), &delivery.data)
+                .map_err(|e| anyhow::anyhow!("`{queue}`: a letter's envelope: {e}"))?;
+            letters.push(Letter {
+                created_at_ms: header(AT_MS).parse().unwrap_or(0),
+                envelope,
+            });
+        }
+        let _ = channel.close(200, ShortString::from("drained")).await;
+        Ok(letters)
     }
 
     /// Delete what a run of this prefix leaves on the broker.
