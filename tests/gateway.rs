@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use verdict_host::admin::AdminClient;
-use verdict_host::store::Store;
-use verdict_host::{Registry, cli};
+use verdict_gateway::store::Store;
+use verdict_host::client::AdminClient;
+use verdict_registry::Registry;
 
 /// A running gateway; stops when dropped.
 pub struct Gateway {
@@ -54,9 +54,12 @@ impl Gateway {
         std::fs::write(dir.join("token"), token).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = runtime
-            .block_on(cli::start(&dir.join("verdict.toml"), async {
-                let _ = stopped.await;
-            }))
+            .block_on(verdict_gateway::Gateway::start(
+                &dir.join("verdict.toml"),
+                async {
+                    let _ = stopped.await;
+                },
+            ))
             .expect("the gateway starts");
         let url = format!("http://{}", running.admin);
         let registry = running.registry.clone();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use verdict_host::{
+use verdict_runtime::{
     Action, Class, Decider, Failure, FailureSpec, Host, Limits, Policy, TopicSettings,
 };
 

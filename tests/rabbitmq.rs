@@ -10,7 +10,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use verdict_host::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
+use verdict_gateway::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
 
 /// The server the tests use (started by `.ci/run` when down).
 pub const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
 use serde_json::json;
-use verdict_host::{Decider, Failure, FailureSpec, Host, Limits, TopicSettings};
+use verdict_runtime::{Decider, Failure, FailureSpec, Host, Limits, TopicSettings};
 use verdict_sdk::{AttemptRecord, Policy, TopicStats, Verdict};
 
 /// One policy under test: its crate, its config, a representative failure, and the same

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use verdict_host::cli;
 use verdict_host::demo::{DemoConsumer, by_percent};
 
 const CONCURRENCY: usize = 16;
@@ -92,11 +91,12 @@ config = {{ max_attempts = 5, rules = [
     );
     std::fs::write(dir.join("verdict.toml"), config).unwrap();
     std::fs::write(dir.join("token"), "bench-token").unwrap();
-    let running = cli::start(&dir.join("verdict.toml"), std::future::pending())
-        .await
-        .expect("gateway starts");
+    let running =
+        verdict_gateway::Gateway::start(&dir.join("verdict.toml"), std::future::pending())
+            .await
+            .expect("gateway starts");
     let store = running.store.clone();
-    let admin = verdict_host::admin::AdminClient::new(
+    let admin = verdict_host::client::AdminClient::new(
         &format!("http://{}", running.admin),
         Some("bench-token".into()),
     );

@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use verdict_host::{Failure, FailureSpec, Registry};
+use verdict_registry::Registry;
+use verdict_runtime::{Failure, FailureSpec};
 
 /// The `rules` component with a custom section appended: same behaviour, new digest.
 fn variant(rules: &[u8], tag: usize) -> Vec<u8> {
@@ -100,7 +101,7 @@ fn main() {
     std::fs::create_dir_all(&dir).expect("bench dir");
     std::fs::write(dir.join("verdict.toml"), CONFIG).expect("config");
     std::fs::write(dir.join("rules.wasm"), variant(&rules, 0)).expect("component");
-    let config = verdict_host::GatewayConfig::load(&dir.join("verdict.toml")).expect("config");
+    let config = verdict_registry::GatewayConfig::load(&dir.join("verdict.toml")).expect("config");
     let registry = Arc::new(Registry::new(&config, &dir).expect("registry"));
 
     // New digests each time: compile + admission.

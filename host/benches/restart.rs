@@ -10,7 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use verdict_host::{GatewayConfig, Registry};
+use verdict_registry::{GatewayConfig, Registry};
 
 const POLICIES: [&str; 4] = ["rules", "rocketmq", "adaptive", "payments"];
 

@@ -10,8 +10,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use verdict_host::sources::Settlement;
-use verdict_host::store::{NewMessage, Store};
+use verdict_gateway::sources::Settlement;
+use verdict_gateway::store::{NewMessage, Store};
 
 const BATCH: usize = 10_000;
 

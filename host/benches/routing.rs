@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{ns, percentiles};
 use criterion::{Criterion, criterion_group};
-use verdict_host::{Router, TopicPattern};
+use verdict_registry::{Router, TopicPattern};
 
 const SIZES: [usize; 3] = [1, 100, 10_000];
 

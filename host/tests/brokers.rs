@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::{Proc, accepted, consumer, rules, spawn, wait_until};
 use futures_util::StreamExt as _;
+use verdict_gateway::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
 use verdict_host::demo::{Behaviour, by_percent};
-use verdict_host::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
 
 const RULES: &str = r#"{ max_attempts = 8, rules = [
     { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },

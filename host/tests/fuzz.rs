@@ -30,19 +30,19 @@ use proptest::sample::Index;
 use proptest::test_runner::Config as ProptestConfig;
 use serde_json::{Value, json};
 
-use verdict_host::admin::bodies;
-use verdict_host::conformance::Suite;
-use verdict_host::envelope::{
+use verdict_gateway::admin::bodies;
+use verdict_gateway::envelope::{
     self, Context, Envelope, ErrorEntry, MessageRef, Original, PolicyEntry, VerdictEntry,
 };
-use verdict_host::pipeline::{MAX_ERROR_BODY_BYTES, REJECT_HEADER, classify, forwardable};
-use verdict_host::sources::nats::{History, delivery_of};
-use verdict_host::sources::rabbitmq::headers::{self as rabbit, HistoryKey};
-use verdict_host::sources::{AttemptRecord, DEADLINE_HEADER, DeadLetter, Delivery, TTL_HEADER};
-use verdict_host::text::{MAX_KIND_BYTES, MAX_MESSAGE_BYTES, is_kind};
-use verdict_host::{
-    Action, AttemptSpec, Class, Decision, DlqFormat, FailureSpec, GatewayConfig, Host, Limits,
-    Provenance, Router, Severity, TopicPattern, Verdict,
+use verdict_gateway::pipeline::{MAX_ERROR_BODY_BYTES, REJECT_HEADER, classify, forwardable};
+use verdict_gateway::sources::nats::{History, delivery_of};
+use verdict_gateway::sources::rabbitmq::headers::{self as rabbit, HistoryKey};
+use verdict_gateway::sources::{AttemptRecord, DEADLINE_HEADER, DeadLetter, Delivery, TTL_HEADER};
+use verdict_registry::conformance::Suite;
+use verdict_registry::{DlqFormat, GatewayConfig, Router, TopicPattern};
+use verdict_runtime::text::{MAX_KIND_BYTES, MAX_MESSAGE_BYTES, is_kind};
+use verdict_runtime::{
+    Action, AttemptSpec, Class, Decision, FailureSpec, Host, Limits, Provenance, Severity, Verdict,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -945,7 +945,7 @@ fn config_input() -> BoxedStrategy<(String, Expect)> {
 
 /// What every config that parses holds to.
 fn check_config(config: &GatewayConfig) -> Result<(), TestCaseError> {
-    use verdict_host::SourceKind;
+    use verdict_registry::SourceKind;
     for route in &config.routes {
         prop_assert!(config.policies.contains_key(&route.policy));
         if let Some(shadow) = &route.shadow {
@@ -1243,7 +1243,7 @@ proptest! {
                 let failure = spec.clone().into_failure();
                 prop_assert_eq!(failure.attempt(), doc.get("attempt").and_then(Value::as_u64).unwrap_or(1) as u32);
                 prop_assert_eq!(failure.kind(), spec.error.kind.as_str());
-                let seed = spec.jitter_seed.unwrap_or_else(|| verdict_host::jitter_seed(&spec.message_id, spec.attempt));
+                let seed = spec.jitter_seed.unwrap_or_else(|| verdict_runtime::jitter_seed(&spec.message_id, spec.attempt));
                 prop_assert_eq!(failure.jitter_seed(), seed);
                 let _ = failure.age_ms();
             }
@@ -1583,7 +1583,7 @@ fn decision(reason: String, labels: Vec<(String, String)>, fallback: bool) -> De
             sha256: "ab".into(),
         }),
         generation: Some(1),
-        fallback: fallback.then(|| verdict_host::Fault::Panic {
+        fallback: fallback.then(|| verdict_runtime::Fault::Panic {
             message: "panic\r\nx-injected: 1".into(),
         }),
         clamps: Vec::new(),
@@ -1822,7 +1822,7 @@ fn amqp_name() -> BoxedStrategy<String> {
             .prop_map(String::from),
         2 => short_string(24),
     ]
-    .prop_map(|s| verdict_host::text::one_line(&s, 255))
+    .prop_map(|s| verdict_runtime::text::one_line(&s, 255))
     .boxed()
 }
 
@@ -1839,7 +1839,7 @@ fn amqp_value() -> BoxedStrategy<AMQPValue> {
         any::<f32>().prop_map(AMQPValue::Float),
         any::<f64>().prop_map(AMQPValue::Double),
         short_string(24).prop_map(|s| AMQPValue::ShortString(ShortString::from(
-            verdict_host::text::one_line(&s, 60)
+            verdict_runtime::text::one_line(&s, 60)
         ))),
         any_bytes().prop_map(|b| AMQPValue::LongString(LongString::from(b))),
         nasty_string(64).prop_map(|s| AMQPValue::LongString(LongString::from(s))),
@@ -2151,7 +2151,7 @@ proptest! {
                 }
                 let mut p = BasicProperties::default().with_headers(t);
                 if let Some(id) = id { p = p.with_message_id(ShortString::from(id)); }
-                if let Some(e) = &expiration { p = p.with_expiration(ShortString::from(verdict_host::text::one_line(e, 255))); }
+                if let Some(e) = &expiration { p = p.with_expiration(ShortString::from(verdict_runtime::text::one_line(e, 255))); }
                 if let Some(ts) = timestamp { p = p.with_timestamp(ts); }
                 let d = rabbit::to_delivery("orders", &p, b"body", false, now, &key());
                 prop_assert_eq!((d.attempt, d.deferrals, d.first_failed_at_ms), (0, 0, None));
@@ -2473,7 +2473,7 @@ proptest! {
     #[test]
     fn admin_request_bodies((endpoint, body, expect) in admin_input()) {
         let name = ENDPOINTS[endpoint].0;
-        let result: Result<(), verdict_host::admin::ApiError> = match name {
+        let result: Result<(), verdict_gateway::admin::ApiError> = match name {
             "decide" => bodies::decide(&body).map(|(_, spec)| {
                 let _ = spec.into_failure();
             }),
@@ -2563,14 +2563,14 @@ proptest! {
     /// carry), keep every header the broker can carry, and carry the token and a one-line id.
     #[test]
     fn dlq_replay_headers((original, id) in dlq_original(), token in "[a-z0-9-]{1,24}") {
-        let nats = verdict_host::dlq::nats_replay_headers(&original, &id, &token);
-        prop_assert_eq!(nats.get(verdict_host::dlq::REPLAY_HEADER).map(|v| v.as_str().to_string()), Some(token.clone()));
+        let nats = verdict_gateway::dlq::nats_replay_headers(&original, &id, &token);
+        prop_assert_eq!(nats.get(verdict_gateway::dlq::REPLAY_HEADER).map(|v| v.as_str().to_string()), Some(token.clone()));
         let shown = nats.get("verdict-message-id").map(|v| v.as_str().to_string()).unwrap_or_default();
         prop_assert!(is_one_line(&shown) && shown.len() <= 1_024);
-        let rabbit = verdict_host::dlq::rabbitmq_replay_properties(&original, &id, &token);
+        let rabbit = verdict_gateway::dlq::rabbitmq_replay_properties(&original, &id, &token);
         let table = rabbit.headers().clone().unwrap_or_default();
         for (name, value) in original["headers"].as_object().expect("headers") {
-            if name.len() <= 255 && value.is_string() && name != verdict_host::dlq::REPLAY_HEADER {
+            if name.len() <= 255 && value.is_string() && name != verdict_gateway::dlq::REPLAY_HEADER {
                 prop_assert!(table.inner().contains_key(name.as_str()), "{name:?} dropped");
             }
         }

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Proc, accepted, consumer, rules, spawn, text, verdict, wait_until};
+use verdict_gateway::store::Store;
 use verdict_host::demo::{Behaviour, by_percent};
-use verdict_host::store::Store;
 
 fn gateway(config: &Path) -> Proc {
     spawn(

@@ -3,7 +3,8 @@
 //! shadow on and off, `/v1/decide` and `/metrics`.
 
 use serde_json::{Value, json};
-use verdict_host::admin::{AdminClient, ClientError, GenerationView, PolicyView};
+use verdict_gateway::admin::{GenerationView, PolicyView};
+use verdict_host::client::{AdminClient, ClientError};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::{fixtures, scratch_dir, variant};
 
@@ -325,7 +326,7 @@ fn shadow_on_and_off_through_the_api() {
     for attempt in 1..=6 {
         decide(&gw.admin, "payments.captured", "db.timeout", attempt);
     }
-    let report: Vec<verdict_host::ShadowReport> = gw.admin.get("/v1/shadow").unwrap();
+    let report: Vec<verdict_registry::ShadowReport> = gw.admin.get("/v1/shadow").unwrap();
     assert_eq!(report.len(), 1);
     assert_eq!((report[0].compared, report[0].disagreements), (6, 2));
     assert_eq!(report[0].by_class.get("transient"), Some(&2));
@@ -334,7 +335,7 @@ fn shadow_on_and_off_through_the_api() {
         .post("/v1/shadow", &json!({"topic": "payments.>"}))
         .unwrap();
     assert_eq!(off["generation"], 3);
-    let report: Vec<verdict_host::ShadowReport> = gw.admin.get("/v1/shadow").unwrap();
+    let report: Vec<verdict_registry::ShadowReport> = gw.admin.get("/v1/shadow").unwrap();
     assert!(report.is_empty());
 }
 

@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use verdict_host::{Action, Class, GatewayConfig, LoadError, Registry, RegistryError};
+use verdict_registry::{GatewayConfig, Registry, RegistryError};
+use verdict_runtime::{Action, Class, LoadError};
 use verdict_tests::{at, fixtures, scratch_dir, with_bystander};
 
 /// `rules` on `orders`; with a `mode`, the hostile guest in that mode on `hostile.>`.
@@ -202,7 +203,7 @@ fn operator_changes_survive_a_restart_until_the_file_changes_their_entry() {
     r.activate("rules", &upload.provenance.sha256).unwrap();
     r.set_shadow(
         "orders",
-        Some(verdict_host::ShadowConfig {
+        Some(verdict_registry::ShadowConfig {
             policy: "rules".into(),
             config: Some(serde_json::json!({"max_attempts": 2})),
         }),
@@ -402,7 +403,11 @@ fn a_policy_describing_itself_with_a_megabyte_of_lines_is_shown_as_one_bounded_l
     );
     let provenance = &d.provenance;
     for shown in [&provenance.name, &provenance.version] {
-        assert_eq!(shown.len(), verdict_host::text::MAX_NAME_BYTES, "{shown}");
+        assert_eq!(
+            shown.len(),
+            verdict_runtime::text::MAX_NAME_BYTES,
+            "{shown}"
+        );
         assert!(!shown.chars().any(char::is_control), "{shown}");
         assert!(shown.starts_with("hostile  x-injected: 1 "), "{shown}");
     }

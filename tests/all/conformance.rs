@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
-use verdict_host::conformance::{
+use verdict_registry::conformance::{
     PropertyOptions, Report, Suite, check_properties, metered_limits, run_suites,
 };
-use verdict_host::{Host, TopicSettings};
+use verdict_runtime::{Host, TopicSettings};
 use verdict_tests::{fixtures, load};
 
 /// `rules` deliberately broken: it retries `json.parse` like a timeout (and is otherwise

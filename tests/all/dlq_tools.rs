@@ -1,12 +1,14 @@
 //! The DLQ tools on the brokers: list, stats, export, discard (audited) and replay with a
 //! rate limit and a canary - the same operations the embedded store offers, through the
-//! same `verdict_host::dlq` API, against the real servers.
+//! same `verdict_gateway::dlq` API, against the real servers.
 
 use std::time::Duration;
 
-use verdict_host::GatewayConfig;
-use verdict_host::dlq::{DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, replay};
-use verdict_host::store::DlqFilter;
+use verdict_gateway::dlq::{
+    DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, replay,
+};
+use verdict_gateway::store::DlqFilter;
+use verdict_registry::GatewayConfig;
 use verdict_tests::consumer::{Behaviour, Consumer};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::nats::NatsFixture;

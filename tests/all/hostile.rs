@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use verdict_host::{
+use verdict_runtime::{
     Action, Clamp, Class, ConfigError, Decision, Fault, Host, Limits, TopicSettings,
 };
 use verdict_tests::{at, decider, fixtures, host, load, with_bystander};
@@ -27,7 +27,7 @@ fn hostile_decision_within(mode: &str, decide_timeout_ms: u64) -> Decision {
 fn hostile_decision_on(
     mode: &str,
     decide_timeout_ms: u64,
-    failure: &verdict_host::Failure,
+    failure: &verdict_runtime::Failure,
 ) -> Decision {
     let mut limits = Limits::new();
     limits.decide_timeout_ms(decide_timeout_ms);
@@ -182,7 +182,7 @@ fn trap_in_init_is_a_config_error_with_the_panic() {
 
 /// A failure whose on-demand facts are large: a 64 KiB payload, 8 earlier attempts with
 /// 1 KiB messages.
-fn bulky_failure() -> verdict_host::Failure {
+fn bulky_failure() -> verdict_runtime::Failure {
     let history: Vec<_> = (0..8)
         .map(|i| serde_json::json!({"at-ms": i, "kind": "db.timeout", "message": "m".repeat(1 << 10)}))
         .collect();

@@ -1,5 +1,5 @@
 //! The delivery invariants (README, "Guarantees"), each pinned by hostile input through a
-//! real gateway (`cli::start`, the code `verdict run` runs), a real HTTP consumer scripted
+//! real gateway (`Gateway::start`, the code `verdict run` runs), a real HTTP consumer scripted
 //! to misbehave, and the real brokers on loopback:
 //!
 //! - I1 nothing lost, I2 no duplicate without a fault, I3 no poison loop, I4 routes
@@ -11,8 +11,8 @@ use async_nats::HeaderMap as NatsHeaders;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use serde_json::{Value, json};
-use verdict_host::FailureSpec;
-use verdict_host::store::{DlqFilter, StateCounts};
+use verdict_gateway::store::{DlqFilter, StateCounts};
+use verdict_runtime::FailureSpec;
 use verdict_tests::gateway::Gateway;
 use verdict_tests::nats::NatsFixture;
 use verdict_tests::rabbitmq::RabbitFixture;
@@ -124,7 +124,7 @@ fn until(gw: &Gateway, seconds: u64, done: impl Fn(&StateCounts) -> bool) -> boo
     })
 }
 
-fn dead_letters(gw: &Gateway) -> Vec<verdict_host::store::DlqEntry> {
+fn dead_letters(gw: &Gateway) -> Vec<verdict_gateway::store::DlqEntry> {
     gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap()
 }
 

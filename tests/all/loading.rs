@@ -1,7 +1,7 @@
 //! Components that must be refused at load, one test per case, each with an error naming
 //! the problem while another topic keeps deciding.
 
-use verdict_host::LoadError;
+use verdict_runtime::LoadError;
 use verdict_tests::{fixtures, host, with_bystander};
 
 fn refused(bytes: &[u8], origin: &str) -> LoadError {

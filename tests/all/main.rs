@@ -9,6 +9,7 @@ mod dlq_tools;
 mod gateway;
 mod hostile;
 mod invariants;
+mod layering;
 mod loading;
 mod nats;
 mod operator;

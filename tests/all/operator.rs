@@ -1,10 +1,10 @@
-//! What an operator relies on around the gateway, through a real gateway (`cli::start`)
+//! What an operator relies on around the gateway, through a real gateway (`Gateway::start`)
 //! and a scripted consumer: message deadlines and the facts the gateway adds for policies.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use verdict_host::store::DlqFilter;
+use verdict_gateway::store::DlqFilter;
 use verdict_tests::gateway::Gateway;
 use verdict_tests::scripted::{Reply, Scripted};
 use verdict_tests::{fixtures, scratch_dir, wait_for};

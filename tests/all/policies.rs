@@ -1,7 +1,7 @@
 //! The shipped policies, compiled to components and run through the host.
 
 use serde_json::json;
-use verdict_host::{Action, Class, Severity};
+use verdict_runtime::{Action, Class, Severity};
 use verdict_tests::{at, decider, failure, fixtures, host};
 
 /// RocketMQ's levels 3 to 18: the delays of retries 1 to 16.
@@ -213,7 +213,7 @@ fn example_configs_and_failure_load() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/rules/examples");
     let host = host();
     let failure = std::fs::read_to_string(dir.join("db-timeout.json")).unwrap();
-    let failure = verdict_host::FailureSpec::from_json(&failure)
+    let failure = verdict_runtime::FailureSpec::from_json(&failure)
         .unwrap()
         .into_failure();
     for (config, class) in [

@@ -109,7 +109,7 @@ fn retries_wait_in_delay_buckets_and_carry_their_history_in_headers() {
     mq.publish("orders", 0..20);
     assert!(mq.wait_for(Duration::from_secs(60), || mq.depth(&dlq(&mq)) == 20));
 
-    let bucket = verdict_host::sources::rabbitmq::headers::bucket_ms(DELAY_MS);
+    let bucket = verdict_gateway::sources::rabbitmq::headers::bucket_ms(DELAY_MS);
     let dead: Vec<Value> = mq
         .take_all(&dlq(&mq))
         .iter()

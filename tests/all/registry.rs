@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use verdict_host::{Action, Class, GatewayConfig, Registry, RegistryError};
+use verdict_registry::{GatewayConfig, Registry, RegistryError};
+use verdict_runtime::{Action, Class};
 use verdict_tests::{at, fixtures};
 
 /// payments retries 5, everything else 3; `rules` must pass its `limits` vectors.
@@ -190,7 +191,7 @@ fn a_thousand_reloads_between_two_versions_under_load_lose_nothing() {
 #[test]
 fn shadow_counts_exactly_the_disagreements_between_5_and_3_attempts() {
     let mut cfg = config(fixtures::RULES, 5);
-    cfg.routes[0].shadow = Some(verdict_host::ShadowConfig {
+    cfg.routes[0].shadow = Some(verdict_registry::ShadowConfig {
         policy: "rules".into(),
         config: Some(serde_json::json!({"max_attempts": 3})),
     });
@@ -325,9 +326,9 @@ fn a_reload_reuses_an_unchanged_component_and_compiles_a_changed_one() {
 
 /// Poll `status` until `done` holds (file events are asynchronous), at most 20 s.
 fn eventually(
-    watcher: &verdict_host::ConfigWatcher,
-    done: impl Fn(&verdict_host::ReloadStatus) -> bool,
-) -> verdict_host::ReloadStatus {
+    watcher: &verdict_registry::ConfigWatcher,
+    done: impl Fn(&verdict_registry::ReloadStatus) -> bool,
+) -> verdict_registry::ReloadStatus {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let status = watcher.status();
@@ -354,9 +355,12 @@ fn the_watcher_reloads_on_change_and_keeps_the_old_generation_on_a_bad_one() {
     write(5);
     let path = dir.join("verdict.toml");
     let r = std::sync::Arc::new(Registry::new(&GatewayConfig::load(&path).unwrap(), &dir).unwrap());
-    let watcher =
-        verdict_host::ConfigWatcher::start(r.clone(), &path, std::time::Duration::from_millis(200))
-            .unwrap();
+    let watcher = verdict_registry::ConfigWatcher::start(
+        r.clone(),
+        &path,
+        std::time::Duration::from_millis(200),
+    )
+    .unwrap();
 
     write(3);
     let status = eventually(&watcher, |s| s.reloads >= 1);
@@ -421,7 +425,7 @@ fn a_route_naming_an_undefined_policy_is_refused_not_dropped() {
         "{err}"
     );
     cfg.routes[1].policy = "rules".into();
-    cfg.routes[1].shadow = Some(verdict_host::ShadowConfig {
+    cfg.routes[1].shadow = Some(verdict_registry::ShadowConfig {
         policy: "candidate".into(),
         config: None,
     });

@@ -9,10 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use verdict_host::conformance::{
+use verdict_registry::conformance::{
     PropertyOptions, Report, Suite, check_properties, metered_limits, run_suites, vector_schema,
 };
-use verdict_host::{Host, TopicSettings};
+use verdict_runtime::{Host, TopicSettings};
 use verdict_tests::fixtures;
 
 const POLICIES: [(&str, &str); 4] = [
@@ -89,7 +89,7 @@ fn main() {
         Trial::test("schema::gateway_config_schema_is_current", || {
             schema_is_current(
                 "host/verdict.schema.json",
-                verdict_host::GatewayConfig::schema(),
+                verdict_registry::GatewayConfig::schema(),
             )
         }),
     ];

@@ -135,7 +135,7 @@ impl Consumer {
 }
 
 fn now_ms() -> u64 {
-    verdict_host::pipeline::now_ms()
+    verdict_gateway::pipeline::now_ms()
 }
 
 async fn serve(state: Arc<State>, mut stream: TcpStream) {

@@ -142,7 +142,7 @@ impl Gateway {
             .unwrap_or_default()
             .lines()
             .filter(|l| l.contains("panicked at") || l.contains("RUST_BACKTRACE"))
-            .map(|l| verdict_host::text::one_line(l, 300))
+            .map(|l| verdict_runtime::text::one_line(l, 300))
             .collect()
     }
 }

@@ -34,7 +34,7 @@ pub fn tally(letters: &[Letter], by_digest: &HashMap<String, String>) -> BTreeMa
     let mut out: BTreeMap<String, Dead> = BTreeMap::new();
     for letter in letters {
         let original = &letter.envelope["original"];
-        let payload = verdict_host::envelope::payload_bytes(original);
+        let payload = verdict_gateway::envelope::payload_bytes(original);
         let key = key_of(&payload)
             .or_else(|| {
                 let omitted = original["payloadOmitted"]["sha256"].as_str()?;

@@ -105,7 +105,7 @@ fn real_main() -> Result<bool> {
     let args = Args::parse();
     let seed = args
         .seed
-        .unwrap_or_else(|| verdict_host::pipeline::now_ms() % 1_000_000);
+        .unwrap_or_else(|| verdict_gateway::pipeline::now_ms() % 1_000_000);
     eprintln!("verdict-torture: seed {seed}");
     let bin = match &args.verdict {
         Some(bin) => bin.clone(),

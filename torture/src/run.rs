@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use verdict_host::admin::AdminClient;
+use verdict_host::client::AdminClient;
 
 use crate::check::{self, Excuse, Window};
 use crate::consumer::Consumer;
@@ -548,5 +548,5 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 fn now_ms() -> u64 {
-    verdict_host::pipeline::now_ms()
+    verdict_gateway::pipeline::now_ms()
 }

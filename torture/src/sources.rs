@@ -159,10 +159,10 @@ impl Source {
     pub async fn publish(
         &self,
         m: &Planned,
-        admin: &verdict_host::admin::AdminClient,
+        admin: &verdict_host::client::AdminClient,
     ) -> Result<Published> {
         let mut out = Published {
-            at_ms: verdict_host::pipeline::now_ms(),
+            at_ms: verdict_gateway::pipeline::now_ms(),
             ..Published::default()
         };
         for _ in 0..m.copies {
@@ -281,7 +281,7 @@ impl Source {
     pub async fn drain_rabbitmq_dlq(&self) -> Result<Vec<Letter>> {
         use futures_util::StreamExt as _;
         use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
-        use verdict_host::sources::letter_headers::{AT_MS, FORMAT};
+        use verdict_gateway::sources::letter_headers::{AT_MS, FORMAT};
 
         let queue = format!("{}.orders.DLQ", self.prefix);
         let mut held = self.rabbit.lock().await;
@@ -333,7 +333,7 @@ impl Source {
                 Some(AMQPValue::ShortString(s)) => s.as_str().to_string(),
                 _ => String::new(),
             };
-            let envelope = verdict_host::envelope::decode(&header(FORMAT), &delivery.data)
+            let envelope = verdict_gateway::envelope::decode(&header(FORMAT), &delivery.data)
                 .map_err(|e| anyhow::anyhow!("`{queue}`: a letter's envelope: {e}"))?;
             letters.push(Letter {
                 created_at_ms: header(AT_MS).parse().unwrap_or(0),
@@ -364,8 +364,8 @@ impl Source {
                 format!("{p}.audit"),
             ];
             let mut d = 1;
-            while d <= verdict_host::sources::rabbitmq::headers::MAX_BUCKET_MS {
-                let b = verdict_host::sources::rabbitmq::headers::bucket_ms(d);
+            while d <= verdict_gateway::sources::rabbitmq::headers::MAX_BUCKET_MS {
+                let b = verdict_gateway::sources::rabbitmq::headers::bucket_ms(d);
                 queues.push(format!("{p}.delay.{b}"));
                 d = b + 1;
             }
@@ -393,7 +393,7 @@ async fn rabbit_connect() -> lapin::Result<(Connection, lapin::Channel)> {
     Ok((conn, channel))
 }
 
-fn publish_embedded(m: &Planned, admin: &verdict_host::admin::AdminClient) -> Result<bool> {
+fn publish_embedded(m: &Planned, admin: &verdict_host::client::AdminClient) -> Result<bool> {
     let headers: serde_json::Map<String, serde_json::Value> = m
         .headers
         .iter()
@@ -412,7 +412,7 @@ fn publish_embedded(m: &Planned, admin: &verdict_host::admin::AdminClient) -> Re
         Ok(_) => Ok(true),
         // The API refuses what it will not store (an id past its bound, say): the
         // message never entered, and the run does not expect it anywhere.
-        Err(verdict_host::admin::ClientError::Api {
+        Err(verdict_host::client::ClientError::Api {
             status: 400 | 413 | 422,
             ..
         }) => Ok(false),

@@ -1,14 +1,15 @@
-//! The `embedded` and `nats` targets: a real gateway (`cli::start`, the same code as
+//! The `embedded` and `nats` targets: a real gateway (`Gateway::start`, the same code as
 //! `verdict run`) in a scratch directory, fed by the load generator.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use super::exact::Exact;
 use super::load::{self, Load};
 use super::{BenchOptions, Figures, Progress, Target, cpu, native};
-use crate::cli;
 
 const TOKEN: &str = "verdict-bench";
 
@@ -26,13 +27,14 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
     std::fs::write(dir.join("verdict.toml"), config)?;
     std::fs::write(dir.join("token"), TOKEN)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = cli::start(&dir.join("verdict.toml"), async {
+    let running = verdict_gateway::Gateway::start(&dir.join("verdict.toml"), async {
         let _ = stopped.await;
     })
     .await
     .context("starting the gateway")?;
     let pipeline = running.pipeline.clone();
-    pipeline.metrics().capture_exact(true);
+    let exact = Arc::new(Exact::new());
+    pipeline.metrics().observe(exact.clone());
     wait_ready(&pipeline).await?;
 
     let progress = Progress::new(target, options);
@@ -88,9 +90,9 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         dead_lettered: (options.messages as u64).saturating_sub(delivered),
         dropped: 0,
         duplicates: seen.duplicates(),
-        handling: pipeline.metrics().handling(),
+        handling: exact.handling(),
         cpu,
-        policy: pipeline.metrics().policy_cpu(),
+        policy: exact.policy_cpu(),
         policy_wall: pipeline.metrics().policy_time(),
         broker_cpu: (target == Target::Nats).then_some(broker_cpu).flatten(),
     })
@@ -172,7 +174,7 @@ fn toml_path(path: &Path) -> Result<String> {
 }
 
 /// Until the broker sources consume (the embedded one always does).
-async fn wait_ready(pipeline: &crate::pipeline::Pipeline) -> Result<()> {
+async fn wait_ready(pipeline: &verdict_gateway::pipeline::Pipeline) -> Result<()> {
     let deadline = Instant::now() + std::time::Duration::from_secs(15);
     while !pipeline.sources().iter().all(|s| s.is_up()) {
         if Instant::now() > deadline {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::demo::{DemoConsumer, by_percent};
-use crate::sources::AbortOnDrop;
+use verdict_gateway::sources::AbortOnDrop;
 
 /// The name of every load-generator thread.
 pub(crate) const THREADS: &str = "verdict-load";

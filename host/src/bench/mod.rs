@@ -26,11 +26,13 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 mod cpu;
+mod exact;
 mod gateway;
 mod load;
 mod native;
 mod report;
 
+pub use exact::HandlingSummary;
 pub use report::{Figures, Report};
 
 use load::Load;

@@ -18,10 +18,12 @@ use async_nats::jetstream::{self, AckKind, consumer, stream};
 use futures_util::StreamExt;
 use tokio::sync::Semaphore;
 
+use super::HandlingSummary;
+use super::exact::Exact;
 use super::load::{self, Load};
 use super::{BenchOptions, Figures, Progress, Target, cpu};
-use crate::pipeline::{Consumer, Handled, HandlingSummary, PipelineMetrics, deliver};
-use crate::sources::Delivery;
+use verdict_gateway::pipeline::{Consumer, Handled, PipelineMetrics, deliver};
+use verdict_gateway::sources::Delivery;
 use verdict_registry::ConsumerConfig;
 
 /// The baseline's name in its metrics.
@@ -122,6 +124,7 @@ pub(crate) async fn publish(url: String, subject: String, messages: usize) -> Re
 /// sides are timed by one piece of code); a message dropped at `MaxDeliver` counts as final.
 struct Counters {
     metrics: PipelineMetrics,
+    exact: Arc<Exact>,
     dropped: AtomicU64,
 }
 
@@ -143,7 +146,7 @@ pub(crate) async fn run(options: &BenchOptions, load: &Load) -> Result<Figures> 
         delivered: seen.accepted.len() as u64,
         dropped: counters.dropped.load(Ordering::Relaxed),
         duplicates: seen.duplicates(),
-        handling: counters.metrics.handling(),
+        handling: counters.exact.handling(),
         ..figures
     })
 }
@@ -178,9 +181,10 @@ async fn consume(
     let mut messages = pull.messages().await?;
     let counters = Arc::new(Counters {
         metrics: PipelineMetrics::default(),
+        exact: Arc::new(Exact::new()),
         dropped: AtomicU64::new(0),
     });
-    counters.metrics.capture_exact(true);
+    counters.metrics.observe(counters.exact.clone());
     let http = reqwest::Client::builder().build()?;
     let target = Arc::new(Consumer::new(&ConsumerConfig {
         url: consumer_url.to_string(),

@@ -4,8 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::HandlingSummary;
 use super::{BenchOptions, Target};
-use crate::pipeline::HandlingSummary;
 
 /// One target's run.
 #[derive(Debug, Clone)]

@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use crate::dlq::{DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, ReplayReport};
-use crate::store::{DlqFilter, Store};
+use verdict_gateway::dlq::{
+    DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, ReplayReport,
+};
+use verdict_gateway::store::{DlqFilter, Store};
 use verdict_registry::SourceKind;
 use verdict_registry::{GatewayConfig, Registry};
 
@@ -66,7 +68,7 @@ pub fn list(
     as_json: bool,
 ) -> Result<String> {
     let (_, dlqs) = open(config_path, source)?;
-    let entries = dlqs.list(filter, crate::pipeline::now_ms())?;
+    let entries = dlqs.list(filter, verdict_gateway::pipeline::now_ms())?;
     if as_json {
         return Ok(serde_json::to_string_pretty(&entries)? + "\n");
     }
@@ -79,7 +81,7 @@ pub fn list(
             out,
             "{:>6}  {:<24} {:<16} {:<18} {:<10} {:<24} {:>8}  {}",
             e.seq,
-            crate::envelope::rfc3339(e.created_at_ms),
+            verdict_gateway::envelope::rfc3339(e.created_at_ms),
             e.topic,
             e.dlq,
             e.class,
@@ -98,7 +100,7 @@ pub fn show(config_path: &Path, source: SourceKind, seq: i64) -> Result<String> 
         open_store(config_path)?.1.dlq_entry(seq)?
     } else {
         let (_, dlqs) = open(config_path, source)?;
-        dlqs.list(&DlqFilter::default(), crate::pipeline::now_ms())?
+        dlqs.list(&DlqFilter::default(), verdict_gateway::pipeline::now_ms())?
             .into_iter()
             .find(|e| e.seq == seq)
     };
@@ -114,7 +116,7 @@ pub fn stats(config_path: &Path, source: SourceKind, as_json: bool) -> Result<St
     if as_json {
         return Ok(serde_json::to_string_pretty(&stats)? + "\n");
     }
-    let now = crate::pipeline::now_ms();
+    let now = verdict_gateway::pipeline::now_ms();
     let mut out = format!(
         "{:<24} {:<20} {:>8}  {}\n",
         "DLQ", "TOPIC", "DEPTH", "OLDEST"
@@ -150,7 +152,7 @@ pub fn replay(
     } else {
         None
     };
-    Ok(crate::dlq::replay(
+    Ok(verdict_gateway::dlq::replay(
         dlqs.as_ref(),
         registry.as_ref(),
         filter,
@@ -170,7 +172,7 @@ pub fn discard(
         bail!("--reason: say why these dead letters are discarded (it goes into the audit log)");
     }
     let (_, dlqs) = open(config_path, source)?;
-    let entries = dlqs.list(filter, crate::pipeline::now_ms())?;
+    let entries = dlqs.list(filter, verdict_gateway::pipeline::now_ms())?;
     Ok(dlqs.discard(&entries, reason)?)
 }
 
@@ -182,7 +184,7 @@ pub fn export(
     out: &mut dyn Write,
 ) -> Result<usize> {
     let (_, dlqs) = open(config_path, source)?;
-    let entries = dlqs.list(filter, crate::pipeline::now_ms())?;
+    let entries = dlqs.list(filter, verdict_gateway::pipeline::now_ms())?;
     for e in &entries {
         serde_json::to_writer(&mut *out, &e.envelope)?;
         out.write_all(b"\n")?;

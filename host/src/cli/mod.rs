@@ -10,10 +10,10 @@ use verdict_runtime::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, T
 
 pub mod dlq;
 mod policy;
-mod run;
+mod signal;
 
 pub use policy::{PolicyCommand, policy};
-pub use run::{Running, shutdown_signal, start};
+pub use signal::shutdown_signal;
 
 /// `verdict build`: compile each policy crate to a component; returns the component paths.
 pub fn build(crate_dirs: &[PathBuf], target_dir: Option<&Path>) -> Result<Vec<PathBuf>> {
@@ -275,7 +275,7 @@ fn broker_objects(config: &verdict_registry::GatewayConfig) -> Vec<String> {
     if !nats.is_empty() {
         let n = &config.nats;
         let subjects = if n.subjects.is_empty() {
-            crate::sources::nats::widest_subjects(
+            verdict_gateway::sources::nats::widest_subjects(
                 &nats.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
             )
         } else {
@@ -302,7 +302,7 @@ fn broker_objects(config: &verdict_registry::GatewayConfig) -> Vec<String> {
         for route in nats {
             out.push(format!(
                 "nats durable consumer `{}` on `{}` for route `{route}`",
-                crate::sources::nats::route_durable(durable, route),
+                verdict_gateway::sources::nats::route_durable(durable, route),
                 n.stream
             ));
         }
@@ -373,7 +373,10 @@ pub struct PublishRequest<'a> {
 }
 
 /// `verdict publish`: one message or a JSONL batch, through the gateway's API.
-pub fn publish(client: &crate::admin::AdminClient, request: &PublishRequest<'_>) -> Result<String> {
+pub fn publish(
+    client: &crate::client::AdminClient,
+    request: &PublishRequest<'_>,
+) -> Result<String> {
     let body = match request.batch {
         Some(path) => {
             let text = std::fs::read_to_string(path).with_context(|| path.display().to_string())?;
@@ -414,7 +417,7 @@ pub fn publish(client: &crate::admin::AdminClient, request: &PublishRequest<'_>)
             message
         }
     };
-    let published: crate::store::Published =
+    let published: verdict_gateway::store::Published =
         client.post(&format!("/v1/topics/{}/messages", request.topic), &body)?;
     Ok(format!(
         "published {} message(s){}\n",

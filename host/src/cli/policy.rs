@@ -8,7 +8,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use crate::admin::{AdminClient, GenerationView, PolicyView, RouteView};
+use crate::client::AdminClient;
+use verdict_gateway::admin::{GenerationView, PolicyView, RouteView};
 use verdict_registry::ShadowReport;
 
 /// One `verdict policy` command.

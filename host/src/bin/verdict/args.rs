@@ -167,7 +167,7 @@ pub struct AdminArgs {
 impl AdminArgs {
     /// A client for the admin API that sends the token (from `--token-file`, else the
     /// `VERDICT_ADMIN_TOKEN` variable; none: read-only calls only).
-    pub fn client(&self) -> anyhow::Result<verdict_host::admin::AdminClient> {
+    pub fn client(&self) -> anyhow::Result<verdict_host::client::AdminClient> {
         let token = match &self.token_file {
             Some(file) => Some(
                 std::fs::read_to_string(file)
@@ -177,7 +177,7 @@ impl AdminArgs {
             ),
             None => std::env::var("VERDICT_ADMIN_TOKEN").ok(),
         };
-        Ok(verdict_host::admin::AdminClient::new(&self.admin, token))
+        Ok(verdict_host::client::AdminClient::new(&self.admin, token))
     }
 }
 

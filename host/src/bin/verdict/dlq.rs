@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Subcommand;
-use verdict_host::SourceKind;
+use verdict_gateway::dlq::ReplayOptions;
+use verdict_gateway::store::DlqFilter;
 use verdict_host::cli;
-use verdict_host::dlq::ReplayOptions;
-use verdict_host::store::DlqFilter;
+use verdict_registry::SourceKind;
 
 /// Which dead letters.
 #[derive(clap::Args, Debug, Clone)]

@@ -4,7 +4,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use verdict_host::{TopicSettings, cli};
+use verdict_gateway::Gateway;
+use verdict_host::cli;
+use verdict_runtime::TopicSettings;
 
 mod args;
 mod dlq;
@@ -93,7 +95,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Run { config } => {
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async {
-                let running = cli::start(&config, cli::shutdown_signal()).await?;
+                let running = Gateway::start(&config, cli::shutdown_signal()).await?;
                 eprintln!(
                     "verdict: generation {} active; admin API on http://{}",
                     running.registry.current().number,

@@ -23,7 +23,7 @@ use std::time::Duration;
 use extism::{Function, PluginBuilder, UserData, ValType};
 use serde::Serialize;
 use timing::percentiles;
-use verdict_host::{FailureSpec, Host, Limits, TopicSettings};
+use verdict_runtime::{FailureSpec, Host, Limits, TopicSettings};
 
 const CONFIG: &str = r#"{"max_attempts": 5}"#;
 const KIND: &str = "db.timeout";
@@ -73,7 +73,7 @@ fn input() -> Input<'static> {
     }
 }
 
-fn host_failure() -> verdict_host::Failure {
+fn host_failure() -> verdict_runtime::Failure {
     FailureSpec::from_json(
         &serde_json::json!({
             "topic": "payments.captured", "message-id": "m-000123", "consumer-group": "capture",
@@ -177,7 +177,7 @@ fn main() {
         .build()
         .expect("the Extism plugin loads");
     let request = rmp_serde::to_vec_named(&input()).expect("msgpack");
-    let mut call = || -> verdict_host::Verdict {
+    let mut call = || -> verdict_runtime::Verdict {
         let out: Vec<u8> = plugin.call("decide", request.as_slice()).expect("decide");
         rmp_serde::from_slice(&out).expect("a msgpack verdict")
     };

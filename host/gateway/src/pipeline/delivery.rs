@@ -73,13 +73,14 @@ pub struct DeliveryError {
 
 /// A consumer's endpoint, its URL parsed once (not per delivery).
 #[derive(Debug, Clone)]
-pub(crate) struct Consumer {
+pub struct Consumer {
     config: ConsumerConfig,
     url: Result<reqwest::Url, String>,
 }
 
 impl Consumer {
-    pub(crate) fn new(config: &ConsumerConfig) -> Consumer {
+    /// The endpoint a route's `consumer` config describes.
+    pub fn new(config: &ConsumerConfig) -> Consumer {
         Consumer {
             config: config.clone(),
             // Config validation parsed it already; an error here is kept for each delivery.
@@ -99,7 +100,7 @@ impl Consumer {
 }
 
 /// POST `message` to the consumer as delivery `attempt` (1-based).
-pub(crate) async fn deliver(
+pub async fn deliver(
     client: &reqwest::Client,
     consumer: &Consumer,
     message: &Delivery,

@@ -402,7 +402,10 @@ impl SettleFailures {
 }
 
 /// Aborts a background task (a depth poller, the bench's consumer) when its owner goes.
-pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+pub struct AbortOnDrop(
+    /// The task.
+    pub tokio::task::JoinHandle<()>,
+);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

@@ -42,14 +42,12 @@ mod auth;
 #[doc(hidden)]
 pub mod bodies;
 mod broker_dlqs;
-mod client;
 mod dlq;
 mod error;
 mod handlers;
 mod publish;
 mod views;
 
-pub use client::{AdminClient, ClientError};
 pub use error::ApiError;
 pub use views::{
     CacheStatsView, DecisionStatsView, GenerationView, PolicyView, ReloadStatusView, RouteView,

@@ -116,7 +116,7 @@ pub async fn connect(
 
 /// `subjects` without those another of them covers (`orders.vip` under `orders.>` or
 /// `orders.*`), each once.
-pub(crate) fn widest(subjects: &[String]) -> Vec<String> {
+pub fn widest(subjects: &[String]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for s in subjects {
         let covered = subjects.iter().any(|t| t != s && covers(t, s));
@@ -127,8 +127,9 @@ pub(crate) fn widest(subjects: &[String]) -> Vec<String> {
     out
 }
 
-/// See [`Broker::route_durable`].
-pub(crate) fn route_durable(durable: &str, route: &str) -> String {
+/// The durable consumer of the route `route` for the gateway group `durable`: see
+/// [`Broker::route_durable`].
+pub fn route_durable(durable: &str, route: &str) -> String {
     let name: String = route
         .chars()
         .map(|c| match c {

@@ -48,7 +48,7 @@ mod setup;
 
 pub use history::History;
 pub use setup::{Broker, connect};
-pub(crate) use setup::{route_durable, widest as widest_subjects};
+pub use setup::{route_durable, widest as widest_subjects};
 
 /// The source's name in metrics and `/readyz`.
 pub const NAME: &str = "nats";

@@ -1,14 +1,15 @@
 //! The pipeline's counters and latency histogram, labelled by route (its topic pattern, so
 //! cardinality is bounded by the config) - never by message data.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
+use super::Observer;
 use verdict_runtime::{Action, Decision};
 
 type Labels = Vec<(&'static str, String)>;
@@ -55,19 +56,24 @@ impl SettleFault {
 }
 
 /// Process-wide sums the bench (`verdict bench`) reads: exact, unlabelled.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Totals {
     /// Nanoseconds spent deciding (policy call, guardrails, fallback), wall clock.
     decide_ns: AtomicU64,
-    /// The same in thread CPU time, while capturing (`capture_exact`).
-    decide_cpu_ns: AtomicU64,
     /// Deliveries settled for good (delivered, dead-lettered, discarded).
     finished: AtomicU64,
-    /// Set by `capture_exact`: what costs more than production needs is measured.
-    exact: AtomicBool,
-    /// Receipt -> settlement applied, in microseconds (1 us .. 1 h, 3 significant digits),
-    /// while capturing.
-    handling_us: Mutex<Option<hdrhistogram::Histogram<u64>>>,
+    /// The measurement hooks attached, if any (`verdict bench`).
+    observer: OnceLock<Arc<dyn Observer>>,
+}
+
+impl std::fmt::Debug for Totals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Totals")
+            .field("decide_ns", &self.decide_ns)
+            .field("finished", &self.finished)
+            .field("observed", &self.observer.get().is_some())
+            .finish()
+    }
 }
 
 /// What a source did with one delivery (the `outcome` label of `verdict_handling_seconds`).
@@ -105,19 +111,6 @@ impl Handled {
     }
 }
 
-/// Exact percentiles (3 digits) of what `verdict_handling_seconds` observes.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct HandlingSummary {
-    /// Deliveries handled.
-    pub count: u64,
-    /// Median receipt -> settled.
-    pub p50: Duration,
-    /// 99th percentile.
-    pub p99: Duration,
-    /// Slowest.
-    pub max: Duration,
-}
-
 /// One route's delivery counters (handles into the families: no lookup per delivery).
 #[derive(Debug, Clone)]
 pub(crate) struct RouteMetrics {
@@ -137,19 +130,6 @@ impl RouteMetrics {
         };
         count.inc();
         latency.observe(took.as_secs_f64());
-    }
-}
-
-impl HandlingSummary {
-    /// The summary of a histogram of microseconds.
-    fn of(h: &hdrhistogram::Histogram<u64>) -> HandlingSummary {
-        let us = Duration::from_micros;
-        HandlingSummary {
-            count: h.len(),
-            p50: us(h.value_at_quantile(0.50)),
-            p99: us(h.value_at_quantile(0.99)),
-            max: us(h.max()),
-        }
     }
 }
 
@@ -246,18 +226,9 @@ impl PipelineMetrics {
         if outcome.is_final() {
             self.totals.finished.fetch_add(1, Ordering::Relaxed);
         }
-        if self.totals.exact.load(Ordering::Relaxed)
-            && let Some(h) = self.handling_us().as_mut()
-        {
-            h.saturating_record(u64::try_from(took.as_micros()).unwrap_or(u64::MAX).max(1));
+        if let Some(observer) = self.observer() {
+            observer.handled(outcome, took);
         }
-    }
-
-    fn handling_us(&self) -> std::sync::MutexGuard<'_, Option<hdrhistogram::Histogram<u64>>> {
-        self.totals
-            .handling_us
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Time spent deciding since the start, all routes (wall clock).
@@ -265,56 +236,20 @@ impl PipelineMetrics {
         Duration::from_nanos(self.totals.decide_ns.load(Ordering::Relaxed))
     }
 
-    /// From now on, also time each decision on the thread's CPU clock and keep exact
-    /// receipt-to-settlement percentiles ([`handling`](Self::handling)). Off by default:
-    /// the CPU clock is two system calls per decision and the percentiles a lock per
-    /// delivery, which production does not need (it has the Prometheus histograms).
-    /// `verdict bench` turns it on: wall time overstates a decision's cost on a busy machine
-    /// (a preempted thread's wait counts).
-    pub fn capture_exact(&self, on: bool) {
-        if on {
-            let mut h = self.handling_us();
-            if h.is_none() {
-                *h = hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).ok();
-            }
-        }
-        self.totals.exact.store(on, Ordering::Relaxed);
+    /// Attach measurement hooks (`verdict bench`); the first attached stays. `false` when
+    /// one was attached already.
+    pub fn observe(&self, observer: Arc<dyn Observer>) -> bool {
+        self.totals.observer.set(observer).is_ok()
     }
 
-    /// CPU time spent deciding while [`capture_exact`](Self::capture_exact) was on.
-    pub fn policy_cpu(&self) -> Duration {
-        Duration::from_nanos(self.totals.decide_cpu_ns.load(Ordering::Relaxed))
-    }
-
-    /// The thread's CPU clock before a decision, when measuring.
-    pub(crate) fn policy_cpu_clock(&self) -> Option<cpu_time::ThreadTime> {
-        if self.totals.exact.load(Ordering::Relaxed) {
-            cpu_time::ThreadTime::try_now().ok()
-        } else {
-            None
-        }
-    }
-
-    /// Count the CPU a decision took since `clock`.
-    pub(crate) fn policy_cpu_spent(&self, clock: Option<cpu_time::ThreadTime>) {
-        if let Some(spent) = clock.and_then(|c| c.try_elapsed().ok()) {
-            let ns = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
-            self.totals.decide_cpu_ns.fetch_add(ns, Ordering::Relaxed);
-        }
+    /// The measurement hooks attached, if any.
+    pub(crate) fn observer(&self) -> Option<&dyn Observer> {
+        self.totals.observer.get().map(|o| &**o)
     }
 
     /// Deliveries settled for good (delivered, dead-lettered, discarded) since the start.
     pub fn finished(&self) -> u64 {
         self.totals.finished.load(Ordering::Relaxed)
-    }
-
-    /// Receipt-to-settlement percentiles while [`capture_exact`](Self::capture_exact) was on
-    /// (all zero if it never was).
-    pub fn handling(&self) -> HandlingSummary {
-        self.handling_us()
-            .as_ref()
-            .map(HandlingSummary::of)
-            .unwrap_or_default()
     }
 
     pub(crate) fn verdict(&self, route: &str, decision: &Decision) {

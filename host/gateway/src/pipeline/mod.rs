@@ -18,17 +18,19 @@ use verdict_runtime::{Action, Decision, ErrorSpec, FailureSpec};
 
 mod delivery;
 mod metrics;
+mod observer;
 mod topic_stats;
 
 pub use crate::clock::now_ms;
-pub(crate) use delivery::{Consumer, deliver};
+pub use delivery::{Consumer, deliver};
 pub use delivery::{DeliveryError, MAX_ERROR_BODY_BYTES, REJECT_HEADER};
 /// What a consumer's answer becomes, and which producer headers reach the consumer: public
 /// for the fuzz targets (`host/tests/fuzz.rs`), not an API.
 #[doc(hidden)]
 pub use delivery::{classify, forwardable};
 use metrics::RouteMetrics;
-pub use metrics::{Handled, HandlingSummary, PipelineMetrics, SettleFault};
+pub use metrics::{Handled, PipelineMetrics, SettleFault};
+pub use observer::Observer;
 use topic_stats::TopicStats;
 
 /// A message the pipeline could not route is looked at again after this long.
@@ -233,10 +235,17 @@ impl Pipeline {
         .into_failure()
         .with_payload(message.payload.clone());
         let asked = Instant::now();
-        let cpu = self.metrics.policy_cpu_clock();
-        let decided = self.registry.decide(&message.topic, &failure);
+        let decided = match self.metrics.observer() {
+            None => self.registry.decide(&message.topic, &failure),
+            Some(observer) => {
+                let mut decided = None;
+                observer.decision(&mut || {
+                    decided = self.registry.decide(&message.topic, &failure);
+                });
+                decided
+            }
+        };
         let took = asked.elapsed();
-        self.metrics.policy_cpu_spent(cpu);
         let Some(decision) = decided else {
             // The route went away between delivery and verdict: nothing spent, try later.
             return Settlement::Release {
@@ -336,7 +345,7 @@ impl Pipeline {
         };
         let reason = format!("the gateway could not settle this message: {cause}");
         let decision = Decision {
-            verdict: verdict_sdk::Verdict::dead_letter(verdict_sdk::Class::Unknown)
+            verdict: verdict_runtime::Verdict::dead_letter(verdict_runtime::Class::Unknown)
                 .because(reason.clone()),
             provenance: Arc::new(verdict_runtime::Provenance {
                 name: "verdict-gateway".into(),

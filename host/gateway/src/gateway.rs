@@ -1,6 +1,6 @@
-//! `verdict run -c verdict.toml`: the long-running gateway process: the registry (hot reload
-//! on file changes), the embedded store and the delivery pipeline, the admin API with
-//! publishing, `/v1/decide` and `/metrics`.
+//! The gateway assembled: the registry (hot reload on file changes), the embedded store and
+//! every source a route consumes from, the delivery pipeline, retention, and the admin API
+//! with publishing, `/v1/decide` and `/metrics`. `verdict run` is this and a signal handler.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,8 +25,8 @@ const DEBOUNCE: Duration = Duration::from_millis(300);
 /// How long deliveries in flight may finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// A started gateway: its registry and where its admin API listens.
-pub struct Running {
+/// A started gateway: its registry, store and pipeline, and where its admin API listens.
+pub struct Gateway {
     /// The registry.
     pub registry: Arc<Registry>,
     /// The embedded store.
@@ -40,7 +40,17 @@ pub struct Running {
     _watcher: ConfigWatcher,
 }
 
-impl Running {
+impl Gateway {
+    /// Load `config_path`, build the first generation (the whole admission gate), watch the
+    /// files, start every source a route consumes from, and serve the admin API until
+    /// `shutdown` completes. Needs a multi-threaded tokio runtime.
+    pub async fn start(
+        config_path: &Path,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<Gateway> {
+        start(config_path, shutdown).await
+    }
+
     /// Wait until the server stops (after `shutdown` completes).
     pub async fn wait(self) -> Result<()> {
         self.server.await.context("the admin server task")??;
@@ -51,12 +61,10 @@ impl Running {
     }
 }
 
-/// Load `config_path`, build the first generation (the whole admission gate), watch the
-/// files, and serve the admin API until `shutdown` completes.
-pub async fn start(
+async fn start(
     config_path: &Path,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<Running> {
+) -> Result<Gateway> {
     // Every path in the config, the state directory, uploads and the watcher resolve
     // against the config file's directory - once, here, whatever the working directory
     // later is (`-c verdict.toml` has an empty parent; `-c conf/verdict.toml` must not
@@ -155,7 +163,7 @@ pub async fn start(
         %admin,
         "verdict is running"
     );
-    Ok(Running {
+    Ok(Gateway {
         registry,
         store,
         pipeline,
@@ -253,27 +261,4 @@ fn admin_token(admin: &AdminConfig, base: &Path) -> Result<Option<String>> {
         }
         None => Ok(None),
     }
-}
-
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
-    }
-    tracing::info!("shutting down");
 }

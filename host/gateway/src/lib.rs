@@ -1,0 +1,48 @@
+//! # verdict-gateway: deliver, decide, settle
+//!
+//! The gateway consumes messages from a source - its embedded store ([`store`]), NATS
+//! JetStream or RabbitMQ ([`sources`]) - and POSTs each to its route's HTTP consumer. A
+//! failed delivery becomes a failure that the route's policy decides on (through the
+//! [`verdict_registry::Registry`]); the [`pipeline`] turns the verdict into a settlement
+//! (retry, delay, dead-letter with the whole history in an [`envelope`], discard) that the
+//! source applies. [`dlq`] lists, replays and discards dead letters on every source;
+//! [`admin`] serves all of it over HTTP with `/metrics`.
+//!
+//! ```no_run
+//! use verdict_gateway::Gateway;
+//!
+//! # async fn run() -> anyhow::Result<()> {
+//! let gateway = Gateway::start("verdict.toml".as_ref(), async {
+//!     let _ = tokio::signal::ctrl_c().await;
+//! })
+//! .await?;
+//! println!("admin API on http://{}", gateway.admin);
+//! gateway.wait().await
+//! # }
+//! ```
+//!
+//! Every path a message takes keeps the delivery invariants: nothing is lost (a state
+//! change is written before the old one is released), no duplicate happens without a fault
+//! (leases are fenced, redeliveries counted), no poison message loops (attempts and history
+//! come only from the gateway's own records), one route never stalls another (slots per
+//! route), and every string from outside is bounded and cleaned before it reaches a
+//! header, a label, a log line or an envelope.
+//!
+//! What this crate owns: the store, the sources, the pipeline, envelopes, the DLQ tools,
+//! metrics and the admin server. What it must not depend on: the `verdict` binary, its
+//! commands, `verdict bench` or the demo consumer.
+
+#![forbid(unsafe_code)]
+
+pub mod admin;
+mod clock;
+pub mod dlq;
+pub mod envelope;
+mod gateway;
+mod metrics;
+pub mod pipeline;
+pub mod sources;
+pub mod store;
+
+pub use gateway::Gateway;
+pub use metrics::{METRICS_CONTENT_TYPE, Metrics};
