@@ -1,10 +1,10 @@
-//! The demo consumer ([`verdict_host::demo`]) on an ephemeral port, for gateway tests.
+//! The demo consumer ([`verdict_cli::demo`]) on an ephemeral port, for gateway tests.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-pub use verdict_host::demo::Behaviour;
-use verdict_host::demo::DemoConsumer;
+pub use verdict_cli::demo::Behaviour;
+use verdict_cli::demo::DemoConsumer;
 
 /// A running consumer.
 #[derive(Clone)]

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use verdict_cli::client::AdminClient;
 use verdict_gateway::store::Store;
-use verdict_host::client::AdminClient;
 use verdict_registry::Registry;
 
 /// A running gateway; stops when dropped.

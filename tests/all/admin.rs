@@ -3,8 +3,8 @@
 //! shadow on and off, `/v1/decide` and `/metrics`.
 
 use serde_json::{Value, json};
+use verdict_cli::client::{AdminClient, ClientError};
 use verdict_gateway::admin::{GenerationView, PolicyView};
-use verdict_host::client::{AdminClient, ClientError};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::{fixtures, scratch_dir, variant};
 

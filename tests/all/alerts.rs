@@ -1,4 +1,4 @@
-//! The alert rules (`host/alerts/verdict.rules.yml`) against a running gateway: every metric
+//! The alert rules (`host/gateway/alerts/verdict.rules.yml`) against a running gateway: every metric
 //! they name is one `/metrics` serves, and `promtool check rules` accepts the file when
 //! promtool is installed (`.ci/run` installs Debian's `prometheus` package for it).
 
@@ -11,7 +11,7 @@ use verdict_tests::gateway::Gateway;
 use verdict_tests::{fixtures, scratch_dir};
 
 fn rules_file() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/alerts/verdict.rules.yml")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../host/gateway/alerts/verdict.rules.yml")
 }
 
 /// `verdict_...` names in the rules' expressions, without the suffixes Prometheus adds.

@@ -264,7 +264,7 @@ fn publishing_bad_input_or_to_an_unknown_topic_stores_nothing() {
         .anonymous
         .post::<Value>("/v1/topics/orders/messages", &json!({"payload": 1}))
     {
-        Err(verdict_host::client::ClientError::Api { status: 401, .. }) => {}
+        Err(verdict_cli::client::ClientError::Api { status: 401, .. }) => {}
         other => panic!("an anonymous publish: {other:?}"),
     }
     let cases = [
@@ -296,7 +296,7 @@ fn publishing_bad_input_or_to_an_unknown_topic_stores_nothing() {
     ];
     for (path, body, status, names) in cases {
         match gw.admin.post::<Value>(path, &body) {
-            Err(verdict_host::client::ClientError::Api {
+            Err(verdict_cli::client::ClientError::Api {
                 status: s, message, ..
             }) => {
                 assert_eq!(s, status, "{path} {body}: {message}");
@@ -402,14 +402,14 @@ fn the_dlq_over_the_admin_api_lists_dry_runs_replays_and_discards() {
     let denied = gw.anonymous.post::<Value>("/v1/dlq/replay", &json!({}));
     assert!(matches!(
         denied,
-        Err(verdict_host::client::ClientError::Api { status: 401, .. })
+        Err(verdict_cli::client::ClientError::Api { status: 401, .. })
     ));
     let no_reason = gw
         .admin
         .post::<Value>("/v1/dlq/discard", &json!({"reason": " "}));
     assert!(matches!(
         no_reason,
-        Err(verdict_host::client::ClientError::Api { status: 400, .. })
+        Err(verdict_cli::client::ClientError::Api { status: 400, .. })
     ));
 
     let dry: Value = gw

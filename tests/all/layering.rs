@@ -68,11 +68,11 @@ fn the_runtime_depends_on_no_async_runtime_http_stack_database_or_broker_client(
 #[test]
 fn the_registry_depends_on_no_gateway_machinery() {
     let mut forbidden = MACHINERY.to_vec();
-    forbidden.extend(["verdict-gateway", "verdict-host"]);
+    forbidden.extend(["verdict-gateway", "verdict-cli"]);
     assert_free_of("verdict-registry", &forbidden, "verdict-runtime");
 }
 
 #[test]
 fn the_gateway_does_not_depend_on_the_cli() {
-    assert_free_of("verdict-gateway", &["verdict-host"], "verdict-registry");
+    assert_free_of("verdict-gateway", &["verdict-cli"], "verdict-registry");
 }

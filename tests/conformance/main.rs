@@ -88,7 +88,7 @@ fn main() {
         }),
         Trial::test("schema::gateway_config_schema_is_current", || {
             schema_is_current(
-                "host/verdict.schema.json",
+                "host/registry/verdict.schema.json",
                 verdict_registry::GatewayConfig::schema(),
             )
         }),

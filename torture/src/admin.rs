@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use verdict_host::client::AdminClient;
+use verdict_cli::client::AdminClient;
 
 use crate::consumer::Consumer;
 use crate::letters::Letter;

@@ -5,7 +5,7 @@
 //! faults explain, no panic, every dead letter naming its policy.
 //!
 //! ```text
-//! cargo build --release -p verdict-host -p verdict-torture
+//! cargo build --release -p verdict-cli -p verdict-torture
 //! target/release/verdict-torture --sources embedded,nats,rabbitmq --messages 500 --faults 6
 //! ```
 //!
@@ -213,7 +213,7 @@ fn sibling(name: &str) -> Result<PathBuf> {
         }
     }
     bail!(
-        "no `{name}` binary next to {}: build it (`cargo build -p verdict-host --bin verdict`) \
+        "no `{name}` binary next to {}: build it (`cargo build -p verdict-cli --bin verdict`) \
          or pass --verdict",
         me.display()
     )

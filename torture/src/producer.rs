@@ -2,7 +2,7 @@
 //! producers keep many publishes in flight.
 
 use anyhow::{Context, Result};
-use verdict_host::client::AdminClient;
+use verdict_cli::client::AdminClient;
 
 use crate::plan::Planned;
 use crate::sources::{Published, Source, SourceName};

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use verdict_host::client::AdminClient;
+use verdict_cli::client::AdminClient;
 
 use crate::check::{self, Excuse, Window};
 use crate::consumer::Consumer;

@@ -159,7 +159,7 @@ impl Source {
     pub async fn publish(
         &self,
         m: &Planned,
-        admin: &verdict_host::client::AdminClient,
+        admin: &verdict_cli::client::AdminClient,
     ) -> Result<Published> {
         let mut out = Published {
             at_ms: verdict_gateway::pipeline::now_ms(),
@@ -393,7 +393,7 @@ async fn rabbit_connect() -> lapin::Result<(Connection, lapin::Channel)> {
     Ok((conn, channel))
 }
 
-fn publish_embedded(m: &Planned, admin: &verdict_host::client::AdminClient) -> Result<bool> {
+fn publish_embedded(m: &Planned, admin: &verdict_cli::client::AdminClient) -> Result<bool> {
     let headers: serde_json::Map<String, serde_json::Value> = m
         .headers
         .iter()
@@ -412,7 +412,7 @@ fn publish_embedded(m: &Planned, admin: &verdict_host::client::AdminClient) -> R
         Ok(_) => Ok(true),
         // The API refuses what it will not store (an id past its bound, say): the
         // message never entered, and the run does not expect it anywhere.
-        Err(verdict_host::client::ClientError::Api {
+        Err(verdict_cli::client::ClientError::Api {
             status: 400 | 413 | 422,
             ..
         }) => Ok(false),

@@ -25,7 +25,7 @@ pub use crate::clock::now_ms;
 pub use delivery::{Consumer, deliver};
 pub use delivery::{DeliveryError, MAX_ERROR_BODY_BYTES, REJECT_HEADER};
 /// What a consumer's answer becomes, and which producer headers reach the consumer: public
-/// for the fuzz targets (`host/tests/fuzz.rs`), not an API.
+/// for the fuzz targets (`host/cli/tests/fuzz.rs`), not an API.
 #[doc(hidden)]
 pub use delivery::{classify, forwardable};
 use metrics::RouteMetrics;

@@ -286,7 +286,7 @@ impl GatewayConfig {
         Ok(config)
     }
 
-    /// The JSON Schema of this file, as checked in at `host/verdict.schema.json`.
+    /// The JSON Schema of this file, as checked in at `host/registry/verdict.schema.json`.
     pub fn schema() -> serde_json::Value {
         serde_json::to_value(schemars::schema_for!(GatewayConfig)).unwrap_or_default()
     }
@@ -429,8 +429,8 @@ mod tests {
 
     #[test]
     fn the_shipped_examples_are_valid() {
-        // The examples ship with the `verdict` binary, beside this crate.
-        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+        // The examples ship with the `verdict` binary.
+        let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
         for name in ["quickstart.toml", "brokers.toml"] {
             let config =
                 GatewayConfig::load(&examples.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));

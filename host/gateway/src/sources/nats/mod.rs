@@ -526,7 +526,7 @@ fn to_delivery(
 }
 
 /// The delivery a JetStream message stands for, from its parts: what [`to_delivery`] reads
-/// of a message (public for the fuzz targets, `host/tests/fuzz.rs`; not an API).
+/// of a message (public for the fuzz targets, `host/cli/tests/fuzz.rs`; not an API).
 #[doc(hidden)]
 pub fn delivery_of(
     subject: &str,

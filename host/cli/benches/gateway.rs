@@ -1,0 +1,149 @@
+//! Gateway throughput on the embedded store, against a baseline in the same run: the same
+//! messages POSTed straight to the same consumer with the same concurrency (what a consumer
+//! costs without Verdict in between). The gateway adds the store (publish, lease, settle:
+//! three fsync'd transactions per message) and, for failures, a decision.
+//!
+//! `cargo bench -p verdict-cli --bench gateway` (N from `VERDICT_BENCH_MESSAGES`, default
+//! 5000; the consumer fails 20% transiently and 5% permanently, as in the issue's scenario).
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use verdict_cli::demo::{DemoConsumer, by_percent};
+
+const CONCURRENCY: usize = 16;
+
+fn rules_component() -> PathBuf {
+    common::component("policies/rules")
+}
+
+async fn consumer(transient: u32, permanent: u32) -> String {
+    let demo = DemoConsumer::new(by_percent(transient, permanent));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, demo.router()).await });
+    url
+}
+
+/// POST every message straight to a consumer that never fails, `CONCURRENCY` at a time.
+async fn baseline(n: usize) -> Duration {
+    let url = consumer(0, 0).await;
+    let client = reqwest::Client::new();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = Instant::now();
+    let workers: Vec<_> = (0..CONCURRENCY)
+        .map(|_| {
+            let (client, url, next) = (client.clone(), url.clone(), next.clone());
+            tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    let body = format!(r#"{{"order": {i}}}"#);
+                    client
+                        .post(&url)
+                        .header("x-verdict-message-id", format!("m-{i}"))
+                        .body(body)
+                        .send()
+                        .await
+                        .expect("baseline delivery");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.await.unwrap();
+    }
+    started.elapsed()
+}
+
+/// Publish `n` messages to a gateway and wait until every one is delivered or dead.
+async fn through_verdict(n: usize, transient: u32, permanent: u32) -> (Duration, u64, u64) {
+    let url = consumer(transient, permanent).await;
+    let dir = std::env::temp_dir().join(format!(
+        "verdict-bench-gateway-{}-{transient}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = format!(
+        r#"[admin]
+listen = "127.0.0.1:0"
+token_file = "token"
+[gateway]
+poll_ms = 5
+[policies.rules]
+path = "{rules}"
+[[routes]]
+topic = "orders"
+policy = "rules"
+consumer = {{ url = "{url}", concurrency = {CONCURRENCY} }}
+config = {{ max_attempts = 5, rules = [
+    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
+    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 10 }} }},
+] }}
+"#,
+        rules = rules_component().display()
+    );
+    std::fs::write(dir.join("verdict.toml"), config).unwrap();
+    std::fs::write(dir.join("token"), "bench-token").unwrap();
+    let running =
+        verdict_gateway::Gateway::start(&dir.join("verdict.toml"), std::future::pending())
+            .await
+            .expect("gateway starts");
+    let store = running.store.clone();
+    let admin = verdict_cli::client::AdminClient::new(
+        &format!("http://{}", running.admin),
+        Some("bench-token".into()),
+    );
+    let batch: Vec<serde_json::Value> = (0..n)
+        .map(|i| serde_json::json!({"id": format!("m-{i}"), "payload": {"order": i}}))
+        .collect();
+    let started = Instant::now();
+    tokio::task::spawn_blocking(move || {
+        for chunk in batch.chunks(1_000) {
+            let _: serde_json::Value = admin.post("/v1/topics/orders/messages", &chunk).unwrap();
+        }
+        loop {
+            let c = store.counts().unwrap();
+            if c.pending() == 0 && c.total() == n as u64 {
+                return (started.elapsed(), c.delivered, c.dead);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+    .await
+    .unwrap()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let n: usize = std::env::var("VERDICT_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5_000);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let base = baseline(n).await;
+        let (clean, ..) = through_verdict(n, 0, 0).await;
+        let (mixed, delivered, dead) = through_verdict(n, 20, 5).await;
+        let rate = |d: Duration| n as f64 / d.as_secs_f64();
+        println!("{n} messages, consumer concurrency {CONCURRENCY}, same run:");
+        println!("  baseline (direct POST, no failures):   {:>8.0} msg/s", rate(base));
+        println!(
+            "  through verdict, no failures:          {:>8.0} msg/s  ({:.1}x the baseline's time)",
+            rate(clean),
+            clean.as_secs_f64() / base.as_secs_f64()
+        );
+        println!(
+            "  through verdict, 20% transient + 5% permanent: {:>8.0} msg/s  ({delivered} delivered, {dead} dead-lettered)",
+            rate(mixed)
+        );
+    });
+}

@@ -1,0 +1,355 @@
+//! The command line, as clap structs. Every command is a function in
+//! [`verdict_cli::cli`]; these only name the arguments.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use verdict_cli::cli;
+
+/// Programmable retry and dead-letter policies for message gateways.
+#[derive(Parser)]
+#[command(name = "verdict", version, about)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Compile policy crates to WebAssembly components and print each component's path.
+    Build {
+        /// Directories of policy crates.
+        #[arg(required = true)]
+        crates: Vec<PathBuf>,
+        /// Cargo target directory (default: the crate's own).
+        #[arg(long)]
+        target_dir: Option<PathBuf>,
+    },
+    /// Check a component against the contract and print its name, version, sha256,
+    /// imports and exports as JSON.
+    Inspect {
+        /// The component.
+        policy: PathBuf,
+    },
+    /// Run vector files (and property checks) against a policy. Exit code 0: all passed;
+    /// 1: some case or property failed; 2: the input itself is invalid.
+    Test {
+        /// The policy component.
+        policy: PathBuf,
+        /// Vector files (JSON). With none, the property checks run.
+        vectors: Vec<PathBuf>,
+        /// Config replacing each suite's default: inline JSON or a file.
+        #[arg(long)]
+        config: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "human")]
+        format: cli::Format,
+        /// Also run the property checks.
+        #[arg(long)]
+        properties: bool,
+        /// Fuel budget per decision (deterministic cost ceiling).
+        #[arg(long, default_value_t = 10_000_000)]
+        fuel: u64,
+        /// The policy's delays are monotone: check that later attempts never wait less
+        /// (implies --properties).
+        #[arg(long)]
+        monotone: bool,
+    },
+    /// Validate a gateway config and run its admission gate (policies load, pins match,
+    /// vectors pass, every route's config is accepted); print the routes as JSON.
+    Check {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Show which route a topic takes under a gateway config and, with a failure, the
+    /// decision it would get.
+    Route {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long)]
+        config: PathBuf,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// A failure (JSON file, or `-` for stdin) to decide.
+        #[arg(long)]
+        failure: Option<String>,
+    },
+    /// Run the gateway: build the registry from the config (behind the admission gate),
+    /// reload it when the config or its files change, and serve the admin API and
+    /// `/metrics` until Ctrl-C or SIGTERM.
+    Run {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Inspect and change the policies of a running gateway (a client of its admin API).
+    Policy {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Print the API's JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: PolicyArgs,
+    },
+    /// The dead-letter queues of a gateway (in its store, or on its broker with --source).
+    Dlq {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long, global = true, default_value = "verdict.toml")]
+        config: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        /// Where the DLQs live: the gateway's store, or the broker its config names.
+        #[arg(long, global = true, value_enum, default_value = "embedded")]
+        source: crate::dlq::Source,
+        #[command(subcommand)]
+        command: crate::dlq::DlqArgs,
+    },
+    /// Publish a message (or a JSONL batch) to a running gateway.
+    Publish {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// The payload: JSON, or text (default: read stdin).
+        payload: Option<String>,
+        /// The message id (default: one is made).
+        #[arg(long)]
+        id: Option<String>,
+        /// A header, `name=value` (repeatable).
+        #[arg(long = "header", value_name = "NAME=VALUE")]
+        headers: Vec<String>,
+        /// A file of messages, one JSON object per line (`{"id", "headers", "payload"}`),
+        /// published as one batch.
+        #[arg(long, conflicts_with_all = ["payload", "id", "headers"])]
+        batch: Option<PathBuf>,
+    },
+    /// Measure the gateway end to end against NATS's own redelivery, in one run: messages/s,
+    /// delivery-to-verdict latency, CPU per message and its share in policy evaluation.
+    /// Needs a NATS server for the nats targets (`--targets embedded` runs without one).
+    Bench(BenchArgs),
+    /// Ask a policy for one decision and print it as JSON.
+    Decide {
+        /// The policy component.
+        #[arg(long)]
+        policy: PathBuf,
+        /// The topic's config: inline JSON or a file.
+        #[arg(long)]
+        config: Option<String>,
+        /// The failure as JSON (contract field names): a file, or `-` for stdin.
+        #[arg(long)]
+        failure: String,
+        /// Guardrails and fallback (JSON: {"guardrails": {...}, "fallback": {...}}).
+        #[arg(long)]
+        settings: Option<String>,
+    },
+}
+
+/// Where the admin API is and how to authorise changes.
+#[derive(clap::Args)]
+pub struct AdminArgs {
+    /// The admin API's base URL.
+    #[arg(
+        long,
+        env = "VERDICT_ADMIN_URL",
+        default_value = "http://127.0.0.1:9474",
+        global = true
+    )]
+    pub admin: String,
+    /// File holding the admin token (default: the VERDICT_ADMIN_TOKEN variable).
+    #[arg(long, global = true)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl AdminArgs {
+    /// A client for the admin API that sends the token (from `--token-file`, else the
+    /// `VERDICT_ADMIN_TOKEN` variable; none: read-only calls only).
+    pub fn client(&self) -> anyhow::Result<verdict_cli::client::AdminClient> {
+        let token = match &self.token_file {
+            Some(file) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|e| anyhow::anyhow!("--token-file {}: {e}", file.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => std::env::var("VERDICT_ADMIN_TOKEN").ok(),
+        };
+        Ok(verdict_cli::client::AdminClient::new(&self.admin, token))
+    }
+}
+
+#[derive(Subcommand)]
+pub enum PolicyArgs {
+    /// Policies: component, version, sha256, decisions, faults, uploads.
+    List,
+    /// Routes: policy, component, decisions, faults, shadow.
+    Routes,
+    /// The active generation (*) and those kept for rollback.
+    History,
+    /// Return to the previous generation, for one route or for all.
+    Rollback {
+        /// Roll back only this route (its topic pattern). It lasts until the next change of
+        /// any route or a restart (both rebuild it from the config file).
+        #[arg(long)]
+        topic: Option<String>,
+    },
+    /// How often each route's shadow policy disagreed with the active one.
+    ShadowReport,
+    /// Turn a route's shadow policy on, or off with --off.
+    Shadow {
+        /// The route (its topic pattern).
+        #[arg(long)]
+        topic: String,
+        /// The shadow policy (a name in the config's `[policies]`).
+        #[arg(long, required_unless_present = "off")]
+        policy: Option<String>,
+        /// The shadow's config: inline JSON or a file.
+        #[arg(long)]
+        config: Option<String>,
+        /// Turn the shadow off.
+        #[arg(long, conflicts_with_all = ["policy", "config"])]
+        off: bool,
+    },
+    /// Stage a component for a policy (checked on arrival); --activate puts it live.
+    Upload {
+        /// The policy (a name in the config's `[policies]`).
+        name: String,
+        /// The component file.
+        file: PathBuf,
+        /// Activate it once staged (the admission gate runs first).
+        #[arg(long)]
+        activate: bool,
+    },
+    /// Activate a staged component by its sha256 (the admission gate runs first).
+    Activate {
+        /// The policy.
+        name: String,
+        /// The component's sha256.
+        sha256: String,
+    },
+    /// Make the gateway re-read its config file now.
+    Reload,
+    /// Generation, changes applied and refused, artifact cache.
+    Status,
+}
+
+impl PolicyArgs {
+    /// The library's form of the command.
+    pub fn into_command(self) -> anyhow::Result<cli::PolicyCommand> {
+        use cli::PolicyCommand as P;
+        Ok(match self {
+            PolicyArgs::List => P::List,
+            PolicyArgs::Routes => P::Routes,
+            PolicyArgs::History => P::History,
+            PolicyArgs::Rollback { topic } => P::Rollback { topic },
+            PolicyArgs::ShadowReport => P::ShadowReport,
+            PolicyArgs::Shadow {
+                topic,
+                policy,
+                config,
+                off: _,
+            } => P::Shadow {
+                topic,
+                policy,
+                config: config
+                    .as_deref()
+                    .map(|c| cli::json_value_arg(c, "--config"))
+                    .transpose()?,
+            },
+            PolicyArgs::Upload {
+                name,
+                file,
+                activate,
+            } => P::Upload {
+                name,
+                file,
+                activate,
+            },
+            PolicyArgs::Activate { name, sha256 } => P::Activate { name, sha256 },
+            PolicyArgs::Reload => P::Reload,
+            PolicyArgs::Status => P::Status,
+        })
+    }
+}
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// The policy: a component, or a policy crate directory (built first, in release).
+    #[arg(long, default_value = "policies/rules")]
+    pub policy: PathBuf,
+    /// The policy's config, inline JSON or a file (default: `rules` sending json/schema/
+    /// format/auth failures to the DLQ and retrying 5xx and transport failures every
+    /// --retry-delay-ms, at most --max-attempts deliveries).
+    #[arg(long)]
+    pub policy_config: Option<String>,
+    /// Messages per target.
+    #[arg(long, default_value_t = 5_000)]
+    pub messages: usize,
+    /// Percent of messages the consumer fails 1 to 3 times before taking them.
+    #[arg(long, default_value_t = 20)]
+    pub transient_percent: u32,
+    /// Percent of messages the consumer always refuses (`schema.unknown-version`).
+    #[arg(long, default_value_t = 5)]
+    pub permanent_percent: u32,
+    /// Deliveries in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Delay between attempts, for the policy and for NATS's native redelivery.
+    #[arg(long, default_value_t = 10)]
+    pub retry_delay_ms: u64,
+    /// Deliveries at most (the policy's max_attempts, NATS's MaxDeliver).
+    #[arg(long, default_value_t = 5)]
+    pub max_attempts: u32,
+    /// Run the targets this many times, alternating; the report adds each target's median
+    /// ratio to nats-native over the rounds.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
+    /// What to run, in order.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "embedded,nats,nats-native"
+    )]
+    pub targets: Vec<verdict_cli::bench::Target>,
+    /// The NATS server.
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Give up on a target that settles no message for this long.
+    #[arg(long, default_value_t = 30_000)]
+    pub stall_timeout_ms: u64,
+}
+
+impl BenchArgs {
+    /// The library's options (building the policy crate when given one).
+    pub fn into_options(self) -> anyhow::Result<verdict_cli::bench::BenchOptions> {
+        let policy = cli::bench_policy(&self.policy)?;
+        let mut options = verdict_cli::bench::BenchOptions::new(policy);
+        options.policy_config = match &self.policy_config {
+            Some(arg) => cli::json_value_arg(arg, "--policy-config")?,
+            None => {
+                verdict_cli::bench::default_policy_config(self.retry_delay_ms, self.max_attempts)
+            }
+        };
+        options.messages = self.messages;
+        options.transient_percent = self.transient_percent;
+        options.permanent_percent = self.permanent_percent;
+        options.concurrency = self.concurrency;
+        options.retry_delay_ms = self.retry_delay_ms;
+        options.max_attempts = self.max_attempts;
+        options.targets = self.targets;
+        options.rounds = self.rounds;
+        options.nats_url = self.nats_url;
+        options.progress = !self.no_progress;
+        options.stall_timeout = std::time::Duration::from_millis(self.stall_timeout_ms);
+        Ok(options)
+    }
+}

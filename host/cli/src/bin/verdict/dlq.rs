@@ -1,0 +1,204 @@
+//! `verdict dlq ...` and `verdict publish`: arguments, and progress on stderr.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Subcommand;
+use verdict_cli::cli;
+use verdict_gateway::dlq::ReplayOptions;
+use verdict_gateway::store::DlqFilter;
+use verdict_registry::SourceKind;
+
+/// Which dead letters.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FilterArgs {
+    /// Source topic.
+    #[arg(long)]
+    topic: Option<String>,
+    /// DLQ name.
+    #[arg(long)]
+    dlq: Option<String>,
+    /// Verdict class (`poison`, `exhausted`, ...).
+    #[arg(long)]
+    class: Option<String>,
+    /// Last error kind.
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only dead letters older than this (`30s`, `10m`, `2h`).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    older_than: Option<Duration>,
+    /// At most this many, oldest first.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+impl FilterArgs {
+    fn filter(&self) -> DlqFilter {
+        DlqFilter {
+            topic: self.topic.clone(),
+            dlq: self.dlq.clone(),
+            class: self.class.clone(),
+            kind: self.kind.clone(),
+            min_age_ms: self
+                .older_than
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            limit: self.limit,
+            ..DlqFilter::default()
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DlqArgs {
+    /// Dead letters, oldest first.
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+    /// One dead letter's envelope.
+    Show {
+        /// Its number (from `list`).
+        seq: i64,
+    },
+    /// Depth and oldest entry per DLQ.
+    Stats,
+    /// Put dead letters back for delivery, attempts reset (audited).
+    Replay {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Show what the current policy would decide for each; move nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// At most this many per second.
+        #[arg(long)]
+        rate: Option<f64>,
+        /// Replay this many first; go on only once they are all delivered.
+        #[arg(long)]
+        canary: Option<usize>,
+        /// How long to wait for the canary.
+        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+        canary_timeout: Duration,
+        /// Why (for the audit log).
+        #[arg(long, default_value = "replayed by an operator")]
+        note: String,
+    },
+    /// Discard dead letters for good (audited; a reason is required).
+    Discard {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Why.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Write envelopes as JSON lines (to stdout, or a file).
+    Export {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// The file (default: stdout).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+    },
+}
+
+/// Where the DLQs live.
+#[derive(clap::ValueEnum, Debug, Clone, Copy)]
+pub enum Source {
+    /// The gateway's store.
+    Embedded,
+    /// The `[nats]` DLQ stream.
+    Nats,
+    /// The DLQ queues of the RabbitMQ routes.
+    Rabbitmq,
+}
+
+impl From<Source> for SourceKind {
+    fn from(s: Source) -> SourceKind {
+        match s {
+            Source::Embedded => SourceKind::Embedded,
+            Source::Nats => SourceKind::Nats,
+            Source::Rabbitmq => SourceKind::Rabbitmq,
+        }
+    }
+}
+
+/// Run one `verdict dlq` command; returns what to print on stdout.
+pub fn run(
+    config: &Path,
+    source: Source,
+    as_json: bool,
+    command: DlqArgs,
+) -> anyhow::Result<String> {
+    let source = SourceKind::from(source);
+    Ok(match command {
+        DlqArgs::List { filter } => cli::dlq::list(config, source, &filter.filter(), as_json)?,
+        DlqArgs::Show { seq } => cli::dlq::show(config, source, seq)?,
+        DlqArgs::Stats => cli::dlq::stats(config, source, as_json)?,
+        DlqArgs::Replay {
+            filter,
+            dry_run,
+            rate,
+            canary,
+            canary_timeout,
+            note,
+        } => {
+            let options = ReplayOptions {
+                dry_run,
+                rate_per_s: rate,
+                canary,
+                canary_timeout,
+                note,
+            };
+            let report =
+                cli::dlq::replay(config, source, &filter.filter(), &options, |done, total| {
+                    eprint!("\rreplayed {done}/{total}");
+                    let _ = std::io::stderr().flush();
+                })?;
+            if report.replayed > 0 {
+                eprintln!();
+            }
+            if as_json || dry_run {
+                serde_json::to_string_pretty(&report)? + "\n"
+            } else {
+                let mut text = format!(
+                    "replayed {} of {} dead letter(s)\n",
+                    report.replayed, report.matched
+                );
+                if let Some(c) = &report.canary {
+                    text += &format!(
+                        "canary: {} of {} delivered{}\n",
+                        c.delivered,
+                        c.size,
+                        if c.passed {
+                            ""
+                        } else {
+                            "; stopped, the rest stays in the DLQ"
+                        }
+                    );
+                }
+                text
+            }
+        }
+        DlqArgs::Discard { filter, reason } => {
+            let n = cli::dlq::discard(config, source, &filter.filter(), &reason)?;
+            format!("discarded {n} dead letter(s)\n")
+        }
+        DlqArgs::Export { filter, output } => {
+            let n = match output {
+                Some(path) => {
+                    let mut file = std::io::BufWriter::new(std::fs::File::create(&path)?);
+                    let n = cli::dlq::export(config, source, &filter.filter(), &mut file)?;
+                    file.flush()?;
+                    eprintln!("exported {n} envelope(s) to {}", path.display());
+                    return Ok(String::new());
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    cli::dlq::export(config, source, &filter.filter(), &mut stdout.lock())?
+                }
+            };
+            eprintln!("exported {n} envelope(s)");
+            String::new()
+        }
+    })
+}

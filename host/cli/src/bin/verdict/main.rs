@@ -1,0 +1,177 @@
+//! `verdict`: build, inspect and run retry/dead-letter policies. A thin shell over
+//! [`verdict_cli::cli`].
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use verdict_cli::cli;
+use verdict_gateway::Gateway;
+use verdict_runtime::TopicSettings;
+
+mod args;
+mod dlq;
+
+use args::{Args, Command};
+
+fn main() -> ExitCode {
+    // Warnings by default: leases recovered after a crash, broker reconnects, refused
+    // reloads and settlement faults are what an operator must see without asking.
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal, not in files or a journal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // Structured logs for collectors: VERDICT_LOG_FORMAT=json.
+    if std::env::var("VERDICT_LOG_FORMAT").is_ok_and(|f| f == "json") {
+        logs.json().init();
+    } else {
+        logs.init();
+    }
+    match run(Args::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Command::Build { crates, target_dir } => {
+            for path in cli::build(&crates, target_dir.as_deref())? {
+                emit(&format!("{}\n", path.display()))?;
+            }
+        }
+        Command::Inspect { policy } => {
+            emit(&(serde_json::to_string_pretty(&cli::inspect(&policy)?)? + "\n"))?;
+        }
+        Command::Test {
+            policy,
+            vectors,
+            config,
+            format,
+            properties,
+            fuel,
+            monotone,
+        } => {
+            let request = cli::TestRequest {
+                policy: &policy,
+                vectors: &vectors,
+                config: config.as_deref(),
+                properties,
+                fuel,
+                monotone,
+            };
+            return Ok(match cli::test(&request, format) {
+                Ok((report, passed)) => {
+                    emit(&report)?;
+                    if passed {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            });
+        }
+        Command::Check { config } => {
+            emit(&(serde_json::to_string_pretty(&cli::check(&config)?)? + "\n"))?;
+        }
+        Command::Route {
+            config,
+            topic,
+            failure,
+        } => {
+            let out = cli::route(&config, &topic, failure.as_deref())?;
+            emit(&(serde_json::to_string_pretty(&out)? + "\n"))?;
+        }
+        Command::Run { config } => {
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async {
+                let running = Gateway::start(&config, cli::shutdown_signal()).await?;
+                eprintln!(
+                    "verdict: generation {} active; admin API on http://{}",
+                    running.registry.current().number,
+                    running.admin
+                );
+                running.wait().await
+            })?;
+        }
+        Command::Policy {
+            admin,
+            json,
+            command,
+        } => {
+            emit(&cli::policy(
+                &admin.client()?,
+                &command.into_command()?,
+                json,
+            )?)?;
+        }
+        Command::Dlq {
+            config,
+            json,
+            source,
+            command,
+        } => emit(&dlq::run(&config, source, json, command)?)?,
+        Command::Publish {
+            admin,
+            topic,
+            payload,
+            id,
+            headers,
+            batch,
+        } => {
+            let client = admin.client()?;
+            let request = cli::PublishRequest {
+                topic: &topic,
+                payload: payload.as_deref(),
+                id: id.as_deref(),
+                headers: &headers,
+                batch: batch.as_deref(),
+            };
+            emit(&cli::publish(&client, &request)?)?;
+        }
+        Command::Bench(args) => {
+            let json = args.json;
+            let report = verdict_cli::bench::run(&args.into_options()?)?;
+            if json {
+                emit(&(serde_json::to_string_pretty(&report.to_json())? + "\n"))?;
+            } else {
+                emit(&report.to_string())?;
+            }
+        }
+        Command::Decide {
+            policy,
+            config,
+            failure,
+            settings,
+        } => {
+            let settings: TopicSettings = match settings {
+                Some(s) => {
+                    serde_json::from_str(&s).map_err(|e| anyhow::anyhow!("--settings: {e}"))?
+                }
+                None => TopicSettings::default(),
+            };
+            let decision = cli::decide(&policy, config.as_deref(), &failure, settings)?;
+            emit(&(serde_json::to_string_pretty(&decision)? + "\n"))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write to stdout; a closed pipe (`verdict ... | head`) is the reader's choice, not an error.
+fn emit(text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
+}

@@ -1,0 +1,503 @@
+//! Real brokers through the real binaries: on NATS JetStream and on RabbitMQ, a gateway
+//! `kill -9`ed mid-run and the broker itself restarted mid-run lose nothing; duplicates are
+//! counted. One test per broker, since a broker restart would disturb any other test on it
+//! (test binaries run one at a time, so no other file's tests are running).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{Proc, accepted, consumer, rules, spawn, wait_until};
+use futures_util::StreamExt as _;
+use verdict_cli::demo::{Behaviour, by_percent};
+use verdict_gateway::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
+
+const RULES: &str = r#"{ max_attempts = 8, rules = [
+    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 50 } },
+] }"#;
+
+fn gateway(config: &Path) -> Proc {
+    spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    )
+}
+
+fn dir(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    dir
+}
+
+fn ready(gw: &Proc) -> bool {
+    ureq::get(&format!("{}/readyz", gw.url))
+        .call()
+        .is_ok_and(|r| r.status() == 200)
+}
+
+fn duplicates(consumer: &Proc) -> u64 {
+    let stats: serde_json::Value = ureq::get(&format!("{}/stats", consumer.url))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    stats["duplicates"].as_u64().unwrap()
+}
+
+fn permanent_ids(n: u32) -> BTreeSet<String> {
+    let rule = by_percent(20, 5);
+    (0..n)
+        .map(|i| format!("m-{i}"))
+        .filter(|id| rule(id) == Behaviour::Permanent)
+        .collect()
+}
+
+fn port_open(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// Runs `start` when dropped if the broker's port is closed: a failed test must not leave
+/// the machine without its broker.
+struct Restore {
+    port: u16,
+    start: Box<dyn Fn()>,
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        if !port_open(self.port) {
+            (self.start)();
+            wait_until(Duration::from_secs(60), || port_open(self.port));
+        }
+    }
+}
+
+/// The gateway's run of 1,000 messages through a restart of the gateway (`kill -9`) and of
+/// the broker (`restart_broker`), ending when every message is delivered or dead-lettered.
+struct Run {
+    consumer: Proc,
+    config: PathBuf,
+}
+
+impl Run {
+    fn through(&self, restart_broker: impl FnOnce(&Proc), publish: impl FnOnce()) -> Proc {
+        let mut gw = gateway(&self.config);
+        assert!(wait_until(Duration::from_secs(30), || ready(&gw)));
+        publish();
+        assert!(wait_until(Duration::from_secs(60), || accepted(
+            &self.consumer
+        ) >= 200));
+        gw.child.kill().unwrap(); // SIGKILL
+        gw.child.wait().unwrap();
+        let gw = gateway(&self.config);
+        assert!(wait_until(Duration::from_secs(60), || accepted(
+            &self.consumer
+        ) >= 500));
+        restart_broker(&gw);
+        gw
+    }
+}
+
+// ---- NATS ------------------------------------------------------------------------------
+
+fn nats_server_command() -> Vec<String> {
+    let pid = nats_server_pid();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+fn start_detached(command: &[String]) {
+    Command::new("setsid")
+        .arg("-f")
+        .args(command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("setsid starts the server");
+}
+
+#[test]
+fn nats_kill_9_and_a_server_restart_lose_nothing() {
+    let dir = dir("brokers-nats");
+    let prefix = format!("k{}", std::process::id());
+    let consumer = consumer("127.0.0.1:0", 5);
+    let config = dir.join("verdict.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[admin]
+listen = "127.0.0.1:0"
+[gateway]
+consumer_group = "{prefix}"
+[nats]
+stream = "{prefix}"
+dlq_stream = "{prefix}_DLQ"
+dlq_subject_prefix = "{prefix}dlq"
+audit_stream = "{prefix}_AUDIT"
+audit_subject_prefix = "{prefix}audit"
+history_bucket = "{prefix}-history"
+ack_wait_ms = 3000
+[policies.rules]
+path = "rules.wasm"
+[[routes]]
+topic = "{prefix}.orders"
+source = "nats"
+policy = "rules"
+config = {RULES}
+consumer = {{ url = "{}/", timeout_ms = 2000 }}
+"#,
+            consumer.url
+        ),
+    )
+    .unwrap();
+    let command = nats_server_command();
+    let _restore = Restore {
+        port: 4222,
+        start: Box::new({
+            let command = command.clone();
+            move || start_detached(&command)
+        }),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let js = runtime
+        .block_on(async {
+            async_nats::connect("nats://127.0.0.1:4222")
+                .await
+                .map(async_nats::jetstream::new)
+        })
+        .unwrap();
+    let run = Run { consumer, config };
+    let gw = run.through(
+        |gw| {
+            let pid = nats_server_pid();
+            Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+            assert!(wait_until(Duration::from_secs(30), || !port_open(4222)));
+            assert!(
+                wait_until(Duration::from_secs(10), || !ready(gw)),
+                "/readyz reports the lost broker"
+            );
+            start_detached(&command);
+            assert!(wait_until(Duration::from_secs(30), || port_open(4222)));
+        },
+        || {
+            runtime.block_on(async {
+                let mut acks = Vec::new();
+                for i in 0..1_000 {
+                    let mut headers = async_nats::HeaderMap::new();
+                    headers.insert("Nats-Msg-Id", format!("m-{i}").as_str());
+                    let payload = format!(r#"{{"order": {i}}}"#);
+                    acks.push(
+                        js.publish_with_headers(
+                            format!("{prefix}.orders"),
+                            headers,
+                            payload.into(),
+                        )
+                        .await
+                        .unwrap(),
+                    );
+                }
+                for ack in acks {
+                    ack.await.unwrap();
+                }
+            });
+        },
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || ready(&gw)),
+        "/readyz recovers"
+    );
+
+    // Count equality against the broker: delivered + dead-lettered = 1,000, each once.
+    let permanent = permanent_ids(1_000);
+    let dlq_ids = || -> BTreeMap<String, u32> {
+        runtime.block_on(async {
+            let mut ids = BTreeMap::new();
+            let Ok(mut stream) = js.get_stream(format!("{prefix}_DLQ")).await else {
+                return ids;
+            };
+            let state = stream.info().await.unwrap().state.clone();
+            if state.messages == 0 {
+                return ids;
+            }
+            for seq in state.first_sequence..=state.last_sequence {
+                if let Ok(m) = stream.get_raw_message(seq).await {
+                    let e: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+                    *ids.entry(e["original"]["id"].as_str().unwrap().to_string())
+                        .or_default() += 1;
+                }
+            }
+            ids
+        })
+    };
+    let done = wait_until(Duration::from_secs(180), || {
+        accepted(&run.consumer) == 1_000 - permanent.len() as u64
+            && dlq_ids().len() == permanent.len()
+    });
+    assert!(
+        done,
+        "accepted {}, dead {}",
+        accepted(&run.consumer),
+        dlq_ids().len()
+    );
+    let dead = dlq_ids();
+    assert_eq!(dead.keys().cloned().collect::<BTreeSet<_>>(), permanent);
+    // The operator's view through the binary agrees with the stream.
+    let out = common::verdict(
+        &[
+            "dlq",
+            "stats",
+            "--source",
+            "nats",
+            "--json",
+            "-c",
+            run.config.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total: u64 = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["depth"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, dead.values().map(|n| u64::from(*n)).sum::<u64>());
+    eprintln!(
+        "nats: kill -9 and a server restart mid-run: {} duplicate deliveries, {} duplicate dead letters",
+        duplicates(&run.consumer),
+        dead.values().map(|n| n - 1).sum::<u32>()
+    );
+    runtime.block_on(async {
+        for s in [
+            prefix.clone(),
+            format!("{prefix}_DLQ"),
+            format!("{prefix}_AUDIT"),
+            format!("KV_{prefix}-history"),
+        ] {
+            let _ = js.delete_stream(&s).await;
+        }
+    });
+}
+
+fn nats_server_pid() -> String {
+    let out = Command::new("pgrep")
+        .args(["-x", "nats-server"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("nats-server runs")
+        .to_string()
+}
+
+// ---- RabbitMQ --------------------------------------------------------------------------
+
+fn rabbitmqctl(args: &[&str]) {
+    let status = Command::new("rabbitmqctl")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("rabbitmqctl runs");
+    assert!(status.success(), "rabbitmqctl {args:?}");
+}
+
+#[test]
+fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
+    use lapin::options::{
+        BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
+        QueueDeleteOptions,
+    };
+    use lapin::types::FieldTable;
+    use lapin::{BasicProperties, Connection, ConnectionProperties};
+
+    const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    let dir = dir("brokers-rabbitmq");
+    let prefix = format!("k{}", std::process::id());
+    let queue = format!("{prefix}.orders");
+    let dlq = format!("{queue}.DLQ");
+    let consumer = consumer("127.0.0.1:0", 5);
+    let config = dir.join("verdict.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[admin]
+listen = "127.0.0.1:0"
+[rabbitmq]
+delay_prefix = "{prefix}.delay"
+audit_queue = "{prefix}.audit"
+[policies.rules]
+path = "rules.wasm"
+[[routes]]
+topic = "{queue}"
+source = "rabbitmq"
+policy = "rules"
+config = {RULES}
+consumer = {{ url = "{}/", timeout_ms = 2000 }}
+"#,
+            consumer.url
+        ),
+    )
+    .unwrap();
+    let _restore = Restore {
+        port: 5672,
+        start: Box::new(|| rabbitmqctl(&["start_app"])),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let run = Run { consumer, config };
+    let gw = run.through(
+        |gw| {
+            rabbitmqctl(&["stop_app"]);
+            assert!(
+                wait_until(Duration::from_secs(10), || !ready(gw)),
+                "/readyz reports the lost broker"
+            );
+            rabbitmqctl(&["start_app"]);
+            assert!(wait_until(Duration::from_secs(60), || port_open(5672)));
+        },
+        || {
+            runtime.block_on(async {
+                let conn = Connection::connect(URL, ConnectionProperties::default())
+                    .await
+                    .unwrap();
+                let channel = conn.create_channel().await.unwrap();
+                channel
+                    .confirm_select(ConfirmSelectOptions::default())
+                    .await
+                    .unwrap();
+                channel
+                    .queue_declare(
+                        queue.as_str().into(),
+                        QueueDeclareOptions::durable(),
+                        FieldTable::default(),
+                    )
+                    .await
+                    .unwrap();
+                let mut confirms = Vec::new();
+                for i in 0..1_000 {
+                    let payload = format!(r#"{{"order": {i}}}"#);
+                    confirms.push(
+                        channel
+                            .basic_publish(
+                                "".into(),
+                                queue.as_str().into(),
+                                BasicPublishOptions::default(),
+                                payload.as_bytes(),
+                                BasicProperties::default()
+                                    .with_message_id(format!("m-{i}").into())
+                                    .with_delivery_mode(2),
+                            )
+                            .await
+                            .unwrap(),
+                    );
+                }
+                futures_util::stream::iter(confirms)
+                    .for_each(|c| async move { assert!(c.await.unwrap().is_ack()) })
+                    .await;
+            });
+        },
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || ready(&gw)),
+        "/readyz recovers"
+    );
+
+    let permanent = permanent_ids(1_000);
+    let depth = |name: &str| -> u64 {
+        runtime
+            .block_on(async {
+                let conn = Connection::connect(URL, ConnectionProperties::default())
+                    .await
+                    .ok()?;
+                let channel = conn.create_channel().await.ok()?;
+                let q = channel
+                    .queue_declare(
+                        name.into(),
+                        QueueDeclareOptions {
+                            passive: true,
+                            ..Default::default()
+                        },
+                        FieldTable::default(),
+                    )
+                    .await
+                    .ok()?;
+                Some(u64::from(q.message_count()))
+            })
+            .unwrap_or(0)
+    };
+    let done = wait_until(Duration::from_secs(180), || {
+        accepted(&run.consumer) == 1_000 - permanent.len() as u64
+            && depth(&dlq) >= permanent.len() as u64
+            && depth(&queue) == 0
+    });
+    assert!(
+        done,
+        "accepted {}, dead {}",
+        accepted(&run.consumer),
+        depth(&dlq)
+    );
+    drop(gw);
+    // Every permanent failure is in the DLQ; a crash between the confirm and the ack may
+    // have written one twice (a duplicate, never a loss).
+    let dead: BTreeMap<String, u32> = runtime.block_on(async {
+        let conn = Connection::connect(URL, ConnectionProperties::default())
+            .await
+            .unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        let mut ids = BTreeMap::new();
+        while let Ok(Some(m)) = channel
+            .basic_get(dlq.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+        {
+            let e: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
+            *ids.entry(e["original"]["id"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+        // Every delay bucket the run may have declared (a failed delete closes its
+        // channel: one channel each).
+        let mut buckets = Vec::new();
+        let mut d = 1;
+        while d <= MAX_BUCKET_MS {
+            let b = bucket_ms(d);
+            buckets.push(format!("{prefix}.delay.{b}"));
+            d = b + 1;
+        }
+        let queues = [queue.clone(), dlq.clone(), format!("{prefix}.audit")];
+        for q in queues.iter().chain(&buckets) {
+            if let Ok(ch) = conn.create_channel().await {
+                let _ = ch
+                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                    .await;
+            }
+        }
+        for e in &buckets {
+            if let Ok(ch) = conn.create_channel().await {
+                let _ = ch
+                    .exchange_delete(e.as_str().into(), Default::default())
+                    .await;
+            }
+        }
+        ids
+    });
+    assert_eq!(dead.keys().cloned().collect::<BTreeSet<_>>(), permanent);
+    eprintln!(
+        "rabbitmq: kill -9 and a broker restart mid-run: {} duplicate deliveries, {} duplicate dead letters",
+        duplicates(&run.consumer),
+        dead.values().map(|n| n - 1).sum::<u32>()
+    );
+}

@@ -1,0 +1,173 @@
+//! Helpers shared by the binary's test files: run `verdict`, build the rules component once,
+//! write a gateway config next to it.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::io::Write;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub fn verdict(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("verdict runs");
+    let mut pipe = child.stdin.take().expect("stdin is piped");
+    pipe.write_all(stdin.unwrap_or("").as_bytes())
+        .expect("writing stdin");
+    drop(pipe);
+    child.wait_with_output().expect("verdict finishes")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `verdict build policies/rules`, once per test run, in a target dir of its own.
+pub fn rules() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        // Shared with tests/build.rs, so the guest is compiled once per target dir.
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests");
+        let crate_dir = root.join("policies/rules");
+        let out = verdict(
+            &[
+                "build",
+                "--target-dir",
+                target.to_str().unwrap(),
+                crate_dir.to_str().unwrap(),
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "verdict build failed: {}",
+            text(&out.stderr)
+        );
+        let path = text(&out.stdout).trim().to_string();
+        assert!(
+            path.ends_with("rules.component.wasm") && Path::new(&path).is_file(),
+            "{path}"
+        );
+        path
+    })
+}
+
+pub fn vectors(file: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../policies/rules/vectors")
+        .join(file)
+        .display()
+        .to_string()
+}
+
+/// A gateway config next to a copy of the rules component: payments 5, default 3.
+pub fn gateway_config(name: &str, extra_route: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let config = format!(
+        r#"[policies.rules]
+path = "rules.wasm"
+vectors = ["{}"]
+
+[[routes]]
+topic = "payments.>"
+policy = "rules"
+config = {{ max_attempts = 5 }}
+{extra_route}
+[[routes]]
+topic = ">"
+policy = "rules"
+config = {{ max_attempts = 3 }}
+"#,
+        vectors("limits.json")
+    );
+    let path = dir.join("verdict.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+/// A child process killed when the test ends.
+pub struct Proc {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `program args`, wait for the `http://` address it prints on stderr.
+pub fn spawn(program: &str, args: &[&str]) -> Proc {
+    let mut child = Command::new(program)
+        .args(args)
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starts");
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("{program} exited before printing its address"))
+            .unwrap();
+        if let Some(at) = line.find("http://") {
+            break line[at..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .trim_end_matches(';')
+                .to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Proc { child, url }
+}
+
+pub fn consumer(listen: &str, permanent: u32) -> Proc {
+    spawn(
+        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
+        &[
+            "--listen",
+            listen,
+            "--transient",
+            "20",
+            "--permanent",
+            &permanent.to_string(),
+        ],
+    )
+}
+
+pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    done()
+}
+
+pub fn accepted(consumer: &Proc) -> u64 {
+    let stats: serde_json::Value = ureq::get(&format!("{}/stats", consumer.url))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    stats["accepted"].as_u64().unwrap()
+}
