@@ -15,6 +15,13 @@ use verdict_gateway::store::{DlqFilter, Store};
 use verdict_registry::SourceKind;
 use verdict_registry::{GatewayConfig, Registry};
 
+/// `--source`: where the DLQs live - `embedded` (the gateway's store), `nats` (the
+/// `[nats]` DLQ stream) or `rabbitmq` (the DLQ queues of the RabbitMQ routes).
+pub fn parse_source(arg: &str) -> Result<SourceKind, String> {
+    serde_json::from_value(serde_json::Value::String(arg.to_string()))
+        .map_err(|_| format!("`{arg}`: expected embedded, nats or rabbitmq"))
+}
+
 /// The DLQs of `source` for the gateway configured by `config_path`.
 pub fn open(
     config_path: &Path,

@@ -12,50 +12,59 @@ use crate::client::AdminClient;
 use verdict_gateway::admin::{GenerationView, PolicyView, RouteView};
 use verdict_registry::ShadowReport;
 
-/// One `verdict policy` command.
-#[derive(Debug, Clone)]
+/// One `verdict policy` command: the command line's own form (clap parses it as is).
+#[derive(Debug, Clone, clap::Subcommand)]
 pub enum PolicyCommand {
-    /// Policies: component, loaded-at, counts, uploads.
+    /// Policies: component, version, sha256, decisions, faults, uploads.
     List,
-    /// Routes: policy, component, counts, shadow.
+    /// Routes: policy, component, decisions, faults, shadow.
     Routes,
-    /// The active generation and those kept for rollback.
+    /// The active generation (*) and those kept for rollback.
     History,
-    /// Back to the previous generation, for one route or all.
+    /// Return to the previous generation, for one route or for all.
     Rollback {
-        /// The route's topic pattern; all routes when absent.
+        /// Roll back only this route (its topic pattern). It lasts until the next change of
+        /// any route or a restart (both rebuild it from the config file).
+        #[arg(long)]
         topic: Option<String>,
     },
-    /// Shadow disagreement counts.
+    /// How often each route's shadow policy disagreed with the active one.
     ShadowReport,
-    /// Turn a route's shadow on (with a policy) or off (without).
+    /// Turn a route's shadow policy on, or off with --off.
     Shadow {
-        /// The route's topic pattern.
+        /// The route (its topic pattern).
+        #[arg(long)]
         topic: String,
-        /// The shadow policy; `None` turns the shadow off.
+        /// The shadow policy (a name in the config's `[policies]`).
+        #[arg(long, required_unless_present = "off")]
         policy: Option<String>,
-        /// Its config (JSON).
-        config: Option<Value>,
+        /// The shadow's config: inline JSON or a file.
+        #[arg(long)]
+        config: Option<String>,
+        /// Turn the shadow off.
+        #[arg(long, conflicts_with_all = ["policy", "config"])]
+        off: bool,
     },
-    /// Stage a component for a policy, and optionally activate it.
+    /// Stage a component for a policy (checked on arrival); --activate puts it live.
     Upload {
-        /// The policy name.
+        /// The policy (a name in the config's `[policies]`).
         name: String,
         /// The component file.
         file: std::path::PathBuf,
-        /// Activate it once staged.
+        /// Activate it once staged (the admission gate runs first).
+        #[arg(long)]
         activate: bool,
     },
-    /// Activate a staged component by digest.
+    /// Activate a staged component by its sha256 (the admission gate runs first).
     Activate {
-        /// The policy name.
+        /// The policy.
         name: String,
         /// The component's sha256.
         sha256: String,
     },
-    /// Re-read the gateway's config file.
+    /// Make the gateway re-read its config file now.
     Reload,
-    /// Generation, changes applied/refused, artifact cache.
+    /// Generation, changes applied and refused, artifact cache.
     Status,
 }
 
@@ -85,7 +94,14 @@ pub fn policy(client: &AdminClient, command: &PolicyCommand, as_json: bool) -> R
             topic,
             policy,
             config,
+            off,
         } => {
+            let config = config
+                .as_deref()
+                .map(|c| crate::cli::json_value_arg(c, "--config"))
+                .transpose()?;
+            // No policy turns the shadow off; clap has made sure --off came alone.
+            let policy = if *off { None } else { policy.clone() };
             let body = json!({ "topic": topic, "policy": policy, "config": config });
             out(client.post("/v1/shadow", &body)?, generation_line)
         }

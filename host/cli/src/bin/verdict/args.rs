@@ -91,7 +91,7 @@ pub enum Command {
         #[arg(long, global = true)]
         json: bool,
         #[command(subcommand)]
-        command: PolicyArgs,
+        command: cli::PolicyCommand,
     },
     /// The dead-letter queues of a gateway (in its store, or on its broker with --source).
     Dlq {
@@ -102,8 +102,8 @@ pub enum Command {
         #[arg(long, global = true)]
         json: bool,
         /// Where the DLQs live: the gateway's store, or the broker its config names.
-        #[arg(long, global = true, value_enum, default_value = "embedded")]
-        source: crate::dlq::Source,
+        #[arg(long, global = true, default_value = "embedded", value_parser = cli::dlq::parse_source)]
+        source: verdict_registry::SourceKind,
         #[command(subcommand)]
         command: crate::dlq::DlqArgs,
     },
@@ -178,100 +178,6 @@ impl AdminArgs {
             None => std::env::var("VERDICT_ADMIN_TOKEN").ok(),
         };
         Ok(verdict_cli::client::AdminClient::new(&self.admin, token))
-    }
-}
-
-#[derive(Subcommand)]
-pub enum PolicyArgs {
-    /// Policies: component, version, sha256, decisions, faults, uploads.
-    List,
-    /// Routes: policy, component, decisions, faults, shadow.
-    Routes,
-    /// The active generation (*) and those kept for rollback.
-    History,
-    /// Return to the previous generation, for one route or for all.
-    Rollback {
-        /// Roll back only this route (its topic pattern). It lasts until the next change of
-        /// any route or a restart (both rebuild it from the config file).
-        #[arg(long)]
-        topic: Option<String>,
-    },
-    /// How often each route's shadow policy disagreed with the active one.
-    ShadowReport,
-    /// Turn a route's shadow policy on, or off with --off.
-    Shadow {
-        /// The route (its topic pattern).
-        #[arg(long)]
-        topic: String,
-        /// The shadow policy (a name in the config's `[policies]`).
-        #[arg(long, required_unless_present = "off")]
-        policy: Option<String>,
-        /// The shadow's config: inline JSON or a file.
-        #[arg(long)]
-        config: Option<String>,
-        /// Turn the shadow off.
-        #[arg(long, conflicts_with_all = ["policy", "config"])]
-        off: bool,
-    },
-    /// Stage a component for a policy (checked on arrival); --activate puts it live.
-    Upload {
-        /// The policy (a name in the config's `[policies]`).
-        name: String,
-        /// The component file.
-        file: PathBuf,
-        /// Activate it once staged (the admission gate runs first).
-        #[arg(long)]
-        activate: bool,
-    },
-    /// Activate a staged component by its sha256 (the admission gate runs first).
-    Activate {
-        /// The policy.
-        name: String,
-        /// The component's sha256.
-        sha256: String,
-    },
-    /// Make the gateway re-read its config file now.
-    Reload,
-    /// Generation, changes applied and refused, artifact cache.
-    Status,
-}
-
-impl PolicyArgs {
-    /// The library's form of the command.
-    pub fn into_command(self) -> anyhow::Result<cli::PolicyCommand> {
-        use cli::PolicyCommand as P;
-        Ok(match self {
-            PolicyArgs::List => P::List,
-            PolicyArgs::Routes => P::Routes,
-            PolicyArgs::History => P::History,
-            PolicyArgs::Rollback { topic } => P::Rollback { topic },
-            PolicyArgs::ShadowReport => P::ShadowReport,
-            PolicyArgs::Shadow {
-                topic,
-                policy,
-                config,
-                off: _,
-            } => P::Shadow {
-                topic,
-                policy,
-                config: config
-                    .as_deref()
-                    .map(|c| cli::json_value_arg(c, "--config"))
-                    .transpose()?,
-            },
-            PolicyArgs::Upload {
-                name,
-                file,
-                activate,
-            } => P::Upload {
-                name,
-                file,
-                activate,
-            },
-            PolicyArgs::Activate { name, sha256 } => P::Activate { name, sha256 },
-            PolicyArgs::Reload => P::Reload,
-            PolicyArgs::Status => P::Status,
-        })
     }
 }
 

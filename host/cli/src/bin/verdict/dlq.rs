@@ -101,35 +101,13 @@ pub enum DlqArgs {
     },
 }
 
-/// Where the DLQs live.
-#[derive(clap::ValueEnum, Debug, Clone, Copy)]
-pub enum Source {
-    /// The gateway's store.
-    Embedded,
-    /// The `[nats]` DLQ stream.
-    Nats,
-    /// The DLQ queues of the RabbitMQ routes.
-    Rabbitmq,
-}
-
-impl From<Source> for SourceKind {
-    fn from(s: Source) -> SourceKind {
-        match s {
-            Source::Embedded => SourceKind::Embedded,
-            Source::Nats => SourceKind::Nats,
-            Source::Rabbitmq => SourceKind::Rabbitmq,
-        }
-    }
-}
-
 /// Run one `verdict dlq` command; returns what to print on stdout.
 pub fn run(
     config: &Path,
-    source: Source,
+    source: SourceKind,
     as_json: bool,
     command: DlqArgs,
 ) -> anyhow::Result<String> {
-    let source = SourceKind::from(source);
     Ok(match command {
         DlqArgs::List { filter } => cli::dlq::list(config, source, &filter.filter(), as_json)?,
         DlqArgs::Show { seq } => cli::dlq::show(config, source, seq)?,

@@ -109,11 +109,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             json,
             command,
         } => {
-            emit(&cli::policy(
-                &admin.client()?,
-                &command.into_command()?,
-                json,
-            )?)?;
+            emit(&cli::policy(&admin.client()?, &command, json)?)?;
         }
         Command::Dlq {
             config,
