@@ -76,3 +76,87 @@ fn the_registry_depends_on_no_gateway_machinery() {
 fn the_gateway_does_not_depend_on_the_cli() {
     assert_free_of("verdict-gateway", &["verdict-cli"], "verdict-registry");
 }
+
+/// The top-level modules of `crate_dir/src` and, for each, the others it names as
+/// `crate::<module>` (in code or docs: a doc link is a dependency a reader follows too).
+fn module_graph(crate_dir: &str) -> std::collections::BTreeMap<String, Vec<String>> {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(crate_dir)
+        .join("src");
+    let mut files: Vec<(String, std::path::PathBuf)> = Vec::new();
+    for entry in std::fs::read_dir(&src).expect("the crate's src") {
+        let path = entry.expect("a directory entry").path();
+        let name = path.file_stem().and_then(|n| n.to_str()).unwrap_or("");
+        if name == "lib" || name == "main" {
+            continue;
+        }
+        files.push((name.to_string(), path));
+    }
+    let modules: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
+    let mut graph = std::collections::BTreeMap::new();
+    for (name, path) in &files {
+        let mut text = String::new();
+        let mut stack = vec![path.clone()];
+        while let Some(p) = stack.pop() {
+            if p.is_dir() {
+                stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                text.push_str(&std::fs::read_to_string(&p).unwrap());
+            }
+        }
+        let uses = modules
+            .iter()
+            .filter(|m| *m != name && text.contains(&format!("crate::{m}")))
+            .cloned()
+            .collect();
+        graph.insert(name.clone(), uses);
+    }
+    graph
+}
+
+/// A cycle in `graph`, if it has one.
+fn cycle(graph: &std::collections::BTreeMap<String, Vec<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &std::collections::BTreeMap<String, Vec<String>>,
+        path: &mut Vec<String>,
+        done: &mut std::collections::BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_string());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_string());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, graph, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.to_string());
+        None
+    }
+    let mut done = std::collections::BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|n| visit(n, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn no_crate_has_a_cycle_between_its_top_level_modules() {
+    for dir in ["host/runtime", "host/registry", "host/gateway", "host/cli"] {
+        let graph = module_graph(dir);
+        assert!(graph.len() > 3, "{dir}: too few modules read: {graph:?}");
+        if let Some(found) = cycle(&graph) {
+            panic!(
+                "{dir}: the modules {} name each other in a cycle",
+                found.join(" -> ")
+            );
+        }
+    }
+}

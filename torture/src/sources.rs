@@ -281,7 +281,7 @@ impl Source {
     pub async fn drain_rabbitmq_dlq(&self) -> Result<Vec<Letter>> {
         use futures_util::StreamExt as _;
         use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
-        use verdict_gateway::sources::letter_headers::{AT_MS, FORMAT};
+        use verdict_gateway::model::letter_headers::{AT_MS, FORMAT};
 
         let queue = format!("{}.orders.DLQ", self.prefix);
         let mut held = self.rabbit.lock().await;

@@ -10,7 +10,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use verdict_gateway::sources::Settlement;
+use verdict_gateway::model::Settlement;
 use verdict_gateway::store::{NewMessage, Store};
 
 const BATCH: usize = 10_000;

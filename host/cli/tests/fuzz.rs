@@ -34,10 +34,10 @@ use verdict_gateway::admin::bodies;
 use verdict_gateway::envelope::{
     self, Context, Envelope, ErrorEntry, MessageRef, Original, PolicyEntry, VerdictEntry,
 };
+use verdict_gateway::model::{AttemptRecord, DEADLINE_HEADER, DeadLetter, Delivery, TTL_HEADER};
 use verdict_gateway::pipeline::{MAX_ERROR_BODY_BYTES, REJECT_HEADER, classify, forwardable};
 use verdict_gateway::sources::nats::{History, delivery_of};
 use verdict_gateway::sources::rabbitmq::headers::{self as rabbit, HistoryKey};
-use verdict_gateway::sources::{AttemptRecord, DEADLINE_HEADER, DeadLetter, Delivery, TTL_HEADER};
 use verdict_registry::conformance::Suite;
 use verdict_registry::{DlqFormat, GatewayConfig, Router, TopicPattern};
 use verdict_runtime::text::{MAX_KIND_BYTES, MAX_MESSAGE_BYTES, is_kind};
@@ -2564,13 +2564,13 @@ proptest! {
     #[test]
     fn dlq_replay_headers((original, id) in dlq_original(), token in "[a-z0-9-]{1,24}") {
         let nats = verdict_gateway::dlq::nats_replay_headers(&original, &id, &token);
-        prop_assert_eq!(nats.get(verdict_gateway::dlq::REPLAY_HEADER).map(|v| v.as_str().to_string()), Some(token.clone()));
+        prop_assert_eq!(nats.get(verdict_gateway::model::REPLAY_HEADER).map(|v| v.as_str().to_string()), Some(token.clone()));
         let shown = nats.get("verdict-message-id").map(|v| v.as_str().to_string()).unwrap_or_default();
         prop_assert!(is_one_line(&shown) && shown.len() <= 1_024);
         let rabbit = verdict_gateway::dlq::rabbitmq_replay_properties(&original, &id, &token);
         let table = rabbit.headers().clone().unwrap_or_default();
         for (name, value) in original["headers"].as_object().expect("headers") {
-            if name.len() <= 255 && value.is_string() && name != verdict_gateway::dlq::REPLAY_HEADER {
+            if name.len() <= 255 && value.is_string() && name != verdict_gateway::model::REPLAY_HEADER {
                 prop_assert!(table.inner().contains_key(name.as_str()), "{name:?} dropped");
             }
         }

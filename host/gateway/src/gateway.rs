@@ -13,8 +13,9 @@ use tokio::sync::watch;
 
 use crate::Metrics;
 use crate::admin::{self, AdminState};
+use crate::health::Readiness;
 use crate::pipeline::{Pipeline, now_ms};
-use crate::sources::{self, Readiness};
+use crate::sources;
 use crate::store::Store;
 use verdict_registry::SourceKind;
 use verdict_registry::{AdminConfig, ConfigWatcher, GatewayConfig, Registry};

@@ -9,8 +9,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
+use crate::health::BrokerDlqs;
 use crate::pipeline::PipelineMetrics;
-use crate::sources::BrokerDlqs;
 use crate::store::Store;
 use verdict_registry::Registry;
 
@@ -225,7 +225,7 @@ impl std::fmt::Debug for StoreCollector {
 
 impl Collector for StoreCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
-        let now = crate::pipeline::now_ms();
+        let now = crate::clock::now_ms();
         // A store that cannot be read shows as missing series, not as a failed scrape.
         let (Ok(dlqs), Ok(counts)) = (self.store.dlq_stats(), self.store.counts()) else {
             tracing::warn!("metrics: the store could not be read");

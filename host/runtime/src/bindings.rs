@@ -1,4 +1,5 @@
-//! The contract's generated bindings and the host side of its imports.
+//! The host side of the contract's imports: what a policy's store carries, the `host.*`
+//! functions, and the memory limiter.
 
 use std::sync::Arc;
 
@@ -7,19 +8,9 @@ use wasmtime::{ResourceLimiter, Result};
 
 use crate::failure::Details;
 
-#[allow(missing_docs, unused_qualifications, clippy::all)]
-mod generated {
-    wasmtime::component::bindgen!({
-        path: "../../wit",
-        world: "policy",
-    });
-}
-
-pub(crate) use generated::Policy as PolicyBindings;
-pub(crate) use generated::PolicyPre as PolicyBindingsPre;
-pub(crate) use generated::verdict::policy::types as wit;
-
-use generated::verdict::policy::host::Host;
+use crate::wit::generated;
+use crate::wit::generated::verdict::policy::host::Host;
+use crate::wit::types as wit;
 
 /// Longest log line a policy may write; the rest is cut.
 const MAX_LOG_LINE_BYTES: usize = 4 << 10;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::bindings::wit;
+use crate::wit::types as wit;
 
 /// The parts of a failure a policy fetches on demand.
 #[derive(Debug, Default)]

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use verdict_sdk::Verdict;
 use wasmtime::{Store, Trap};
 
-use crate::bindings::{HostState, PolicyBindings, wit};
+use crate::bindings::HostState;
+use crate::wit::PolicyBindings;
+use crate::wit::types as wit;
 use crate::{Failure, Fault, Limits, Policy};
 
 pub(crate) struct Instance {

@@ -57,6 +57,7 @@ mod limits;
 mod policy;
 mod stats;
 pub mod text;
+mod wit;
 
 pub use artifacts::CacheStats;
 pub use contract::SUPPORTED_CONTRACT;

@@ -5,9 +5,10 @@ use std::time::SystemTime;
 
 use wasmtime::component::Component;
 
-use crate::bindings::{HostState, PolicyBindingsPre};
+use crate::bindings::HostState;
 use crate::digest::sha256_hex;
 use crate::instance::Instance;
+use crate::wit::PolicyBindingsPre;
 use crate::{ConfigError, Decider, Host, LoadError, Provenance, TopicSettings, contract};
 
 /// A policy component, compiled once and shared by every topic that uses it.

@@ -8,7 +8,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use verdict_gateway::pipeline::{Handled, Observer};
+use verdict_gateway::model::Handled;
+use verdict_gateway::pipeline::Observer;
 
 /// Exact percentiles (3 significant digits) of receipt -> settlement applied.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

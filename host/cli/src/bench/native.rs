@@ -22,8 +22,9 @@ use super::HandlingSummary;
 use super::exact::Exact;
 use super::load::{self, Load};
 use super::{BenchOptions, Figures, Progress, Target, cpu};
-use verdict_gateway::pipeline::{Consumer, Handled, PipelineMetrics, deliver};
-use verdict_gateway::sources::Delivery;
+use verdict_gateway::model::Delivery;
+use verdict_gateway::model::Handled;
+use verdict_gateway::pipeline::{Consumer, PipelineMetrics, deliver};
 use verdict_registry::ConsumerConfig;
 
 /// The baseline's name in its metrics.

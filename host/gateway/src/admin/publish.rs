@@ -17,7 +17,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
 use super::{AdminState, ApiError, bodies};
-use crate::pipeline::now_ms;
+use crate::clock::now_ms;
 use crate::store::Published;
 
 pub(crate) async fn publish(

@@ -2,14 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::pipeline::now_ms;
-use crate::sources::letter_headers;
+use crate::clock::now_ms;
+use crate::model::{REPLAY_HEADER, letter_headers};
 use crate::store::{DlqEntry, DlqFilter, DlqStats, Store, StoreError};
-
-/// The header a replayed message carries (the replay's token): the gateway writes a
-/// `replay-delivered` audit record when such a message is delivered, which is how a broker
-/// canary learns that its messages arrived.
-pub const REPLAY_HEADER: &str = "verdict-replay";
 
 /// Why a DLQ operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -250,7 +245,7 @@ impl DeadLetters for Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::{AttemptRecord, DeadLetter, Delivery};
+    use crate::model::{AttemptRecord, DeadLetter, Delivery};
 
     #[test]
     fn what_a_broker_source_writes_the_dlq_tools_read_back() {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::pipeline::now_ms;
+use crate::clock::now_ms;
 use crate::store::{DlqEntry, DlqFilter};
 use verdict_registry::Registry;
 use verdict_runtime::{AttemptSpec, Decision, ErrorSpec, FailureSpec};
@@ -17,9 +17,7 @@ mod nats;
 mod rabbitmq;
 mod runtime;
 
-pub use backend::{
-    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, REPLAY_HEADER, matches,
-};
+pub use backend::{CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, matches};
 pub use nats::NatsDeadLetters;
 /// What a replay from a broker's DLQ sends: public for the fuzz targets, not an API.
 #[doc(hidden)]

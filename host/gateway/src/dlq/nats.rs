@@ -17,11 +17,12 @@ use async_nats::jetstream::{self, Message};
 use futures_util::StreamExt as _;
 
 use super::backend::{
-    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, REPLAY_HEADER, StatsTally,
-    entry_from_headers, matches, position_after,
+    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, StatsTally, entry_from_headers,
+    matches, position_after,
 };
 use super::runtime::Rt;
-use crate::sources::letter_headers;
+use crate::model::REPLAY_HEADER;
+use crate::model::letter_headers;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use verdict_registry::{GatewayConfig, NatsConfig};
 
@@ -176,7 +177,7 @@ impl NatsDeadLetters {
     async fn audit(&self, event: &str, e: &DlqEntry, detail: &str) -> Result<(), DlqError> {
         let record = serde_json::json!({
             "event": event,
-            "atMs": crate::pipeline::now_ms(),
+            "atMs": crate::clock::now_ms(),
             "messageId": e.message_id,
             "topic": e.topic,
             "kind": e.kind,

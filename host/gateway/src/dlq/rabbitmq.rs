@@ -17,10 +17,11 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
 use super::backend::{
-    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, REPLAY_HEADER, StatsTally,
-    back_again, entry_from_headers, matches, position_after,
+    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, StatsTally, back_again,
+    entry_from_headers, matches, position_after,
 };
 use super::runtime::Rt;
+use crate::model::REPLAY_HEADER;
 use crate::sources::rabbitmq::topology::Topology;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use verdict_registry::SourceKind;
@@ -261,7 +262,7 @@ impl RabbitDeadLetters {
     async fn audit(&self, event: &str, e: &DlqEntry, detail: &str) -> Result<(), DlqError> {
         let record = serde_json::json!({
             "event": event,
-            "atMs": crate::pipeline::now_ms(),
+            "atMs": crate::clock::now_ms(),
             "messageId": e.message_id,
             "topic": e.topic,
             "kind": e.kind,

@@ -22,7 +22,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use crate::sources::Delivery;
+use crate::model::Delivery;
 use verdict_registry::ConsumerConfig;
 use verdict_runtime::text::{MAX_MESSAGE_BYTES, is_kind, one_line};
 

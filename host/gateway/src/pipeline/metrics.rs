@@ -10,6 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::Observer;
+use crate::model::Handled;
 use verdict_runtime::{Action, Decision};
 
 type Labels = Vec<(&'static str, String)>;
@@ -73,41 +74,6 @@ impl std::fmt::Debug for Totals {
             .field("finished", &self.finished)
             .field("observed", &self.observer.get().is_some())
             .finish()
-    }
-}
-
-/// What a source did with one delivery (the `outcome` label of `verdict_handling_seconds`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Handled {
-    /// Acknowledged: the consumer took it.
-    Delivered,
-    /// Scheduled again (retry or delay).
-    Again,
-    /// Written to a DLQ.
-    DeadLettered,
-    /// Dropped on the policy's word (audited).
-    Discarded,
-    /// Put back untouched (no route, shutting down).
-    Released,
-}
-
-impl Handled {
-    fn name(self) -> &'static str {
-        match self {
-            Handled::Delivered => "delivered",
-            Handled::Again => "again",
-            Handled::DeadLettered => "dead-letter",
-            Handled::Discarded => "discard",
-            Handled::Released => "release",
-        }
-    }
-
-    /// Whether the message is gone from the source for good.
-    pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            Handled::Delivered | Handled::DeadLettered | Handled::Discarded
-        )
     }
 }
 

@@ -1,7 +1,7 @@
 //! The gateway's pipeline, shared by every source: deliver a message to its route's consumer
-//! and, on failure, ask the route's policy for a verdict and turn it into a [`Settlement`]
-//! (with the dead-letter envelope built here, the same for every source). The sources
-//! (`crate::sources`) claim messages and apply settlements; deliveries of one route run up to
+//! and, on failure, ask the route's policy for a verdict and turn it into a
+//! [`Settlement`](crate::model::Settlement) (with the dead-letter envelope built here, the
+//! same for every source). The sources claim messages and apply settlements; deliveries of one route run up to
 //! its consumer's `concurrency` at once.
 
 use std::collections::HashMap;
@@ -11,7 +11,8 @@ use std::time::Instant;
 use tokio::sync::{Notify, Semaphore};
 
 use crate::envelope::{Context, Envelope, MessageRef};
-use crate::sources::{AttemptRecord, BrokerDlqs, DeadLetter, Delivery, Readiness, Settlement};
+use crate::health::{BrokerDlqs, Readiness};
+use crate::model::{AttemptRecord, DeadLetter, Delivery, Settlement};
 use crate::store::Store;
 use verdict_registry::{ConsumerConfig, GatewaySection, Registry};
 use verdict_runtime::{Action, Decision, ErrorSpec, FailureSpec};
@@ -29,7 +30,7 @@ pub use delivery::{DeliveryError, MAX_ERROR_BODY_BYTES, REJECT_HEADER};
 #[doc(hidden)]
 pub use delivery::{classify, forwardable};
 use metrics::RouteMetrics;
-pub use metrics::{Handled, PipelineMetrics, SettleFault};
+pub use metrics::{PipelineMetrics, SettleFault};
 pub use observer::Observer;
 use topic_stats::TopicStats;
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::Handled;
+use crate::model::Handled;
 
 /// Hooks on a pipeline's delivery path, attached with
 /// [`PipelineMetrics::observe`](super::PipelineMetrics::observe).

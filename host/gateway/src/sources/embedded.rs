@@ -24,8 +24,10 @@ use std::time::{Duration, Instant};
 use futures_util::FutureExt as _;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
-use super::{AbortOnDrop, Settlement};
-use crate::pipeline::{Handled, Pipeline, RouteTarget, SettleFault, now_ms};
+use super::AbortOnDrop;
+use crate::model::Handled;
+use crate::model::Settlement;
+use crate::pipeline::{Pipeline, RouteTarget, SettleFault, now_ms};
 use crate::store::{Claimed, Store, StoreError};
 
 /// The source's name in metrics.

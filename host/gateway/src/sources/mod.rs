@@ -1,6 +1,7 @@
 //! Where failed deliveries come from and where verdicts are applied: the *sources*.
 //!
-//! A source hands the pipeline [`Delivery`]s and applies the [`Settlement`] the pipeline
+//! A source hands the pipeline [`Delivery`](crate::model::Delivery)s and applies the
+//! [`Settlement`](crate::model::Settlement) the pipeline
 //! returns for each, in the source's own terms. Everything between - the HTTP push, the
 //! policy's verdict, the dead-letter envelope, the metrics - is shared, so a policy behaves
 //! the same on every source.
@@ -15,247 +16,17 @@
 //! Each source writes the new state *before* it lets go of the old one, so a crash between
 //! the two delivers a message twice, never zero times.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, watch};
 
-use crate::pipeline::Handled;
-use verdict_runtime::AttemptSpec;
+use crate::health::Readiness;
 
 pub mod embedded;
 pub mod nats;
 pub mod rabbitmq;
-
-/// One delivery of one message, as any source hands it to the pipeline.
-#[derive(Debug, Clone, Default)]
-pub struct Delivery {
-    /// Message id.
-    pub id: String,
-    /// Topic (NATS subject, RabbitMQ queue).
-    pub topic: String,
-    /// Headers passed to the consumer.
-    pub headers: BTreeMap<String, String>,
-    /// Body.
-    pub payload: Vec<u8>,
-    /// Content type.
-    pub content_type: Option<String>,
-    /// Attempts spent so far (failed deliveries that were retried).
-    pub attempt: u32,
-    /// Delays granted so far.
-    pub deferrals: u32,
-    /// Publication time.
-    pub published_at_ms: u64,
-    /// First failure, if any.
-    pub first_failed_at_ms: Option<u64>,
-    /// Earlier failed attempts, oldest first.
-    pub history: Vec<AttemptSpec>,
-    /// Delivered before without an outcome recorded: the consumer may have seen it.
-    pub redelivery: bool,
-    /// The source's name (`embedded`, `nats`, `rabbitmq`), for policies' `source` extension.
-    pub source: &'static str,
-}
-
-/// The header naming a message's deadline, in ms since the Unix epoch: a policy sees it as
-/// `deadline-ms` (`is_expired`, `time_left_ms`). The brokers' own TTLs (RabbitMQ's
-/// `expiration`, NATS's `Nats-TTL`) are turned into it when a message arrives.
-pub const DEADLINE_HEADER: &str = "x-message-deadline-ms";
-/// The header naming a message's time to live, in ms after its publication (used when
-/// [`DEADLINE_HEADER`] is absent).
-pub const TTL_HEADER: &str = "x-message-ttl-ms";
-
-impl Delivery {
-    /// The message's deadline (ms since the Unix epoch), from [`DEADLINE_HEADER`] or
-    /// [`TTL_HEADER`] (case-insensitive); an unparsable value counts as none.
-    pub fn deadline_ms(&self) -> Option<u64> {
-        let header = |name: &str| {
-            self.headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case(name))
-                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
-        };
-        header(DEADLINE_HEADER)
-            .or_else(|| header(TTL_HEADER).map(|ttl| self.published_at_ms.saturating_add(ttl)))
-    }
-}
-
-/// A failed delivery, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AttemptRecord {
-    /// When.
-    pub at_ms: u64,
-    /// Error kind.
-    pub kind: String,
-    /// Error message.
-    pub message: String,
-}
-
-impl From<&AttemptRecord> for AttemptSpec {
-    fn from(r: &AttemptRecord) -> Self {
-        AttemptSpec {
-            at_ms: r.at_ms,
-            kind: r.kind.clone(),
-            message: r.message.clone(),
-        }
-    }
-}
-
-/// A dead letter ready to be written: the encoded envelope and what indexes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetter {
-    /// The DLQ's name.
-    pub dlq: String,
-    /// The verdict's class (kebab-case).
-    pub class: String,
-    /// The verdict's reason.
-    pub reason: String,
-    /// `json` or `msgpack`.
-    pub format: &'static str,
-    /// The encoded envelope.
-    pub envelope: Vec<u8>,
-}
-
-/// The headers a broker dead letter carries beside its envelope, written by every broker
-/// source and read back by the DLQ tools (`crate::dlq`), so listing and filtering a DLQ
-/// never decodes the envelopes' own fields.
-pub mod letter_headers {
-    /// The source topic.
-    pub const TOPIC: &str = "verdict-topic";
-    /// The message id.
-    pub const MESSAGE_ID: &str = "verdict-message-id";
-    /// The verdict's class.
-    pub const CLASS: &str = "verdict-class";
-    /// The last error's kind.
-    pub const KIND: &str = "verdict-kind";
-    /// The verdict's reason (one line, at most 512 characters).
-    pub const REASON: &str = "verdict-reason";
-    /// The envelope's encoding (`json`, `msgpack`).
-    pub const FORMAT: &str = "verdict-format";
-    /// Attempts made.
-    pub const ATTEMPTS: &str = "verdict-attempts";
-    /// When it was dead-lettered (ms since the epoch).
-    pub const AT_MS: &str = "verdict-at-ms";
-}
-
-impl DeadLetter {
-    /// The [`letter_headers`] of this dead letter of `delivery`, which failed with `failed`.
-    pub fn headers(
-        &self,
-        delivery: &Delivery,
-        failed: &AttemptRecord,
-    ) -> [(&'static str, String); 8] {
-        use letter_headers::*;
-        use verdict_runtime::text::one_line;
-        // Header values are one bounded line: a CR/LF would inject headers, and some
-        // clients refuse such a value with a panic.
-        [
-            (TOPIC, one_line(&delivery.topic, 1_024)),
-            (MESSAGE_ID, one_line(&delivery.id, 1_024)),
-            (CLASS, one_line(&self.class, 64)),
-            (
-                KIND,
-                one_line(&failed.kind, verdict_runtime::text::MAX_KIND_BYTES),
-            ),
-            (REASON, one_line(&self.reason, 512)),
-            (FORMAT, self.format.to_string()),
-            (ATTEMPTS, delivery.attempt.saturating_add(1).to_string()),
-            (AT_MS, failed.at_ms.to_string()),
-        ]
-    }
-}
-
-/// What a source must do with a delivery once the pipeline is done with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Settlement {
-    /// The consumer took it.
-    Delivered,
-    /// Deliver again after `delay_ms`, recording the failure; a retry spends an attempt, a
-    /// delay counts a deferral instead.
-    Again {
-        /// The failure.
-        failed: AttemptRecord,
-        /// How long to wait.
-        delay_ms: u64,
-        /// Retry (true) or delay (false).
-        spend_attempt: bool,
-    },
-    /// Retire it to a DLQ.
-    DeadLetter {
-        /// The failure.
-        failed: AttemptRecord,
-        /// The envelope.
-        letter: DeadLetter,
-    },
-    /// Drop it on the policy's word, with an audit record.
-    Discard {
-        /// The failure.
-        failed: AttemptRecord,
-        /// The verdict's reason.
-        reason: String,
-    },
-    /// Give it back untouched (no route for its topic now): nothing spent.
-    Release {
-        /// How long to wait.
-        delay_ms: u64,
-    },
-}
-
-impl Settlement {
-    /// What applying it does, for the `verdict_handling_seconds` metric.
-    pub fn handled(&self) -> Handled {
-        match self {
-            Settlement::Delivered => Handled::Delivered,
-            Settlement::Again { .. } => Handled::Again,
-            Settlement::DeadLetter { .. } => Handled::DeadLettered,
-            Settlement::Discard { .. } => Handled::Discarded,
-            Settlement::Release { .. } => Handled::Released,
-        }
-    }
-}
-
-impl Delivery {
-    /// The history after `failed`, oldest first.
-    pub fn history_with(&self, failed: &AttemptRecord) -> Vec<AttemptSpec> {
-        let mut history = self.history.clone();
-        history.push(failed.into());
-        history
-    }
-}
-
-/// Whether a source is connected to its broker; `/readyz` reads these.
-#[derive(Debug, Clone)]
-pub struct Readiness {
-    name: &'static str,
-    up: Arc<AtomicBool>,
-}
-
-impl Readiness {
-    /// A source named `name`, not yet connected.
-    pub fn new(name: &'static str) -> Readiness {
-        Readiness {
-            name,
-            up: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// The source's name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// Connected now?
-    pub fn is_up(&self) -> bool {
-        self.up.load(Ordering::Relaxed)
-    }
-
-    /// Record (dis)connection.
-    pub fn set(&self, up: bool) {
-        self.up.store(up, Ordering::Relaxed);
-    }
-}
 
 /// Run a broker source: `session` connects and consumes until shutdown (`Ok`) or until
 /// it fails, and is then rebuilt after a backoff (100 ms doubling to 5 s, back to 100 ms
@@ -435,56 +206,6 @@ impl Backoff {
     }
 }
 
-/// The dead-letter queues a broker holds, as last read from the broker (refreshed about once
-/// a second by each broker source) plus the dead letters this process wrote to them; the
-/// metrics read this instead of asking the broker on every scrape.
-#[derive(Debug, Clone, Default)]
-pub struct BrokerDlqs(Arc<std::sync::Mutex<BTreeMap<(&'static str, String), BrokerDlq>>>);
-
-/// One broker DLQ.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BrokerDlq {
-    /// Source topic (empty for a global DLQ, whose letters come from many).
-    pub topic: String,
-    /// Dead letters waiting, as the broker counts them.
-    pub depth: u64,
-    /// Dead letters this process wrote (and the broker confirmed).
-    pub ingress: u64,
-}
-
-impl BrokerDlqs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(&'static str, String), BrokerDlq>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The broker's count for `dlq` of `source`.
-    pub(crate) fn set_depth(&self, source: &'static str, dlq: &str, topic: &str, depth: u64) {
-        let mut map = self.lock();
-        let entry = map.entry((source, dlq.to_string())).or_default();
-        entry.topic = topic.to_string();
-        entry.depth = depth;
-    }
-
-    /// One dead letter confirmed by the broker.
-    pub(crate) fn written(&self, source: &'static str, dlq: &str, topic: &str) {
-        let mut map = self.lock();
-        let entry = map.entry((source, dlq.to_string())).or_default();
-        entry.topic = topic.to_string();
-        entry.ingress += 1;
-        entry.depth += 1;
-    }
-
-    /// Every broker DLQ: (source, dlq, state).
-    pub fn snapshot(&self) -> Vec<(&'static str, String, BrokerDlq)> {
-        self.lock()
-            .iter()
-            .map(|((source, dlq), d)| (*source, dlq.clone(), d.clone()))
-            .collect()
-    }
-}
-
 /// The source topic of a DLQ named by `naming` (empty when the DLQ is global).
 pub(crate) fn topic_of_dlq(naming: verdict_registry::DlqNaming, dlq: &str) -> String {
     match naming {
@@ -497,40 +218,6 @@ pub(crate) fn topic_of_dlq(naming: verdict_registry::DlqNaming, dlq: &str) -> St
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_deadline_comes_from_its_header_or_a_ttl_after_publication() {
-        let with = |headers: &[(&str, &str)]| Delivery {
-            published_at_ms: 1_000,
-            headers: headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            ..Delivery::default()
-        };
-        assert_eq!(with(&[]).deadline_ms(), None);
-        assert_eq!(
-            with(&[("X-Message-Deadline-Ms", "5000")]).deadline_ms(),
-            Some(5_000)
-        );
-        assert_eq!(
-            with(&[("x-message-ttl-ms", "250")]).deadline_ms(),
-            Some(1_250)
-        );
-        assert_eq!(
-            with(&[("x-message-deadline-ms", "7"), ("x-message-ttl-ms", "250")]).deadline_ms(),
-            Some(7),
-            "an explicit deadline wins"
-        );
-        assert_eq!(
-            with(&[("x-message-deadline-ms", "soon")]).deadline_ms(),
-            None
-        );
-        assert_eq!(
-            with(&[("x-message-ttl-ms", "18446744073709551615")]).deadline_ms(),
-            Some(u64::MAX)
-        );
-    }
 
     #[test]
     fn settlement_failures_are_released_at_once_then_at_a_bounded_rate() {
@@ -553,29 +240,6 @@ mod tests {
         assert_eq!(waits, [100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]);
         b.reset();
         assert_eq!(b.next(), Duration::from_millis(100));
-    }
-
-    #[test]
-    fn broker_dlq_depth_is_the_brokers_count_and_ingress_is_ours() {
-        let dlqs = BrokerDlqs::default();
-        dlqs.written("nats", "orders.DLQ", "orders");
-        dlqs.written("nats", "orders.DLQ", "orders");
-        assert_eq!(
-            dlqs.snapshot(),
-            [(
-                "nats",
-                "orders.DLQ".to_string(),
-                BrokerDlq {
-                    topic: "orders".into(),
-                    depth: 2,
-                    ingress: 2
-                }
-            )]
-        );
-        // The broker's own count wins at the next poll (a replay emptied it).
-        dlqs.set_depth("nats", "orders.DLQ", "orders", 0);
-        assert_eq!(dlqs.snapshot()[0].2.depth, 0);
-        assert_eq!(dlqs.snapshot()[0].2.ingress, 2);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, audit};
-use crate::sources::{AttemptRecord, DeadLetter, Delivery};
+use crate::model::{AttemptRecord, DeadLetter, Delivery};
 use verdict_runtime::AttemptSpec;
 
 /// A message to publish.
@@ -295,7 +295,7 @@ fn claim_topic(
                     first_failed_at_ms: r.get(9)?,
                     history: Vec::new(),
                     redelivery: state == "leased",
-                    source: crate::sources::embedded::NAME,
+                    source: verdict_registry::SourceKind::Embedded.name(),
                 },
             },
             headers,

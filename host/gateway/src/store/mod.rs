@@ -17,7 +17,6 @@ mod messages;
 mod retention;
 mod settle;
 
-pub use crate::sources::AttemptRecord;
 pub use dlq::{DlqEntry, DlqFilter, DlqStats};
 pub use messages::{Claimed, NewMessage, Published};
 pub use retention::Pruned;

@@ -89,7 +89,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use crate::sources::Settlement;
+    use crate::model::Settlement;
     use crate::store::{NewMessage, Store};
 
     #[test]

@@ -4,7 +4,7 @@
 
 use super::messages::{dead_letter_in, delivered_in, discard_in, release_in, schedule_in};
 use super::{Store, StoreError};
-use crate::sources::Settlement;
+use crate::model::Settlement;
 
 impl Store {
     /// Apply each `(seq, lease, settlement)` of `batch` - the outcome of the delivery of
@@ -68,7 +68,7 @@ fn apply(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::sources::{AttemptRecord, DeadLetter};
+    use crate::model::{AttemptRecord, DeadLetter};
     use crate::store::NewMessage;
 
     fn store(name: &str) -> (Store, std::path::PathBuf) {

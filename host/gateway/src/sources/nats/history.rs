@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_nats::jetstream::kv;
 use serde::{Deserialize, Serialize};
 
-use crate::sources::{AttemptRecord, Delivery};
+use crate::model::{AttemptRecord, Delivery};
 use verdict_runtime::AttemptSpec;
 
 /// What the gateway knows of a message's failed deliveries.

@@ -38,7 +38,9 @@ use async_nats::jetstream::{self, AckKind, consumer, stream};
 use futures_util::{FutureExt as _, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, SettleFailures, Settlement};
+use super::{AbortOnDrop, SettleFailures};
+use crate::health::{BrokerDlqs, Readiness};
+use crate::model::{Delivery, Settlement};
 use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
 use verdict_registry::{GatewaySection, NatsConfig};
 use verdict_runtime::text::Clean;
@@ -301,7 +303,7 @@ async fn handle(
     failures: &SettleFailures,
     message: &jetstream::Message,
     slots: &Arc<Semaphore>,
-) -> Option<crate::pipeline::Handled> {
+) -> Option<crate::model::Handled> {
     let Ok(info) = message.info() else {
         tracing::error!(subject = %Clean(&message.subject), "nats source: a message without JetStream metadata; terminating it");
         let _ = message.ack_with(AckKind::Term).await;
@@ -408,7 +410,7 @@ async fn settle_failed(
     delivery: &Delivery,
     key: &str,
     error: &anyhow::Error,
-) -> Option<crate::pipeline::Handled> {
+) -> Option<crate::model::Handled> {
     let cause = format!("{error:#}");
     let failed = failures.failed(key);
     if failed >= super::MAX_SETTLE_FAILURES {
@@ -423,7 +425,7 @@ async fn settle_failed(
                 .metrics()
                 .fault(NAME, SettleFault::FallbackDeadLetter);
             tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "nats source: a message could not be settled repeatedly; dead-lettered by the gateway");
-            return Some(crate::pipeline::Handled::DeadLettered);
+            return Some(crate::model::Handled::DeadLettered);
         }
     }
     let wait = super::release_delay(failed);
@@ -490,7 +492,7 @@ async fn apply(
 
 /// A replayed message arrived: the record a replay's canary waits for.
 async fn replay_delivered(broker: &Broker, delivery: &Delivery) -> anyhow::Result<()> {
-    match delivery.headers.get(crate::dlq::REPLAY_HEADER) {
+    match delivery.headers.get(crate::model::REPLAY_HEADER) {
         Some(token) => broker.audit("replay-delivered", delivery, "", token).await,
         None => Ok(()),
     }
@@ -562,7 +564,7 @@ pub fn delivery_of(
                 "Nats-TTL" => {
                     if let Some(ttl) = nats_ttl_ms(value.as_str()) {
                         delivery.headers.insert(
-                            super::DEADLINE_HEADER.to_string(),
+                            crate::model::DEADLINE_HEADER.to_string(),
                             published_at_ms.saturating_add(ttl).to_string(),
                         );
                     }
@@ -653,7 +655,7 @@ mod tests {
             ("Content-Type", "text/plain"),
             ("content-type", "application/json"),
             ("Nats-TTL", "30s"),
-            (crate::sources::DEADLINE_HEADER, "5000"),
+            (crate::model::DEADLINE_HEADER, "5000"),
             ("tenant", "eu"),
         ];
         for _ in 0..20 {

@@ -11,8 +11,9 @@ use async_nats::jetstream::{self, consumer, kv};
 
 use super::history::Histories;
 use super::{consumer_config, stream_config};
-use crate::pipeline::now_ms;
-use crate::sources::{AttemptRecord, DeadLetter, Delivery, Readiness};
+use crate::clock::now_ms;
+use crate::health::Readiness;
+use crate::model::{AttemptRecord, DeadLetter, Delivery};
 use verdict_registry::config::covers_subject as covers;
 use verdict_registry::{GatewaySection, NatsConfig};
 

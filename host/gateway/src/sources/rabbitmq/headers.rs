@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
-use crate::sources::{AttemptRecord, Delivery};
+use crate::model::{AttemptRecord, Delivery};
 use verdict_runtime::AttemptSpec;
 
 const ATTEMPT: &str = "x-verdict-attempt";
@@ -167,7 +167,7 @@ pub fn to_delivery(
         .and_then(|e| e.as_str().trim().parse::<u64>().ok())
     {
         delivery.headers.insert(
-            crate::sources::DEADLINE_HEADER.to_string(),
+            crate::model::DEADLINE_HEADER.to_string(),
             delivery.published_at_ms.saturating_add(ttl).to_string(),
         );
     }

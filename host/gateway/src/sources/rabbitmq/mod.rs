@@ -23,8 +23,11 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
 
-use super::{AbortOnDrop, BrokerDlqs, Delivery, Readiness, SettleFailures, Settlement};
-use crate::pipeline::{Handled, Pipeline, SettleFault, now_ms};
+use super::{AbortOnDrop, SettleFailures};
+use crate::health::{BrokerDlqs, Readiness};
+use crate::model::Handled;
+use crate::model::{Delivery, Settlement};
+use crate::pipeline::{Pipeline, SettleFault, now_ms};
 use verdict_registry::{GatewaySection, RabbitmqConfig};
 use verdict_runtime::text::Clean;
 
@@ -419,7 +422,7 @@ async fn apply(
     anyhow::ensure!(acked, "ack: the delivery was already acknowledged");
     // Past this point the message is settled: nothing below may count as a failure to
     // settle it (that would dead-letter or requeue a message already delivered).
-    if delivered && let Some(token) = delivery.headers.get(crate::dlq::REPLAY_HEADER) {
+    if delivered && let Some(token) = delivery.headers.get(crate::model::REPLAY_HEADER) {
         // A replayed message arrived: the record a replay's canary waits for.
         let record = serde_json::json!({
             "event": "replay-delivered",

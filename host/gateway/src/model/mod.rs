@@ -1,0 +1,14 @@
+//! The gateway's model of a message on its way: a [`Delivery`] from a source, its failed
+//! attempts ([`AttemptRecord`]), the [`Settlement`] the pipeline decides on (with a
+//! [`DeadLetter`] when it goes to a DLQ), and what applying it came to ([`Handled`]). Every
+//! other module of the gateway speaks these; this one depends on none of them.
+
+mod attempt;
+mod dead_letter;
+mod delivery;
+mod settlement;
+
+pub use attempt::AttemptRecord;
+pub use dead_letter::{DeadLetter, letter_headers};
+pub use delivery::{DEADLINE_HEADER, Delivery, REPLAY_HEADER, TTL_HEADER};
+pub use settlement::{Handled, Settlement};
