@@ -179,6 +179,14 @@ fn real_main() -> Result<bool> {
         for v in r.violations.iter().take(20) {
             eprintln!("  - {v}");
         }
+        if !r.still_queued.is_empty() {
+            let queued: Vec<String> = r
+                .still_queued
+                .iter()
+                .map(|(q, n)| format!("{q}: {n}"))
+                .collect();
+            eprintln!("  still queued on the broker: {}", queued.join(", "));
+        }
         if let Some(dir) = &r.dir {
             eprintln!("  files: {dir}");
         }

@@ -128,6 +128,9 @@ pub struct Report {
     pub violations: Vec<String>,
     /// The run's directory, kept when it failed.
     pub dir: Option<String>,
+    /// Messages still in the broker's route queue and delay buckets when the run was judged
+    /// (RabbitMQ): "lost" ones may be waiting there.
+    pub still_queued: Vec<(String, u64)>,
 }
 
 fn config(
@@ -460,7 +463,10 @@ impl<'a> Run<'a> {
             .map(|m| (sha256_hex(&m.payload), m.key.clone()))
             .collect();
         let letters = match self.name {
-            SourceName::Rabbitmq => self.runtime.block_on(self.source.drain_rabbitmq_dlq())?,
+            SourceName::Rabbitmq => {
+                self.report.still_queued = self.runtime.block_on(self.source.still_queued());
+                self.runtime.block_on(self.source.drain_rabbitmq_dlq())?
+            }
             _ => admin::dead_letters(&self.admin, self.name)?,
         };
         let dead = letters::tally(&letters, &by_digest);

@@ -344,6 +344,65 @@ impl Source {
         Ok(letters)
     }
 
+    /// Every queue a RabbitMQ run may leave: the route's queue, its DLQ, the audit queue and
+    /// each delay bucket.
+    fn rabbit_queues(&self) -> Vec<String> {
+        let p = &self.prefix;
+        let mut queues = vec![
+            format!("{p}.orders"),
+            format!("{p}.orders.DLQ"),
+            format!("{p}.audit"),
+        ];
+        let mut d = 1;
+        while d <= verdict_gateway::sources::rabbitmq::headers::MAX_BUCKET_MS {
+            let b = verdict_gateway::sources::rabbitmq::headers::bucket_ms(d);
+            queues.push(format!("{p}.delay.{b}"));
+            d = b + 1;
+        }
+        queues
+    }
+
+    /// The messages still waiting in the run's route queue and delay buckets (RabbitMQ;
+    /// nothing elsewhere): a message found there when the run is judged was not lost, only
+    /// not terminal yet.
+    pub async fn still_queued(&self) -> Vec<(String, u64)> {
+        use lapin::options::QueueDeclareOptions;
+        let mut held = self.rabbit.lock().await;
+        if held.as_ref().is_some_and(|(c, _)| !c.status().connected()) {
+            *held = rabbit_connect().await.ok();
+        }
+        let Some((conn, _)) = held.as_ref() else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for q in self.rabbit_queues() {
+            if q.ends_with(".DLQ") || q.ends_with(".audit") {
+                continue;
+            }
+            // A queue that does not exist closes its channel: one channel each.
+            let Ok(ch) = conn.create_channel().await else {
+                continue;
+            };
+            let declared = ch
+                .queue_declare(
+                    ShortString::from(q.as_str()),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await;
+            if let Ok(queue) = declared
+                && queue.message_count() > 0
+            {
+                out.push((q, u64::from(queue.message_count())));
+                let _ = ch.close(200, ShortString::from("counted")).await;
+            }
+        }
+        out
+    }
+
     /// Delete what a run of this prefix leaves on the broker.
     pub async fn clean(&self) {
         let p = &self.prefix;
@@ -358,17 +417,7 @@ impl Source {
             *held = rabbit_connect().await.ok();
         }
         if let Some((conn, _)) = held.as_ref() {
-            let mut queues = vec![
-                format!("{p}.orders"),
-                format!("{p}.orders.DLQ"),
-                format!("{p}.audit"),
-            ];
-            let mut d = 1;
-            while d <= verdict_gateway::sources::rabbitmq::headers::MAX_BUCKET_MS {
-                let b = verdict_gateway::sources::rabbitmq::headers::bucket_ms(d);
-                queues.push(format!("{p}.delay.{b}"));
-                d = b + 1;
-            }
+            let queues = self.rabbit_queues();
             for q in &queues {
                 // A failed delete closes its channel: one channel each.
                 if let Ok(ch) = conn.create_channel().await {
