@@ -133,17 +133,8 @@ pub fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     check()
 }
 
-#[path = "consumer.rs"]
 pub mod consumer;
-
-#[path = "gateway.rs"]
 pub mod gateway;
-
-#[path = "nats.rs"]
 pub mod nats;
-
-#[path = "rabbitmq.rs"]
 pub mod rabbitmq;
-
-#[path = "scripted.rs"]
 pub mod scripted;
