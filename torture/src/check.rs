@@ -164,9 +164,8 @@ pub fn check(i: &Inputs) -> Findings {
             }
         }
         if let Some(d) = died {
-            // RabbitMQ has no duplicate window: a dead letter whose ack died with the
-            // connection is written again when the message comes back.
-            let letters_allowed = copies + u64::from(redelivered && i.name == SourceName::Rabbitmq);
+            let letters_allowed =
+                dead_letters_allowed(copies, redelivered && i.name == SourceName::Rabbitmq);
             if u64::from(d.count) > letters_allowed {
                 f.violations
                     .push(format!("message {key} has {} dead letters", d.count));
@@ -203,6 +202,18 @@ pub fn check(i: &Inputs) -> Findings {
     f
 }
 
+/// Dead letters a message may have: one per copy the broker holds, and on RabbitMQ, which
+/// has no duplicate window, two per copy when a fault redelivered it - each copy's dead
+/// letter may be written, its ack die with the connection, and the copy come back to be
+/// dead-lettered again.
+fn dead_letters_allowed(copies: u64, redelivered_on_rabbitmq: bool) -> u64 {
+    if redelivered_on_rabbitmq {
+        copies * 2
+    } else {
+        copies
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +241,15 @@ mod tests {
             at_ms,
             accepted: true,
         }
+    }
+
+    #[test]
+    fn each_copy_of_a_redelivered_rabbitmq_message_may_be_dead_lettered_twice() {
+        assert_eq!(dead_letters_allowed(1, false), 1);
+        assert_eq!(dead_letters_allowed(2, false), 2);
+        assert_eq!(dead_letters_allowed(1, true), 2);
+        // The same id published twice, both copies in flight at a broker restart.
+        assert_eq!(dead_letters_allowed(2, true), 4);
     }
 
     /// Each invariant the checker holds fails a run that breaks it: a checker that finds

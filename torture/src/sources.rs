@@ -319,7 +319,10 @@ impl Source {
             let next = tokio::time::timeout(Duration::from_secs(30), consumer.next()).await;
             let delivery = match next {
                 Ok(Some(delivery)) => delivery.with_context(|| format!("reading `{queue}`"))?,
-                Ok(None) => break,
+                Ok(None) => anyhow::bail!(
+                    "`{queue}` held {depth} letters, but its consumer ended after {}",
+                    letters.len()
+                ),
                 Err(_) => anyhow::bail!(
                     "`{queue}` held {depth} letters, but only {} came in 30 s",
                     letters.len()
