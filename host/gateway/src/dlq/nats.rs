@@ -21,6 +21,7 @@ use super::backend::{
     matches, position_after,
 };
 use super::runtime::Rt;
+use crate::model::AuditRecord;
 use crate::model::REPLAY_HEADER;
 use crate::model::letter_headers;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
@@ -175,15 +176,10 @@ impl NatsDeadLetters {
     }
 
     async fn audit(&self, event: &str, e: &DlqEntry, detail: &str) -> Result<(), DlqError> {
-        let record = serde_json::json!({
-            "event": event,
-            "atMs": crate::clock::now_ms(),
-            "messageId": e.message_id,
-            "topic": e.topic,
-            "kind": e.kind,
-            "detail": detail,
-            "gateway": self.gateway,
-        });
+        let record = AuditRecord::new(event, &e.message_id, &e.topic, crate::clock::now_ms())
+            .kind(&e.kind)
+            .detail(detail)
+            .gateway(&self.gateway);
         let subject = format!("{}.{event}", self.config.audit_subject_prefix);
         let body = serde_json::to_vec(&record).map_err(err)?;
         self.js
@@ -330,14 +326,12 @@ impl DeadLetters for NatsDeadLetters {
             1,
             usize::MAX,
             |m, _| {
-                let record: serde_json::Value =
-                    serde_json::from_slice(&m.payload).unwrap_or_default();
-                if record["detail"] == token
-                    && let Some(id) = record["messageId"]
-                        .as_str()
-                        .filter(|id| wanted.contains(id))
+                // Anything on the subject that is not a record is no arrival.
+                if let Ok(r) = serde_json::from_slice::<AuditRecord>(&m.payload)
+                    && r.is_replay_delivered(token)
+                    && wanted.contains(r.message_id.as_str())
                 {
-                    delivered.insert(id.to_string());
+                    delivered.insert(r.message_id);
                 }
                 Ok(ControlFlow::Continue(()))
             },

@@ -21,6 +21,7 @@ use super::backend::{
     entry_from_headers, matches, position_after,
 };
 use super::runtime::Rt;
+use crate::model::AuditRecord;
 use crate::model::REPLAY_HEADER;
 use crate::sources::rabbitmq::topology::Topology;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
@@ -260,14 +261,9 @@ impl RabbitDeadLetters {
     }
 
     async fn audit(&self, event: &str, e: &DlqEntry, detail: &str) -> Result<(), DlqError> {
-        let record = serde_json::json!({
-            "event": event,
-            "atMs": crate::clock::now_ms(),
-            "messageId": e.message_id,
-            "topic": e.topic,
-            "kind": e.kind,
-            "detail": detail,
-        });
+        let record = AuditRecord::new(event, &e.message_id, &e.topic, crate::clock::now_ms())
+            .kind(&e.kind)
+            .detail(detail);
         self.topology
             .audit(&record)
             .await
@@ -411,14 +407,12 @@ impl DeadLetters for RabbitDeadLetters {
             loop {
                 match Self::get(&channel, &self.config.audit_queue).await {
                     Ok(Some((m, _))) => {
-                        let r: serde_json::Value =
-                            serde_json::from_slice(&m.data).unwrap_or_default();
-                        if r["event"] == "replay-delivered"
-                            && r["detail"] == token
-                            && let Some(id) =
-                                r["messageId"].as_str().filter(|id| wanted.contains(id))
+                        // Anything on the audit queue that is not a record is no arrival.
+                        if let Ok(r) = serde_json::from_slice::<AuditRecord>(&m.data)
+                            && r.is_replay_delivered(token)
+                            && wanted.contains(r.message_id.as_str())
                         {
-                            delivered.insert(id.to_string());
+                            delivered.insert(r.message_id);
                         }
                     }
                     Ok(None) => break,

@@ -4,11 +4,13 @@
 //! other module of the gateway speaks these; this one depends on none of them.
 
 mod attempt;
+mod audit;
 mod dead_letter;
 mod delivery;
 mod settlement;
 
 pub use attempt::AttemptRecord;
+pub use audit::AuditRecord;
 pub use dead_letter::{DeadLetter, letter_headers};
 pub use delivery::{DEADLINE_HEADER, Delivery, REPLAY_HEADER, TTL_HEADER};
 pub use settlement::{Handled, Settlement};

@@ -13,7 +13,7 @@ use super::history::Histories;
 use super::{consumer_config, stream_config};
 use crate::clock::now_ms;
 use crate::health::Readiness;
-use crate::model::{AttemptRecord, DeadLetter, Delivery};
+use crate::model::{AttemptRecord, AuditRecord, DeadLetter, Delivery};
 use verdict_registry::config::covers_subject as covers;
 use verdict_registry::{GatewaySection, NatsConfig};
 
@@ -346,15 +346,10 @@ impl Broker {
         kind: &str,
         detail: &str,
     ) -> anyhow::Result<()> {
-        let record = serde_json::json!({
-            "event": event,
-            "atMs": now_ms(),
-            "messageId": delivery.id,
-            "topic": delivery.topic,
-            "kind": kind,
-            "detail": detail,
-            "gateway": self.inner.gateway,
-        });
+        let record = AuditRecord::new(event, &delivery.id, &delivery.topic, now_ms())
+            .kind(kind)
+            .detail(detail)
+            .gateway(&self.inner.gateway);
         let subject = format!("{}.{event}", self.inner.config.audit_subject_prefix);
         self.inner
             .js

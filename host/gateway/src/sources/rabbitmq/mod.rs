@@ -26,7 +26,7 @@ use tokio::sync::{Semaphore, watch};
 use super::{AbortOnDrop, SettleFailures};
 use crate::health::{BrokerDlqs, Readiness};
 use crate::model::Handled;
-use crate::model::{Delivery, Settlement};
+use crate::model::{AuditRecord, Delivery, Settlement};
 use crate::pipeline::{Pipeline, SettleFault, now_ms};
 use verdict_registry::{GatewaySection, RabbitmqConfig};
 use verdict_runtime::text::Clean;
@@ -404,14 +404,9 @@ async fn apply(
             dlqs.written(NAME, &letter.dlq, queue);
         }
         Settlement::Discard { failed, reason } => {
-            let record = serde_json::json!({
-                "event": "discarded",
-                "atMs": now_ms(),
-                "messageId": delivery.id,
-                "topic": queue,
-                "kind": failed.kind,
-                "detail": reason,
-            });
+            let record = AuditRecord::new("discarded", &delivery.id, queue, now_ms())
+                .kind(&failed.kind)
+                .detail(&reason);
             topology.audit(&record).await?;
         }
     }
@@ -424,13 +419,8 @@ async fn apply(
     // settle it (that would dead-letter or requeue a message already delivered).
     if delivered && let Some(token) = delivery.headers.get(crate::model::REPLAY_HEADER) {
         // A replayed message arrived: the record a replay's canary waits for.
-        let record = serde_json::json!({
-            "event": "replay-delivered",
-            "atMs": now_ms(),
-            "messageId": delivery.id,
-            "topic": queue,
-            "detail": token,
-        });
+        let record =
+            AuditRecord::new("replay-delivered", &delivery.id, queue, now_ms()).detail(token);
         if let Err(e) = topology.audit(&record).await {
             tracing::warn!(error = %format!("{e:#}"), id = %Clean(&delivery.id), "rabbitmq source: the replay-delivered record was not written; a canary waiting for it times out");
         }

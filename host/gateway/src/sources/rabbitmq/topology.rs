@@ -11,6 +11,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use crate::model::AuditRecord;
 use anyhow::Context as _;
 use lapin::options::{
     BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
@@ -189,7 +190,7 @@ impl Topology {
     }
 
     /// An audit record (JSON) to the audit queue, confirmed.
-    pub async fn audit(&self, record: &serde_json::Value) -> anyhow::Result<()> {
+    pub async fn audit(&self, record: &AuditRecord) -> anyhow::Result<()> {
         let properties = BasicProperties::default()
             .with_content_type(ShortString::from("application/json"))
             .with_delivery_mode(2);
