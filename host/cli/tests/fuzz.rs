@@ -34,7 +34,7 @@ use verdict_gateway::admin::bodies;
 use verdict_gateway::envelope::{
     self, Context, Envelope, ErrorEntry, MessageRef, Original, PolicyEntry, VerdictEntry,
 };
-use verdict_gateway::model::{AttemptRecord, DEADLINE_HEADER, DeadLetter, Delivery, TTL_HEADER};
+use verdict_gateway::model::{DEADLINE_HEADER, DeadLetter, Delivery, TTL_HEADER};
 use verdict_gateway::pipeline::{MAX_ERROR_BODY_BYTES, REJECT_HEADER, classify, forwardable};
 use verdict_gateway::sources::nats::{History, delivery_of};
 use verdict_gateway::sources::rabbitmq::headers::{self as rabbit, HistoryKey};
@@ -42,7 +42,8 @@ use verdict_registry::conformance::Suite;
 use verdict_registry::{DlqFormat, GatewayConfig, Router, TopicPattern};
 use verdict_runtime::text::{MAX_KIND_BYTES, MAX_MESSAGE_BYTES, is_kind};
 use verdict_runtime::{
-    Action, AttemptSpec, Class, Decision, FailureSpec, Host, Limits, Provenance, Severity, Verdict,
+    Action, AttemptRecord, Class, Decision, FailureSpec, Host, Limits, Provenance, Severity,
+    Verdict,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -1624,7 +1625,7 @@ proptest! {
         at_ms in any::<u64>(),
         fallback in any::<bool>(),
     ) {
-        let history = [AttemptSpec { at_ms, kind: kind.clone(), message: reason.clone() }];
+        let history = [AttemptRecord { at_ms, kind: kind.clone(), message: reason.clone() }];
         let e = Envelope::new(
             MessageRef { topic: &topic, id: &id, headers: &headers, payload: &payload, content_type: None },
             &history,
@@ -1862,9 +1863,9 @@ fn amqp_value() -> BoxedStrategy<AMQPValue> {
     .boxed()
 }
 
-fn attempt_spec() -> BoxedStrategy<AttemptSpec> {
+fn attempt_spec() -> BoxedStrategy<AttemptRecord> {
     (any::<u64>(), nasty_string(24), nasty_string(48))
-        .prop_map(|(at_ms, kind, message)| AttemptSpec {
+        .prop_map(|(at_ms, kind, message)| AttemptRecord {
             at_ms,
             kind,
             message,
@@ -2171,7 +2172,7 @@ proptest! {
                 prop_assert_eq!(d.first_failed_at_ms, Some(clamp(delivery.first_failed_at_ms.unwrap_or(failed.at_ms))));
                 prop_assert_eq!(d.published_at_ms, clamp(delivery.published_at_ms));
                 let mut history = delivery.history.clone();
-                history.push((&failed).into());
+                history.push(failed.clone());
                 let keep = history.len().saturating_sub(100);
                 prop_assert_eq!(&d.history, &history[keep..].to_vec());
                 prop_assert_eq!(&d.headers, &delivery.headers);

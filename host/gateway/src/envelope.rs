@@ -22,7 +22,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use verdict_registry::DlqFormat;
-use verdict_runtime::{AttemptSpec, Decision};
+use verdict_runtime::{AttemptRecord, Decision};
 
 /// A dead letter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -178,7 +178,7 @@ impl Envelope {
     /// attempt, this one last).
     pub fn new(
         message: MessageRef<'_>,
-        history: &[AttemptSpec],
+        history: &[AttemptRecord],
         decision: &Decision,
         ctx: Context<'_>,
     ) -> Envelope {

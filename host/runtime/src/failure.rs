@@ -22,7 +22,7 @@ pub(crate) struct Details {
     pub(crate) published_at_ms: Option<u64>,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) payload: Vec<u8>,
-    pub(crate) history: Vec<AttemptSpec>,
+    pub(crate) history: Vec<AttemptRecord>,
     pub(crate) extensions: BTreeMap<String, String>,
 }
 
@@ -142,7 +142,7 @@ pub struct FailureSpec {
     pub error: ErrorSpec,
     /// Earlier failed attempts, oldest first.
     #[serde(default)]
-    pub history: Vec<AttemptSpec>,
+    pub history: Vec<AttemptRecord>,
     /// Headers.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -190,7 +190,7 @@ pub struct ErrorSpec {
     Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema,
 )]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct AttemptSpec {
+pub struct AttemptRecord {
     /// When it failed.
     pub at_ms: u64,
     /// Its kind.

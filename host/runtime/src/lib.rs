@@ -65,7 +65,7 @@ pub use decider::{Decider, TopicSettings};
 pub use decision::{Clamp, Decision, Provenance};
 pub use engine::Host;
 pub use error::{ConfigError, Fault, LoadError};
-pub use failure::{AttemptSpec, ErrorSpec, Failure, FailureSpec, StatsSpec, jitter_seed};
+pub use failure::{AttemptRecord, ErrorSpec, Failure, FailureSpec, StatsSpec, jitter_seed};
 pub use fallback::Fallback;
 pub use guardrails::Guardrails;
 pub use limits::Limits;

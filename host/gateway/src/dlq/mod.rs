@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::clock::now_ms;
 use crate::store::{DlqEntry, DlqFilter};
 use verdict_registry::Registry;
-use verdict_runtime::{AttemptSpec, Decision, ErrorSpec, FailureSpec};
+use verdict_runtime::{AttemptRecord, Decision, ErrorSpec, FailureSpec};
 
 mod backend;
 mod nats;
@@ -161,12 +161,12 @@ pub fn replay(
 /// The failure that dead-lettered `entry`, as its envelope records it.
 fn last_failure(entry: &DlqEntry) -> FailureSpec {
     let e = &entry.envelope;
-    let errors: Vec<AttemptSpec> = e["errors"]
+    let errors: Vec<AttemptRecord> = e["errors"]
         .as_array()
         .map(|errors| {
             errors
                 .iter()
-                .map(|x| AttemptSpec {
+                .map(|x| AttemptRecord {
                     at_ms: x["atMs"].as_u64().unwrap_or(0),
                     kind: x["kind"].as_str().unwrap_or_default().to_string(),
                     message: x["message"].as_str().unwrap_or_default().to_string(),
@@ -178,7 +178,7 @@ fn last_failure(entry: &DlqEntry) -> FailureSpec {
         Some((last, history)) => (history.to_vec(), last.clone()),
         None => (
             Vec::new(),
-            AttemptSpec {
+            AttemptRecord {
                 at_ms: entry.created_at_ms,
                 kind: entry.kind.clone(),
                 message: String::new(),

@@ -3,9 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use verdict_runtime::AttemptSpec;
-
-use super::AttemptRecord;
+use verdict_runtime::AttemptRecord;
 
 /// One delivery of one message, as any source hands it to the pipeline.
 #[derive(Debug, Clone, Default)]
@@ -29,7 +27,7 @@ pub struct Delivery {
     /// First failure, if any.
     pub first_failed_at_ms: Option<u64>,
     /// Earlier failed attempts, oldest first.
-    pub history: Vec<AttemptSpec>,
+    pub history: Vec<AttemptRecord>,
     /// Delivered before without an outcome recorded: the consumer may have seen it.
     pub redelivery: bool,
     /// The source's name (`embedded`, `nats`, `rabbitmq`), for policies' `source` extension.
@@ -61,9 +59,9 @@ impl Delivery {
 
 impl Delivery {
     /// The history after `failed`, oldest first.
-    pub fn history_with(&self, failed: &AttemptRecord) -> Vec<AttemptSpec> {
+    pub fn history_with(&self, failed: &AttemptRecord) -> Vec<AttemptRecord> {
         let mut history = self.history.clone();
-        history.push(failed.into());
+        history.push(failed.clone());
         history
     }
 }

@@ -8,7 +8,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, audit};
 use crate::model::{AttemptRecord, DeadLetter, Delivery};
-use verdict_runtime::AttemptSpec;
 
 /// A message to publish.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -320,7 +319,7 @@ fn claim_topic(
         c.lease = lease.query_row(params![c.seq, until, now], |r| r.get(0))?;
         c.delivery.history = history
             .query_map([c.seq], |r| {
-                Ok(AttemptSpec {
+                Ok(AttemptRecord {
                     at_ms: r.get(0)?,
                     kind: r.get(1)?,
                     message: r.get(2)?,

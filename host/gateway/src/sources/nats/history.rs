@@ -10,7 +10,6 @@ use async_nats::jetstream::kv;
 use serde::{Deserialize, Serialize};
 
 use crate::model::{AttemptRecord, Delivery};
-use verdict_runtime::AttemptSpec;
 
 /// What the gateway knows of a message's failed deliveries.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,7 +21,7 @@ pub struct History {
     /// The first failure.
     pub first_failed_at_ms: Option<u64>,
     /// Every failure, oldest first.
-    pub attempts: Vec<AttemptSpec>,
+    pub attempts: Vec<AttemptRecord>,
 }
 
 /// The deepest nesting a history read from the bucket may have: a history nests 3 levels;
@@ -154,7 +153,7 @@ mod tests {
             attempt: 2,
             deferrals: 1,
             first_failed_at_ms: Some(7),
-            attempts: vec![verdict_runtime::AttemptSpec {
+            attempts: vec![verdict_runtime::AttemptRecord {
                 at_ms: 7,
                 kind: "http.503".into(),
                 message: "busy".into(),

@@ -13,7 +13,6 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
 use crate::model::{AttemptRecord, Delivery};
-use verdict_runtime::AttemptSpec;
 
 const ATTEMPT: &str = "x-verdict-attempt";
 const DEFERRALS: &str = "x-verdict-deferrals";
@@ -228,7 +227,7 @@ pub fn next_properties(
 ) -> BasicProperties {
     let (mut attempt, mut deferrals) = (delivery.attempt, delivery.deferrals);
     let mut first_failed = delivery.first_failed_at_ms;
-    let mut history: Vec<AttemptSpec> = delivery.history.clone();
+    let mut history: Vec<AttemptRecord> = delivery.history.clone();
     if let Some((failed, spend_attempt)) = failed {
         if spend_attempt {
             attempt = attempt.saturating_add(1);
@@ -236,7 +235,7 @@ pub fn next_properties(
             deferrals = deferrals.saturating_add(1);
         }
         first_failed.get_or_insert(failed.at_ms);
-        history.push(failed.into());
+        history.push(failed.clone());
     }
     if history.len() > MAX_HISTORY {
         history.drain(..history.len() - MAX_HISTORY);
