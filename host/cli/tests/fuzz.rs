@@ -1918,7 +1918,7 @@ fn rabbit_delivery() -> BoxedStrategy<Delivery> {
                 topic,
                 headers,
                 content_type,
-                attempt,
+                attempts_spent: attempt,
                 deferrals,
                 published_at_ms: published,
                 first_failed_at_ms: first_failed,
@@ -2155,7 +2155,7 @@ proptest! {
                 if let Some(e) = &expiration { p = p.with_expiration(ShortString::from(verdict_runtime::text::one_line(e, 255))); }
                 if let Some(ts) = timestamp { p = p.with_timestamp(ts); }
                 let d = rabbit::to_delivery("orders", &p, b"body", false, now, &key());
-                prop_assert_eq!((d.attempt, d.deferrals, d.first_failed_at_ms), (0, 0, None));
+                prop_assert_eq!((d.attempts_spent, d.deferrals, d.first_failed_at_ms), (0, 0, None));
                 prop_assert!(d.history.is_empty());
                 for name in d.headers.keys() {
                     prop_assert!(!kept_back(name), "{name} passed on");
@@ -2165,9 +2165,9 @@ proptest! {
             RabbitCase::Genuine { delivery, failed, spend } => {
                 let p = rabbit::next_properties(&delivery, Some((&failed, spend)), &key());
                 let d = rabbit::to_delivery(&delivery.topic, &p, b"", false, now, &key());
-                let attempt = if spend { delivery.attempt.saturating_add(1) } else { delivery.attempt };
+                let attempt = if spend { delivery.attempts_spent.saturating_add(1) } else { delivery.attempts_spent };
                 let deferrals = if spend { delivery.deferrals } else { delivery.deferrals.saturating_add(1) };
-                prop_assert_eq!((d.attempt, d.deferrals), (attempt, deferrals));
+                prop_assert_eq!((d.attempts_spent, d.deferrals), (attempt, deferrals));
                 let clamp = |n: u64| n.min(i64::MAX as u64);
                 prop_assert_eq!(d.first_failed_at_ms, Some(clamp(delivery.first_failed_at_ms.unwrap_or(failed.at_ms))));
                 prop_assert_eq!(d.published_at_ms, clamp(delivery.published_at_ms));
@@ -2185,10 +2185,10 @@ proptest! {
                 let (p, queue) = apply(&tamper, p, &delivery);
                 let d = rabbit::to_delivery(&queue, &p, b"", false, now, &key());
                 if changed {
-                    prop_assert_eq!((d.attempt, d.deferrals, d.first_failed_at_ms), (0, 0, None), "{:?}", tamper);
+                    prop_assert_eq!((d.attempts_spent, d.deferrals, d.first_failed_at_ms), (0, 0, None), "{:?}", tamper);
                     prop_assert!(d.history.is_empty());
                 } else {
-                    prop_assert_eq!(d.attempt, delivery.attempt.saturating_add(1));
+                    prop_assert_eq!(d.attempts_spent, delivery.attempts_spent.saturating_add(1));
                 }
                 for name in d.headers.keys() {
                     prop_assert!(!kept_back(name), "{name} passed on");

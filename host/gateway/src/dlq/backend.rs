@@ -252,7 +252,7 @@ mod tests {
         let delivery = Delivery {
             id: "m-7".into(),
             topic: "orders".into(),
-            attempt: 2,
+            attempts_spent: 2,
             ..Delivery::default()
         };
         let failed = AttemptRecord {

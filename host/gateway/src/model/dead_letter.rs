@@ -60,7 +60,10 @@ impl DeadLetter {
             ),
             (REASON, one_line(&self.reason, 512)),
             (FORMAT, self.format.to_string()),
-            (ATTEMPTS, delivery.attempt.saturating_add(1).to_string()),
+            (
+                ATTEMPTS,
+                delivery.attempts_spent.saturating_add(1).to_string(),
+            ),
             (AT_MS, failed.at_ms.to_string()),
         ]
     }

@@ -18,8 +18,10 @@ pub struct Delivery {
     pub payload: Vec<u8>,
     /// Content type.
     pub content_type: Option<String>,
-    /// Attempts spent so far (failed deliveries that were retried).
-    pub attempt: u32,
+    /// Attempts spent so far: failed deliveries that were retried (0 on the first delivery).
+    /// The policy sees `attempts_spent + 1`, the number of the delivery that failed, as
+    /// `attempt`; both count from the message's first delivery.
+    pub attempts_spent: u32,
     /// Delays granted so far.
     pub deferrals: u32,
     /// Publication time.

@@ -181,7 +181,7 @@ impl Pipeline {
         message: &Delivery,
         target: &RouteTarget,
     ) -> Settlement {
-        let attempt = message.attempt.saturating_add(1);
+        let attempt = message.attempts_spent.saturating_add(1);
         let started = Instant::now();
         let result = deliver(&self.client, &target.consumer, message, attempt).await;
         target.metrics.delivered(result.is_ok(), started.elapsed());
@@ -205,7 +205,7 @@ impl Pipeline {
             topic: message.topic.clone(),
             message_id: message.id.clone(),
             consumer_group: self.settings.consumer_group.clone(),
-            attempt: message.attempt.saturating_add(1),
+            attempt: message.attempts_spent.saturating_add(1),
             deferrals: message.deferrals,
             first_failed_at_ms: message.first_failed_at_ms.unwrap_or(now),
             now_ms: Some(now),

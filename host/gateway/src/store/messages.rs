@@ -288,7 +288,7 @@ fn claim_topic(
                     headers: BTreeMap::new(),
                     payload: r.get(4)?,
                     content_type: r.get(5)?,
-                    attempt: r.get(6)?,
+                    attempts_spent: r.get(6)?,
                     deferrals: r.get(7)?,
                     published_at_ms: r.get(8)?,
                     first_failed_at_ms: r.get(9)?,

@@ -40,7 +40,7 @@ impl History {
     /// The history once `failed` is recorded against `delivery`.
     pub fn after(delivery: &Delivery, failed: &AttemptRecord, spend_attempt: bool) -> History {
         History {
-            attempt: delivery.attempt + u32::from(spend_attempt),
+            attempt: delivery.attempts_spent + u32::from(spend_attempt),
             deferrals: delivery.deferrals + u32::from(!spend_attempt),
             first_failed_at_ms: Some(delivery.first_failed_at_ms.unwrap_or(failed.at_ms)),
             attempts: delivery.history_with(failed),
@@ -49,7 +49,7 @@ impl History {
 
     /// Carry this history into `delivery`.
     pub fn apply_to(&self, delivery: &mut Delivery) {
-        delivery.attempt = self.attempt;
+        delivery.attempts_spent = self.attempt;
         delivery.deferrals = self.deferrals;
         delivery.first_failed_at_ms = self.first_failed_at_ms;
         delivery.history = self.attempts.clone();

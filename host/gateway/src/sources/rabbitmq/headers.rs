@@ -206,7 +206,7 @@ pub fn to_delivery(
         }
     }
     if signature.is_some_and(|s| key.verify(&signed, &s)) {
-        delivery.attempt = u32::try_from(signed.attempt).unwrap_or(u32::MAX);
+        delivery.attempts_spent = u32::try_from(signed.attempt).unwrap_or(u32::MAX);
         delivery.deferrals = u32::try_from(signed.deferrals).unwrap_or(u32::MAX);
         delivery.first_failed_at_ms = signed.first_failed;
         if has_published {
@@ -225,7 +225,7 @@ pub fn next_properties(
     failed: Option<(&AttemptRecord, bool)>,
     key: &HistoryKey,
 ) -> BasicProperties {
-    let (mut attempt, mut deferrals) = (delivery.attempt, delivery.deferrals);
+    let (mut attempt, mut deferrals) = (delivery.attempts_spent, delivery.deferrals);
     let mut first_failed = delivery.first_failed_at_ms;
     let mut history: Vec<AttemptRecord> = delivery.history.clone();
     if let Some((failed, spend_attempt)) = failed {
@@ -359,7 +359,7 @@ mod tests {
         let key = HistoryKey::new(b"test key".to_vec());
         let properties = next_properties(&delivery, Some((&failed, true)), &key);
         let next = to_delivery("orders", &properties, b"{}", false, 9_999, &key);
-        assert_eq!((next.attempt, next.deferrals), (1, 0));
+        assert_eq!((next.attempts_spent, next.deferrals), (1, 0));
         assert_eq!(next.first_failed_at_ms, Some(2_000));
         assert_eq!(next.published_at_ms, 1_000);
         assert_eq!(next.history.len(), 1);
@@ -372,7 +372,7 @@ mod tests {
         delivery = next;
         let properties = next_properties(&delivery, Some((&failed, false)), &key);
         let after = to_delivery("orders", &properties, b"{}", false, 9_999, &key);
-        assert_eq!((after.attempt, after.deferrals), (1, 1));
+        assert_eq!((after.attempts_spent, after.deferrals), (1, 1));
         assert_eq!(after.history.len(), 2);
         assert_eq!(after.first_failed_at_ms, Some(2_000));
     }
@@ -386,7 +386,10 @@ mod tests {
         let properties = BasicProperties::default().with_headers(table);
         let key = HistoryKey::new(b"k".to_vec());
         let d = to_delivery("q", &properties, b"", true, 5, &key);
-        assert_eq!((d.attempt, d.history.len(), d.published_at_ms), (0, 0, 5));
+        assert_eq!(
+            (d.attempts_spent, d.history.len(), d.published_at_ms),
+            (0, 0, 5)
+        );
         assert!(d.headers.is_empty());
         assert!(d.redelivery);
     }
@@ -419,28 +422,28 @@ mod tests {
             .with_message_id("m-1".into())
             .with_headers(table.clone());
         let d = to_delivery("orders", &forged, b"", false, 5, &key);
-        assert_eq!((d.attempt, d.history.len()), (0, 0));
+        assert_eq!((d.attempts_spent, d.history.len()), (0, 0));
         assert!(d.headers.is_empty(), "x-verdict-* never reach the consumer");
         // Signed by another key, or edited after signing: ignored too.
         let other = HistoryKey::new(b"another group".to_vec());
         assert_eq!(
-            to_delivery("orders", &genuine, b"", false, 5, &other).attempt,
+            to_delivery("orders", &genuine, b"", false, 5, &other).attempts_spent,
             0
         );
         let mut edited = genuine.headers().clone().unwrap();
         edited.insert(ATTEMPT.into(), AMQPValue::LongLongInt(0));
         let edited = genuine.clone().with_headers(edited);
         let d = to_delivery("orders", &edited, b"", false, 5, &key);
-        assert_eq!((d.attempt, d.history.len()), (0, 0));
+        assert_eq!((d.attempts_spent, d.history.len()), (0, 0));
         // The same headers on another message id do not verify either.
         let moved = genuine.clone().with_message_id("m-2".into());
         assert_eq!(
-            to_delivery("orders", &moved, b"", false, 5, &key).attempt,
+            to_delivery("orders", &moved, b"", false, 5, &key).attempts_spent,
             0
         );
         // The genuine copy does.
         assert_eq!(
-            to_delivery("orders", &genuine, b"", false, 5, &key).attempt,
+            to_delivery("orders", &genuine, b"", false, 5, &key).attempts_spent,
             1
         );
     }
