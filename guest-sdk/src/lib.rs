@@ -92,24 +92,21 @@
 // must also resolve inside the crate itself.
 extern crate self as verdict_sdk;
 
-mod backoff;
 mod config;
 mod failure;
-mod kinds;
 mod log;
 mod policy;
-mod verdict;
 
 #[cfg(target_arch = "wasm32")]
 mod export;
 
-pub use backoff::{Backoff, Jitter, ROCKETMQ_LEVELS_MS, SplitMix64};
 pub use config::{from_json_slice, parse_config};
 pub use failure::{AttemptRecord, Failure, Header, TopicStats};
-pub use kinds::{first_match, kind_matches};
 pub use log::{Level, info, log, warn};
 pub use policy::{Policy, instantiate};
-pub use verdict::{Action, Class, Info, Severity, Verdict};
+pub use verdict_types::{
+    Action, Backoff, Class, Jitter, Severity, Verdict, first_match, kind_matches,
+};
 
 /// Implementation details of [`export_policy!`]; not part of the API.
 #[doc(hidden)]

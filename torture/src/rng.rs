@@ -1,25 +1,23 @@
-//! A small seeded generator (SplitMix64): the same seed gives the same run plan on every
-//! machine, with no dependency whose algorithm could change under us.
+//! A small seeded generator (the contract's SplitMix64): the same seed gives the same run
+//! plan on every machine.
 
 /// The generator.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(verdict_types::SplitMix64);
 
 impl Rng {
     /// A generator for `seed`, mixed with `stream` so each use draws its own sequence.
     pub fn new(seed: u64, stream: u64) -> Rng {
-        let mut rng = Rng(seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut rng = Rng(verdict_types::SplitMix64::new(
+            seed ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        ));
         rng.next_u64();
         rng
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// A number in `0..n` (0 when `n` is 0).

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
-use verdict_sdk::Action;
+use verdict_types::Action;
 
 use verdict_runtime::{CLASSES, class_index, class_name};
 use verdict_runtime::{Decider, Decision, Failure};

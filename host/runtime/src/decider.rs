@@ -124,7 +124,7 @@ impl Decider {
         self.counters.snapshot()
     }
 
-    fn ask(&self, failure: &Failure) -> Result<verdict_sdk::Verdict, Fault> {
+    fn ask(&self, failure: &Failure) -> Result<verdict_types::Verdict, Fault> {
         let limits = self.policy.host().limits();
         let warm = self.idle.pop();
         let mut instance = match warm {

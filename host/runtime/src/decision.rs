@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use verdict_sdk::Verdict;
+use verdict_types::Verdict;
 
 use crate::Fault;
 

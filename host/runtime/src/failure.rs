@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::wit::types as wit;
+use verdict_types::jitter_seed;
 
 /// The parts of a failure a policy fetches on demand.
 #[derive(Debug, Default)]
@@ -221,7 +222,15 @@ pub struct StatsSpec {
 impl FailureSpec {
     /// Parse JSON, naming the offending field on error (e.g. `error.kind: missing field`).
     pub fn from_json(json: &str) -> Result<Self, String> {
-        verdict_sdk::from_json_slice(json.as_bytes())
+        let mut de = serde_json::Deserializer::from_str(json);
+        let located = |path: String, message: String| match path.as_str() {
+            "." => message,
+            _ => format!("{path}: {message}"),
+        };
+        let spec: FailureSpec = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| located(e.path().to_string(), e.inner().to_string()))?;
+        de.end().map_err(|e| e.to_string())?;
+        Ok(spec)
     }
 
     /// Freeze into a [`Failure`].
@@ -270,17 +279,6 @@ impl FailureSpec {
             details: Arc::new(details),
         }
     }
-}
-
-/// The jitter seed the host gives a delivery: a stable hash of the message id and the
-/// attempt (FNV-1a, then a SplitMix64 finaliser), identical across runs and machines.
-pub fn jitter_seed(message_id: &str, attempt: u32) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in message_id.bytes().chain(attempt.to_le_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    verdict_sdk::SplitMix64::new(h).next_u64()
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The verdict a topic gets when its policy fails.
 
 use serde::Deserialize;
-use verdict_sdk::{Backoff, Class, Jitter, Severity, Verdict};
+use verdict_types::{Backoff, Class, Jitter, Severity, Verdict};
 
 use crate::{Failure, Fault};
 
@@ -67,7 +67,7 @@ fn fault_name(fault: &Fault) -> &'static str {
 mod tests {
     use super::*;
     use crate::FailureSpec;
-    use verdict_sdk::Action;
+    use verdict_types::Action;
 
     #[test]
     fn retries_then_dead_letters_never_discards() {

@@ -1,7 +1,7 @@
 //! Host guardrails: bounds every verdict passes through, whatever the policy says.
 
 use serde::Deserialize;
-use verdict_sdk::{Action, Class, Verdict};
+use verdict_types::{Action, Class, Verdict};
 
 use crate::{Clamp, Failure};
 

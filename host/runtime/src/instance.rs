@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use verdict_sdk::Verdict;
+use verdict_types::Verdict;
 use wasmtime::{Store, Trap};
 
 use crate::bindings::HostState;
@@ -165,7 +165,7 @@ fn classify(error: wasmtime::Error, store: &Store<HostState>, budget: Budget) ->
 
 impl From<wit::Verdict> for Verdict {
     fn from(v: wit::Verdict) -> Self {
-        use verdict_sdk::{Action, Class, Severity};
+        use verdict_types::{Action, Class, Severity};
         Verdict {
             action: match v.action {
                 wit::Action::Retry(ms) => Action::Retry(ms),

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
-use verdict_sdk::{Action, Class};
+use verdict_types::{Action, Class};
 
 use crate::Decision;
 

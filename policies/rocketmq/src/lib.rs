@@ -5,9 +5,14 @@
 //! skip the ladder: unlike RocketMQ, which retries everything, they go to the DLQ at once.
 
 use serde::Deserialize;
-use verdict_sdk::{
-    Backoff, Class, Failure, Jitter, Policy, ROCKETMQ_LEVELS_MS, Severity, Verdict, export_policy,
-};
+use verdict_sdk::{Backoff, Class, Failure, Jitter, Policy, Severity, Verdict, export_policy};
+
+/// RocketMQ's 18 delay levels (`messageDelayLevel`: 1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m
+/// 10m 20m 30m 1h 2h).
+pub const LEVELS_MS: [u64; 18] = [
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+];
 
 /// Per-topic configuration.
 #[derive(Debug, Clone, Deserialize)]
@@ -30,7 +35,7 @@ impl Default for Config {
         Config {
             max_retries: 16,
             start_level: 3,
-            levels_ms: ROCKETMQ_LEVELS_MS.to_vec(),
+            levels_ms: LEVELS_MS.to_vec(),
             poison_kinds: vec!["json.*".into(), "schema.*".into(), "format.*".into()],
             permanent_kinds: vec!["auth.*".into(), "validation.*".into()],
         }
@@ -110,7 +115,7 @@ mod tests {
     #[test]
     fn walks_the_ladder_from_ten_seconds_and_dead_letters_after_sixteen_retries() {
         let p: RocketMq = instantiate("{}").unwrap();
-        let expected = &ROCKETMQ_LEVELS_MS[2..];
+        let expected = &LEVELS_MS[2..];
         for (i, want) in expected.iter().enumerate() {
             let attempt = i as u32 + 1;
             assert_eq!(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::{Value, json};
-use verdict_sdk::{Action, SplitMix64};
+use verdict_types::{Action, SplitMix64};
 
 use verdict_runtime::{Clamp, Decider, Decision, FailureSpec, Fault, Policy, TopicSettings};
 
@@ -274,7 +274,10 @@ fn contained(d: &Decider, i: &Input) -> Option<String> {
 }
 
 fn never_retry(d: &Decider, i: &Input, kinds: &[String]) -> Option<String> {
-    if !kinds.iter().any(|k| verdict_sdk::kind_matches(k, &i.kind)) {
+    if !kinds
+        .iter()
+        .any(|k| verdict_types::kind_matches(k, &i.kind))
+    {
         return None;
     }
     let v = decide(d, i).verdict;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use verdict_sdk::Action;
+use verdict_types::Action;
 
 use super::vectors::{Case, Expect, ExpectedAction, Suite};
 use verdict_runtime::{Decider, Decision, Policy, TopicSettings};

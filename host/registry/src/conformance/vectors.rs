@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use verdict_sdk::{Class, Severity};
+use verdict_types::{Class, Severity};
 
 use verdict_runtime::{FailureSpec, TopicSettings};
 

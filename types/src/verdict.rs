@@ -61,7 +61,7 @@ pub enum Severity {
 /// Build one with a constructor for the action and refine it with the chainable setters:
 ///
 /// ```
-/// use verdict_sdk::{Class, Severity, Verdict};
+/// use verdict_types::{Class, Severity, Verdict};
 ///
 /// let v = Verdict::dead_letter(Class::Permanent)
 ///     .because("amount is negative")
@@ -186,16 +186,4 @@ impl Verdict {
             Action::DeadLetter | Action::Discard => None,
         }
     }
-}
-
-/// What a policy says about itself (filled in by [`export_policy!`](crate::export_policy)
-/// from the crate's `Cargo.toml`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Info {
-    /// The policy's name.
-    pub name: String,
-    /// The policy's version.
-    pub version: String,
-    /// One line on what it does.
-    pub description: String,
 }

@@ -5,24 +5,16 @@
 //! failure always gets the same delay: decisions can be replayed and tested exactly.
 //!
 //! ```
-//! use verdict_sdk::{Backoff, Jitter};
+//! use verdict_types::{Backoff, Jitter};
 //!
 //! let b = Backoff::Exponential { base_ms: 100, cap_ms: 1_000, jitter: Jitter::None };
 //! let delays: Vec<u64> = (1..=5).map(|a| b.delay_ms(a, 0)).collect();
 //! assert_eq!(delays, [100, 200, 400, 800, 1_000]);
-//!
-//! // RocketMQ's ladder, from level 3 (10 s) on, as the broker does for retries.
-//! let ladder = Backoff::rocketmq();
-//! assert_eq!(ladder.delay_ms(3, 0), 10_000);
 //! ```
 
 use serde::{Deserialize, Serialize};
 
-/// RocketMQ's 18 delay levels (1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h).
-pub const ROCKETMQ_LEVELS_MS: [u64; 18] = [
-    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
-    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
-];
+use crate::SplitMix64;
 
 /// How to spread delays so that many messages failing together do not retry together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -83,14 +75,6 @@ pub enum Backoff {
 }
 
 impl Backoff {
-    /// RocketMQ's 18-level ladder without jitter.
-    pub fn rocketmq() -> Self {
-        Backoff::Ladder {
-            steps_ms: ROCKETMQ_LEVELS_MS.to_vec(),
-            jitter: Jitter::None,
-        }
-    }
-
     /// Check the parameters; the error names the offending field.
     pub fn validate(&self) -> Result<(), String> {
         match self {
@@ -183,36 +167,6 @@ fn apply(jitter: Jitter, delay: u64, rng: &mut SplitMix64) -> u64 {
     }
 }
 
-/// A tiny, well-mixed deterministic generator (Vigna's SplitMix64). Good enough for jitter,
-/// and identical on every platform.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    /// A generator seeded with `seed`.
-    pub fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi]` (inclusive); `lo` when `hi < lo`.
-    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo {
-            return lo;
-        }
-        let span = u128::from(hi - lo) + 1;
-        lo + ((u128::from(self.next_u64()) * span) >> 64) as u64
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,10 +238,13 @@ mod tests {
     }
 
     #[test]
-    fn ladder_repeats_its_last_step_and_rocketmq_has_18_levels() {
-        let l = Backoff::rocketmq();
+    fn a_ladder_repeats_its_last_step() {
+        let l = Backoff::Ladder {
+            steps_ms: vec![1_000, 5_000, 7_200_000],
+            jitter: Jitter::None,
+        };
         assert_eq!(l.delay_ms(1, 0), 1_000);
-        assert_eq!(l.delay_ms(18, 0), 7_200_000);
+        assert_eq!(l.delay_ms(3, 0), 7_200_000);
         assert_eq!(l.delay_ms(40, 0), 7_200_000);
         assert!(l.is_monotone());
         assert_eq!(l.max_delay_ms(), 7_200_000);

@@ -5,7 +5,7 @@
 //! matches one character: `db.*`, `http.5*`, `*.timeout`, `*`.
 //!
 //! ```
-//! use verdict_sdk::kind_matches;
+//! use verdict_types::kind_matches;
 //!
 //! assert!(kind_matches("http.5*", "http.503"));
 //! assert!(kind_matches("*.timeout", "db.timeout"));
