@@ -70,9 +70,11 @@ struct Args {
     /// 20,000 with --soak, so its faults strike all through the run).
     #[arg(long)]
     max_backlog: Option<usize>,
-    /// How long to wait for every message to become terminal after publishing (seconds).
-    #[arg(long, default_value_t = 120)]
-    duration: u64,
+    /// How long to wait for every message to become terminal after publishing (seconds;
+    /// default 120, 900 with --soak: a RabbitMQ message retried five times waits behind the
+    /// whole backlog each time).
+    #[arg(long)]
+    duration: Option<u64>,
     /// The `verdict` binary (default: next to this one).
     #[arg(long, env = "VERDICT_BIN")]
     verdict: Option<PathBuf>,
@@ -148,7 +150,11 @@ fn real_main() -> Result<bool> {
                 fault_kinds: fault_kinds.clone(),
                 broker_restarts: !args.no_broker_restarts,
                 profile: profile.clone(),
-                settle: Duration::from_secs(args.duration),
+                settle: Duration::from_secs(args.duration.unwrap_or(if args.soak {
+                    900
+                } else {
+                    120
+                })),
                 bin: bin.clone(),
                 component: component.clone(),
                 workdir: std::path::absolute(&args.workdir)?,
