@@ -8,6 +8,7 @@
 use std::cell::OnceCell;
 
 use serde::de::DeserializeOwned;
+use verdict_types::AttemptRecord;
 
 /// Recent statistics of the topic, over a window chosen by the host.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -32,17 +33,6 @@ impl TopicStats {
         let failures = self.failures.min(self.deliveries);
         f64::from(self.deliveries - failures) / f64::from(self.deliveries)
     }
-}
-
-/// One earlier failed attempt of the same message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttemptRecord {
-    /// When it failed, in ms since the Unix epoch.
-    pub at_ms: u64,
-    /// Its error kind.
-    pub kind: String,
-    /// Its error message.
-    pub message: String,
 }
 
 /// One message header.

@@ -101,11 +101,11 @@ mod policy;
 mod export;
 
 pub use config::{from_json_slice, parse_config};
-pub use failure::{AttemptRecord, Failure, Header, TopicStats};
+pub use failure::{Failure, Header, TopicStats};
 pub use log::{Level, info, log, warn};
 pub use policy::{Policy, instantiate};
 pub use verdict_types::{
-    Action, Backoff, Class, Jitter, Severity, Verdict, first_match, kind_matches,
+    Action, AttemptRecord, Backoff, Class, Jitter, Severity, Verdict, first_match, kind_matches,
 };
 
 /// Implementation details of [`export_policy!`]; not part of the API.

@@ -20,12 +20,14 @@
 
 #![forbid(unsafe_code)]
 
+mod attempt;
 mod backoff;
 mod jitter;
 mod kinds;
 mod rng;
 mod verdict;
 
+pub use attempt::AttemptRecord;
 pub use backoff::{Backoff, Jitter};
 pub use jitter::jitter_seed;
 pub use kinds::{first_match, kind_matches};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::wit::types as wit;
-use verdict_types::jitter_seed;
+use verdict_types::{AttemptRecord, jitter_seed};
 
 /// The parts of a failure a policy fetches on demand.
 #[derive(Debug, Default)]
@@ -184,21 +184,6 @@ pub struct ErrorSpec {
     /// Explicit reject by the consumer.
     #[serde(default)]
     pub rejected: bool,
-}
-
-/// One earlier failed attempt.
-#[derive(
-    Debug, Clone, Default, Deserialize, serde::Serialize, PartialEq, Eq, schemars::JsonSchema,
-)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct AttemptRecord {
-    /// When it failed.
-    pub at_ms: u64,
-    /// Its kind.
-    pub kind: String,
-    /// Its message.
-    #[serde(default)]
-    pub message: String,
 }
 
 /// Topic statistics over a recent window.
