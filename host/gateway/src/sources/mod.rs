@@ -46,7 +46,7 @@ pub(crate) async fn supervise<F, Fut>(
 {
     let max = max_in_flight.max(1);
     let slots = Arc::new(Semaphore::new(max));
-    let mut backoff = Backoff::new();
+    let mut backoff = Reconnect::new();
     let mut stop = shutdown.clone();
     while !*shutdown.borrow() {
         match session(slots.clone(), shutdown.clone()).await {
@@ -186,13 +186,13 @@ impl Drop for AbortOnDrop {
 
 /// Reconnect delays: 100 ms doubling to 5 s.
 #[derive(Debug)]
-pub(crate) struct Backoff {
+pub(crate) struct Reconnect {
     next_ms: u64,
 }
 
-impl Backoff {
-    pub(crate) fn new() -> Backoff {
-        Backoff { next_ms: 100 }
+impl Reconnect {
+    pub(crate) fn new() -> Reconnect {
+        Reconnect { next_ms: 100 }
     }
 
     pub(crate) fn reset(&mut self) {
@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn reconnects_back_off_to_five_seconds_and_start_over_once_up() {
-        let mut b = Backoff::new();
+        let mut b = Reconnect::new();
         let waits: Vec<u64> = (0..8).map(|_| b.next().as_millis() as u64).collect();
         assert_eq!(waits, [100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000]);
         b.reset();

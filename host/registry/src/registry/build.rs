@@ -1,4 +1,4 @@
-//! Building a generation from its [`Source`], behind the admission gate.
+//! Building a generation from its [`Desired`], behind the admission gate.
 //!
 //! Every component is read, checked against its pin, compiled (or reused: same digest, same
 //! compiled code) and admitted; every route's config is checked against its policy's
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::SystemTime;
 
 use super::admission::{Admission, Candidate};
-use super::source::Source;
+use super::desired::Desired;
 use super::{ActiveRoute, Generation, RegistryError};
 use crate::{Router, Shadow, TopicPattern};
 use verdict_runtime::{Host, Policy};
@@ -34,7 +34,7 @@ struct Loaded<'a> {
 impl Builder<'_> {
     pub(crate) fn build(
         &self,
-        source: Arc<Source>,
+        source: Arc<Desired>,
         previous: Option<&Generation>,
         number: u64,
         cause: String,

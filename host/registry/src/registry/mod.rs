@@ -20,14 +20,14 @@ use verdict_runtime::{CacheStats, Decider, Decision, Failure, Host, Policy};
 
 mod admission;
 mod build;
+mod desired;
 mod error;
-mod source;
 mod status;
 mod upload;
 
 use build::{Builder, CompiledCache};
+use desired::{ComponentOverride, Desired, Journal, ShadowOverride};
 pub use error::RegistryError;
-use source::{ComponentOverride, Journal, ShadowOverride, Source};
 pub use status::ReloadStatus;
 pub use upload::Upload;
 
@@ -71,7 +71,7 @@ pub struct Generation {
     /// Every policy of the config, compiled (also those no route uses yet, so a shadow or
     /// a route added later does not recompile them).
     pub policies: BTreeMap<String, Arc<Policy>>,
-    source: Arc<Source>,
+    source: Arc<Desired>,
 }
 
 impl Generation {
@@ -127,7 +127,7 @@ impl Registry {
             compiled: &compiled,
             admission: &admission,
         };
-        let from_file = || Arc::new(Source::from_file(config.clone(), base_dir.to_path_buf()));
+        let from_file = || Arc::new(Desired::from_file(config.clone(), base_dir.to_path_buf()));
         let journal = state.join(JOURNAL);
         let first = match Journal::load(&journal) {
             Ok(Some(j)) => {
@@ -361,7 +361,7 @@ impl Registry {
     fn change(
         &self,
         cause: String,
-        edit: impl FnOnce(&Source) -> Result<Source, RegistryError>,
+        edit: impl FnOnce(&Desired) -> Result<Desired, RegistryError>,
     ) -> Result<u64, RegistryError> {
         let mut next = self.next_lock();
         let current = self.current.load_full();
@@ -406,7 +406,7 @@ impl Registry {
         }
     }
 
-    fn check_policy(&self, source: &Source, policy: &str) -> Result<(), RegistryError> {
+    fn check_policy(&self, source: &Desired, policy: &str) -> Result<(), RegistryError> {
         if source.file.policies.contains_key(policy) {
             return Ok(());
         }
@@ -447,7 +447,7 @@ impl Registry {
 
     /// Journal the operator's changes of the generation going live (a failure costs them
     /// at the next restart, and is logged).
-    fn journal(&self, source: &Source) {
+    fn journal(&self, source: &Desired) {
         let path = self.state.join(JOURNAL);
         if let Err(e) = Journal::save(source, &path) {
             tracing::warn!(path = %path.display(), error = %e, "could not journal the operator's changes");

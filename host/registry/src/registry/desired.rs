@@ -12,9 +12,10 @@ use std::path::PathBuf;
 
 use crate::{GatewayConfig, PolicyConfig, ShadowConfig};
 
-/// A generation's inputs.
+/// A generation's inputs: what the operator wants live - the config file as read plus the
+/// changes made through the admin API.
 #[derive(Debug, Clone)]
-pub(crate) struct Source {
+pub(crate) struct Desired {
     /// The config as read from the file.
     pub file: GatewayConfig,
     /// Paths in `file` are relative to this.
@@ -43,9 +44,9 @@ pub(crate) struct ShadowOverride {
     pub replaced: Option<ShadowConfig>,
 }
 
-impl Source {
+impl Desired {
     pub(crate) fn from_file(file: GatewayConfig, base_dir: PathBuf) -> Self {
-        Source {
+        Desired {
             file,
             base_dir,
             components: BTreeMap::new(),
@@ -72,7 +73,7 @@ impl Source {
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        Source {
+        Desired {
             file,
             base_dir,
             components,
@@ -118,7 +119,7 @@ impl Journal {
         }
     }
 
-    pub(crate) fn save(source: &Source, path: &std::path::Path) -> std::io::Result<()> {
+    pub(crate) fn save(source: &Desired, path: &std::path::Path) -> std::io::Result<()> {
         let journal = Journal {
             components: source.components.clone(),
             shadows: source.shadows.clone(),
@@ -128,8 +129,8 @@ impl Journal {
     }
 
     /// `file` with these changes, minus those whose file entry has changed since.
-    pub(crate) fn apply(self, file: GatewayConfig, base_dir: PathBuf) -> Source {
-        let journaled = Source {
+    pub(crate) fn apply(self, file: GatewayConfig, base_dir: PathBuf) -> Desired {
+        let journaled = Desired {
             file: file.clone(),
             base_dir: base_dir.clone(),
             components: self.components,
