@@ -128,7 +128,7 @@ fn rollback_restores_the_previous_generation() {
     assert_eq!((d.verdict.class, d.generation), (Class::Transient, Some(1)));
 }
 
-/// The bar: under concurrent decision load, 1,000 hot reloads alternating two
+/// Under concurrent decision load, 1,000 hot reloads alternating two
 /// versions of a policy (different bytes, different config): no decision fails, and each
 /// names one of the two versions - with that version's config, never a mix.
 #[test]

@@ -4,7 +4,7 @@
 //! three fsync'd transactions per message) and, for failures, a decision.
 //!
 //! `cargo bench -p verdict-cli --bench gateway` (N from `VERDICT_BENCH_MESSAGES`, default
-//! 5000; the consumer fails 20% transiently and 5% permanently, as in the scenario).
+//! 5000; the consumer fails 20% transiently and 5% permanently, as in the README quickstart and `verdict bench`).
 
 mod common;
 

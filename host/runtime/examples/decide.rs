@@ -1,7 +1,7 @@
 //! Decide one failure with one policy, as a consumer embedding Verdict would.
 //!
 //! ```sh
-//! cargo build -p rules --target wasm32-unknown-unknown --release
+//! cargo run -q --bin verdict -- build policies/rules
 //! cargo run -p verdict-runtime --example decide -- \
 //!     target/wasm32-unknown-unknown/release/rules.component.wasm \
 //!     '{"attempt": 2, "error": {"kind": "db.timeout"}}'

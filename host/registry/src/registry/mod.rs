@@ -357,7 +357,7 @@ impl Registry {
         Ok(number)
     }
 
-    /// Build the generation `edit` makes of the current source and swap it in.
+    /// Build the generation `edit` makes of the current `Desired` and swap it in.
     fn change(
         &self,
         cause: String,
