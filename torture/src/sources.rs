@@ -280,7 +280,7 @@ impl Source {
     /// hundred thousand, which a consumer without acknowledgements drains in seconds.
     pub async fn drain_rabbitmq_dlq(&self) -> Result<Vec<Letter>> {
         use futures_util::StreamExt as _;
-        use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+        use lapin::options::BasicConsumeOptions;
         use verdict_gateway::model::letter_headers::{AT_MS, FORMAT};
 
         let queue = format!("{}.orders.DLQ", self.prefix);
@@ -289,19 +289,10 @@ impl Source {
             *held = Some(rabbit_connect().await.context("reconnecting to RabbitMQ")?);
         }
         let (conn, _) = held.as_ref().expect("connected above");
-        let channel = conn.create_channel().await?;
-        let depth = channel
-            .queue_declare(
-                ShortString::from(queue.as_str()),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
+        let depth = queue_count(conn, &queue)
             .await
-            .with_context(|| format!("queue `{queue}`"))?
-            .message_count() as usize;
+            .with_context(|| format!("queue `{queue}`"))? as usize;
+        let channel = conn.create_channel().await?;
         let mut consumer = channel
             .basic_consume(
                 ShortString::from(queue.as_str()),
@@ -369,7 +360,6 @@ impl Source {
     /// nothing elsewhere): a message found there when the run is judged was not lost, only
     /// not terminal yet.
     pub async fn still_queued(&self) -> Vec<(String, u64)> {
-        use lapin::options::QueueDeclareOptions;
         let mut held = self.rabbit.lock().await;
         if held.as_ref().is_some_and(|(c, _)| !c.status().connected()) {
             *held = rabbit_connect().await.ok();
@@ -382,25 +372,11 @@ impl Source {
             if q.ends_with(".DLQ") || q.ends_with(".audit") {
                 continue;
             }
-            // A queue that does not exist closes its channel: one channel each.
-            let Ok(ch) = conn.create_channel().await else {
-                continue;
-            };
-            let declared = ch
-                .queue_declare(
-                    ShortString::from(q.as_str()),
-                    QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await;
-            if let Ok(queue) = declared
-                && queue.message_count() > 0
+            // A bucket the run never used does not exist: nothing waits there.
+            if let Ok(n) = queue_count(conn, &q).await
+                && n > 0
             {
-                out.push((q, u64::from(queue.message_count())));
-                let _ = ch.close(200, ShortString::from("counted")).await;
+                out.push((q, u64::from(n)));
             }
         }
         out
@@ -434,6 +410,25 @@ impl Source {
             }
         }
     }
+}
+
+/// The messages ready in `queue` (a passive declare), on a channel of its own: a queue that
+/// does not exist closes the channel that asked.
+async fn queue_count(conn: &Connection, queue: &str) -> lapin::Result<u32> {
+    use lapin::options::QueueDeclareOptions;
+    let channel = conn.create_channel().await?;
+    let declared = channel
+        .queue_declare(
+            ShortString::from(queue),
+            QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    let _ = channel.close(200, ShortString::from("counted")).await;
+    Ok(declared.message_count())
 }
 
 async fn rabbit_connect() -> lapin::Result<(Connection, lapin::Channel)> {

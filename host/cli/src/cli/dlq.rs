@@ -198,3 +198,22 @@ pub fn export(
     }
     Ok(entries.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_takes_the_config_spelling_and_names_what_it_expected() {
+        assert_eq!(parse_source("embedded"), Ok(SourceKind::Embedded));
+        assert_eq!(parse_source("nats"), Ok(SourceKind::Nats));
+        assert_eq!(parse_source("rabbitmq"), Ok(SourceKind::Rabbitmq));
+        for bad in ["kafka", "NATS", "", "nats\r\nx"] {
+            let e = parse_source(bad).unwrap_err();
+            assert!(
+                e.contains("expected embedded, nats or rabbitmq"),
+                "{bad:?}: {e}"
+            );
+        }
+    }
+}
