@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use verdict_gateway::dlq::{
-    DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, replay,
-};
+use verdict_gateway::dlq::{DeadLetters, ReplayOptions, replay};
+use verdict_gateway::sources::nats::NatsDeadLetters;
+use verdict_gateway::sources::rabbitmq::RabbitDeadLetters;
 use verdict_gateway::store::DlqFilter;
 use verdict_registry::GatewayConfig;
 use verdict_tests::consumer::{Behaviour, Consumer};

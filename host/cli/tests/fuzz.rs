@@ -2558,17 +2558,17 @@ fn dlq_original() -> BoxedStrategy<(Value, String)> {
 proptest! {
     #![proptest_config(config())]
 
-    /// A replay from a broker's DLQ (`dlq::nats_replay_headers`,
-    /// `dlq::rabbitmq_replay_properties`): whatever a dead letter's envelope holds, the
+    /// A replay from a broker's DLQ (`sources::nats::replay_headers`,
+    /// `sources::rabbitmq::replay_properties`): whatever a dead letter's envelope holds, the
     /// replay's headers are built without a panic (the clients assert on what they cannot
     /// carry), keep every header the broker can carry, and carry the token and a one-line id.
     #[test]
     fn dlq_replay_headers((original, id) in dlq_original(), token in "[a-z0-9-]{1,24}") {
-        let nats = verdict_gateway::dlq::nats_replay_headers(&original, &id, &token);
+        let nats = verdict_gateway::sources::nats::replay_headers(&original, &id, &token);
         prop_assert_eq!(nats.get(verdict_gateway::model::REPLAY_HEADER).map(|v| v.as_str().to_string()), Some(token.clone()));
         let shown = nats.get("verdict-message-id").map(|v| v.as_str().to_string()).unwrap_or_default();
         prop_assert!(is_one_line(&shown) && shown.len() <= 1_024);
-        let rabbit = verdict_gateway::dlq::rabbitmq_replay_properties(&original, &id, &token);
+        let rabbit = verdict_gateway::sources::rabbitmq::replay_properties(&original, &id, &token);
         let table = rabbit.headers().clone().unwrap_or_default();
         for (name, value) in original["headers"].as_object().expect("headers") {
             if name.len() <= 255 && value.is_string() && name != verdict_gateway::model::REPLAY_HEADER {

@@ -13,9 +13,11 @@ use tokio::sync::watch;
 
 use crate::Metrics;
 use crate::admin::{self, AdminState};
-use crate::health::Readiness;
 use crate::pipeline::{Pipeline, now_ms};
-use crate::sources;
+use crate::sources::Source;
+use crate::sources::embedded::EmbeddedSource;
+use crate::sources::nats::NatsSource;
+use crate::sources::rabbitmq::{HistoryKey, RabbitmqSource};
 use crate::store::Store;
 use verdict_registry::SourceKind;
 use verdict_registry::{AdminConfig, ConfigWatcher, GatewayConfig, Registry};
@@ -127,19 +129,19 @@ async fn start(
     {
         history_key(&config.rabbitmq, &base, &state_dir)?
     } else {
-        sources::rabbitmq::HistoryKey::new(Vec::new())
+        HistoryKey::new(Vec::new())
     };
-    let mut deliveries = start_sources(&config, &pipeline, &stopped, &history_key);
-    {
-        // Retention runs until shutdown, like the sources.
-        let (store, retention_ms, mut stop) =
-            (store.clone(), config.storage.retention_ms, stopped.clone());
-        deliveries.push(tokio::spawn(async move {
-            tokio::select! {
-                () = sources::embedded::maintain(store, retention_ms) => {}
-                _ = stop.wait_for(|stop| *stop) => {}
-            }
-        }));
+    let mut deliveries = Vec::new();
+    for source in sources_of(&config, history_key) {
+        if let Some(ready) = source.readiness() {
+            pipeline.add_source(ready);
+        }
+        tracing::debug!(source = source.name(), "starting a source");
+        deliveries.push(tokio::spawn(source.run(
+            pipeline.clone(),
+            stopped.clone(),
+            SHUTDOWN_GRACE,
+        )));
     }
     let listener = tokio::net::TcpListener::bind(config.admin.listen)
         .await
@@ -178,17 +180,9 @@ async fn start(
 /// The embedded source, and each broker source some route consumes from. The topics of the
 /// routes on a broker are its subjects/queues as of this start: a reload that moves a route
 /// to another broker takes effect at the next start.
-fn start_sources(
-    config: &GatewayConfig,
-    pipeline: &Arc<Pipeline>,
-    stopped: &watch::Receiver<bool>,
-    history_key: &sources::rabbitmq::HistoryKey,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = vec![tokio::spawn(sources::embedded::run(
-        pipeline.clone(),
-        stopped.clone(),
-        SHUTDOWN_GRACE,
-    ))];
+fn sources_of(config: &GatewayConfig, history_key: HistoryKey) -> Vec<Box<dyn Source>> {
+    let mut sources: Vec<Box<dyn Source>> =
+        vec![Box::new(EmbeddedSource::new(config.storage.retention_ms))];
     let topics = |kind: SourceKind| -> Vec<String> {
         config
             .routes
@@ -199,34 +193,17 @@ fn start_sources(
     };
     let nats = topics(SourceKind::Nats);
     if !nats.is_empty() {
-        let ready = Readiness::new(sources::nats::NAME);
-        pipeline.add_source(ready.clone());
-        tasks.push(tokio::spawn(sources::nats::run(
-            pipeline.clone(),
-            config.nats.clone(),
-            nats,
-            ready,
-            pipeline.broker_dlqs().clone(),
-            stopped.clone(),
-            SHUTDOWN_GRACE,
-        )));
+        sources.push(Box::new(NatsSource::new(config.nats.clone(), nats)));
     }
     let rabbitmq = topics(SourceKind::Rabbitmq);
     if !rabbitmq.is_empty() {
-        let ready = Readiness::new(sources::rabbitmq::NAME);
-        pipeline.add_source(ready.clone());
-        tasks.push(tokio::spawn(sources::rabbitmq::run(
-            pipeline.clone(),
+        sources.push(Box::new(RabbitmqSource::new(
             config.rabbitmq.clone(),
             rabbitmq,
-            history_key.clone(),
-            ready,
-            pipeline.broker_dlqs().clone(),
-            stopped.clone(),
-            SHUTDOWN_GRACE,
+            history_key,
         )));
     }
-    tasks
+    sources
 }
 
 /// The key signing RabbitMQ history headers: `[rabbitmq] history_key_file`, or
@@ -235,7 +212,7 @@ fn history_key(
     config: &verdict_registry::RabbitmqConfig,
     base: &Path,
     state_dir: &Path,
-) -> Result<sources::rabbitmq::HistoryKey> {
+) -> Result<HistoryKey> {
     let path = if config.history_key_file.as_os_str().is_empty() {
         state_dir.join("history.key")
     } else {
@@ -243,7 +220,7 @@ fn history_key(
     };
     let key = verdict_runtime::fsutil::secret(&path)
         .with_context(|| format!("rabbitmq.history_key_file: {}", path.display()))?;
-    Ok(sources::rabbitmq::HistoryKey::new(key))
+    Ok(HistoryKey::new(key))
 }
 
 /// The bearer token: from the environment variable, else the token file.

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use verdict_gateway::dlq::{
-    DeadLetters, NatsDeadLetters, RabbitDeadLetters, ReplayOptions, ReplayReport,
-};
+use verdict_gateway::dlq::{DeadLetters, ReplayOptions, ReplayReport};
+use verdict_gateway::sources::nats::NatsDeadLetters;
+use verdict_gateway::sources::rabbitmq::RabbitDeadLetters;
 use verdict_gateway::store::{DlqFilter, Store};
 use verdict_registry::SourceKind;
 use verdict_registry::{GatewayConfig, Registry};

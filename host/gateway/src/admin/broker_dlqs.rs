@@ -4,7 +4,9 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::dlq::{DlqError, NatsDeadLetters, RabbitDeadLetters};
+use crate::dlq::DlqError;
+use crate::sources::nats::NatsDeadLetters;
+use crate::sources::rabbitmq::RabbitDeadLetters;
 use verdict_registry::SourceKind;
 use verdict_registry::{GatewayConfig, NatsConfig, RabbitmqConfig};
 

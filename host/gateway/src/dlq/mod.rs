@@ -13,19 +13,11 @@ use verdict_registry::Registry;
 use verdict_runtime::{AttemptRecord, Decision, ErrorSpec, FailureSpec};
 
 mod backend;
-mod nats;
-mod rabbitmq;
 mod runtime;
 
 pub use backend::{CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, matches};
-pub use nats::NatsDeadLetters;
-/// What a replay from a broker's DLQ sends: public for the fuzz targets, not an API.
-#[doc(hidden)]
-pub use nats::replay_headers as nats_replay_headers;
-/// What a replay from a broker's DLQ sends: public for the fuzz targets, not an API.
-#[doc(hidden)]
-pub use rabbitmq::replay_properties as rabbitmq_replay_properties;
-pub use rabbitmq::{BROWSE_DEPTH_MAX, RabbitDeadLetters};
+pub(crate) use backend::{StatsTally, back_again, entry_from_headers, position_after};
+pub(crate) use runtime::Rt;
 
 /// How to replay.
 #[derive(Debug, Clone, Default)]

@@ -22,9 +22,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt as _;
+use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
-use super::AbortOnDrop;
+use super::{AbortOnDrop, Source};
+use crate::health::Readiness;
 use crate::model::Handled;
 use crate::model::Settlement;
 use crate::pipeline::{Pipeline, RouteTarget, SettleFault, now_ms};
@@ -40,10 +42,47 @@ const UNROUTED_PER_ROUND: usize = 16;
 /// The leases this process holds: message seq -> lease number, for the keeper to extend.
 type Held = Arc<Mutex<HashMap<i64, i64>>>;
 
+/// The embedded store as a source, with its upkeep (retention, idle topics) running beside
+/// it.
+#[derive(Debug, Clone)]
+pub struct EmbeddedSource {
+    retention_ms: u64,
+}
+
+impl EmbeddedSource {
+    /// A source that keeps settled rows and dead letters `retention_ms` (`[storage]`).
+    pub fn new(retention_ms: u64) -> EmbeddedSource {
+        EmbeddedSource { retention_ms }
+    }
+}
+
+impl Source for EmbeddedSource {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn readiness(&self) -> Option<Readiness> {
+        None
+    }
+
+    fn run(
+        self: Box<Self>,
+        pipeline: Arc<Pipeline>,
+        shutdown: watch::Receiver<bool>,
+        grace: Duration,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let store = pipeline.store().clone();
+            let _upkeep = AbortOnDrop(tokio::spawn(maintain(store, self.retention_ms)));
+            consume(pipeline, shutdown, grace).await;
+        })
+    }
+}
+
 /// Deliver the store's due messages until `shutdown` turns true; then stop claiming and wait
 /// (up to `grace`) for deliveries in flight. A delivery still running after that keeps its
 /// lease and is delivered again after a restart.
-pub async fn run(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, grace: Duration) {
+async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, grace: Duration) {
     let settings = pipeline.settings().clone();
     let store = pipeline.store().clone();
     let max = settings.max_in_flight.max(1);

@@ -35,19 +35,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, AckKind, consumer, stream};
+use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use super::{AbortOnDrop, SettleFailures};
+use super::{AbortOnDrop, SettleFailures, Source};
 use crate::health::{BrokerDlqs, Readiness};
 use crate::model::{Delivery, Settlement};
 use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
 use verdict_registry::{GatewaySection, NatsConfig};
 use verdict_runtime::text::Clean;
 
+mod dlq;
 mod history;
 mod setup;
 
+pub use dlq::NatsDeadLetters;
+/// What a replay from the DLQ stream sends: public for the fuzz targets, not an API.
+#[doc(hidden)]
+pub use dlq::replay_headers;
 pub use history::History;
 pub use setup::{Broker, connect};
 pub use setup::{route_durable, widest as widest_subjects};
@@ -55,18 +61,60 @@ pub use setup::{route_durable, widest as widest_subjects};
 /// The source's name in metrics and `/readyz`.
 pub const NAME: &str = "nats";
 
-/// Consume until `shutdown` turns true, reconnecting with backoff; then wait up to `grace`
-/// for deliveries in flight. Messages fetched but not started are redelivered by JetStream
-/// after `ack_wait_ms`.
-pub async fn run(
-    pipeline: Arc<Pipeline>,
+/// The routes of one JetStream stream (`[nats]`), consumed as one source.
+#[derive(Debug)]
+pub struct NatsSource {
     config: NatsConfig,
     subjects: Vec<String>,
     ready: Readiness,
-    dlqs: BrokerDlqs,
+}
+
+impl NatsSource {
+    /// A source consuming the routes whose topics are `subjects`.
+    pub fn new(config: NatsConfig, subjects: Vec<String>) -> NatsSource {
+        NatsSource {
+            config,
+            subjects,
+            ready: Readiness::new(NAME),
+        }
+    }
+}
+
+impl Source for NatsSource {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn readiness(&self) -> Option<Readiness> {
+        Some(self.ready.clone())
+    }
+
+    /// Messages fetched but not started at shutdown are redelivered by JetStream after
+    /// `ack_wait_ms`.
+    fn run(
+        self: Box<Self>,
+        pipeline: Arc<Pipeline>,
+        shutdown: watch::Receiver<bool>,
+        grace: Duration,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(consume(pipeline, *self, shutdown, grace))
+    }
+}
+
+/// Consume until `shutdown` turns true, reconnecting with backoff; then wait up to `grace`
+/// for deliveries in flight.
+async fn consume(
+    pipeline: Arc<Pipeline>,
+    source: NatsSource,
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
+    let NatsSource {
+        config,
+        subjects,
+        ready,
+    } = source;
+    let dlqs = pipeline.broker_dlqs().clone();
     let settings = &pipeline.settings().clone();
     let (config, ready, dlqs, subjects) = (&config, &ready, &dlqs, &subjects);
     let pipeline = &pipeline;

@@ -17,13 +17,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, StreamExt};
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
 
-use super::{AbortOnDrop, SettleFailures};
+use super::{AbortOnDrop, SettleFailures, Source};
 use crate::health::{BrokerDlqs, Readiness};
 use crate::model::Handled;
 use crate::model::{AuditRecord, Delivery, Settlement};
@@ -31,29 +32,85 @@ use crate::pipeline::{Pipeline, SettleFault, now_ms};
 use verdict_registry::{GatewaySection, RabbitmqConfig};
 use verdict_runtime::text::Clean;
 
+mod dlq;
 pub mod headers;
 pub mod topology;
 
+/// What a replay from a DLQ queue sends: public for the fuzz targets, not an API.
+#[doc(hidden)]
+pub use dlq::replay_properties;
+pub use dlq::{BROWSE_DEPTH_MAX, RabbitDeadLetters, SCAN_PER_PAGE};
 pub use headers::HistoryKey;
 use topology::Topology;
 
 /// The source's name in metrics and `/readyz`.
 pub const NAME: &str = "rabbitmq";
 
-/// Consume `queues` until `shutdown` turns true, reconnecting with backoff; then wait up to
-/// `grace` for deliveries in flight (unacked ones are redelivered by the broker). `key`
-/// signs the history headers of retried copies.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
-    pipeline: Arc<Pipeline>,
+/// The routes on RabbitMQ (`[rabbitmq]`), each topic a durable queue, consumed as one
+/// source.
+pub struct RabbitmqSource {
     config: RabbitmqConfig,
     queues: Vec<String>,
     key: HistoryKey,
     ready: Readiness,
-    dlqs: BrokerDlqs,
+}
+
+impl std::fmt::Debug for RabbitmqSource {
+    // Not derived: the config's URL may hold a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitmqSource")
+            .field("queues", &self.queues)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RabbitmqSource {
+    /// A source consuming `queues`; `key` signs the history headers of retried copies.
+    pub fn new(config: RabbitmqConfig, queues: Vec<String>, key: HistoryKey) -> RabbitmqSource {
+        RabbitmqSource {
+            config,
+            queues,
+            key,
+            ready: Readiness::new(NAME),
+        }
+    }
+}
+
+impl Source for RabbitmqSource {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn readiness(&self) -> Option<Readiness> {
+        Some(self.ready.clone())
+    }
+
+    /// Deliveries unacked at shutdown are redelivered by the broker.
+    fn run(
+        self: Box<Self>,
+        pipeline: Arc<Pipeline>,
+        shutdown: watch::Receiver<bool>,
+        grace: Duration,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(consume(pipeline, *self, shutdown, grace))
+    }
+}
+
+/// Consume until `shutdown` turns true, reconnecting with backoff; then wait up to `grace`
+/// for deliveries in flight.
+async fn consume(
+    pipeline: Arc<Pipeline>,
+    source: RabbitmqSource,
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
+    let RabbitmqSource {
+        config,
+        queues,
+        key,
+        ready,
+    } = source;
+    let dlqs = pipeline.broker_dlqs().clone();
     let settings = &pipeline.settings().clone();
     let (config, ready, dlqs, queues) = (&config, &ready, &dlqs, &queues);
     let pipeline = &pipeline;

@@ -16,18 +16,18 @@ use async_nats::jetstream::context::GetStreamErrorKind;
 use async_nats::jetstream::{self, Message};
 use futures_util::StreamExt as _;
 
-use super::backend::{
+use crate::dlq::Rt;
+use crate::dlq::{
     CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, StatsTally, entry_from_headers,
     matches, position_after,
 };
-use super::runtime::Rt;
 use crate::model::AuditRecord;
 use crate::model::REPLAY_HEADER;
 use crate::model::letter_headers;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use verdict_registry::{GatewayConfig, NatsConfig};
 
-const NAME: &str = "nats";
+use super::NAME;
 
 /// Dead letters one page looks at, at most, whatever the filter: a filter that matches
 /// little answers with a short page and a cursor rather than scanning the whole stream.

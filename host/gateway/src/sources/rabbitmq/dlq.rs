@@ -16,19 +16,19 @@ use lapin::options::{BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use super::backend::{
+use super::topology::Topology;
+use crate::dlq::Rt;
+use crate::dlq::{
     CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, StatsTally, back_again,
     entry_from_headers, matches, position_after,
 };
-use super::runtime::Rt;
 use crate::model::AuditRecord;
 use crate::model::REPLAY_HEADER;
-use crate::sources::rabbitmq::topology::Topology;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use verdict_registry::SourceKind;
 use verdict_registry::{GatewayConfig, RabbitmqConfig};
 
-const NAME: &str = "rabbitmq";
+use super::NAME;
 
 /// Dead letters one page looks at past its cursor, at most, whatever the filter.
 pub const SCAN_PER_PAGE: usize = 10_000;
