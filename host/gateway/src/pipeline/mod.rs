@@ -15,9 +15,10 @@ use crate::health::{BrokerDlqs, Readiness};
 use crate::model::{AttemptRecord, DeadLetter, Delivery, Settlement};
 use crate::store::Store;
 use verdict_registry::{ConsumerConfig, GatewaySection, Registry};
-use verdict_runtime::{Action, Decision, ErrorSpec, FailureSpec};
+use verdict_runtime::{Action, Decision};
 
 mod delivery;
+mod failure;
 mod metrics;
 mod observer;
 mod topic_stats;
@@ -29,6 +30,7 @@ pub use delivery::{DeliveryError, MAX_ERROR_BODY_BYTES, REJECT_HEADER};
 /// for the fuzz targets (`host/cli/tests/fuzz.rs`), not an API.
 #[doc(hidden)]
 pub use delivery::{classify, forwardable};
+use failure::{Observed, failure_of};
 use metrics::RouteMetrics;
 pub use metrics::{PipelineMetrics, SettleFault};
 pub use observer::Observer;
@@ -201,40 +203,16 @@ impl Pipeline {
             Ok(()) => return Settlement::Delivered,
             Err(error) => error,
         };
-        let failure = FailureSpec {
-            topic: message.topic.clone(),
-            message_id: message.id.clone(),
-            consumer_group: self.settings.consumer_group.clone(),
-            attempt: message.attempts_spent.saturating_add(1),
-            deferrals: message.deferrals,
-            first_failed_at_ms: message.first_failed_at_ms.unwrap_or(now),
-            now_ms: Some(now),
-            published_at_ms: Some(message.published_at_ms),
-            deadline_ms: message.deadline_ms(),
-            error: ErrorSpec {
-                kind: error.kind.clone(),
-                message: error.message.clone(),
-                retry_after_ms: error.retry_after_ms,
-                rejected: error.rejected,
+        let failure = failure_of(
+            message,
+            &error,
+            Observed {
+                now_ms: now,
+                stats,
+                route_topic,
+                settings: &self.settings,
             },
-            history: message.history.clone(),
-            headers: message.headers.clone(),
-            // The bytes go in as they are (below), not through JSON text.
-            payload: None,
-            content_type: message.content_type.clone(),
-            jitter_seed: None,
-            stats,
-            extensions: [
-                ("source", message.source),
-                ("route", route_topic),
-                ("gateway", self.settings.instance.as_str()),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-        }
-        .into_failure()
-        .with_payload(message.payload.clone());
+        );
         let asked = Instant::now();
         let decided = match self.metrics.observer() {
             None => self.registry.decide(&message.topic, &failure),
