@@ -15,7 +15,7 @@ use verdict_tests::nats::NatsFixture;
 use verdict_tests::rabbitmq::RabbitFixture;
 use verdict_tests::{scratch_dir, wait_for};
 
-use super::gateway::broker_config;
+use super::brokers::broker_config;
 
 /// One attempt, then the DLQ: a consumer that is down dead-letters everything.
 const ONE_ATTEMPT: &str = r#"{ max_attempts = 1, rules = [
@@ -48,10 +48,7 @@ fn round_trip(dlqs: &dyn DeadLetters, consumer: &Consumer, topic: &str) {
             ("exhausted", "http.503")
         );
         assert_eq!(e.attempts, 1);
-        assert_eq!(
-            e.envelope["original"]["id"],
-            serde_json::json!(e.message_id)
-        );
+        assert_eq!(e.envelope.original.id, e.message_id);
     }
     let stats = dlqs.stats().unwrap();
     assert_eq!(stats.len(), 1);

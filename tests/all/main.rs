@@ -4,6 +4,7 @@
 mod admin;
 mod admission;
 mod alerts;
+mod brokers;
 mod conformance;
 mod dlq_tools;
 mod gateway;
@@ -11,8 +12,6 @@ mod hostile;
 mod invariants;
 mod layering;
 mod loading;
-mod nats;
 mod operator;
 mod policies;
-mod rabbitmq;
 mod registry;

@@ -42,11 +42,13 @@ fn dead_letter(gw: &Gateway) -> Value {
         .unwrap()
         .dead
         == 1));
-    gw.store
+    let letter = gw
+        .store
         .dlq_list(&DlqFilter::default(), u64::MAX)
         .unwrap()
-        .remove(0)
-        .envelope
+        .remove(0);
+    // The envelope as operators and their tools read it: its JSON.
+    serde_json::to_value(letter.envelope).unwrap()
 }
 
 /// A message whose deadline (`x-message-deadline-ms`) has passed reaches the policy with

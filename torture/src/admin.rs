@@ -2,6 +2,7 @@
 //! reloads, the DLQ's depth and its letters.
 
 use std::time::{Duration, Instant};
+use verdict_gateway::store::DlqEntry;
 
 use anyhow::{Context, Result};
 use verdict_cli::client::AdminClient;
@@ -65,12 +66,12 @@ pub fn dead_letters(admin: &AdminClient, name: SourceName) -> Result<Vec<Letter>
     let mut after = String::new();
     loop {
         let path = format!("/v1/dlq?limit=1000&{source}{after}");
-        let (page, next): (Vec<serde_json::Value>, _) = admin
+        let (page, next): (Vec<DlqEntry>, _) = admin
             .get_page(&path)
             .with_context(|| format!("reading the DLQ ({path})"))?;
-        out.extend(page.into_iter().map(|mut e| Letter {
-            created_at_ms: e["created_at_ms"].as_u64().unwrap_or(0),
-            envelope: e["envelope"].take(),
+        out.extend(page.into_iter().map(|e| Letter {
+            created_at_ms: e.created_at_ms,
+            envelope: e.envelope,
         }));
         match next {
             Some(n) => after = format!("&after={n}"),

@@ -25,7 +25,7 @@ pub struct Letter {
     /// When it was dead-lettered (ms since the epoch).
     pub created_at_ms: u64,
     /// Its envelope, decoded.
-    pub envelope: serde_json::Value,
+    pub envelope: verdict_gateway::envelope::Envelope,
 }
 
 /// The dead letters by the key of the message each holds. `by_digest` finds the key of a
@@ -33,12 +33,11 @@ pub struct Letter {
 pub fn tally(letters: &[Letter], by_digest: &HashMap<String, String>) -> BTreeMap<String, Dead> {
     let mut out: BTreeMap<String, Dead> = BTreeMap::new();
     for letter in letters {
-        let original = &letter.envelope["original"];
-        let payload = verdict_gateway::envelope::payload_bytes(original);
-        let key = key_of(&payload)
+        let original = &letter.envelope.original;
+        let key = key_of(&original.payload_bytes())
             .or_else(|| {
-                let omitted = original["payloadOmitted"]["sha256"].as_str()?;
-                by_digest.get(omitted).cloned()
+                let omitted = original.payload_omitted.as_ref()?;
+                by_digest.get(&omitted.sha256).cloned()
             })
             .unwrap_or_else(|| NO_KEY.into());
         let d = out.entry(key).or_insert(Dead {
@@ -48,10 +47,7 @@ pub fn tally(letters: &[Letter], by_digest: &HashMap<String, String>) -> BTreeMa
         });
         d.count += 1;
         d.at_ms = d.at_ms.min(letter.created_at_ms);
-        d.policy = letter.envelope["policy"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
+        d.policy.clone_from(&letter.envelope.policy.name);
     }
     out
 }

@@ -292,30 +292,32 @@ fn from_msgpack(bytes: &[u8]) -> Result<Envelope, String> {
     Envelope::deserialize(&mut de).map_err(|e| e.to_string())
 }
 
-/// Decode a stored envelope into JSON, whatever its format.
-pub fn decode(format: &str, bytes: &[u8]) -> Result<serde_json::Value, String> {
+/// Decode a stored envelope, whatever its format. Anything that is not an envelope - bytes
+/// of neither format, JSON of another shape, a format this gateway does not know - is an
+/// error saying what was wrong.
+pub fn decode(format: &str, bytes: &[u8]) -> Result<Envelope, String> {
     match format {
         "json" => serde_json::from_slice(bytes).map_err(|e| e.to_string()),
-        "msgpack" => {
-            from_msgpack(bytes).and_then(|e| serde_json::to_value(e).map_err(|e| e.to_string()))
-        }
+        "msgpack" => from_msgpack(bytes),
         other => Err(format!("unknown envelope format `{other}`")),
     }
 }
 
-/// The payload bytes an envelope's `original` records, for a replay: base64 decoded, text as
-/// it was, JSON serialised again (equal as JSON, not byte for byte; a payload that was a
-/// bare JSON string comes back as its text).
-pub fn payload_bytes(original: &serde_json::Value) -> Vec<u8> {
-    if let Some(b64) = original["payloadBase64"].as_str() {
-        return base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .unwrap_or_default();
-    }
-    match &original["payload"] {
-        serde_json::Value::Null => Vec::new(),
-        serde_json::Value::String(text) => text.clone().into_bytes(),
-        other => serde_json::to_vec(other).unwrap_or_default(),
+impl Original {
+    /// The payload bytes recorded here, for a replay: base64 decoded, text as it was, JSON
+    /// serialised again (equal as JSON, not byte for byte; a payload that was a bare JSON
+    /// string comes back as its text). A `payloadBase64` that is not base64 replays empty.
+    pub fn payload_bytes(&self) -> Vec<u8> {
+        if let Some(b64) = &self.payload_base64 {
+            return base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .unwrap_or_default();
+        }
+        match &self.payload {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(serde_json::Value::String(text)) => text.clone().into_bytes(),
+            Some(other) => serde_json::to_vec(other).unwrap_or_default(),
+        }
     }
 }
 
@@ -357,8 +359,16 @@ mod tests {
             b" null ",
         ] {
             let (payload, payload_base64) = payload_fields(bytes);
-            let original = serde_json::json!({"payload": payload, "payloadBase64": payload_base64});
-            assert_eq!(payload_bytes(&original), bytes);
+            let original = Original {
+                topic: String::new(),
+                id: String::new(),
+                headers: BTreeMap::new(),
+                payload,
+                payload_base64,
+                content_type: None,
+                payload_omitted: None,
+            };
+            assert_eq!(original.payload_bytes(), bytes);
         }
     }
 
@@ -392,30 +402,23 @@ mod tests {
         let bytes = serde_json::to_vec(&envelope).unwrap();
         let out = omit_payload("json", &bytes, &payload, "too big").unwrap();
         let out = decode("json", &out).unwrap();
-        assert_eq!(out["original"]["payloadBase64"], serde_json::Value::Null);
-        assert_eq!(out["original"]["payloadOmitted"]["bytes"], 4_096);
-        assert_eq!(out["original"]["payloadOmitted"]["reason"], "too big");
-        assert_eq!(
-            out["original"]["payloadOmitted"]["sha256"]
-                .as_str()
-                .unwrap()
-                .len(),
-            64
-        );
-        assert_eq!(out["policy"]["name"], "rules");
-        assert_eq!(out["original"]["headers"]["a"], "b");
+        assert_eq!(out.original.payload_base64, None);
+        let omitted = out.original.payload_omitted.unwrap();
+        assert_eq!(omitted.bytes, 4_096);
+        assert_eq!(omitted.reason, "too big");
+        assert_eq!(omitted.sha256.len(), 64);
+        assert_eq!(out.policy.name, "rules");
+        assert_eq!(out.original.headers["a"], "b");
         let packed: Envelope = serde_json::from_value(envelope).unwrap();
         let packed = packed.encode(DlqFormat::Msgpack).unwrap();
         let out = omit_payload("msgpack", &packed, &payload, "too big").unwrap();
-        assert_eq!(
-            decode("msgpack", &out).unwrap()["original"]["payloadOmitted"]["bytes"],
-            4_096
-        );
+        let omitted = decode("msgpack", &out).unwrap().original.payload_omitted;
+        assert_eq!(omitted.map(|o| o.bytes), Some(4_096));
         assert!(omit_payload("yaml", &bytes, &payload, "x").is_err());
     }
 
     #[test]
-    fn a_msgpack_envelope_decodes_to_the_same_json() {
+    fn a_msgpack_envelope_decodes_to_the_same_envelope_and_json() {
         let envelope = Envelope {
             original: Original {
                 topic: "orders".into(),
@@ -456,11 +459,17 @@ mod tests {
         };
         let json = decode("json", &envelope.encode(DlqFormat::Json).unwrap()).unwrap();
         let msgpack = decode("msgpack", &envelope.encode(DlqFormat::Msgpack).unwrap()).unwrap();
-        assert_eq!(json, msgpack);
+        assert_eq!(json, envelope);
+        assert_eq!(msgpack, envelope);
+        // The wire form's names are the documented camelCase ones.
+        let json = serde_json::to_value(&json).unwrap();
         assert_eq!(json["firstFailedAt"], "1970-01-01T00:00:00.000Z");
         assert_eq!(json["consumerGroup"], "g");
         assert!(decode("yaml", b"").unwrap_err().contains("yaml"));
         assert!(decode("msgpack", b"\xc1").is_err());
+        // JSON of another shape is not an envelope, and the error says what is missing.
+        let e = decode("json", br#"{"original": {}}"#).unwrap_err();
+        assert!(e.contains("missing field"), "{e}");
     }
 
     #[test]
@@ -498,7 +507,7 @@ mod tests {
         assert!(e.contains("depth"), "{e}");
         assert!(omit_payload("msgpack", &nested(1_000), b"", "x").is_err());
         // As deep as serde_json reads: still an envelope.
-        let value = decode("msgpack", &nested(126)).unwrap();
-        assert_eq!(payload_bytes(&value["original"]).len(), 126 * 2 + 1);
+        let envelope = decode("msgpack", &nested(126)).unwrap();
+        assert_eq!(envelope.original.payload_bytes().len(), 126 * 2 + 1);
     }
 }

@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-
 use tokio::sync::watch;
 
 use crate::Metrics;
 use crate::admin::{self, AdminState};
+use crate::error::GatewayError;
 use crate::pipeline::{Pipeline, now_ms};
 use crate::sources::Source;
 use crate::sources::embedded::EmbeddedSource;
@@ -50,15 +49,24 @@ impl Gateway {
     pub async fn start(
         config_path: &Path,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> Result<Gateway> {
+    ) -> Result<Gateway, GatewayError> {
         start(config_path, shutdown).await
     }
 
     /// Wait until the server stops (after `shutdown` completes).
-    pub async fn wait(self) -> Result<()> {
-        self.server.await.context("the admin server task")??;
+    pub async fn wait(self) -> Result<(), GatewayError> {
+        self.server
+            .await
+            .map_err(|source| GatewayError::Task {
+                what: "the admin server",
+                source,
+            })?
+            .map_err(GatewayError::Serve)?;
         for task in self.deliveries {
-            task.await.context("a source task")?;
+            task.await.map_err(|source| GatewayError::Task {
+                what: "a source",
+                source,
+            })?;
         }
         Ok(())
     }
@@ -67,19 +75,26 @@ impl Gateway {
 async fn start(
     config_path: &Path,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<Gateway> {
+) -> Result<Gateway, GatewayError> {
     // Every path in the config, the state directory, uploads and the watcher resolve
     // against the config file's directory - once, here, whatever the working directory
     // later is (`-c verdict.toml` has an empty parent; `-c conf/verdict.toml` must not
     // become `conf/conf/...` when joined again).
-    let config_path = &std::path::absolute(config_path)
-        .with_context(|| format!("resolving {}", config_path.display()))?;
+    let config_path =
+        &std::path::absolute(config_path).map_err(|source| GatewayError::ConfigPath {
+            path: config_path.to_path_buf(),
+            source,
+        })?;
     let config = GatewayConfig::load(config_path)?;
     // `load` has refused a non-loopback admin.listen unless allow_remote is set.
     let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
     let state_dir = base.join(&config.storage.dir);
-    verdict_runtime::fsutil::private_state_dir(&state_dir)
-        .with_context(|| format!("storage.dir = {}", config.storage.dir.display()))?;
+    verdict_runtime::fsutil::private_state_dir(&state_dir).map_err(|source| {
+        GatewayError::StateDir {
+            path: config.storage.dir.clone(),
+            source,
+        }
+    })?;
     let token = admin_token(&config.admin, &base)?;
     if token.is_none() {
         tracing::warn!(
@@ -91,7 +106,7 @@ async fn start(
         let (config, base) = (config.clone(), base.clone());
         tokio::task::spawn_blocking(move || Registry::new(&config, &base))
             .await
-            .context("building the first generation")??
+            .map_err(GatewayError::RegistryTask)??
     };
     let registry = Arc::new(registry);
     let watcher = ConfigWatcher::start(registry.clone(), config_path, DEBOUNCE)?;
@@ -106,11 +121,10 @@ async fn start(
             "messages leased when the gateway stopped are delivered again (possible duplicates)"
         );
     }
-    let pipeline = Arc::new(Pipeline::new(
-        store.clone(),
-        registry.clone(),
-        config.gateway.clone(),
-    )?);
+    let pipeline = Arc::new(
+        Pipeline::new(store.clone(), registry.clone(), config.gateway.clone())
+            .map_err(GatewayError::HttpClient)?,
+    );
     let metrics = Arc::new(Metrics::new(registry.clone()).with_gateway(
         registry.clone(),
         store.clone(),
@@ -143,10 +157,14 @@ async fn start(
             SHUTDOWN_GRACE,
         )));
     }
+    let listen = |source| GatewayError::Listen {
+        address: config.admin.listen,
+        source,
+    };
     let listener = tokio::net::TcpListener::bind(config.admin.listen)
         .await
-        .with_context(|| format!("admin.listen = {}", config.admin.listen))?;
-    let admin = listener.local_addr()?;
+        .map_err(listen)?;
+    let admin = listener.local_addr().map_err(listen)?;
     let state = AdminState::new(
         registry.clone(),
         metrics,
@@ -212,19 +230,19 @@ fn history_key(
     config: &verdict_registry::RabbitmqConfig,
     base: &Path,
     state_dir: &Path,
-) -> Result<HistoryKey> {
+) -> Result<HistoryKey, GatewayError> {
     let path = if config.history_key_file.as_os_str().is_empty() {
         state_dir.join("history.key")
     } else {
         base.join(&config.history_key_file)
     };
     let key = verdict_runtime::fsutil::secret(&path)
-        .with_context(|| format!("rabbitmq.history_key_file: {}", path.display()))?;
+        .map_err(|source| GatewayError::HistoryKey { path, source })?;
     Ok(HistoryKey::new(key))
 }
 
 /// The bearer token: from the environment variable, else the token file.
-fn admin_token(admin: &AdminConfig, base: &Path) -> Result<Option<String>> {
+fn admin_token(admin: &AdminConfig, base: &Path) -> Result<Option<String>, GatewayError> {
     if let Ok(token) = std::env::var(&admin.token_env)
         && !token.trim().is_empty()
     {
@@ -234,7 +252,7 @@ fn admin_token(admin: &AdminConfig, base: &Path) -> Result<Option<String>> {
         Some(file) => {
             let path = base.join(file);
             let token = std::fs::read_to_string(&path)
-                .with_context(|| format!("admin.token_file = {}", path.display()))?;
+                .map_err(|source| GatewayError::TokenFile { path, source })?;
             Ok(Some(token.trim().to_string()).filter(|t| !t.is_empty()))
         }
         None => Ok(None),

@@ -11,7 +11,7 @@
 //! ```no_run
 //! use verdict_gateway::Gateway;
 //!
-//! # async fn run() -> anyhow::Result<()> {
+//! # async fn run() -> Result<(), verdict_gateway::GatewayError> {
 //! let gateway = Gateway::start("verdict.toml".as_ref(), async {
 //!     let _ = tokio::signal::ctrl_c().await;
 //! })
@@ -38,6 +38,7 @@ pub mod admin;
 mod clock;
 pub mod dlq;
 pub mod envelope;
+mod error;
 mod gateway;
 pub mod health;
 mod metrics;
@@ -46,5 +47,6 @@ pub mod pipeline;
 pub mod sources;
 pub mod store;
 
+pub use error::GatewayError;
 pub use gateway::Gateway;
 pub use metrics::{METRICS_CONTENT_TYPE, Metrics};

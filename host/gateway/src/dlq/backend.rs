@@ -139,7 +139,13 @@ pub(crate) fn entry_from_headers(
 /// a failed canary.
 pub(crate) fn back_again(entries: &[DlqEntry], ids: &[String], token: &str) -> bool {
     entries.iter().any(|e| {
-        e.envelope["original"]["headers"][REPLAY_HEADER] == token && ids.contains(&e.message_id)
+        e.envelope
+            .original
+            .headers
+            .get(REPLAY_HEADER)
+            .map(String::as_str)
+            == Some(token)
+            && ids.contains(&e.message_id)
     })
 }
 
@@ -265,7 +271,16 @@ mod tests {
             class: "exhausted".into(),
             reason: "3 attempts\nspent".into(),
             format: "json",
-            envelope: br#"{"original": {"id": "m-7"}}"#.to_vec(),
+            envelope: serde_json::to_vec(&serde_json::json!({
+                "original": {"topic": "orders", "id": "m-7", "headers": {}},
+                "attempts": 3, "errors": [], "consumerGroup": "g",
+                "firstFailedAt": "x", "lastFailedAt": "x",
+                "verdict": {"action": "dead-letter", "class": "exhausted", "reason": "r",
+                            "alert": "warning", "labels": {}},
+                "policy": {"name": "rules", "version": "1", "sha256": "s"},
+                "dlq": "orders.DLQ", "gateway": "gw", "deadLetteredAt": "x"
+            }))
+            .unwrap(),
         };
         let headers: BTreeMap<&str, String> =
             letter.headers(&delivery, &failed).into_iter().collect();
@@ -282,7 +297,7 @@ mod tests {
         );
         assert_eq!((e.attempts, e.created_at_ms, e.seq), (3, 1_234, 4));
         assert_eq!(e.reason, "3 attempts spent", "header values are one line");
-        assert_eq!(e.envelope["original"]["id"], "m-7");
+        assert_eq!(e.envelope.original.id, "m-7");
         let bad = entry_from_headers(5, "orders.DLQ".into(), |_| "json".into(), b"{not json");
         assert!(bad.unwrap_err().contains("orders.DLQ: dead letter 5"));
     }

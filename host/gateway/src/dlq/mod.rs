@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::clock::now_ms;
 use crate::store::{DlqEntry, DlqFilter};
 use verdict_registry::Registry;
-use verdict_runtime::{AttemptRecord, Decision, ErrorSpec, FailureSpec};
+use verdict_runtime::{AttemptRecord, Decision, ErrorSpec, Failure, FailureSpec};
 
 mod backend;
 mod runtime;
@@ -107,7 +107,7 @@ pub fn replay(
     if options.dry_run {
         let registry = registry.ok_or(ReplayError::NoRegistry)?;
         for e in &entries {
-            let failure = last_failure(e).into_failure();
+            let failure = last_failure(e);
             report.dry_run.push(DryRunLine {
                 seq: e.seq,
                 message_id: e.message_id.clone(),
@@ -150,22 +150,19 @@ pub fn replay(
     Ok(report)
 }
 
-/// The failure that dead-lettered `entry`, as its envelope records it.
-fn last_failure(entry: &DlqEntry) -> FailureSpec {
+/// The failure that dead-lettered `entry`, as its envelope records it: its last error, the
+/// ones before as history, the original's headers, content type and payload bytes.
+fn last_failure(entry: &DlqEntry) -> Failure {
     let e = &entry.envelope;
-    let errors: Vec<AttemptRecord> = e["errors"]
-        .as_array()
-        .map(|errors| {
-            errors
-                .iter()
-                .map(|x| AttemptRecord {
-                    at_ms: x["atMs"].as_u64().unwrap_or(0),
-                    kind: x["kind"].as_str().unwrap_or_default().to_string(),
-                    message: x["message"].as_str().unwrap_or_default().to_string(),
-                })
-                .collect()
+    let errors: Vec<AttemptRecord> = e
+        .errors
+        .iter()
+        .map(|x| AttemptRecord {
+            at_ms: x.at_ms,
+            kind: x.kind.clone(),
+            message: x.message.clone(),
         })
-        .unwrap_or_default();
+        .collect();
     let (history, last) = match errors.split_last() {
         Some((last, history)) => (history.to_vec(), last.clone()),
         None => (
@@ -177,11 +174,10 @@ fn last_failure(entry: &DlqEntry) -> FailureSpec {
             },
         ),
     };
-    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
     FailureSpec {
         topic: entry.topic.clone(),
         message_id: entry.message_id.clone(),
-        consumer_group: text(&e["consumerGroup"]),
+        consumer_group: e.consumer_group.clone(),
         attempt: entry.attempts.max(1),
         first_failed_at_ms: history.first().map_or(last.at_ms, |a| a.at_ms),
         now_ms: Some(now_ms()),
@@ -191,12 +187,12 @@ fn last_failure(entry: &DlqEntry) -> FailureSpec {
             ..ErrorSpec::default()
         },
         history,
-        payload: e["original"].get("payload").map(|p| match p {
-            serde_json::Value::String(_) => p.clone(),
-            other => serde_json::Value::String(other.to_string()),
-        }),
+        headers: e.original.headers.clone(),
+        content_type: e.original.content_type.clone(),
         ..FailureSpec::default()
     }
+    .into_failure()
+    .with_payload(e.original.payload_bytes())
 }
 
 /// Marks the messages of one replay, so the canary can tell them from any other.

@@ -50,8 +50,8 @@ pub struct DlqEntry {
     pub attempts: u32,
     /// When it was dead-lettered (ms since the epoch).
     pub created_at_ms: u64,
-    /// The envelope, decoded (JSON whatever the stored format).
-    pub envelope: serde_json::Value,
+    /// The envelope, decoded whatever the stored format.
+    pub envelope: crate::envelope::Envelope,
 }
 
 /// One DLQ's depth.
@@ -104,31 +104,29 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare(&format!("{SELECT}{conditions}"))?;
         let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
+            let seq: i64 = r.get(0)?;
             let format: String = r.get(9)?;
             let bytes: Vec<u8> = r.get(10)?;
-            Ok((
-                DlqEntry {
-                    seq: r.get(0)?,
-                    message_id: r.get(1)?,
-                    topic: r.get(2)?,
-                    dlq: r.get(3)?,
-                    class: r.get(4)?,
-                    kind: r.get(5)?,
-                    reason: r.get(6)?,
-                    attempts: r.get(7)?,
-                    created_at_ms: r.get(8)?,
-                    envelope: serde_json::Value::Null,
-                },
-                format,
-                bytes,
-            ))
+            let envelope = match crate::envelope::decode(&format, &bytes) {
+                Ok(envelope) => envelope,
+                Err(e) => return Ok(Err(StoreError::Corrupt(format!("dlq entry {seq}: {e}")))),
+            };
+            Ok(Ok(DlqEntry {
+                seq,
+                message_id: r.get(1)?,
+                topic: r.get(2)?,
+                dlq: r.get(3)?,
+                class: r.get(4)?,
+                kind: r.get(5)?,
+                reason: r.get(6)?,
+                attempts: r.get(7)?,
+                created_at_ms: r.get(8)?,
+                envelope,
+            }))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (mut entry, format, bytes) = row?;
-            entry.envelope = crate::envelope::decode(&format, &bytes)
-                .map_err(|e| StoreError::Corrupt(format!("dlq entry {}: {e}", entry.seq)))?;
-            out.push(entry);
+            out.push(row??);
         }
         Ok(out)
     }

@@ -21,6 +21,7 @@ use crate::dlq::{
     CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, StatsTally, entry_from_headers,
     matches, position_after,
 };
+use crate::envelope::Original;
 use crate::model::AuditRecord;
 use crate::model::REPLAY_HEADER;
 use crate::model::letter_headers;
@@ -202,9 +203,9 @@ impl NatsDeadLetters {
         if stream.get_raw_message(seq).await.is_err() {
             return Ok(false);
         }
-        let original = &e.envelope["original"];
+        let original = &e.envelope.original;
         let headers = replay_headers(original, &e.message_id, token);
-        let payload = crate::envelope::payload_bytes(original);
+        let payload = original.payload_bytes();
         self.js
             .publish_with_headers(e.topic.clone(), headers, payload.into())
             .await
@@ -347,7 +348,13 @@ impl DeadLetters for NatsDeadLetters {
                 let header = header_of(m);
                 if wanted.contains(header(letter_headers::MESSAGE_ID).as_str()) {
                     let e = self.entry(m, seq)?;
-                    failed |= e.envelope["original"]["headers"][REPLAY_HEADER] == token;
+                    failed |= e
+                        .envelope
+                        .original
+                        .headers
+                        .get(REPLAY_HEADER)
+                        .map(String::as_str)
+                        == Some(token);
                 }
                 Ok(if failed {
                     ControlFlow::Break(())
@@ -369,22 +376,20 @@ impl DeadLetters for NatsDeadLetters {
 /// header NATS cannot carry is left out and the id and content type are made one line,
 /// rather than panicking in the client (its `insert` asserts). Public for the fuzz targets.
 #[doc(hidden)]
-pub fn replay_headers(original: &serde_json::Value, message_id: &str, token: &str) -> HeaderMap {
+pub fn replay_headers(original: &Original, message_id: &str, token: &str) -> HeaderMap {
     use std::str::FromStr;
     let mut headers = HeaderMap::new();
-    if let Some(map) = original["headers"].as_object() {
-        for (k, v) in map {
-            let name = async_nats::HeaderName::from_str(k);
-            let value = v.as_str().map(async_nats::HeaderValue::from_str);
-            if let (Ok(name), Some(Ok(value))) = (name, value) {
-                headers.insert(name, value);
-            }
+    for (k, v) in &original.headers {
+        let name = async_nats::HeaderName::from_str(k);
+        let value = async_nats::HeaderValue::from_str(v);
+        if let (Ok(name), Ok(value)) = (name, value) {
+            headers.insert(name, value);
         }
     }
     let line = |text: &str| verdict_runtime::text::one_line(text, 1_024);
     headers.insert("verdict-message-id", line(message_id).as_str());
     headers.insert(REPLAY_HEADER, line(token).as_str());
-    if let Some(ct) = original["contentType"].as_str() {
+    if let Some(ct) = &original.content_type {
         headers.insert("content-type", line(ct).as_str());
     }
     headers
@@ -399,10 +404,12 @@ mod tests {
         // Headers NATS cannot carry (a name with a space or a colon, a value with CR/LF),
         // as a dead letter published into the DLQ stream by someone else may hold: before,
         // `HeaderMap::insert` asserted and the replay panicked.
-        let original = serde_json::json!({
+        let original: Original = serde_json::from_value(serde_json::json!({
+            "topic": "t", "id": "m-1",
             "headers": {"bad name": "v", "a:b": "v", "ok": "a\r\nb", "tenant": "eu"},
             "contentType": "text/plain\r\nx: 1",
-        });
+        }))
+        .unwrap();
         let headers = replay_headers(&original, "m-1\r\n", "tok");
         assert_eq!(headers.get("tenant").map(|v| v.as_str()), Some("eu"));
         assert!(headers.get("ok").is_none());

@@ -22,6 +22,7 @@ use crate::dlq::{
     CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, StatsTally, back_again,
     entry_from_headers, matches, position_after,
 };
+use crate::envelope::Original;
 use crate::model::AuditRecord;
 use crate::model::REPLAY_HEADER;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
@@ -377,9 +378,9 @@ impl DeadLetters for RabbitDeadLetters {
     ) -> Result<Vec<String>, DlqError> {
         self.each(entries, async |b: &Browsed| {
             let e = &b.entry;
-            let original = &e.envelope["original"];
+            let original = &e.envelope.original;
             let properties = replay_properties(original, &e.message_id, token);
-            let payload = crate::envelope::payload_bytes(original);
+            let payload = original.payload_bytes();
             self.topology
                 .to_queue(&e.topic, &payload, properties)
                 .await
@@ -437,18 +438,12 @@ impl DeadLetters for RabbitDeadLetters {
 /// and content type are made one line of at most 255 bytes, rather than panicking in the
 /// client. Public for the fuzz targets.
 #[doc(hidden)]
-pub fn replay_properties(
-    original: &serde_json::Value,
-    message_id: &str,
-    token: &str,
-) -> BasicProperties {
+pub fn replay_properties(original: &Original, message_id: &str, token: &str) -> BasicProperties {
     let short = |text: &str| ShortString::from(verdict_runtime::text::one_line(text, 255));
     let mut headers = FieldTable::default();
-    if let Some(map) = original["headers"].as_object() {
-        for (k, v) in map {
-            if let (Ok(name), Some(v)) = (ShortString::try_new(k.as_str()), v.as_str()) {
-                headers.insert(name, AMQPValue::LongString(LongString::from(v)));
-            }
+    for (k, v) in &original.headers {
+        if let Ok(name) = ShortString::try_new(k.as_str()) {
+            headers.insert(name, AMQPValue::LongString(LongString::from(v.as_str())));
         }
     }
     headers.insert(
@@ -459,7 +454,7 @@ pub fn replay_properties(
         .with_message_id(short(message_id))
         .with_headers(headers)
         .with_delivery_mode(2);
-    if let Some(ct) = original["contentType"].as_str() {
+    if let Some(ct) = &original.content_type {
         properties = properties.with_content_type(short(ct));
     }
     properties
@@ -475,10 +470,12 @@ mod tests {
         // a dead letter published into the DLQ queue by someone else may hold: before,
         // `ShortString::from` panicked and the replay with it.
         let long = "n".repeat(300);
-        let original = serde_json::json!({
+        let original: Original = serde_json::from_value(serde_json::json!({
+            "topic": "t", "id": "m-1",
             "headers": {long.clone(): "v", "tenant": "eu"},
             "contentType": long,
-        });
+        }))
+        .unwrap();
         let properties = replay_properties(&original, &"i".repeat(300), "tok");
         let headers = properties.headers().clone().unwrap();
         assert_eq!(headers.inner().len(), 2, "tenant and the replay token");
