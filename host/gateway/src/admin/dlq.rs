@@ -46,7 +46,7 @@ async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
 ) -> Result<T, ApiError> {
     let pipeline = gateway(state)?;
     let config_path = state.config_path.clone();
-    let kept = state.broker_dlqs.clone();
+    let kept = state.broker_connections.clone();
     let handle = tokio::runtime::Handle::current();
     let source = source.unwrap_or_default();
     tokio::task::spawn_blocking(move || -> Result<T, ApiError> {

@@ -41,7 +41,7 @@ use verdict_registry::Registry;
 mod auth;
 #[doc(hidden)]
 pub mod bodies;
-mod broker_dlqs;
+mod broker_connections;
 mod dlq;
 mod error;
 mod handlers;
@@ -62,7 +62,7 @@ pub struct AdminState {
     config_path: Option<PathBuf>,
     token: Option<Arc<str>>,
     gateway: Option<Arc<Pipeline>>,
-    broker_dlqs: Arc<broker_dlqs::BrokerDlqs>,
+    broker_connections: Arc<broker_connections::BrokerConnections>,
 }
 
 impl AdminState {
@@ -80,7 +80,7 @@ impl AdminState {
             config_path,
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
             gateway: None,
-            broker_dlqs: Arc::default(),
+            broker_connections: Arc::default(),
         }
     }
 

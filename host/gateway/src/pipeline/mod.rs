@@ -21,7 +21,7 @@ mod delivery;
 mod failure;
 mod metrics;
 mod observer;
-mod topic_stats;
+mod topic_windows;
 
 pub use crate::clock::now_ms;
 pub use delivery::{Consumer, deliver};
@@ -34,7 +34,7 @@ use failure::{Observed, failure_of};
 use metrics::RouteMetrics;
 pub use metrics::{PipelineMetrics, SettleFault};
 pub use observer::Observer;
-use topic_stats::TopicStats;
+use topic_windows::TopicWindows;
 
 /// A message the pipeline could not route is looked at again after this long.
 pub const UNROUTED_RETRY_MS: u64 = 5_000;
@@ -45,7 +45,7 @@ pub struct Pipeline {
     registry: Arc<Registry>,
     settings: GatewaySection,
     client: reqwest::Client,
-    stats: TopicStats,
+    stats: TopicWindows,
     metrics: PipelineMetrics,
     wake: Notify,
     routes: Mutex<HashMap<String, Arc<RouteTarget>>>,
@@ -75,7 +75,7 @@ impl Pipeline {
             client: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()?,
-            stats: TopicStats::default(),
+            stats: TopicWindows::default(),
             metrics: PipelineMetrics::default(),
             wake: Notify::new(),
             routes: Mutex::new(HashMap::new()),

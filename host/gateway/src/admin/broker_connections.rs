@@ -19,12 +19,12 @@ type Cached<S, T> = Mutex<Option<(Key<S>, Arc<T>)>>;
 
 /// The kept connections.
 #[derive(Default)]
-pub(crate) struct BrokerDlqs {
+pub(crate) struct BrokerConnections {
     nats: Cached<NatsConfig, NatsDeadLetters>,
     rabbitmq: Cached<RabbitmqConfig, RabbitDeadLetters>,
 }
 
-impl BrokerDlqs {
+impl BrokerConnections {
     /// The NATS DLQ connection for `config`; call from a blocking thread.
     pub(crate) fn nats(
         &self,

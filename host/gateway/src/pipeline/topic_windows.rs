@@ -16,13 +16,13 @@ struct Window {
     consecutive_failures: u32,
 }
 
-/// Per-topic counters.
+/// Per-topic counters over fixed windows (the stats a policy sees are `StatsSpec`).
 #[derive(Debug, Default)]
-pub(crate) struct TopicStats {
+pub(crate) struct TopicWindows {
     topics: Mutex<HashMap<String, Window>>,
 }
 
-impl TopicStats {
+impl TopicWindows {
     /// Count one delivery of `topic` and return the stats including it.
     pub(crate) fn record(&self, topic: &str, now_ms: u64, failed: bool) -> StatsSpec {
         let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
