@@ -162,6 +162,28 @@ impl Failure {
     pub fn kind_is(&self, pattern: &str) -> bool {
         crate::kind_matches(pattern, &self.kind)
     }
+    /// The dead letter for a kind that never succeeds on a retry (payload, schema and
+    /// format errors: poison; `auth.*`: permanent, alert critical), `None` for any other kind.
+    /// Start `decide` with it and the admission gate's "never-retry kinds are not retried"
+    /// check holds whatever the rest of the policy does; the list is
+    /// [`NEVER_RETRY_KINDS`](crate::NEVER_RETRY_KINDS), the one the gate checks by default.
+    ///
+    /// ```
+    /// use verdict_sdk::{Class, Failure, Verdict};
+    ///
+    /// fn decide(f: &Failure) -> Verdict {
+    ///     if let Some(dead) = f.never_retry() {
+    ///         return dead;
+    ///     }
+    ///     Verdict::retry_after(1_000)
+    /// }
+    /// assert_eq!(decide(&Failure::new("auth.denied")).class, Class::Permanent);
+    /// assert_eq!(decide(&Failure::new("json.parse")).class, Class::Poison);
+    /// assert_eq!(decide(&Failure::new("db.timeout")).delay_ms(), Some(1_000));
+    /// ```
+    pub fn never_retry(&self) -> Option<crate::Verdict> {
+        verdict_types::never_retry(&self.kind)
+    }
     /// The consumer's `Retry-After` hint in milliseconds.
     pub fn retry_after_ms(&self) -> Option<u64> {
         self.retry_after_ms

@@ -14,7 +14,7 @@
 //!
 //! ```
 //! use serde::Deserialize;
-//! use verdict_sdk::{export_policy, Backoff, Class, Failure, Jitter, Policy, Severity, Verdict};
+//! use verdict_sdk::{export_policy, Backoff, Class, Failure, Jitter, Policy, Verdict};
 //!
 //! /// Per-topic config: `{"max_attempts": 5}`.
 //! #[derive(Deserialize)]
@@ -46,19 +46,18 @@
 //!     }
 //!
 //!     fn decide(&self, f: &Failure) -> Verdict {
-//!         if f.kind_is("json.*") {
-//!             return Verdict::dead_letter(Class::Poison).because("payload does not parse");
-//!         }
-//!         if f.kind_is("auth.*") {
-//!             return Verdict::dead_letter(Class::Permanent).alert(Severity::Critical);
+//!         // Payload, schema, format and auth errors never heal: dead-letter them at once
+//!         // (the admission gate checks that these kinds are never retried).
+//!         if let Some(dead) = f.never_retry() {
+//!             return dead;
 //!         }
 //!         if f.attempt() >= self.max_attempts {
 //!             return Verdict::dead_letter(Class::Exhausted)
 //!                 .because(format!("{} failed {} times", f.kind(), f.attempt()));
 //!         }
 //!         let backoff = self.backoff.delay_ms(f.attempt(), f.jitter_seed());
-//!         // Honour the consumer's Retry-After when it asks for longer.
-//!         Verdict::retry_after(backoff.max(f.retry_after_ms().unwrap_or(0)))
+//!         // Honour the consumer's Retry-After when it asks for longer (up to a minute).
+//!         Verdict::retry_after(backoff.max(f.retry_after_ms().unwrap_or(0).min(60_000)))
 //!     }
 //! }
 //!
@@ -67,6 +66,7 @@
 //! // Native unit tests exercise the same code the component runs:
 //! let policy: Orders = verdict_sdk::instantiate(r#"{"max_attempts": 3}"#).unwrap();
 //! assert_eq!(policy.decide(&Failure::new("json.parse")).class, Class::Poison);
+//! assert_eq!(policy.decide(&Failure::new("auth.denied")).class, Class::Permanent);
 //! assert_eq!(policy.decide(&Failure::new("db.timeout").with_attempt(3)).class, Class::Exhausted);
 //! let v = policy.decide(&Failure::new("db.timeout").with_attempt(1).with_retry_after_ms(9_000));
 //! assert_eq!(v.delay_ms(), Some(9_000));
@@ -105,7 +105,8 @@ pub use failure::{Failure, Header, TopicStats};
 pub use log::{Level, info, log, warn};
 pub use policy::{Policy, instantiate};
 pub use verdict_types::{
-    Action, AttemptRecord, Backoff, Class, Jitter, Severity, Verdict, first_match, kind_matches,
+    Action, AttemptRecord, Backoff, Class, Jitter, NEVER_RETRY_KINDS, Severity, Verdict,
+    first_match, kind_matches,
 };
 
 /// Implementation details of [`export_policy!`]; not part of the API.

@@ -47,6 +47,40 @@ pub fn first_match<'p>(patterns: impl IntoIterator<Item = &'p str>, kind: &str) 
     patterns.into_iter().find(|p| kind_matches(p, kind))
 }
 
+/// Error kinds that never succeed on a retry: a payload that does not parse (`json.*`), a
+/// schema or format the consumer does not know (`schema.*`, `format.*`) and a request the
+/// consumer refuses to authorise (`auth.*`). Retrying them only delays the dead letter.
+///
+/// One list, shared by the SDK's [`never_retry`] default, the harness's property check
+/// "never-retry kinds are not retried" and the admission gate's default
+/// `[admission] never_retry_kinds`, so what a policy starts from is what the gate expects.
+pub const NEVER_RETRY_KINDS: [&str; 4] = ["json.*", "schema.*", "format.*", "auth.*"];
+
+/// The dead-letter verdict for a kind in [`NEVER_RETRY_KINDS`], `None` for any other kind:
+/// poison (warning) for a payload, schema or format error, permanent (critical: someone has
+/// to fix credentials or permissions) for an `auth.*` refusal.
+///
+/// ```
+/// use verdict_types::{Class, never_retry};
+///
+/// assert_eq!(never_retry("json.parse").map(|v| v.class), Some(Class::Poison));
+/// assert_eq!(never_retry("auth.denied").map(|v| v.class), Some(Class::Permanent));
+/// assert!(never_retry("db.timeout").is_none());
+/// ```
+pub fn never_retry(kind: &str) -> Option<crate::Verdict> {
+    use crate::{Class, Severity, Verdict};
+    let pattern = NEVER_RETRY_KINDS
+        .iter()
+        .find(|pattern| kind_matches(pattern, kind))?;
+    Some(if *pattern == "auth.*" {
+        Verdict::dead_letter(Class::Permanent)
+            .alert(Severity::Critical)
+            .because("the consumer refuses it: credentials or permissions need fixing")
+    } else {
+        Verdict::dead_letter(Class::Poison).because("the message cannot be read as it is")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +112,26 @@ mod tests {
     fn first_match_keeps_order() {
         assert_eq!(first_match(["json.*", "*"], "json.parse"), Some("json.*"));
         assert_eq!(first_match(["json.*", "db.*"], "http.503"), None);
+    }
+
+    #[test]
+    fn never_retry_answers_exactly_the_shared_kinds() {
+        for kind in [
+            "json.parse",
+            "schema.unknown-version",
+            "format.csv",
+            "auth.expired",
+        ] {
+            let v = never_retry(kind).expect(kind);
+            assert_eq!(v.action, crate::Action::DeadLetter, "{kind}");
+        }
+        for kind in ["db.timeout", "http.503", "jsonx.parse", "authz", ""] {
+            assert!(never_retry(kind).is_none(), "{kind}");
+        }
+        assert!(
+            NEVER_RETRY_KINDS
+                .iter()
+                .all(|p| never_retry(&p.replace('*', "x")).is_some())
+        );
     }
 }

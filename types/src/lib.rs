@@ -30,6 +30,6 @@ mod verdict;
 pub use attempt::AttemptRecord;
 pub use backoff::{Backoff, Jitter};
 pub use jitter::jitter_seed;
-pub use kinds::{first_match, kind_matches};
+pub use kinds::{NEVER_RETRY_KINDS, first_match, kind_matches, never_retry};
 pub use rng::SplitMix64;
 pub use verdict::{Action, Class, Severity, Verdict};

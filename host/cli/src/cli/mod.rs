@@ -9,9 +9,11 @@ use serde::Serialize;
 use verdict_runtime::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, TopicSettings};
 
 pub mod dlq;
+mod new;
 mod policy;
 mod signal;
 
+pub use new::{Scaffold, SdkSource, new_policy};
 pub use policy::{PolicyCommand, policy};
 pub use signal::shutdown_signal;
 

@@ -43,3 +43,14 @@ impl AdmissionConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gate_checks_by_default_the_kinds_the_sdk_dead_letters() {
+        let kinds = AdmissionConfig::default().never_retry_kinds;
+        assert_eq!(kinds, verdict_types::NEVER_RETRY_KINDS.map(String::from));
+    }
+}

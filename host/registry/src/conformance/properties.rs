@@ -17,8 +17,9 @@ pub struct PropertyOptions {
     pub inputs: u32,
     /// Seed of the sweep (the same seed explores the same inputs).
     pub seed: u64,
-    /// Kinds known never to succeed on retry (the domain's format and auth errors): a policy
-    /// must not retry them, whatever class it gives.
+    /// Kinds known never to succeed on retry (by default `verdict_types::NEVER_RETRY_KINDS`,
+    /// what the SDK's `Failure::never_retry` answers): a policy must not retry them,
+    /// whatever class it gives.
     pub never_retry_kinds: Vec<String>,
     /// The policy declares a monotone strategy: for one message (same kind and statistics,
     /// the seed the host derives for each attempt), a later attempt never gets a shorter
@@ -31,9 +32,7 @@ impl Default for PropertyOptions {
         PropertyOptions {
             inputs: 200,
             seed: 0x5eed,
-            never_retry_kinds: ["json.*", "schema.*", "format.*", "auth.*"]
-                .map(String::from)
-                .to_vec(),
+            never_retry_kinds: verdict_types::NEVER_RETRY_KINDS.map(String::from).to_vec(),
             monotone: false,
         }
     }

@@ -16,6 +16,22 @@ pub struct Args {
 
 #[derive(Subcommand)]
 pub enum Command {
+    /// Start a policy crate that passes the admission gate as generated: a typed config,
+    /// `decide` with one marked place for your rules, unit tests, a vector file, a gateway
+    /// config for `verdict check` and a README with a CI job.
+    New {
+        /// The crate's directory; its last component names the policy (`orders`).
+        path: PathBuf,
+        /// The SDK checkout to depend on (default: the one beside this binary's sources).
+        #[arg(long, conflicts_with = "sdk_version")]
+        sdk_path: Option<PathBuf>,
+        /// Depend on the SDK from a registry at this version instead.
+        #[arg(long)]
+        sdk_version: Option<String>,
+        /// The policy's language. Only `rust` exists today.
+        #[arg(long, default_value = "rust", value_parser = ["rust"])]
+        lang: String,
+    },
     /// Compile policy crates to WebAssembly components and print each component's path.
     Build {
         /// Directories of policy crates.

@@ -41,6 +41,24 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.command {
+        Command::New {
+            path,
+            sdk_path,
+            sdk_version,
+            lang: _,
+        } => {
+            let sdk = cli::SdkSource::resolve(sdk_path, sdk_version)?;
+            let made = cli::new_policy(&path, &sdk)?;
+            let mut text = format!("created {}:\n", made.dir.display());
+            for file in &made.files {
+                text.push_str(&format!("  {}\n", file.display()));
+            }
+            text.push_str(&format!(
+                "next: cd {} && cargo test && verdict build . (see its README.md)\n",
+                made.dir.display()
+            ));
+            emit(&text)?;
+        }
         Command::Build { crates, target_dir } => {
             for path in cli::build(&crates, target_dir.as_deref())? {
                 emit(&format!("{}\n", path.display()))?;

@@ -1,0 +1,150 @@
+//! A policy author's first ten minutes, as the README tells them: `verdict new`, `cargo
+//! test`, `verdict build`, `verdict test --properties`, `verdict check` - each must pass on
+//! the scaffold as generated, and the README's code must be the scaffold's.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use common::{text, verdict};
+
+fn ok(what: &str, out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: exit {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// A fresh directory for one test, and a target directory kept between runs (linked in as
+/// the crate's own `target/`, so paths are the README's and the dependencies compile once
+/// per CI cache).
+fn workspace(name: &str) -> (PathBuf, PathBuf) {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let dir = tmp.join(format!("authoring-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = tmp.join("../verdict-scaffold-target");
+    std::fs::create_dir_all(&cache).unwrap();
+    (dir, cache)
+}
+
+/// Run a command in `dir` with the crate's own target directory (not the test run's).
+fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
+    Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .unwrap_or_else(|e| panic!("{program} runs: {e}"))
+}
+
+#[test]
+fn a_new_policy_is_tested_built_and_admitted_as_generated() {
+    let started = Instant::now();
+    let (dir, cache) = workspace("orders");
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let made = ok("verdict new", &run(&dir, bin, &["new", "orders"]));
+    assert!(
+        made.contains("src/lib.rs") && made.contains("vectors/orders.json"),
+        "{made}"
+    );
+    let crate_dir = dir.join("orders");
+    std::os::unix::fs::symlink(&cache, crate_dir.join("target")).unwrap();
+
+    let tests = ok(
+        "cargo test",
+        &run(&crate_dir, "cargo", &["test", "--quiet"]),
+    );
+    assert!(tests.contains("4 passed"), "{tests}");
+    let built = ok("verdict build", &run(&crate_dir, bin, &["build", "."]));
+    let component = "target/wasm32-unknown-unknown/release/orders.component.wasm";
+    assert!(built.trim().ends_with(component), "{built}");
+    let tested = ok(
+        "verdict test",
+        &run(
+            &crate_dir,
+            bin,
+            &["test", component, "vectors/orders.json", "--properties"],
+        ),
+    );
+    assert!(
+        tested.contains("never-retry kinds are not retried"),
+        "{tested}"
+    );
+    assert!(tested.contains(", 0 failed"), "{tested}");
+    let checked = ok(
+        "verdict check",
+        &run(&crate_dir, bin, &["check", "-c", "verdict.toml"]),
+    );
+    assert!(checked.contains("\"topic\": \"orders.>\""), "{checked}");
+    eprintln!(
+        "from `verdict new` to an admitted policy: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_readmes_policy_code_is_what_verdict_new_writes() {
+    let (dir, _) = workspace("readme");
+    ok(
+        "verdict new",
+        &run(&dir, env!("CARGO_BIN_EXE_verdict"), &["new", "orders"]),
+    );
+    let lib = std::fs::read_to_string(dir.join("orders/src/lib.rs")).unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let section = readme
+        .split("## Write a policy")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the README has a `Write a policy` section");
+    let rust: Vec<&str> = section
+        .split("```rust\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .collect();
+    assert!(!rust.is_empty(), "no rust block in the section");
+    for block in rust {
+        assert!(
+            lib.contains(block),
+            "the README shows code `verdict new` does not write:\n{block}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn verdict_new_refuses_bad_names_and_existing_crates_naming_the_fix() {
+    let (dir, _) = workspace("refusals");
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let bad = run(&dir, bin, &["new", "Orders"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("e.g. `orders`"),
+        "{}",
+        text(&bad.stderr)
+    );
+    std::fs::create_dir_all(dir.join("taken/src")).unwrap();
+    let taken = run(&dir, bin, &["new", "taken"]);
+    assert!(
+        text(&taken.stderr).contains("exists and is not empty"),
+        "{}",
+        text(&taken.stderr)
+    );
+    let lang = verdict(&["new", "x", "--lang", "python"], None);
+    assert!(!lang.status.success());
+    assert!(
+        text(&lang.stderr).contains("rust"),
+        "{}",
+        text(&lang.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
