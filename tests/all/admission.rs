@@ -424,7 +424,7 @@ fn a_policy_that_traps_while_instantiating_is_refused_and_the_old_one_keeps_deci
     let err = refused("admission-start-trap", "trap", &component);
     let text = err.to_string();
     assert!(
-        matches!(&err, RegistryError::Load { policy, source: LoadError::Instantiate { .. } } if policy == "trap"),
+        matches!(&err, RegistryError::Load { policy, error: LoadError::Instantiate { .. } } if policy == "trap"),
         "{text}"
     );
     assert!(
@@ -481,7 +481,7 @@ fn more_memories_tables_or_instances_than_a_policy_has_are_refused_naming_the_li
 fn bound(err: &RegistryError) -> (&'static str, String) {
     match err {
         RegistryError::Load {
-            source: LoadError::Bound { limit, .. },
+            error: LoadError::Bound { limit, .. },
             ..
         } => (limit, err.to_string()),
         other => panic!("expected a refusal before compiling, got {other}"),

@@ -281,6 +281,20 @@ fn check_refuses_bad_gateway_configs_naming_the_problem() {
         "{}",
         text(&out.stderr)
     );
+
+    // A config the policy refuses: the policy's words, said once, naming the route.
+    let refused = gateway_config(
+        "gateway-refused",
+        "[[routes]]\ntopic = \"orders\"\npolicy = \"rules\"\nconfig = { max_atempts = 5 }\n",
+    );
+    let out = verdict(&["check", "-c", refused.to_str().unwrap()], None);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("(`orders`)") && stderr.contains("max_atempts"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("refused its config").count(), 1, "{stderr}");
 }
 
 /// Broker settings that can never work are refused by `verdict check` (and so at start),

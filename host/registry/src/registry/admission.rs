@@ -92,7 +92,7 @@ impl Admission {
         let name = candidate.name;
         let vectors_error = |source| RegistryError::Vectors {
             policy: name.to_string(),
-            source,
+            error: source,
         };
         let mut key = Sha256::new();
         key.update(b"vectors\0");
@@ -226,7 +226,7 @@ impl Admission {
             .load_bytes(candidate.bytes, candidate.name)
             .map_err(|source| RegistryError::Load {
                 policy: candidate.name.to_string(),
-                source,
+                error: source,
             })?;
         candidate.metered = Some(policy.clone());
         Ok(policy)

@@ -47,7 +47,7 @@ impl Builder<'_> {
             let bytes = verdict_runtime::bounds::read(&path, self.host.limits(), name).map_err(
                 |source| RegistryError::Load {
                     policy: name.clone(),
-                    source,
+                    error: source,
                 },
             )?;
             let sha256 = verdict_runtime::digest::sha256_hex(&bytes);
@@ -113,7 +113,7 @@ impl Builder<'_> {
                     .map_err(|source| RegistryError::Route {
                         index,
                         topic: route.topic.clone(),
-                        source,
+                        error: source,
                     })
             };
             let decider = configure(&active)?;
@@ -161,7 +161,7 @@ impl Builder<'_> {
             .load_bytes(bytes, name)
             .map_err(|source| RegistryError::Load {
                 policy: name.to_string(),
-                source,
+                error: source,
             })?;
         cache.retain(|_, weak| weak.strong_count() > 0);
         cache.insert(sha256.to_string(), Arc::downgrade(&policy));

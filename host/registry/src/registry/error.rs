@@ -1,4 +1,8 @@
 //! Why the registry refused a change. The active generation is untouched by every one.
+//!
+//! Each message is whole in its `Display` (the admin API, `/v1/status` and the reload log
+//! show it alone), so no variant also exposes its cause as `source()`: an error chain
+//! printed with `{:#}` says everything once.
 
 use crate::RouteError;
 use verdict_runtime::{ConfigError, LoadError};
@@ -7,18 +11,18 @@ use verdict_runtime::{ConfigError, LoadError};
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// The config file could not be read or is invalid.
-    #[error("{0}")]
+    #[error(transparent)]
     Config(#[from] crate::GatewayConfigError),
     /// The sandbox limits are invalid.
     #[error("sandbox: {0}")]
-    Sandbox(#[from] ConfigError),
+    Sandbox(ConfigError),
     /// A policy component failed to load.
-    #[error("policy `{policy}`: {source}")]
+    #[error("policy `{policy}`: {error}")]
     Load {
         /// The policy's name in the config.
         policy: String,
         /// Why.
-        source: LoadError,
+        error: LoadError,
     },
     /// A component's digest does not match its pin.
     #[error("policy `{policy}`: sha256 is {actual}, but the config pins {pinned}")]
@@ -41,26 +45,26 @@ pub enum RegistryError {
         report: String,
     },
     /// A vector file is invalid.
-    #[error("policy `{policy}`: {source}")]
+    #[error("policy `{policy}`: {error}")]
     Vectors {
         /// The policy.
         policy: String,
         /// Why.
-        source: crate::conformance::VectorError,
+        error: crate::conformance::VectorError,
     },
     /// A route's config was refused by its policy.
-    #[error("routes[{index}] (`{topic}`): {source}")]
+    #[error("routes[{index}] (`{topic}`): {error}")]
     Route {
         /// The route's index.
         index: usize,
         /// Its topic pattern.
         topic: String,
         /// Why.
-        source: ConfigError,
+        error: ConfigError,
     },
     /// Routes are malformed or ambiguous.
     #[error("routes: {0}")]
-    Routing(#[from] RouteError),
+    Routing(RouteError),
     /// A route names a policy the config does not define.
     #[error("routes[{index}]: no policy named `{policy}`")]
     UnknownPolicy {
@@ -86,12 +90,12 @@ pub enum RegistryError {
         sha256: String,
     },
     /// The state directory could not be written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Storage {
         /// The file or directory.
         path: std::path::PathBuf,
         /// What the OS said.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// No earlier generation to roll back to.
     #[error("no earlier generation to roll back to")]
@@ -103,4 +107,16 @@ pub enum RegistryError {
         /// The pattern asked for.
         topic: String,
     },
+}
+
+impl From<ConfigError> for RegistryError {
+    fn from(e: ConfigError) -> Self {
+        RegistryError::Sandbox(e)
+    }
+}
+
+impl From<RouteError> for RegistryError {
+    fn from(e: RouteError) -> Self {
+        RegistryError::Routing(e)
+    }
 }

@@ -32,7 +32,7 @@ impl Registry {
             .load_bytes(bytes, policy)
             .map_err(|source| RegistryError::Load {
                 policy: policy.into(),
-                source,
+                error: source,
             })?;
         let provenance = (**loaded.provenance()).clone();
         let path = self.uploaded_path(policy, &provenance.sha256)?;
@@ -40,7 +40,7 @@ impl Registry {
             verdict_runtime::fsutil::write_atomically(&path, &[bytes]).map_err(|source| {
                 RegistryError::Storage {
                     path: path.clone(),
-                    source,
+                    error: source,
                 }
             })?;
         }
@@ -96,7 +96,7 @@ impl Registry {
         if !safe {
             return Err(RegistryError::Storage {
                 path: self.uploads.join(policy),
-                source: std::io::Error::new(
+                error: std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
                     "a policy name used for uploads may hold only letters, digits, `.`, `_` and `-`",
                 ),
