@@ -23,6 +23,12 @@ fn assert_foreign(file: &str, import: &str) {
         err.to_string().contains(import) && err.to_string().contains(file),
         "{err}"
     );
+    // A WASI import comes from building for a WASI target: the message names the fix.
+    assert_eq!(
+        err.to_string().contains("verdict build"),
+        import.starts_with("wasi:"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -58,7 +64,7 @@ fn wrong_contract_version_names_found_and_supported() {
 fn missing_export_is_named() {
     let err = refused_wat("missing-export.wat").to_string();
     assert!(
-        err.contains("does not export verdict:policy/decider"),
+        err.contains("does not export verdict:policy/decider") && err.contains("export_policy!"),
         "{err}"
     );
 }

@@ -44,6 +44,25 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("{program} runs: {e}"))
 }
 
+/// The `lang` code blocks of the README's "Write a policy" section.
+fn readme_blocks(lang: &str) -> Vec<String> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let section = readme
+        .split("## Write a policy")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the README has a `Write a policy` section")
+        .to_string();
+    section
+        .split(&format!("```{lang}\n"))
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .map(String::from)
+        .collect()
+}
+
 #[test]
 fn a_new_policy_is_tested_built_and_admitted_as_generated() {
     let started = Instant::now();
@@ -78,6 +97,15 @@ fn a_new_policy_is_tested_built_and_admitted_as_generated() {
         "{tested}"
     );
     assert!(tested.contains(", 0 failed"), "{tested}");
+    // The README's vector files for this policy pass against it too.
+    for (i, block) in readme_blocks("json").iter().enumerate() {
+        let file = format!("readme-{i}.json");
+        std::fs::write(crate_dir.join(&file), block).unwrap();
+        ok(
+            "verdict test (the README's vectors)",
+            &run(&crate_dir, bin, &["test", component, &file]),
+        );
+    }
     let checked = ok(
         "verdict check",
         &run(&crate_dir, bin, &["check", "-c", "verdict.toml"]),
@@ -98,23 +126,11 @@ fn the_readmes_policy_code_is_what_verdict_new_writes() {
         &run(&dir, env!("CARGO_BIN_EXE_verdict"), &["new", "orders"]),
     );
     let lib = std::fs::read_to_string(dir.join("orders/src/lib.rs")).unwrap();
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .unwrap();
-    let section = readme
-        .split("## Write a policy")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("the README has a `Write a policy` section");
-    let rust: Vec<&str> = section
-        .split("```rust\n")
-        .skip(1)
-        .filter_map(|block| block.split("```").next())
-        .collect();
+    let rust = readme_blocks("rust");
     assert!(!rust.is_empty(), "no rust block in the section");
-    for block in rust {
+    for block in &rust {
         assert!(
-            lib.contains(block),
+            lib.contains(block.as_str()),
             "the README shows code `verdict new` does not write:\n{block}"
         );
     }

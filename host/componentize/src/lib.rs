@@ -40,7 +40,7 @@ pub enum BuildError {
         source: std::io::Error,
     },
     /// Cargo reported a compile error (already printed to stderr).
-    #[error("cargo build failed for {0} (see the compiler output above)")]
+    #[error("cargo build failed for {} (see the compiler output above){}", .0.display(), workspace_hint(.0))]
     Compile(PathBuf),
     /// The crate built, but produced no `.wasm` library.
     #[error(
@@ -63,6 +63,35 @@ pub enum BuildError {
         /// What wit-component said.
         message: String,
     },
+}
+
+/// The usual cause of a failed build that the compiler output does not name: a crate put
+/// inside another workspace that does not list it. Cargo refuses to build it ("believes
+/// it's in a workspace when it's not"); an empty `[workspace]` table makes the crate a
+/// workspace of its own.
+fn workspace_hint(crate_dir: &Path) -> String {
+    let own = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap_or_default();
+    if own.lines().any(|l| l.trim() == "[workspace]") {
+        return String::new();
+    }
+    let outer = crate_dir.canonicalize().ok().and_then(|dir| {
+        dir.ancestors()
+            .skip(1)
+            .map(|a| a.join("Cargo.toml"))
+            .find(|m| {
+                std::fs::read_to_string(m)
+                    .is_ok_and(|t| t.lines().any(|l| l.trim() == "[workspace]"))
+            })
+    });
+    match outer {
+        Some(manifest) => format!(
+            "; if cargo says the package believes it is in a workspace, the crate sits inside \
+             the workspace of {}: add an empty `[workspace]` table to the crate's Cargo.toml \
+             (what `verdict new` writes), or list it in that workspace's members",
+            manifest.display()
+        ),
+        None => String::new(),
+    }
 }
 
 /// How to build.
@@ -242,6 +271,30 @@ fn find_cdylib(stdout: &[u8], manifest: &Path) -> Option<(String, PathBuf)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_crate_inside_another_workspace_is_told_how_to_stand_alone() {
+        let root = std::env::temp_dir().join(format!("verdict-ws-hint-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let inner = root.join("policies/orders");
+        std::fs::create_dir_all(&inner).unwrap();
+        std::fs::write(root.join("Cargo.toml"), "[workspace]\nmembers = []\n").unwrap();
+        std::fs::write(inner.join("Cargo.toml"), "[package]\nname = \"orders\"\n").unwrap();
+        let e = BuildError::Compile(inner.clone()).to_string();
+        assert!(
+            e.contains("add an empty `[workspace]` table") && e.contains("Cargo.toml"),
+            "{e}"
+        );
+        // A crate that is its own workspace gets no such hint.
+        std::fs::write(
+            inner.join("Cargo.toml"),
+            "[package]\nname = \"orders\"\n\n[workspace]\n",
+        )
+        .unwrap();
+        let e = BuildError::Compile(inner).to_string();
+        assert!(!e.contains("[workspace]"), "{e}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     #[test]
     fn finds_the_crates_wasm_among_dependency_artifacts() {

@@ -59,7 +59,8 @@ pub enum LoadError {
     },
     /// It imports something outside the contract.
     #[error(
-        "{origin}: imports `{import}`, which is outside the verdict:policy contract (a policy may import only verdict:policy/host and verdict:policy/types, version {supported})"
+        "{origin}: imports `{import}`, which is outside the verdict:policy contract (a policy may import only verdict:policy/host and verdict:policy/types, version {supported}){}",
+        wasi_hint(import)
     )]
     ForeignImport {
         /// Where the bytes came from.
@@ -70,7 +71,9 @@ pub enum LoadError {
         supported: &'static str,
     },
     /// It does not export the decider interface.
-    #[error("{origin}: does not export verdict:policy/decider (exports: {exports})")]
+    #[error(
+        "{origin}: does not export verdict:policy/decider (exports: {exports}); a Rust policy exports it with `verdict_sdk::export_policy!(YourPolicy);` in its lib.rs"
+    )]
     MissingExport {
         /// Where the bytes came from.
         origin: String,
@@ -189,4 +192,15 @@ pub enum Fault {
         /// Why.
         message: String,
     },
+}
+
+/// What to do about a WASI import: it comes from building for a WASI target, whose standard
+/// library imports the system interfaces the sandbox does not grant.
+fn wasi_hint(import: &str) -> &'static str {
+    if import.starts_with("wasi:") {
+        "; a WASI import means the policy was built for a wasm32-wasi* target: build it with \
+         `verdict build <crate>` (wasm32-unknown-unknown), which imports nothing but the contract"
+    } else {
+        ""
+    }
 }
