@@ -281,7 +281,6 @@ impl Source {
     pub async fn drain_rabbitmq_dlq(&self) -> Result<Vec<Letter>> {
         use futures_util::StreamExt as _;
         use lapin::options::BasicConsumeOptions;
-        use verdict_gateway::model::letter_headers::{AT_MS, FORMAT};
 
         let queue = format!("{}.orders.DLQ", self.prefix);
         let mut held = self.rabbit.lock().await;
@@ -319,19 +318,12 @@ impl Source {
                     letters.len()
                 ),
             };
-            let headers = delivery.properties.headers().clone().unwrap_or_default();
-            let header = |name: &str| match headers.inner().get(name) {
-                Some(AMQPValue::LongString(s)) => {
-                    String::from_utf8_lossy(s.as_bytes()).into_owned()
-                }
-                Some(AMQPValue::ShortString(s)) => s.as_str().to_string(),
-                _ => String::new(),
-            };
-            let envelope = verdict_gateway::envelope::decode(&header(FORMAT), &delivery.data)
-                .map_err(|e| anyhow::anyhow!("`{queue}`: a letter's envelope: {e}"))?;
+            let position = i64::try_from(letters.len()).unwrap_or(i64::MAX);
+            let entry = verdict_gateway::sources::rabbitmq::entry_of(&queue, position, &delivery)
+                .map_err(|e| anyhow::anyhow!("`{queue}`: a letter: {e}"))?;
             letters.push(Letter {
-                created_at_ms: header(AT_MS).parse().unwrap_or(0),
-                envelope,
+                created_at_ms: entry.created_at_ms,
+                envelope: entry.envelope,
             });
         }
         let _ = channel.close(200, ShortString::from("drained")).await;

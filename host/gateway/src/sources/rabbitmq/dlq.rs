@@ -272,7 +272,10 @@ impl RabbitDeadLetters {
     }
 }
 
-fn entry_of(dlq: &str, seq: i64, d: &lapin::message::Delivery) -> Result<DlqEntry, DlqError> {
+/// A dead letter read from the DLQ queue `dlq` at position `seq`: the letter headers its
+/// source wrote and the envelope, decoded. Public so that a harness draining a DLQ reads
+/// letters exactly as these tools do.
+pub fn entry_of(dlq: &str, seq: i64, d: &lapin::message::Delivery) -> Result<DlqEntry, DlqError> {
     let headers = d.properties.headers().clone().unwrap_or_default();
     let header = |name: &str| -> String {
         match headers.inner().get(name) {

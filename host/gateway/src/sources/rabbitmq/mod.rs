@@ -39,7 +39,7 @@ pub mod topology;
 /// What a replay from a DLQ queue sends: public for the fuzz targets, not an API.
 #[doc(hidden)]
 pub use dlq::replay_properties;
-pub use dlq::{BROWSE_DEPTH_MAX, RabbitDeadLetters, SCAN_PER_PAGE};
+pub use dlq::{BROWSE_DEPTH_MAX, RabbitDeadLetters, SCAN_PER_PAGE, entry_of};
 pub use headers::HistoryKey;
 use topology::Topology;
 
