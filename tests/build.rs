@@ -21,6 +21,7 @@ fn main() {
         .to_path_buf();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     for dir in [
+        "README.md",
         "policies",
         "guest-sdk/src",
         "wit",
@@ -40,9 +41,13 @@ fn main() {
         quiet: true,
     };
     let mut consts = String::new();
+    let mut rules = String::new();
     for (name, dir) in GUESTS {
         let built = verdict_componentize::build_crate(&root.join(dir), &options)
             .unwrap_or_else(|e| panic!("building the {dir} fixture: {e}"));
+        if name == "RULES" {
+            rules = built.component.display().to_string();
+        }
         writeln!(
             consts,
             "/// Component built from `{dir}`.\npub const {name}: &str = {:?};",
@@ -51,4 +56,30 @@ fn main() {
         .expect("writing to a String");
     }
     std::fs::write(out.join("fixtures.rs"), consts).expect("writing fixtures.rs");
+    write_readme_embedding_example(&root, &out, &rules);
+}
+
+/// The README's "Embed the decision engine" example as a function `readme_embed()` that
+/// returns its `decision`, with the component path pointed at the `rules` fixture: the test
+/// suite compiles and runs the README's code as a reader would copy it.
+fn write_readme_embedding_example(root: &Path, out: &Path, component: &str) {
+    const COMPONENT: &str = "\"target/wasm32-unknown-unknown/release/rules.component.wasm\"";
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("reading README.md");
+    let block = readme
+        .split("## Embed the decision engine")
+        .nth(1)
+        .and_then(|section| section.split("```rust\n").nth(1))
+        .and_then(|rest| rest.split("\n```").next())
+        .expect("README.md: the `Embed the decision engine` section has a ```rust block");
+    assert!(
+        block.contains(COMPONENT) && block.contains("let decision ="),
+        "README.md: the embedding example must load {COMPONENT} and bind `decision`"
+    );
+    let code = format!(
+        "/// The README's embedding example, verbatim but for the component's path.\n\
+         fn readme_embed() -> Result<verdict_runtime::Decision, Box<dyn std::error::Error>> {{\n\
+         {}\nOk(decision)\n}}\n",
+        block.replace(COMPONENT, &format!("{component:?}"))
+    );
+    std::fs::write(out.join("readme_embed.rs"), code).expect("writing readme_embed.rs");
 }

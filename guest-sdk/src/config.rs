@@ -5,9 +5,22 @@ use serde::de::DeserializeOwned;
 /// Parse `json` into `T`. An empty string means `{}`. The error names the path of the
 /// offending field, e.g. `config.rules[2].max_attempts: invalid type: string "five",
 /// expected u32`.
+///
+/// A field the operator left out is an error unless the config type gives it a default;
+/// that error says how, because a route without a config (`{}`) is the first thing a new
+/// policy meets.
 pub fn parse_config<T: DeserializeOwned>(json: &str) -> Result<T, String> {
     let json = if json.trim().is_empty() { "{}" } else { json };
-    parse_named(json.as_bytes(), Some("config"))
+    parse_named(json.as_bytes(), Some("config")).map_err(|e| {
+        if e.contains(": missing field `") {
+            format!(
+                "{e}; set it in the route's config, or give it a default: \
+                 `#[serde(default)]` on the config struct and `impl Default` for it"
+            )
+        } else {
+            e
+        }
+    })
 }
 
 /// Parse JSON into `T`, naming the path of the offending field on error
@@ -63,5 +76,27 @@ mod tests {
         assert!(e.contains("kidn"), "{e}");
         let e = parse_config::<Cfg>("{} trailing").unwrap_err();
         assert!(e.starts_with("config:"), "{e}");
+    }
+
+    /// A config struct without defaults meets `{}` on its first route.
+    #[test]
+    fn a_missing_field_names_both_fixes() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        struct NoDefaults {
+            #[allow(dead_code)]
+            max_attempts: u32,
+        }
+        let e = parse_config::<NoDefaults>("{}").unwrap_err();
+        assert!(e.starts_with("config: missing field `max_attempts`"), "{e}");
+        assert!(
+            e.contains("route's config")
+                && e.contains("#[serde(default)]")
+                && e.contains("impl Default"),
+            "{e}"
+        );
+        // Other errors carry no such advice.
+        let e = parse_config::<NoDefaults>(r#"{"max_attempts": "five"}"#).unwrap_err();
+        assert!(!e.contains("impl Default"), "{e}");
     }
 }

@@ -14,4 +14,5 @@ mod layering;
 mod loading;
 mod operator;
 mod policies;
+mod readme;
 mod registry;

@@ -164,3 +164,87 @@ fn verdict_new_refuses_bad_names_and_existing_crates_naming_the_fix() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A fresh scaffold named `name`, changed by `edit` (file, from, to) the way a newcomer
+/// gets it wrong, sharing the dependency cache.
+fn broken_scaffold(name: &str, edits: &[(&str, &str, &str)]) -> (PathBuf, PathBuf) {
+    let (dir, cache) = workspace(name);
+    ok(
+        "verdict new",
+        &run(&dir, env!("CARGO_BIN_EXE_verdict"), &["new", name]),
+    );
+    let crate_dir = dir.join(name);
+    std::os::unix::fs::symlink(&cache, crate_dir.join("target")).unwrap();
+    for (file, from, to) in edits {
+        let path = crate_dir.join(file);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains(from), "{file} has no `{from}` to break");
+        std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    }
+    (dir, crate_dir)
+}
+
+fn failed(what: &str, out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "{what} should fail\nstdout: {}",
+        text(&out.stdout)
+    );
+    text(&out.stderr)
+}
+
+#[test]
+fn a_crate_without_a_cdylib_is_told_its_crate_type() {
+    let (dir, crate_dir) = broken_scaffold(
+        "nocdylib",
+        &[("Cargo.toml", "crate-type = [\"cdylib\", \"rlib\"]", "")],
+    );
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    let err = failed("verdict build", &run(&crate_dir, bin, &["build", "."]));
+    assert!(err.contains("crate-type = [\"cdylib\", \"rlib\"]"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_policy_without_export_policy_is_told_the_macro() {
+    let (dir, crate_dir) = broken_scaffold(
+        "noexport",
+        &[("src/lib.rs", "export_policy!(Noexport);", "")],
+    );
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    // Whichever step notices first - wrapping the module, or loading the component - names
+    // the macro that exports the policy.
+    let built = run(&crate_dir, bin, &["build", "."]);
+    let err = if built.status.success() {
+        let component = text(&built.stdout).trim().to_string();
+        failed("verdict test", &run(&crate_dir, bin, &["test", &component]))
+    } else {
+        text(&built.stderr)
+    };
+    assert!(err.contains("export_policy!"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_config_without_defaults_is_told_how_to_give_them() {
+    let (dir, crate_dir) = broken_scaffold(
+        "nodefaults",
+        &[(
+            "src/lib.rs",
+            "#[serde(deny_unknown_fields, default)]",
+            "#[serde(deny_unknown_fields)]",
+        )],
+    );
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    ok("verdict build", &run(&crate_dir, bin, &["build", "."]));
+    // The generated route sets `max_attempts` only.
+    let err = failed(
+        "verdict check",
+        &run(&crate_dir, bin, &["check", "-c", "verdict.toml"]),
+    );
+    assert!(
+        err.contains("missing field `base_delay_ms`") && err.contains("impl Default"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

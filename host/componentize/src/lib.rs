@@ -228,7 +228,12 @@ fn ensure_target_installed() -> Result<(), BuildError> {
         // Let cargo report whatever is wrong with the toolchain.
         return Ok(());
     };
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    target_in_sysroot(Path::new(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// Without the target's standard library, cargo's own error ("can't find crate for
+/// `core`") does not say what to install.
+fn target_in_sysroot(sysroot: &Path) -> Result<(), BuildError> {
     if sysroot.join("lib/rustlib").join(TARGET).exists() {
         Ok(())
     } else {
@@ -314,6 +319,20 @@ mod tests {
         let err = componentize(&module).unwrap_err();
         assert!(err.contains("no component type"), "{err}");
         assert!(componentize(b"\0asm garbage").is_err());
+    }
+
+    #[test]
+    fn a_toolchain_without_the_target_is_told_what_to_install() {
+        let sysroot = std::env::temp_dir().join(format!("verdict-sysroot-{}", std::process::id()));
+        std::fs::create_dir_all(sysroot.join("lib/rustlib/x86_64-unknown-linux-gnu")).unwrap();
+        let err = target_in_sysroot(&sysroot).unwrap_err().to_string();
+        assert!(
+            err.contains("rustup target add wasm32-unknown-unknown"),
+            "{err}"
+        );
+        std::fs::create_dir_all(sysroot.join("lib/rustlib").join(TARGET)).unwrap();
+        assert!(target_in_sysroot(&sysroot).is_ok());
+        std::fs::remove_dir_all(&sysroot).unwrap();
     }
 
     #[test]

@@ -1,0 +1,206 @@
+//! The README's code, run as a reader would run it: the quickstart script, the one-question
+//! `decide`, the failure JSON, and the gateway configs through the admission gate. Each test
+//! works in a scratch copy of the layout the README assumes (`policies/`, `examples/`,
+//! `target/wasm32-unknown-unknown/release/rules.component.wasm`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{rules, text};
+
+fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+        .expect("reading README.md")
+}
+
+/// The `lang` code blocks of the README section whose heading starts with `heading`.
+fn blocks(heading: &str, lang: &str) -> Vec<String> {
+    let readme = readme();
+    let section = readme
+        .split(&format!("\n{heading}"))
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_else(|| panic!("the README has a `{heading}` section"))
+        .to_string();
+    let blocks: Vec<String> = section
+        .split(&format!("```{lang}\n"))
+        .skip(1)
+        .filter_map(|rest| rest.split("\n```").next())
+        .map(str::to_string)
+        .collect();
+    assert!(!blocks.is_empty(), "`{heading}` has no ```{lang} block");
+    blocks
+}
+
+/// A directory laid out like the repository root, as far as the README's commands look:
+/// the policies and examples, and the `rules` component where `verdict build` puts it with
+/// cargo's default target directory (the test run's own target directory may be elsewhere).
+fn checkout(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("readme-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let release = dir.join("target/wasm32-unknown-unknown/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::copy(rules(), release.join("rules.component.wasm")).unwrap();
+    std::os::unix::fs::symlink(
+        root.join("policies").canonicalize().unwrap(),
+        dir.join("policies"),
+    )
+    .unwrap();
+    // Copied, not linked: the example configs name `../target`, which must be this one.
+    std::fs::create_dir_all(dir.join("examples")).unwrap();
+    for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join("examples").join(path.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+/// Run a README shell block in `dir`, with `cargo run -q --bin X --` standing for the
+/// binaries this test run built; background jobs are stopped when the script ends.
+fn sh(dir: &Path, block: &str) -> Output {
+    let script = block
+        .replace(
+            "cargo run -q --bin verdict-demo-consumer",
+            env!("CARGO_BIN_EXE_verdict-demo-consumer"),
+        )
+        .replace(
+            "cargo run -q --bin verdict --",
+            env!("CARGO_BIN_EXE_verdict"),
+        );
+    assert!(
+        !script.contains("cargo run"),
+        "a README command this test cannot run:\n{script}"
+    );
+    Command::new("timeout")
+        .args(["120", "bash", "-c"])
+        .arg(format!(
+            "trap 'jobs -p | xargs -r kill; wait || true' EXIT\nset -e\n{script}"
+        ))
+        .current_dir(dir)
+        // `verdict build` in the script compiles into the guests' shared directory, not
+        // the scratch checkout; the component it would write is already in place.
+        .env(
+            "CARGO_TARGET_DIR",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests"),
+        )
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .output()
+        .expect("bash runs")
+}
+
+fn metric(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no {series} in:\n{metrics}")) as u64
+}
+
+#[test]
+fn the_quickstart_runs_as_written() {
+    let dir = checkout("quickstart");
+    let block = &blocks("## Quickstart", "sh")[0];
+    let out = sh(&dir, block);
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the quickstart failed ({:?})\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    // What the README says the reader sees: every order delivered or dead, the dead ones
+    // listed, one envelope shown.
+    let delivered = metric(&stdout, "verdict_messages{state=\"delivered\"}");
+    let dead = metric(&stdout, "verdict_messages{state=\"dead\"}");
+    assert_eq!(delivered + dead, 200, "{stdout}");
+    assert!(dead > 0, "the demo consumer refuses 5% for good:\n{stdout}");
+    assert!(stdout.contains("orders.DLQ"), "{stdout}");
+    assert!(stdout.contains("schema.unknown-version"), "{stdout}");
+    // The envelope the README documents has the keys the gateway wrote.
+    let config = dir.join("examples/quickstart.toml");
+    let shown = common::verdict(&["dlq", "show", "1", "-c", config.to_str().unwrap()], None);
+    let shown = text(&shown.stdout);
+    let envelope: serde_json::Value = serde_json::from_str(&shown).expect("dlq show prints JSON");
+    let documented: serde_json::Value = serde_json::from_str(
+        blocks("## The gateway", "json")
+            .iter()
+            .find(|b| b.contains("\"original\""))
+            .expect("the README documents the envelope"),
+    )
+    .unwrap();
+    let keys = |v: &serde_json::Value| {
+        v.as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    assert_eq!(keys(&documented), keys(&envelope["envelope"]), "{shown}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn asking_a_policy_one_question_prints_the_exhausted_verdict() {
+    let dir = checkout("decide");
+    let block = &blocks("## Quickstart", "sh")[1];
+    let out = sh(&dir, block);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let decision: serde_json::Value = serde_json::from_str(&stdout).expect("decide prints JSON");
+    assert_eq!(
+        decision["verdict"]["action"]["type"], "dead-letter",
+        "{stdout}"
+    );
+    assert_eq!(decision["verdict"]["class"], "exhausted", "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_documented_failure_json_is_accepted_by_decide() {
+    let failure = &blocks("## The `verdict` command", "json")[0];
+    let out = common::verdict(
+        &["decide", "--policy", rules(), "--failure", "-"],
+        Some(failure),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let decision: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    // An http.503 with a 5 s Retry-After on its second attempt: retried, not sooner.
+    assert_eq!(decision["verdict"]["action"]["type"], "retry", "{stdout}");
+    assert!(
+        decision["verdict"]["action"]["ms"].as_u64().unwrap() >= 5_000,
+        "{stdout}"
+    );
+}
+
+#[test]
+fn the_documented_gateway_configs_pass_the_admission_gate() {
+    let dir = checkout("configs");
+    let routing = &blocks("## Routing topics to policies", "toml")[0];
+    std::fs::write(dir.join("routing.toml"), routing).unwrap();
+    let out = common::verdict(
+        &["check", "-c", dir.join("routing.toml").to_str().unwrap()],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("payments.>"), "{stdout}");
+
+    // The broker section shows the routes and servers; the policy is the one above.
+    let brokers = &blocks("### On a broker", "toml")[0];
+    let policy = routing.split("\n[[routes]]").next().unwrap();
+    std::fs::write(dir.join("brokers.toml"), format!("{policy}\n{brokers}")).unwrap();
+    let out = common::verdict(
+        &["check", "-c", dir.join("brokers.toml").to_str().unwrap()],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("orders.>") && stdout.contains("invoices"),
+        "{stdout}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
