@@ -16,3 +16,4 @@ mod operator;
 mod policies;
 mod readme;
 mod registry;
+mod store_contract;

@@ -136,5 +136,6 @@ pub fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 pub mod consumer;
 pub mod gateway;
 pub mod nats;
+pub mod postgres;
 pub mod rabbitmq;
 pub mod scripted;

@@ -50,6 +50,9 @@ pub enum GatewayError {
     /// The task building the first generation stopped (it panicked).
     #[error("building the first generation")]
     RegistryTask(#[source] tokio::task::JoinError),
+    /// The task opening the store stopped (it panicked).
+    #[error("opening the store")]
+    StoreTask(#[source] tokio::task::JoinError),
     /// The config file and the files it names could not be watched.
     #[error(transparent)]
     Watch(#[from] WatchError),

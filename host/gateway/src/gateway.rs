@@ -17,7 +17,7 @@ use crate::sources::Source;
 use crate::sources::embedded::EmbeddedSource;
 use crate::sources::nats::NatsSource;
 use crate::sources::rabbitmq::{HistoryKey, RabbitmqSource};
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use verdict_registry::SourceKind;
 use verdict_registry::{AdminConfig, ConfigWatcher, GatewayConfig, Registry};
 
@@ -110,11 +110,20 @@ async fn start(
     };
     let registry = Arc::new(registry);
     let watcher = ConfigWatcher::start(registry.clone(), config_path, DEBOUNCE)?;
-    let database = base
-        .join(&config.storage.dir)
-        .join(&config.gateway.database);
-    let store = Arc::new(Store::open(&database)?);
-    let recovered = store.recover_leases(now_ms())?;
+    let store = {
+        let (config, base) = (config.clone(), base.clone());
+        // Connecting to a shared database blocks (and its driver must not run on an async
+        // worker), so the store opens on a blocking thread like every call after.
+        tokio::task::spawn_blocking(move || -> Result<(Arc<Store>, u64), StoreError> {
+            let store = Arc::new(open_store(&config, &base)?);
+            let recovered = store.recover_leases(now_ms())?;
+            Ok((store, recovered))
+        })
+        .await
+        .map_err(GatewayError::StoreTask)?
+    };
+    let (store, recovered) = store?;
+    tracing::info!(store = %store.describe(), "store open");
     if recovered > 0 {
         tracing::warn!(
             recovered,
@@ -256,5 +265,18 @@ fn admin_token(admin: &AdminConfig, base: &Path) -> Result<Option<String>, Gatew
             Ok(Some(token.trim().to_string()).filter(|t| !t.is_empty()))
         }
         None => Ok(None),
+    }
+}
+
+/// The store `[gateway] store` names, or the SQLite file `[storage] dir`/`[gateway]
+/// database` when it names none; relative paths are relative to the config file's `base`.
+pub fn open_store(config: &GatewayConfig, base: &Path) -> Result<Store, StoreError> {
+    match &config.gateway.store {
+        Some(url) => Store::connect(url, base),
+        None => Store::open(
+            &base
+                .join(&config.storage.dir)
+                .join(&config.gateway.database),
+        ),
     }
 }

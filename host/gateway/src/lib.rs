@@ -48,5 +48,5 @@ pub mod sources;
 pub mod store;
 
 pub use error::GatewayError;
-pub use gateway::Gateway;
+pub use gateway::{Gateway, open_store};
 pub use metrics::{METRICS_CONTENT_TYPE, Metrics};

@@ -48,15 +48,19 @@ pub fn open(
 /// The config and store of the gateway configured by `config_path`.
 pub fn open_store(config_path: &Path) -> Result<(GatewayConfig, Store)> {
     let config = GatewayConfig::load(config_path)?;
-    let path = store_path(config_path, &config);
-    if !path.is_file() {
-        bail!(
-            "no store at {} (has `verdict run -c {}` run yet?)",
-            path.display(),
-            config_path.display()
-        );
+    let base = config_path.parent().unwrap_or(Path::new("."));
+    if config.gateway.store.is_none() {
+        let path = store_path(config_path, &config);
+        if !path.is_file() {
+            bail!(
+                "no store at {} (has `verdict run -c {}` run yet?)",
+                path.display(),
+                config_path.display()
+            );
+        }
     }
-    Ok((config, Store::open(&path)?))
+    let store = verdict_gateway::open_store(&config, base)?;
+    Ok((config, store))
 }
 
 fn store_path(config_path: &Path, config: &GatewayConfig) -> PathBuf {

@@ -13,8 +13,15 @@ pub struct GatewaySection {
     pub instance: String,
     /// The consumer group named in failures and envelopes.
     pub consumer_group: String,
-    /// The embedded store (SQLite), relative to `[storage] dir`.
+    /// The embedded store (SQLite), relative to `[storage] dir`; used when `store` is
+    /// not set.
     pub database: PathBuf,
+    /// Where the gateway keeps the messages it delivers itself, as a URL: unset for the
+    /// SQLite file `database`, `sqlite://<path>` (relative to this file) for another one,
+    /// or `postgres://user@host:port/database` for a PostgreSQL database that several
+    /// gateways share (each claims with `SKIP LOCKED`, leases fence the settlements). The
+    /// schema is created or migrated at start.
+    pub store: Option<String>,
     /// How long a claimed message stays leased without renewal. A running delivery renews
     /// its lease every third of this, so a lease expires only when the gateway holding it
     /// stopped or stalled that long; the message is then delivered again (a counted
@@ -39,6 +46,7 @@ impl Default for GatewaySection {
             instance: std::env::var("HOSTNAME").unwrap_or_else(|_| "verdict".into()),
             consumer_group: "verdict".into(),
             database: PathBuf::from("verdict.db"),
+            store: None,
             lease_ms: 60_000,
             poll_ms: 50,
             max_in_flight: 64,

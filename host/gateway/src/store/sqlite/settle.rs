@@ -2,11 +2,12 @@
 //! settlement runs in a savepoint of its own: one that fails (a row gone, a constraint) is
 //! rolled back alone and reported alone, the rest still commit.
 
+use super::SqliteStore;
 use super::messages::{dead_letter_in, delivered_in, discard_in, release_in, schedule_in};
-use super::{Store, StoreError};
 use crate::model::Settlement;
+use crate::store::StoreError;
 
-impl Store {
+impl SqliteStore {
     /// Apply each `(seq, lease, settlement)` of `batch` - the outcome of the delivery of
     /// message `seq` that holds `lease` - in one transaction. A settlement whose lease is no
     /// longer the message's is [`StoreError::Fenced`] and changes nothing. The outer error means nothing was written (the
@@ -71,11 +72,11 @@ pub(super) mod tests {
     use crate::model::{AttemptRecord, DeadLetter};
     use crate::store::NewMessage;
 
-    fn store(name: &str) -> (Store, std::path::PathBuf) {
+    fn store(name: &str) -> (SqliteStore, std::path::PathBuf) {
         let dir =
             std::env::temp_dir().join(format!("verdict-settle-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        (Store::open(&dir.join("db.sqlite")).unwrap(), dir)
+        (SqliteStore::open(&dir.join("db.sqlite")).unwrap(), dir)
     }
 
     /// A dead letter of a `permanent` failure, as tests settle it.

@@ -9,30 +9,11 @@
 //! retention is the duplicate-publish window.
 
 use rusqlite::params;
-use serde::Serialize;
 
-use super::messages::clamp_ms;
-use super::{Store, StoreError};
+use super::SqliteStore;
+use crate::store::{Pruned, StoreError, clamp_ms};
 
-/// What one pass deleted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Pruned {
-    /// Delivered or discarded messages.
-    pub messages: u64,
-    /// Audit records.
-    pub audit: u64,
-    /// Replayed or discarded DLQ entries.
-    pub dlq: u64,
-}
-
-impl Pruned {
-    /// Rows deleted in all.
-    pub fn total(&self) -> u64 {
-        self.messages + self.audit + self.dlq
-    }
-}
-
-impl Store {
+impl SqliteStore {
     /// Delete what is older than `before_ms` and no longer needed, at most `batch` rows of
     /// a kind per transaction, until nothing is left to delete.
     pub fn prune(&self, before_ms: u64, batch: usize) -> Result<Pruned, StoreError> {
@@ -90,13 +71,14 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use crate::model::Settlement;
-    use crate::store::{NewMessage, Store};
+    use crate::store::NewMessage;
+    use crate::store::sqlite::SqliteStore;
 
     #[test]
     fn old_settled_rows_go_and_pending_messages_and_dead_letters_stay() {
         let dir = std::env::temp_dir().join(format!("verdict-prune-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("db.sqlite")).unwrap();
+        let store = SqliteStore::open(&dir.join("db.sqlite")).unwrap();
         let messages: Vec<NewMessage> = (0..6)
             .map(|i| NewMessage {
                 id: format!("m{i}"),

@@ -1,78 +1,14 @@
 //! The dead-letter queues: listing, statistics, replay and operator discards.
 
 use rusqlite::params;
-use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, audit};
-
-/// Which dead letters an operation applies to. Empty fields match everything.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DlqFilter {
-    /// Source topic.
-    pub topic: Option<String>,
-    /// The DLQ's name.
-    pub dlq: Option<String>,
-    /// The verdict's class.
-    pub class: Option<String>,
-    /// The last error's kind.
-    pub kind: Option<String>,
-    /// Only dead letters at least this old (ms).
-    pub min_age_ms: Option<u64>,
-    /// At most this many, oldest first.
-    pub limit: Option<usize>,
-    /// Only dead letters after this cursor: the `next` of the page before (the admin API's
-    /// `x-verdict-next` header). Its form is the source's own; pass it back unchanged.
-    pub after: Option<String>,
-    /// Whose DLQs (the admin API's `?source=nats`): the embedded store when absent. Sources
-    /// ignore it; whoever opens the DLQs reads it.
-    pub source: Option<verdict_registry::SourceKind>,
-}
-
-/// One dead letter.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct DlqEntry {
-    /// Its key (what `show`, `replay` and `discard` take).
-    pub seq: i64,
-    /// The message id.
-    pub message_id: String,
-    /// Source topic.
-    pub topic: String,
-    /// The DLQ.
-    pub dlq: String,
-    /// The verdict's class.
-    pub class: String,
-    /// The last error's kind.
-    pub kind: String,
-    /// The verdict's reason.
-    pub reason: String,
-    /// Attempts made.
-    pub attempts: u32,
-    /// When it was dead-lettered (ms since the epoch).
-    pub created_at_ms: u64,
-    /// The envelope, decoded whatever the stored format.
-    pub envelope: crate::envelope::Envelope,
-}
-
-/// One DLQ's depth.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct DlqStats {
-    /// The DLQ.
-    pub dlq: String,
-    /// Source topic.
-    pub topic: String,
-    /// Dead letters waiting.
-    pub depth: u64,
-    /// The oldest one's time (ms since the epoch; 0 when the DLQ is empty).
-    pub oldest_at_ms: u64,
-    /// Dead letters ever written to it (replayed and discarded ones too): the ingress.
-    pub ingress: u64,
-}
+use super::{SqliteStore, audit};
+use crate::store::{DlqArg, DlqEntry, DlqFilter, DlqStats, StoreError};
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
                              created_at_ms, format, envelope FROM dlq WHERE state = 'dead'";
 
-impl Store {
+impl SqliteStore {
     /// Dead letters matching `filter`, oldest first (by failure time, then `seq`); a
     /// cursor is `<created_at_ms>-<seq>` of the last entry seen ([`Store::cursor_of`]).
     pub fn dlq_list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, StoreError> {
@@ -83,11 +19,6 @@ impl Store {
             .unwrap_or_default();
         // By failure time, not insertion order: concurrent deliveries commit in any order.
         self.dlq_query(&format!("{sql} ORDER BY created_at_ms, seq{limit}"), &args)
-    }
-
-    /// The cursor that continues a listing after `entry`.
-    pub fn cursor_of(entry: &DlqEntry) -> String {
-        format!("{}-{}", entry.created_at_ms, entry.seq)
     }
 
     /// The dead letter `seq`, if it is still in a DLQ.
@@ -226,39 +157,13 @@ fn where_clause(
     now_ms: u64,
 ) -> Result<(String, Vec<rusqlite::types::Value>), StoreError> {
     use rusqlite::types::Value;
-    let mut sql = String::new();
-    let mut args: Vec<Value> = Vec::new();
-    for (column, value) in [
-        ("topic", &f.topic),
-        ("dlq", &f.dlq),
-        ("class", &f.class),
-        ("kind", &f.kind),
-    ] {
-        if let Some(v) = value {
-            args.push(Value::Text(v.clone()));
-            sql += &format!(" AND {column} = ?{}", args.len());
-        }
-    }
-    if let Some(age) = f.min_age_ms {
-        args.push(Value::Integer(
-            i64::try_from(now_ms.saturating_sub(age)).unwrap_or(i64::MAX),
-        ));
-        sql += &format!(" AND created_at_ms <= ?{}", args.len());
-    }
-    if let Some(cursor) = &f.after {
-        let (at_ms, seq) = cursor
-            .split_once('-')
-            .and_then(|(a, s)| Some((a.parse::<i64>().ok()?, s.parse::<i64>().ok()?)))
-            .ok_or_else(|| {
-                StoreError::Cursor(format!(
-                    "`{}` is not a cursor of this store (expected `<created_at_ms>-<seq>`)",
-                    verdict_runtime::text::one_line(cursor, 64)
-                ))
-            })?;
-        args.push(Value::Integer(at_ms));
-        args.push(Value::Integer(seq));
-        let (a, s) = (args.len() - 1, args.len());
-        sql += &format!(" AND (created_at_ms > ?{a} OR (created_at_ms = ?{a} AND seq > ?{s}))");
-    }
+    let (sql, args) = crate::store::dlq_conditions(f, now_ms, |n| format!("?{n}"))?;
+    let args = args
+        .into_iter()
+        .map(|a| match a {
+            DlqArg::Text(t) => Value::Text(t),
+            DlqArg::Int(i) => Value::Integer(i),
+        })
+        .collect();
     Ok((sql, args))
 }

@@ -4,48 +4,12 @@
 use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 
-use super::{Store, StoreError, audit};
+use super::{SqliteStore, audit};
 use crate::model::{AttemptRecord, DeadLetter, Delivery};
+use crate::store::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
-/// A message to publish.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NewMessage {
-    /// Its id; a message whose id is already stored is a duplicate and is not stored again.
-    pub id: String,
-    /// The topic.
-    pub topic: String,
-    /// Headers passed to the consumer and kept in the envelope.
-    pub headers: BTreeMap<String, String>,
-    /// The body.
-    pub payload: Vec<u8>,
-    /// The body's content type.
-    pub content_type: Option<String>,
-}
-
-/// What a publish stored.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Published {
-    /// Ids stored.
-    pub accepted: Vec<String>,
-    /// Ids already stored before (not stored again).
-    pub duplicates: Vec<String>,
-}
-
-/// A message leased for one delivery.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    /// Store key.
-    pub seq: i64,
-    /// The lease this delivery holds: its settlement applies only while the message is
-    /// still held by it (a message re-claimed after its lease expired has a new one).
-    pub lease: i64,
-    /// The message and its history.
-    pub delivery: Delivery,
-}
-
-impl Store {
+impl SqliteStore {
     /// Store `messages` as ready, in one transaction.
     pub fn publish(&self, messages: &[NewMessage], now_ms: u64) -> Result<Published, StoreError> {
         let mut conn = self.conn();
@@ -183,7 +147,7 @@ fn claim_in(
     }
 }
 
-impl Store {
+impl SqliteStore {
     /// Forget topics with no message ready, scheduled or leased (a publish or a replay
     /// lists a topic again), so a claim round asks only topics that may have work; how
     /// many were forgotten.
@@ -237,12 +201,6 @@ fn record_attempt(tx: &Connection, seq: i64, failed: &AttemptRecord) -> Result<(
         failed.message
     ])?;
     Ok(())
-}
-
-/// The largest instant SQLite's signed 64-bit integers hold: times computed from config
-/// values (`now + lease_ms`, `at + delay_ms`) saturate here instead of wrapping or failing.
-pub(super) fn clamp_ms(ms: u64) -> i64 {
-    i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
 fn claim_topic(
@@ -489,7 +447,7 @@ mod tests {
     fn a_claim_takes_due_messages_oldest_first_and_expired_leases_again() {
         let dir = std::env::temp_dir().join(format!("verdict-claim-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let store = Store::open(&dir.join("db.sqlite")).unwrap();
+        let store = SqliteStore::open(&dir.join("db.sqlite")).unwrap();
         let message = |id: &str| NewMessage {
             id: id.into(),
             topic: "orders".into(),

@@ -1,0 +1,72 @@
+//! Why a store call failed, whatever the backend.
+
+use std::path::PathBuf;
+
+/// Why the store failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The SQLite file could not be opened or set up.
+    #[error("{path}: {source}")]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: rusqlite::Error,
+    },
+    /// A SQLite statement failed.
+    #[error("store: {0}")]
+    Sql(#[from] rusqlite::Error),
+    /// The shared database could not be reached or set up.
+    #[error("store {target}: {message}")]
+    Connect {
+        /// The database, as `postgres://host:port/name` (never with its password).
+        target: String,
+        /// Why, as the database or driver said it.
+        message: String,
+    },
+    /// A statement on the shared database failed (the connection may be gone: the next
+    /// call reconnects).
+    #[error("store: {0}")]
+    Database(String),
+    /// The store URL names no backend this build has, or is malformed.
+    #[error("[gateway] store: {0}")]
+    Url(String),
+    /// A stored value could not be decoded.
+    #[error("store: {0}")]
+    Corrupt(String),
+    /// A listing's `after` cursor is not one this store hands out.
+    #[error("after: {0}")]
+    Cursor(String),
+    /// A settlement for a lease that is no longer the message's: another delivery took the
+    /// message over (this one outlived its lease), so its outcome is not applied.
+    #[error("store: message {seq} is no longer held by lease {lease}; its outcome is not applied")]
+    Fenced {
+        /// The message.
+        seq: i64,
+        /// The lease the settlement was for.
+        lease: i64,
+    },
+}
+
+impl From<postgres::Error> for StoreError {
+    /// The driver's `Display` says only "db error"; the server's message and detail are
+    /// what an operator needs.
+    fn from(e: postgres::Error) -> Self {
+        let message = match e.as_db_error() {
+            Some(db) => match db.detail() {
+                Some(detail) => format!("postgres: {}: {detail}", db.message()),
+                None => format!("postgres: {}", db.message()),
+            },
+            None => {
+                let mut m = format!("postgres: {e}");
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    m.push_str(&format!(": {s}"));
+                    source = s.source();
+                }
+                m
+            }
+        };
+        StoreError::Database(message)
+    }
+}

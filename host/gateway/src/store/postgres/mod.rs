@@ -1,0 +1,215 @@
+//! The shared store on PostgreSQL: several gateways on one database, each claiming with
+//! `FOR UPDATE SKIP LOCKED` and settling under the lease fence.
+//!
+//! One connection per gateway, made on first use and again after it breaks: a call that
+//! finds the database gone fails (the caller retries it, `/readyz` says 503 naming the
+//! store) and the next one reconnects. Nothing is lost in between - a transaction that did
+//! not commit changed nothing, and a lease held by a gateway that cannot reach the database
+//! expires and is claimed by another.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use postgres::{Client, NoTls, Statement};
+
+mod dlq;
+mod messages;
+mod retention;
+mod schema;
+mod settle;
+
+use super::{StateCounts, StoreError};
+
+/// A PostgreSQL store.
+pub struct PostgresStore {
+    config: postgres::Config,
+    target: String,
+    conn: Mutex<Option<Conn>>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A live connection and the statements prepared on it.
+struct Conn {
+    client: Client,
+    prepared: HashMap<&'static str, Statement>,
+}
+
+impl Conn {
+    /// `sql`, prepared once per connection.
+    fn statement(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.client.prepare(sql)?;
+        self.prepared.insert(sql, s.clone());
+        Ok(s)
+    }
+}
+
+/// Publishes and replays hold this advisory lock shared, forgetting idle topics holds it
+/// exclusive: a topic must never be forgotten beside a publish that lists it again but has
+/// not committed yet (its message would wait, unclaimed, for the next publish).
+const TOPICS_LOCK: i64 = 0x7665_7264_6963_7401;
+/// Serialises migrations between gateways starting together.
+const MIGRATE_LOCK: i64 = 0x7665_7264_6963_7402;
+
+impl PostgresStore {
+    /// Connect to `url` (`postgres://user[:password]@host[:port]/database`) and bring its
+    /// schema up to date.
+    pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        let config: postgres::Config = url
+            .parse()
+            .map_err(|e: postgres::Error| StoreError::Url(format!("not a PostgreSQL URL: {e}")))?;
+        let store = PostgresStore {
+            target: target_of(&config),
+            config,
+            conn: Mutex::new(None),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// `host:port/database`, for logs and errors: never the password.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// Apply the migrations this database lacks; the schema version after.
+    pub fn migrate(&self) -> Result<u32, StoreError> {
+        self.with(|c| {
+            let mut tx = c.client.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+            tx.batch_execute(
+                "CREATE TABLE IF NOT EXISTS verdict_schema (
+                     version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+            )?;
+            let current: i32 = tx
+                .query_one("SELECT COALESCE(MAX(version), 0) FROM verdict_schema", &[])?
+                .get(0);
+            let known = schema::MIGRATIONS.len() as i32;
+            if current > known {
+                return Err(StoreError::Connect {
+                    target: self.target.clone(),
+                    message: format!(
+                        "the database's schema is version {current}, newer than this \
+                         gateway's {known}: upgrade the gateway"
+                    ),
+                });
+            }
+            for (n, sql) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
+                tx.batch_execute(sql)?;
+                tx.execute(
+                    "INSERT INTO verdict_schema (version) VALUES ($1)",
+                    &[&(n as i32 + 1)],
+                )?;
+            }
+            tx.commit()?;
+            Ok(known as u32)
+        })
+    }
+
+    /// Messages by state. Counted, not kept in counters: a counter row every settlement
+    /// updates would serialise the gateways sharing the database.
+    pub fn counts(&self) -> Result<StateCounts, StoreError> {
+        self.with(|c| {
+            let s = c.statement("SELECT state, COUNT(*) FROM messages GROUP BY state")?;
+            let mut counts = StateCounts::default();
+            for row in c.client.query(&s, &[])? {
+                let (state, n): (String, i64) = (row.get(0), row.get(1));
+                let n = n.max(0) as u64;
+                match state.as_str() {
+                    "ready" => counts.ready = n,
+                    "scheduled" => counts.scheduled = n,
+                    "leased" => counts.leased = n,
+                    "delivered" => counts.delivered = n,
+                    "dead" => counts.dead = n,
+                    "discarded" => counts.discarded = n,
+                    other => return Err(StoreError::Corrupt(format!("unknown state `{other}`"))),
+                }
+            }
+            Ok(counts)
+        })
+    }
+
+    /// Audit events with this name.
+    pub fn audit_count(&self, event: &str) -> Result<u64, StoreError> {
+        self.with(|c| {
+            let s = c.statement("SELECT COUNT(*) FROM audit WHERE event = $1")?;
+            let n: i64 = c.client.query_one(&s, &[&event])?.get(0);
+            Ok(n.max(0) as u64)
+        })
+    }
+
+    /// Run `f` on the connection, connecting first when there is none; a connection the
+    /// call found broken is dropped, so the next call connects anew.
+    fn with<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        let mut guard = self.lock();
+        if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
+            let client = self
+                .config
+                .connect(NoTls)
+                .map_err(|e| StoreError::Connect {
+                    target: self.target.clone(),
+                    message: StoreError::from(e).to_string(),
+                })?;
+            *guard = Some(Conn {
+                client,
+                prepared: HashMap::new(),
+            });
+        }
+        let conn = guard.as_mut().expect("connected above");
+        let result = f(conn);
+        if result.is_err() && conn.client.is_closed() {
+            *guard = None;
+        }
+        result
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// `host:port/database` of a config (the first host; `?` when the URL names none).
+fn target_of(config: &postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "?".to_string(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!(
+        "{host}:{port}/{}",
+        config
+            .get_dbname()
+            .unwrap_or(config.get_user().unwrap_or("?"))
+    )
+}
+
+fn audit(
+    tx: &mut postgres::Transaction<'_>,
+    at_ms: u64,
+    message_id: &str,
+    topic: &str,
+    event: &str,
+    detail: &str,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO audit (at_ms, message_id, topic, event, detail) VALUES ($1, $2, $3, $4, $5)",
+        &[
+            &super::clamp_ms(at_ms),
+            &message_id,
+            &topic,
+            &event,
+            &detail,
+        ],
+    )?;
+    Ok(())
+}

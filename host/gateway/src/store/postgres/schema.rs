@@ -1,0 +1,83 @@
+//! The PostgreSQL schema, as numbered migrations applied in order at connect (or by
+//! `verdict store migrate`). The tables and columns are the SQLite store's, with the same
+//! names and meanings as the dead-letter envelope; the views are for operators with `psql`.
+
+/// Migration `n` is `MIGRATIONS[n - 1]`; `verdict_schema` records each one applied.
+/// Append, never edit: a gateway at version `n` applies only what comes after.
+pub(super) const MIGRATIONS: &[&str] = &[V1];
+
+const V1: &str = "
+CREATE TABLE messages (
+    seq BIGSERIAL PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    topic TEXT NOT NULL,
+    headers TEXT NOT NULL,
+    payload BYTEA NOT NULL,
+    content_type TEXT,
+    state TEXT NOT NULL CHECK (state IN
+        ('ready', 'scheduled', 'leased', 'delivered', 'dead', 'discarded')),
+    attempt BIGINT NOT NULL DEFAULT 0,
+    deferrals BIGINT NOT NULL DEFAULT 0,
+    deliveries BIGINT NOT NULL DEFAULT 0,
+    next_at_ms BIGINT NOT NULL,
+    lease_until_ms BIGINT,
+    lease BIGINT NOT NULL DEFAULT 0,
+    published_at_ms BIGINT NOT NULL,
+    first_failed_at_ms BIGINT,
+    updated_at_ms BIGINT NOT NULL
+);
+CREATE INDEX messages_topic_due ON messages (topic, state, next_at_ms);
+CREATE INDEX messages_lease ON messages (state, lease_until_ms);
+CREATE INDEX messages_done ON messages (state, updated_at_ms);
+CREATE TABLE topics (topic TEXT PRIMARY KEY);
+CREATE TABLE attempts (
+    seq BIGSERIAL PRIMARY KEY,
+    message_seq BIGINT NOT NULL REFERENCES messages (seq),
+    at_ms BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    message TEXT NOT NULL
+);
+CREATE INDEX attempts_message ON attempts (message_seq);
+CREATE TABLE dlq (
+    seq BIGSERIAL PRIMARY KEY,
+    message_seq BIGINT NOT NULL REFERENCES messages (seq),
+    message_id TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    dlq TEXT NOT NULL,
+    class TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    attempts BIGINT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    format TEXT NOT NULL,
+    envelope BYTEA NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('dead', 'replayed', 'discarded'))
+);
+CREATE INDEX dlq_state ON dlq (state, dlq);
+CREATE INDEX dlq_message ON dlq (message_seq);
+CREATE TABLE audit (
+    seq BIGSERIAL PRIMARY KEY,
+    at_ms BIGINT NOT NULL,
+    message_id TEXT,
+    topic TEXT,
+    event TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX audit_at ON audit (at_ms);
+CREATE INDEX audit_event ON audit (event);
+
+-- For operators: what waits, what is scheduled and when, what is dead and why.
+CREATE VIEW pending AS
+    SELECT seq, id, topic, state, attempt, next_at_ms, lease_until_ms,
+           to_timestamp(next_at_ms / 1000.0) AS next_at
+    FROM messages WHERE state IN ('ready', 'scheduled', 'leased');
+CREATE VIEW scheduled AS
+    SELECT seq, id, topic, attempt, deferrals, to_timestamp(next_at_ms / 1000.0) AS next_at,
+           (SELECT kind FROM attempts a WHERE a.message_seq = m.seq
+            ORDER BY a.seq DESC LIMIT 1) AS last_error
+    FROM messages m WHERE state = 'scheduled';
+CREATE VIEW dead AS
+    SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
+           to_timestamp(created_at_ms / 1000.0) AS dead_lettered_at
+    FROM dlq WHERE state = 'dead';
+";

@@ -1,0 +1,154 @@
+//! What the store takes and gives back, the same for every backend.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Delivery;
+
+/// A message to publish.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewMessage {
+    /// Its id; a message whose id is already stored is a duplicate and is not stored again.
+    pub id: String,
+    /// The topic.
+    pub topic: String,
+    /// Headers passed to the consumer and kept in the envelope.
+    pub headers: BTreeMap<String, String>,
+    /// The body.
+    pub payload: Vec<u8>,
+    /// The body's content type.
+    pub content_type: Option<String>,
+}
+
+/// What a publish stored.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Published {
+    /// Ids stored.
+    pub accepted: Vec<String>,
+    /// Ids already stored before (not stored again).
+    pub duplicates: Vec<String>,
+}
+
+/// A message leased for one delivery.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    /// Store key.
+    pub seq: i64,
+    /// The lease this delivery holds: its settlement applies only while the message is
+    /// still held by it (a message re-claimed after its lease expired has a new one).
+    pub lease: i64,
+    /// The message and its history.
+    pub delivery: Delivery,
+}
+
+/// Which dead letters an operation applies to. Empty fields match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DlqFilter {
+    /// Source topic.
+    pub topic: Option<String>,
+    /// The DLQ's name.
+    pub dlq: Option<String>,
+    /// The verdict's class.
+    pub class: Option<String>,
+    /// The last error's kind.
+    pub kind: Option<String>,
+    /// Only dead letters at least this old (ms).
+    pub min_age_ms: Option<u64>,
+    /// At most this many, oldest first.
+    pub limit: Option<usize>,
+    /// Only dead letters after this cursor: the `next` of the page before (the admin API's
+    /// `x-verdict-next` header). Its form is the source's own; pass it back unchanged.
+    pub after: Option<String>,
+    /// Whose DLQs (the admin API's `?source=nats`): the embedded store when absent. Sources
+    /// ignore it; whoever opens the DLQs reads it.
+    pub source: Option<verdict_registry::SourceKind>,
+}
+
+/// One dead letter.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DlqEntry {
+    /// Its key (what `show`, `replay` and `discard` take).
+    pub seq: i64,
+    /// The message id.
+    pub message_id: String,
+    /// Source topic.
+    pub topic: String,
+    /// The DLQ.
+    pub dlq: String,
+    /// The verdict's class.
+    pub class: String,
+    /// The last error's kind.
+    pub kind: String,
+    /// The verdict's reason.
+    pub reason: String,
+    /// Attempts made.
+    pub attempts: u32,
+    /// When it was dead-lettered (ms since the epoch).
+    pub created_at_ms: u64,
+    /// The envelope, decoded whatever the stored format.
+    pub envelope: crate::envelope::Envelope,
+}
+
+/// One DLQ's depth.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DlqStats {
+    /// The DLQ.
+    pub dlq: String,
+    /// Source topic.
+    pub topic: String,
+    /// Dead letters waiting.
+    pub depth: u64,
+    /// The oldest one's time (ms since the epoch; 0 when the DLQ is empty).
+    pub oldest_at_ms: u64,
+    /// Dead letters ever written to it (replayed and discarded ones too): the ingress.
+    pub ingress: u64,
+}
+
+/// What one pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pruned {
+    /// Delivered or discarded messages.
+    pub messages: u64,
+    /// Audit records.
+    pub audit: u64,
+    /// Replayed or discarded DLQ entries.
+    pub dlq: u64,
+}
+
+impl Pruned {
+    /// Rows deleted in all.
+    pub fn total(&self) -> u64 {
+        self.messages + self.audit + self.dlq
+    }
+}
+
+/// Messages by state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct StateCounts {
+    /// Waiting for delivery.
+    pub ready: u64,
+    /// Waiting for a retry or delay to fall due.
+    pub scheduled: u64,
+    /// Being delivered.
+    pub leased: u64,
+    /// Delivered (the consumer answered 2xx).
+    pub delivered: u64,
+    /// Dead-lettered (and not replayed since).
+    pub dead: u64,
+    /// Discarded on a policy's word or an operator's.
+    pub discarded: u64,
+}
+
+impl StateCounts {
+    /// Every message the store holds.
+    pub fn total(&self) -> u64 {
+        self.ready + self.scheduled + self.leased + self.delivered + self.dead + self.discarded
+    }
+
+    /// Messages not yet in a final state.
+    pub fn pending(&self) -> u64 {
+        self.ready + self.scheduled + self.leased
+    }
+}

@@ -1,0 +1,506 @@
+//! The store contract: what every backend promises the gateway, run the same on each - the
+//! SQLite file and a PostgreSQL database of the test's own. Publish idempotency, claims and
+//! their order, lease fencing, each verdict's settlement, retry due times, the DLQ (list,
+//! page, replay, discard), retention, a gateway that went away, and competing claims.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use verdict_gateway::model::{AttemptRecord, DeadLetter, Settlement};
+use verdict_gateway::store::{DlqFilter, NewMessage, Store, StoreError};
+
+/// A backend under test: opens handles on one store (several, for competing gateways) and
+/// cleans up when dropped.
+trait Backend {
+    fn open(&self) -> Store;
+}
+
+struct Sqlite(std::path::PathBuf);
+
+impl Backend for Sqlite {
+    fn open(&self) -> Store {
+        Store::open(&self.0.join("verdict.db")).expect("opening the SQLite store")
+    }
+}
+
+impl Drop for Sqlite {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Postgres(verdict_tests::postgres::TestDatabase);
+
+impl Backend for Postgres {
+    fn open(&self) -> Store {
+        Store::connect(&self.0.url(), std::path::Path::new(".")).expect("connecting to PostgreSQL")
+    }
+}
+
+fn sqlite(name: &str) -> Sqlite {
+    Sqlite(verdict_tests::scratch_dir(&format!(
+        "store-contract-{name}"
+    )))
+}
+
+fn postgres(name: &str) -> Postgres {
+    Postgres(verdict_tests::postgres::TestDatabase::new(name))
+}
+
+fn message(id: &str, topic: &str) -> NewMessage {
+    NewMessage {
+        id: id.into(),
+        topic: topic.into(),
+        headers: [("x-trace".to_string(), format!("t-{id}"))].into(),
+        payload: format!("{{\"id\": \"{id}\"}}").into_bytes(),
+        content_type: Some("application/json".into()),
+    }
+}
+
+fn want(topic: &str, n: usize) -> Vec<(Vec<String>, usize)> {
+    vec![(vec![topic.to_string()], n)]
+}
+
+fn failed(at_ms: u64, kind: &str) -> AttemptRecord {
+    AttemptRecord {
+        at_ms,
+        kind: kind.into(),
+        message: format!("{kind} at {at_ms}"),
+    }
+}
+
+fn envelope(id: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "original": {"topic": "orders", "id": id, "headers": {}, "payload": {"id": id}},
+        "attempts": 1,
+        "errors": [{"at": "1970-01-01T00:00:01.000Z", "atMs": 1000, "kind": "json.invalid", "message": "bad"}],
+        "consumerGroup": "verdict", "firstFailedAt": "1970-01-01T00:00:01.000Z",
+        "lastFailedAt": "1970-01-01T00:00:01.000Z",
+        "verdict": {"action": "dead-letter", "class": "poison", "reason": "does not parse",
+                    "alert": "warning", "labels": {}},
+        "policy": {"name": "rules", "version": "0.1.0", "sha256": "00", "generation": 1, "fallback": null},
+        "dlq": "orders.DLQ", "gateway": "gw", "deadLetteredAt": "1970-01-01T00:00:01.000Z"
+    }))
+    .unwrap()
+}
+
+fn dead_letter(id: &str, at_ms: u64) -> Settlement {
+    Settlement::DeadLetter {
+        failed: failed(at_ms, "json.invalid"),
+        letter: DeadLetter {
+            dlq: "orders.DLQ".into(),
+            class: "poison".into(),
+            reason: "does not parse".into(),
+            format: "json",
+            envelope: envelope(id),
+        },
+    }
+}
+
+fn settle_one(
+    store: &Store,
+    seq: i64,
+    lease: i64,
+    s: &Settlement,
+    now: u64,
+) -> Result<(), StoreError> {
+    store
+        .settle(&[(seq, lease, s)], now)
+        .expect("the batch commits")
+        .remove(0)
+}
+
+fn publish_is_idempotent_by_id(b: &dyn Backend) {
+    let store = b.open();
+    let first = store
+        .publish(&[message("a", "orders"), message("b", "orders")], 0)
+        .unwrap();
+    assert_eq!(first.accepted, ["a", "b"]);
+    let again = store
+        .publish(&[message("b", "orders"), message("c", "orders")], 5)
+        .unwrap();
+    assert_eq!(again.accepted, ["c"]);
+    assert_eq!(again.duplicates, ["b"]);
+    assert_eq!(store.counts().unwrap().ready, 3);
+    assert_eq!(store.topics().unwrap(), ["orders"]);
+}
+
+fn claims_take_due_messages_oldest_first_with_their_headers(b: &dyn Backend) {
+    let store = b.open();
+    store.publish(&[message("a", "orders")], 0).unwrap();
+    store
+        .publish(&[message("b", "orders"), message("c", "orders")], 5)
+        .unwrap();
+    store.publish(&[message("x", "invoices")], 5).unwrap();
+    let first = store.claim(10, &want("orders", 2), 1_000).unwrap();
+    let ids: Vec<&str> = first.iter().map(|c| c.delivery.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b"]);
+    let a = &first[0].delivery;
+    assert_eq!(a.headers["x-trace"], "t-a");
+    assert_eq!(a.payload, b"{\"id\": \"a\"}");
+    assert_eq!(a.content_type.as_deref(), Some("application/json"));
+    assert_eq!(
+        (a.attempts_spent, a.published_at_ms, a.redelivery),
+        (0, 0, false)
+    );
+    // Only the route's own topics, and only what is not leased.
+    let rest = store.claim(20, &want("orders", 10), 1_000).unwrap();
+    assert_eq!(rest.len(), 1);
+    assert_eq!(rest[0].delivery.id, "c");
+    assert_eq!(store.counts().unwrap().leased, 3);
+    assert_eq!(store.counts().unwrap().ready, 1);
+}
+
+fn an_expired_lease_is_claimed_again_and_its_holder_is_fenced(b: &dyn Backend) {
+    let store = b.open();
+    store.publish(&[message("a", "orders")], 0).unwrap();
+    let old = store.claim(10, &want("orders", 1), 100).unwrap().remove(0);
+    assert!(
+        store.claim(50, &want("orders", 1), 100).unwrap().is_empty(),
+        "still leased"
+    );
+    let new = store.claim(200, &want("orders", 1), 100).unwrap().remove(0);
+    assert_eq!(new.seq, old.seq);
+    assert_ne!(new.lease, old.lease);
+    assert!(new.delivery.redelivery);
+    assert_eq!(store.audit_count("lease-expired").unwrap(), 1);
+    // The first delivery's late outcome is refused and changes nothing.
+    let late = settle_one(&store, old.seq, old.lease, &dead_letter("a", 210), 210);
+    assert!(matches!(late, Err(StoreError::Fenced { .. })), "{late:?}");
+    assert!(store.dlq_stats().unwrap().is_empty());
+    assert_eq!(
+        store
+            .extend_leases(&[(old.seq, old.lease)], 10_000)
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .extend_leases(&[(new.seq, new.lease)], 10_000)
+            .unwrap(),
+        1
+    );
+    settle_one(&store, new.seq, new.lease, &Settlement::Delivered, 220).unwrap();
+    assert_eq!(store.state_of("a").unwrap().as_deref(), Some("delivered"));
+    // Settled once: a second settlement under the same lease is fenced too.
+    let twice = settle_one(&store, new.seq, new.lease, &Settlement::Delivered, 230);
+    assert!(matches!(twice, Err(StoreError::Fenced { .. })), "{twice:?}");
+}
+
+fn each_verdict_settles_as_documented(b: &dyn Backend) {
+    let store = b.open();
+    let ids = ["retry", "delay", "dead", "discard", "release", "ok"];
+    let msgs: Vec<NewMessage> = ids.iter().map(|id| message(id, "orders")).collect();
+    store.publish(&msgs, 0).unwrap();
+    let claimed = store.claim(10, &want("orders", 6), 60_000).unwrap();
+    assert_eq!(claimed.len(), 6);
+    let retry = Settlement::Again {
+        failed: failed(100, "http.503"),
+        delay_ms: 500,
+        spend_attempt: true,
+    };
+    let delay = Settlement::Again {
+        failed: failed(100, "http.429"),
+        delay_ms: 300,
+        spend_attempt: false,
+    };
+    let dead = dead_letter("dead", 100);
+    let discard = Settlement::Discard {
+        failed: failed(100, "stale"),
+        reason: "too old".into(),
+    };
+    let release = Settlement::Release { delay_ms: 50 };
+    let outcomes = [
+        &retry,
+        &delay,
+        &dead,
+        &discard,
+        &release,
+        &Settlement::Delivered,
+    ];
+    let batch: Vec<(i64, i64, &Settlement)> = claimed
+        .iter()
+        .zip(outcomes)
+        .map(|(c, s)| (c.seq, c.lease, s))
+        .collect();
+    // A settlement for a message that does not exist fails alone; the rest commit.
+    let mut with_missing = batch.clone();
+    with_missing.insert(2, (i64::MAX - 1, 1, &Settlement::Delivered));
+    let results = store.settle(&with_missing, 100).unwrap();
+    assert!(matches!(results[2], Err(StoreError::Fenced { .. })));
+    assert_eq!(
+        results.iter().filter(|r| r.is_ok()).count(),
+        6,
+        "{results:?}"
+    );
+    let state = |id: &str| store.state_of(id).unwrap().unwrap();
+    assert_eq!(
+        ids.map(state),
+        [
+            "scheduled",
+            "scheduled",
+            "dead",
+            "discarded",
+            "ready",
+            "delivered"
+        ]
+    );
+    let counts = store.counts().unwrap();
+    assert_eq!(
+        (
+            counts.scheduled,
+            counts.ready,
+            counts.dead,
+            counts.discarded,
+            counts.delivered
+        ),
+        (2, 1, 1, 1, 1)
+    );
+    assert_eq!(counts.total(), 6);
+    assert_eq!(store.audit_count("dead-lettered").unwrap(), 1);
+    assert_eq!(store.audit_count("discarded").unwrap(), 1);
+    // Retry and delay fall due at failure time + delay, carrying their history; the retry
+    // spent an attempt, the delay did not.
+    assert!(
+        store
+            .claim(399, &want("orders", 10), 1_000)
+            .unwrap()
+            .iter()
+            .all(|c| c.delivery.id == "release")
+    );
+    let due = store.claim(600, &want("orders", 10), 1_000).unwrap();
+    let by_id = |id: &str| {
+        due.iter()
+            .find(|c| c.delivery.id == id)
+            .unwrap()
+            .delivery
+            .clone()
+    };
+    let r = by_id("retry");
+    assert_eq!(
+        (r.attempts_spent, r.deferrals, r.first_failed_at_ms),
+        (1, 0, Some(100))
+    );
+    assert_eq!(r.history, [failed(100, "http.503")]);
+    let d = by_id("delay");
+    assert_eq!((d.attempts_spent, d.deferrals), (0, 1));
+    assert_eq!(d.history, [failed(100, "http.429")]);
+}
+
+fn the_dlq_lists_pages_replays_and_discards(b: &dyn Backend) {
+    let store = b.open();
+    let msgs: Vec<NewMessage> = (0..5)
+        .map(|i| message(&format!("d{i}"), "orders"))
+        .collect();
+    store.publish(&msgs, 0).unwrap();
+    let claimed = store.claim(10, &want("orders", 5), 60_000).unwrap();
+    let letters: Vec<Settlement> = claimed
+        .iter()
+        .enumerate()
+        .map(|(i, c)| dead_letter(&c.delivery.id, 100 + i as u64))
+        .collect();
+    let batch: Vec<(i64, i64, &Settlement)> = claimed
+        .iter()
+        .zip(&letters)
+        .map(|(c, s)| (c.seq, c.lease, s))
+        .collect();
+    assert!(store.settle(&batch, 200).unwrap().iter().all(Result::is_ok));
+    let stats = store.dlq_stats().unwrap();
+    assert_eq!(
+        (
+            stats.len(),
+            stats[0].depth,
+            stats[0].oldest_at_ms,
+            stats[0].ingress
+        ),
+        (1, 5, 100, 5)
+    );
+
+    // Two pages of two and one of one, in failure order.
+    let mut filter = DlqFilter {
+        limit: Some(2),
+        ..DlqFilter::default()
+    };
+    let mut seen = Vec::new();
+    loop {
+        let page = store.dlq_list(&filter, 1_000).unwrap();
+        let Some(last) = page.last() else { break };
+        filter.after = Some(Store::cursor_of(last));
+        seen.extend(page.iter().map(|e| e.message_id.clone()));
+    }
+    assert_eq!(seen, ["d0", "d1", "d2", "d3", "d4"]);
+    let entry = store
+        .dlq_list(&DlqFilter::default(), 1_000)
+        .unwrap()
+        .remove(0);
+    assert_eq!(
+        (entry.class.as_str(), entry.kind.as_str(), entry.attempts),
+        ("poison", "json.invalid", 1)
+    );
+    assert_eq!(entry.envelope.original.id, "d0");
+    assert!(store.dlq_entry(entry.seq).unwrap().is_some());
+    let bad = store.dlq_list(
+        &DlqFilter {
+            after: Some("nope".into()),
+            ..DlqFilter::default()
+        },
+        0,
+    );
+    assert!(matches!(bad, Err(StoreError::Cursor(_))), "{bad:?}");
+    let by_kind = DlqFilter {
+        kind: Some("json.invalid".into()),
+        min_age_ms: Some(850),
+        ..DlqFilter::default()
+    };
+    assert_eq!(
+        store.dlq_list(&by_kind, 951).unwrap().len(),
+        2,
+        "failed at 100 and 101 only"
+    );
+
+    // Replay puts two back with their attempts reset; replaying them again does nothing.
+    let all = store.dlq_list(&DlqFilter::default(), 1_000).unwrap();
+    let two = [all[0].seq, all[1].seq];
+    assert_eq!(store.dlq_replay(&two, 2_000, "test").unwrap(), ["d0", "d1"]);
+    assert!(store.dlq_replay(&two, 2_001, "test").unwrap().is_empty());
+    assert_eq!(store.audit_count("replayed").unwrap(), 2);
+    let back = store.claim(2_000, &want("orders", 10), 1_000).unwrap();
+    assert_eq!(back.len(), 2);
+    assert!(
+        back.iter()
+            .all(|c| c.delivery.attempts_spent == 0 && c.delivery.history.is_empty())
+    );
+    // Discard one for good.
+    assert_eq!(
+        store.dlq_discard(&[all[2].seq], 3_000, "obsolete").unwrap(),
+        1
+    );
+    assert_eq!(store.state_of("d2").unwrap().as_deref(), Some("discarded"));
+    let stats = store.dlq_stats().unwrap();
+    assert_eq!((stats[0].depth, stats[0].ingress), (2, 5));
+}
+
+fn retention_prunes_what_is_settled_and_keeps_what_is_not(b: &dyn Backend) {
+    let store = b.open();
+    let msgs: Vec<NewMessage> = (0..5)
+        .map(|i| message(&format!("r{i}"), "orders"))
+        .collect();
+    store.publish(&msgs, 0).unwrap();
+    let claimed = store.claim(10, &want("orders", 4), 1_000_000).unwrap();
+    let dead = dead_letter("r2", 20);
+    let discard = Settlement::Discard {
+        failed: failed(20, "stale"),
+        reason: "old".into(),
+    };
+    let outcomes = [
+        &Settlement::Delivered,
+        &discard,
+        &dead,
+        &Settlement::Delivered,
+    ];
+    let batch: Vec<(i64, i64, &Settlement)> = claimed
+        .iter()
+        .zip(outcomes)
+        .map(|(c, s)| (c.seq, c.lease, s))
+        .collect();
+    store.settle(&batch, 20).unwrap();
+    assert_eq!(
+        store.prune(10, 1).unwrap().total(),
+        0,
+        "nothing older than 10 ms"
+    );
+    let pruned = store.prune(10_000, 1).unwrap();
+    assert_eq!(
+        pruned.messages, 3,
+        "two delivered, one discarded: {pruned:?}"
+    );
+    let counts = store.counts().unwrap();
+    assert_eq!(
+        (counts.ready, counts.leased, counts.dead, counts.delivered),
+        (1, 0, 1, 0)
+    );
+    // A pruned id may be published again; a kept one is still a duplicate.
+    let again = store
+        .publish(&[message("r0", "orders"), message("r4", "orders")], 20_000)
+        .unwrap();
+    assert_eq!(
+        (again.accepted.as_slice(), again.duplicates.as_slice()),
+        (&["r0".to_string()][..], &["r4".to_string()][..])
+    );
+    assert_eq!(
+        store.prune_topics().unwrap(),
+        0,
+        "orders has pending messages"
+    );
+}
+
+fn a_gateway_that_went_away_loses_nothing(b: &dyn Backend) {
+    let gone = b.open();
+    gone.publish(&[message("a", "orders"), message("b", "orders")], 0)
+        .unwrap();
+    let held = gone.claim(10, &want("orders", 2), 100).unwrap();
+    assert_eq!(held.len(), 2);
+    drop(gone);
+    // Whoever opens the store next delivers both again: at start (a store only it uses)
+    // or once the leases expire (a shared one).
+    let next = b.open();
+    let recovered = next.recover_leases(20).unwrap();
+    let now = if next.is_shared() { 200 } else { 20 };
+    let again = next.claim(now, &want("orders", 10), 100).unwrap();
+    assert_eq!(again.len(), 2, "recovered {recovered}");
+    assert_eq!(next.counts().unwrap().leased, 2);
+}
+
+fn competing_claims_never_take_the_same_message(b: &dyn Backend) {
+    let first = Arc::new(b.open());
+    let msgs: Vec<NewMessage> = (0..300)
+        .map(|i| message(&format!("c{i:03}"), "orders"))
+        .collect();
+    first.publish(&msgs, 0).unwrap();
+    let handles: Vec<Arc<Store>> = vec![first.clone(), Arc::new(b.open()), Arc::new(b.open())];
+    let threads: Vec<_> = handles
+        .into_iter()
+        .map(|store| {
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                loop {
+                    let got = store.claim(10, &want("orders", 7), 60_000).unwrap();
+                    if got.is_empty() {
+                        return mine;
+                    }
+                    mine.extend(got.into_iter().map(|c| c.delivery.id));
+                }
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for t in threads {
+        all.extend(t.join().unwrap());
+    }
+    let distinct: BTreeSet<&String> = all.iter().collect();
+    assert_eq!(all.len(), 300, "every message claimed once");
+    assert_eq!(distinct.len(), 300);
+}
+
+/// Each contract test on each backend.
+macro_rules! contract {
+    ($($test:ident),* $(,)?) => {
+        mod on_sqlite {
+            $(#[test] fn $test() { super::$test(&super::sqlite(stringify!($test))); })*
+        }
+        mod on_postgres {
+            $(#[test] fn $test() { super::$test(&super::postgres("contract")); })*
+        }
+    };
+}
+
+contract!(
+    publish_is_idempotent_by_id,
+    claims_take_due_messages_oldest_first_with_their_headers,
+    an_expired_lease_is_claimed_again_and_its_holder_is_fenced,
+    each_verdict_settles_as_documented,
+    the_dlq_lists_pages_replays_and_discards,
+    retention_prunes_what_is_settled_and_keeps_what_is_not,
+    a_gateway_that_went_away_loses_nothing,
+    competing_claims_never_take_the_same_message,
+);
