@@ -55,10 +55,13 @@ pub(crate) async fn not_found() -> ApiError {
 }
 
 pub(crate) async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, crate::METRICS_CONTENT_TYPE)],
-        state.metrics.render(),
-    )
+    // Rendering reads the store, which blocks (a shared database's driver must not run on
+    // an async worker at all).
+    let metrics = state.metrics.clone();
+    let text = tokio::task::spawn_blocking(move || metrics.render())
+        .await
+        .unwrap_or_else(|_| String::from("# the metrics task stopped\n"));
+    ([(header::CONTENT_TYPE, crate::METRICS_CONTENT_TYPE)], text)
 }
 
 pub(crate) async fn status(State(state): State<AdminState>) -> Json<views::StatusView> {

@@ -60,9 +60,9 @@ impl Store {
     pub fn connect(url: &str, base: &Path) -> Result<Store, StoreError> {
         match url.split_once("://") {
             Some(("sqlite", path)) if !path.is_empty() => Store::open(&base.join(path)),
-            Some(("postgres" | "postgresql", _)) => {
-                Ok(Store::Postgres(Box::new(postgres::PostgresStore::connect(url)?)))
-            }
+            Some(("postgres" | "postgresql", _)) => Ok(Store::Postgres(Box::new(
+                postgres::PostgresStore::connect(url)?,
+            ))),
             Some((scheme, _)) => Err(StoreError::Url(format!(
                 "`{}://...` is not a store this gateway has; expected `sqlite://<path>` or \
                  `postgres://user@host:port/database`",

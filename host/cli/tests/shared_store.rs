@@ -1,0 +1,262 @@
+//! Several gateways on one PostgreSQL database, through the real binaries: they share the
+//! work without delivering a message twice, a `kill -9`'d one's messages are delivered by
+//! the others once its leases expire, and a database that refuses connections makes
+//! `/readyz` answer 503 naming the store until it is back - nothing lost either way.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::{Proc, accepted, consumer, rules, spawn, text, verdict, wait_until};
+use verdict_cli::demo::{Behaviour, by_percent};
+use verdict_gateway::store::Store;
+
+/// A database of the test's own on the server on loopback, dropped at the end.
+struct Database(String);
+
+fn server() -> String {
+    std::env::var("VERDICT_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_string())
+}
+
+fn admin_sql(sql: &str) {
+    let url = format!("{}/postgres", server());
+    postgres::Client::connect(&url, postgres::NoTls)
+        .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"))
+        .batch_execute(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+impl Database {
+    fn new() -> Database {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "verdict_gw_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        admin_sql(&format!("CREATE DATABASE {name}"));
+        Database(name)
+    }
+
+    fn url(&self) -> String {
+        format!("{}/{}", server(), self.0)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        admin_sql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0));
+    }
+}
+
+/// Gateway `n`'s directory and config: its own admin port and state, the shared store.
+fn gateway_config(dir: &Path, n: u32, store: &str, consumer_url: &str) -> PathBuf {
+    let dir = dir.join(format!("gw-{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    std::fs::write(dir.join("token"), "operator-token\n").unwrap();
+    let config = format!(
+        r#"[admin]
+listen = "127.0.0.1:0"
+token_file = "token"
+[gateway]
+instance = "gw-{n}"
+store = "{store}"
+poll_ms = 10
+lease_ms = 3000
+[policies.rules]
+path = "rules.wasm"
+[[routes]]
+topic = "orders"
+policy = "rules"
+consumer = {{ url = "{consumer_url}/", timeout_ms = 2000 }}
+config = {{ max_attempts = 8, rules = [
+    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
+    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 20 }} }},
+] }}
+"#
+    );
+    let path = dir.join("verdict.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+fn gateway(config: &Path) -> Proc {
+    spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    )
+}
+
+fn publish(gw: &Proc, dir: &Path, n: u32) {
+    let batch = dir.join("batch.jsonl");
+    let lines: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"id": "m-{i}", "payload": {{"order": {i}}}}}"#))
+        .collect();
+    std::fs::write(&batch, lines.join("\n")).unwrap();
+    let token = dir.join("gw-1/token");
+    let out = verdict(
+        &[
+            "publish",
+            "--admin",
+            &gw.url,
+            "--token-file",
+            token.to_str().unwrap(),
+            "--topic",
+            "orders",
+            "--batch",
+            batch.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+fn consumer_stats(consumer: &Proc) -> serde_json::Value {
+    ureq::get(&format!("{}/stats", consumer.url))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every message delivered or dead, as the consumer's answers say it must be.
+fn assert_settled(store: &Store, n: u32) {
+    assert!(
+        wait_until(Duration::from_secs(120), || store
+            .counts()
+            .is_ok_and(|c| c.pending() == 0 && c.total() == u64::from(n))),
+        "{:?}",
+        store.counts()
+    );
+    let rule = by_percent(20, 5);
+    let permanent = (0..n)
+        .filter(|i| rule(&format!("m-{i}")) == Behaviour::Permanent)
+        .count() as u64;
+    let counts = store.counts().unwrap();
+    assert_eq!(
+        (counts.delivered, counts.dead),
+        (u64::from(n) - permanent, permanent),
+        "{counts:?}"
+    );
+}
+
+#[test]
+fn three_gateways_share_one_database_and_a_killed_one_loses_nothing() {
+    let dir = scratch("shared-store-kill");
+    let db = Database::new();
+    let app = consumer("127.0.0.1:0", 5);
+    let configs: Vec<PathBuf> = (1..=3)
+        .map(|n| gateway_config(&dir, n, &db.url(), &app.url))
+        .collect();
+    let first = gateway(&configs[0]);
+    let mut second = gateway(&configs[1]);
+    let _third = gateway(&configs[2]);
+    publish(&first, &dir, 1_000);
+    assert!(wait_until(Duration::from_secs(60), || accepted(&app) >= 200));
+    second.child.kill().unwrap();
+    second.child.wait().unwrap();
+
+    let store = Store::connect(&db.url(), &dir).unwrap();
+    assert_settled(&store, 1_000);
+    // The killed gateway's leases expired and were claimed by the others: each such
+    // redelivery is audited, and only those can have reached the consumer twice.
+    let redelivered = store.audit_count("lease-expired").unwrap();
+    let duplicates = consumer_stats(&app)["duplicates"].as_u64().unwrap();
+    eprintln!(
+        "kill -9 of one of three gateways: {duplicates} duplicate(s), {redelivered} lease(s) taken over"
+    );
+    assert!(duplicates <= redelivered, "{duplicates} > {redelivered}");
+    // The DLQ tools read the shared store through any gateway's config.
+    let stats = verdict(
+        &["dlq", "stats", "--json", "-c", configs[2].to_str().unwrap()],
+        None,
+    );
+    assert!(stats.status.success(), "{}", text(&stats.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    assert_eq!(
+        stats[0]["depth"].as_u64(),
+        Some(store.counts().unwrap().dead)
+    );
+}
+
+#[test]
+fn competing_gateways_without_a_fault_deliver_each_message_once() {
+    let dir = scratch("shared-store-clean");
+    let db = Database::new();
+    let app = consumer("127.0.0.1:0", 5);
+    let gateways: Vec<Proc> = (1..=3)
+        .map(|n| gateway(&gateway_config(&dir, n, &db.url(), &app.url)))
+        .collect();
+    publish(&gateways[0], &dir, 1_000);
+    let store = Store::connect(&db.url(), &dir).unwrap();
+    assert_settled(&store, 1_000);
+    assert_eq!(consumer_stats(&app)["duplicates"], 0);
+    assert_eq!(store.audit_count("lease-expired").unwrap(), 0);
+    // Each gateway took a share: the work was shared, not serialised on one.
+    for gw in &gateways {
+        let metrics = ureq::get(&format!("{}/metrics", gw.url))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap();
+        let delivered: f64 = metrics
+            .lines()
+            .filter(|l| l.starts_with("verdict_deliveries_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert!(delivered > 0.0, "{} delivered nothing:\n{metrics}", gw.url);
+    }
+}
+
+#[test]
+fn a_database_that_refuses_connections_is_named_by_readyz_and_nothing_is_lost() {
+    let dir = scratch("shared-store-down");
+    let db = Database::new();
+    let app = consumer("127.0.0.1:0", 5);
+    let gw = gateway(&gateway_config(&dir, 1, &db.url(), &app.url));
+    let ready = || ureq::get(&format!("{}/readyz", gw.url)).call().is_ok();
+    assert!(wait_until(Duration::from_secs(10), ready));
+    publish(&gw, &dir, 200);
+
+    admin_sql(&format!(
+        "ALTER DATABASE {0} ALLOW_CONNECTIONS false;
+         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'",
+        db.0
+    ));
+    let refused = || {
+        let mut answer = ureq::get(&format!("{}/readyz", gw.url))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .call()
+            .unwrap();
+        (
+            answer.status().as_u16(),
+            answer.body_mut().read_to_string().unwrap_or_default(),
+        )
+    };
+    assert!(wait_until(Duration::from_secs(10), || refused().0 == 503));
+    let (_, body) = refused();
+    assert!(
+        body.contains(&format!("/{}", db.0)) && !body.contains("postgres@"),
+        "{body}"
+    );
+
+    admin_sql(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", db.0));
+    assert!(wait_until(Duration::from_secs(30), ready));
+    let store = Store::connect(&db.url(), &dir).unwrap();
+    assert_settled(&store, 200);
+}
