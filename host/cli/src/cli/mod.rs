@@ -12,6 +12,7 @@ pub mod dlq;
 mod new;
 mod policy;
 mod signal;
+pub mod store;
 
 pub use new::{Scaffold, SdkSource, new_policy};
 pub use policy::{PolicyCommand, policy};

@@ -133,7 +133,18 @@ pub fn spawn(program: &str, args: &[&str]) -> Proc {
                 .to_string();
         }
     };
-    std::thread::spawn(move || for _ in lines {});
+    // Its warnings and errors go to the test's output, shown when the test fails.
+    let name = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            if line.contains("WARN") || line.contains("ERROR") {
+                eprintln!("[{name}] {line}");
+            }
+        }
+    });
     Proc { child, url }
 }
 

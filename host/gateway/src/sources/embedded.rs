@@ -98,6 +98,19 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     )));
     // Rung when a delivery ends: its slot may be the one a waiting route needs.
     let freed = Arc::new(Notify::new());
+    // Another gateway's publish or an operator's replay wakes this loop at once on a store
+    // that can tell (PostgreSQL's NOTIFY); the listener stops with the loop.
+    let consuming = Arc::new(());
+    let (alive, woken) = (Arc::downgrade(&consuming), Arc::downgrade(&pipeline));
+    store.on_new_work(move |new| match (alive.upgrade(), woken.upgrade()) {
+        (Some(_), Some(pipeline)) => {
+            if new {
+                pipeline.wake();
+            }
+            true
+        }
+        _ => false,
+    });
     let mut round = 0_usize;
     while !*shutdown.borrow() {
         round = round.wrapping_add(1);
@@ -130,8 +143,9 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
         };
         if claimed.is_empty() {
             drop(planned);
+            let idle = until_due(&store, poll).await;
             tokio::select! {
-                () = tokio::time::sleep(poll) => {}
+                () = tokio::time::sleep(idle) => {}
                 () = pipeline.woken().notified() => {}
                 () = freed.notified() => {}
                 _ = shutdown.changed() => {}
@@ -169,6 +183,18 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     drop(committer);
     if tokio::time::timeout(grace, writer).await.is_err() {
         tracing::warn!("the settlement writer did not finish in time");
+    }
+}
+
+/// How long an idle loop sleeps: until the store's next message falls due, at most `poll`
+/// (the fallback that finds what nothing woke the loop for, such as a replay by another
+/// process on SQLite). A retry due in 200 ms is claimed on time whatever `poll_ms` says.
+async fn until_due(store: &Arc<Store>, poll: Duration) -> Duration {
+    let store = store.clone();
+    match tokio::task::spawn_blocking(move || store.next_due_ms()).await {
+        Ok(Ok(Some(due))) => Duration::from_millis(due.saturating_sub(now_ms())).min(poll),
+        Ok(Ok(None)) => poll,
+        _ => poll,
     }
 }
 

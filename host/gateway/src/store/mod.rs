@@ -84,6 +84,15 @@ impl Store {
         }
     }
 
+    /// The shared database's schema version after bringing it up to date (`verdict store
+    /// migrate`); `None` for SQLite, whose file is brought up to date when opened.
+    pub fn migrate(&self) -> Result<Option<u32>, StoreError> {
+        match self {
+            Store::Sqlite(_) => Ok(None),
+            Store::Postgres(s) => s.migrate().map(Some),
+        }
+    }
+
     /// Whether other gateways may hold leases in this store: then a starting gateway must
     /// not take back the leases it finds (their holders may be alive); expired ones are
     /// claimed anew anyway.
@@ -130,6 +139,23 @@ impl Store {
         lease_ms: u64,
     ) -> Result<Vec<Claimed>, StoreError> {
         on_backend!(self, s => s.claim(now_ms, wants, lease_ms))
+    }
+
+    /// When the next message falls due - the earliest ready or scheduled time, or the
+    /// earliest lease to expire - so an idle gateway sleeps until then instead of polling;
+    /// `None` with nothing pending.
+    pub fn next_due_ms(&self) -> Result<Option<u64>, StoreError> {
+        on_backend!(self, s => s.next_due_ms())
+    }
+
+    /// Call `wake(true)` whenever another process publishes or replays into this store,
+    /// until `wake` returns `false` (`wake(false)` asks, now and then, whether anyone still
+    /// listens). A store that cannot tell does nothing: on SQLite the poll finds such
+    /// messages. PostgreSQL listens on a connection of its own (`LISTEN verdict_due`).
+    pub fn on_new_work(&self, wake: impl Fn(bool) -> bool + Send + 'static) {
+        if let Store::Postgres(s) = self {
+            s.listen(wake);
+        }
     }
 
     /// Forget topics with nothing pending; how many were forgotten.

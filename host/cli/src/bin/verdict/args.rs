@@ -109,6 +109,15 @@ pub enum Command {
         #[command(subcommand)]
         command: cli::PolicyCommand,
     },
+    /// The gateway's store: `migrate` brings a shared database's schema up to date before
+    /// gateways start on it (a starting gateway does the same if its user may).
+    Store {
+        /// The gateway config (`verdict.toml`).
+        #[arg(short, long, global = true, default_value = "verdict.toml")]
+        config: PathBuf,
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// The dead-letter queues of a gateway (in its store, or on its broker with --source).
     Dlq {
         /// The gateway config (`verdict.toml`).
@@ -274,4 +283,12 @@ impl BenchArgs {
         options.stall_timeout = std::time::Duration::from_millis(self.stall_timeout_ms);
         Ok(options)
     }
+}
+
+/// `verdict store` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Create or migrate the schema of the store the config names; print the backend, the
+    /// schema version and the messages by state (JSON).
+    Migrate,
 }

@@ -129,6 +129,13 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         } => {
             emit(&cli::policy(&admin.client()?, &command, json)?)?;
         }
+        Command::Store {
+            config,
+            command: args::StoreCommand::Migrate,
+        } => {
+            let status = cli::store::migrate(&config)?;
+            emit(&(serde_json::to_string_pretty(&status)? + "\n"))?;
+        }
         Command::Dlq {
             config,
             json,

@@ -129,6 +129,9 @@ impl PostgresStore {
                 audit(&mut tx, now_ms, &id, &topic, "replayed", note)?;
                 ids.push(id);
             }
+            if !ids.is_empty() {
+                tx.execute("SELECT pg_notify($1, '')", &[&super::CHANNEL])?;
+            }
             tx.commit()?;
             Ok(ids)
         })

@@ -56,6 +56,10 @@ impl PostgresStore {
                 )?;
                 if stored.is_some() {
                     tx.execute(&list, &[&m.topic])?;
+                    if out.accepted.is_empty() {
+                        // Delivered to the listeners at commit: every gateway looks now.
+                        tx.execute("SELECT pg_notify($1, '')", &[&super::CHANNEL])?;
+                    }
                     out.accepted.push(m.id.clone());
                 } else {
                     out.duplicates.push(m.id.clone());
@@ -115,6 +119,20 @@ impl PostgresStore {
             let (seqs, leases): (Vec<i64>, Vec<i64>) = held.iter().copied().unzip();
             Ok(c.client
                 .execute(&s, &[&seqs, &leases, &clamp_ms(until_ms)])? as usize)
+        })
+    }
+
+    /// The earliest instant a pending message falls due (or a lease expires).
+    pub fn next_due_ms(&self) -> Result<Option<u64>, StoreError> {
+        self.with(|c| {
+            let s = c.statement(
+                "SELECT LEAST(
+                     (SELECT MIN(next_at_ms) FROM messages WHERE state = 'ready'),
+                     (SELECT MIN(next_at_ms) FROM messages WHERE state = 'scheduled'),
+                     (SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased'))",
+            )?;
+            let due: Option<i64> = c.client.query_one(&s, &[])?.get(0);
+            Ok(due.map(|t| t.max(0) as u64))
         })
     }
 

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::{Client, NoTls, Statement};
 
 mod dlq;
@@ -57,6 +58,9 @@ impl Conn {
 /// exclusive: a topic must never be forgotten beside a publish that lists it again but has
 /// not committed yet (its message would wait, unclaimed, for the next publish).
 const TOPICS_LOCK: i64 = 0x7665_7264_6963_7401;
+/// The channel publishes and replays notify at commit, so that every gateway claims at once
+/// instead of at its next poll.
+const CHANNEL: &str = "verdict_due";
 /// Serialises migrations between gateways starting together.
 const MIGRATE_LOCK: i64 = 0x7665_7264_6963_7402;
 
@@ -81,8 +85,32 @@ impl PostgresStore {
         &self.target
     }
 
-    /// Apply the migrations this database lacks; the schema version after.
+    /// The schema version the database is at (0 before the first migration).
+    pub fn schema_version(&self) -> Result<u32, StoreError> {
+        self.with(|c| {
+            let exists: bool = c
+                .client
+                .query_one("SELECT to_regclass('verdict_schema') IS NOT NULL", &[])?
+                .get(0);
+            if !exists {
+                return Ok(0);
+            }
+            let version: i32 = c
+                .client
+                .query_one("SELECT COALESCE(MAX(version), 0) FROM verdict_schema", &[])?
+                .get(0);
+            Ok(version.max(0) as u32)
+        })
+    }
+
+    /// Apply the migrations this database lacks; the schema version after. A database
+    /// already current is only read, so gateways whose user may not change the schema
+    /// start against one an operator migrated (`verdict store migrate`).
     pub fn migrate(&self) -> Result<u32, StoreError> {
+        let known = schema::MIGRATIONS.len() as u32;
+        if self.schema_version()? == known {
+            return Ok(known);
+        }
         self.with(|c| {
             let mut tx = c.client.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
@@ -145,6 +173,59 @@ impl PostgresStore {
             let n: i64 = c.client.query_one(&s, &[&event])?.get(0);
             Ok(n.max(0) as u64)
         })
+    }
+
+    /// Call `wake(true)` on every notification of [`CHANNEL`], from a thread with a
+    /// connection of its own (reconnected with backoff when it breaks), until `wake`
+    /// returns `false`; a quiet second calls `wake(false)` to ask whether anyone still
+    /// listens. Each reconnect wakes too: a notification sent while the listener was away
+    /// is not lost work, only a late look.
+    pub fn listen(&self, wake: impl Fn(bool) -> bool + Send + 'static) {
+        let (config, target) = (self.config.clone(), self.target.clone());
+        let spawned = std::thread::Builder::new()
+            .name("verdict-pg-listen".into())
+            .spawn(move || {
+                let mut backoff = std::time::Duration::from_millis(100);
+                loop {
+                    match config.connect(NoTls) {
+                        Ok(mut client) => {
+                            backoff = std::time::Duration::from_millis(100);
+                            if client.batch_execute(&format!("LISTEN {CHANNEL}")).is_err() {
+                                continue;
+                            }
+                            if !wake(true) {
+                                return;
+                            }
+                            let mut notifications = client.notifications();
+                            let mut waiting =
+                                notifications.timeout_iter(std::time::Duration::from_secs(1));
+                            loop {
+                                match waiting.next() {
+                                    Ok(Some(_)) => {
+                                        if !wake(true) {
+                                            return;
+                                        }
+                                    }
+                                    Ok(None) => {
+                                        if !wake(false) {
+                                            return;
+                                        }
+                                    }
+                                    Err(_) => break,
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(store = %target, error = %StoreError::from(e), "listening for new work: reconnecting");
+                            std::thread::sleep(backoff);
+                            backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+                        }
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "could not start the PostgreSQL listener; new work is found by polling");
+        }
     }
 
     /// Run `f` on the connection, connecting first when there is none; a connection the

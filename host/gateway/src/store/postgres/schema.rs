@@ -27,6 +27,7 @@ CREATE TABLE messages (
     updated_at_ms BIGINT NOT NULL
 );
 CREATE INDEX messages_topic_due ON messages (topic, state, next_at_ms);
+CREATE INDEX messages_due ON messages (state, next_at_ms);
 CREATE INDEX messages_lease ON messages (state, lease_until_ms);
 CREATE INDEX messages_done ON messages (state, updated_at_ms);
 CREATE TABLE topics (topic TEXT PRIMARY KEY);

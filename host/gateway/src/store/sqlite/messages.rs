@@ -179,6 +179,20 @@ impl SqliteStore {
         })
     }
 
+    /// The earliest instant a pending message falls due (or a lease expires).
+    pub fn next_due_ms(&self) -> Result<Option<u64>, StoreError> {
+        let conn = self.conn();
+        let due: Option<i64> = conn
+            .prepare_cached(
+                "SELECT MIN(t) FROM (
+                     SELECT MIN(next_at_ms) AS t FROM messages WHERE state = 'ready'
+                     UNION ALL SELECT MIN(next_at_ms) FROM messages WHERE state = 'scheduled'
+                     UNION ALL SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased')",
+            )?
+            .query_row([], |r| r.get(0))?;
+        Ok(due.map(|t| t.max(0) as u64))
+    }
+
     /// A message's state by id.
     pub fn state_of(&self, id: &str) -> Result<Option<String>, StoreError> {
         Ok(self
