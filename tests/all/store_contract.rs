@@ -1,5 +1,5 @@
 //! The store contract: what every backend promises the gateway, run the same on each - the
-//! SQLite file and a PostgreSQL database of the test's own. Publish idempotency, claims and
+//! SQLite file, and a PostgreSQL and a MariaDB database of the test's own. Publish idempotency, claims and
 //! their order, lease fencing, each verdict's settlement, retry due times, the DLQ (list,
 //! page, replay, discard), retention, a gateway that went away, and competing claims.
 
@@ -35,6 +35,18 @@ impl Backend for Postgres {
     fn open(&self) -> Store {
         Store::connect(&self.0.url(), std::path::Path::new(".")).expect("connecting to PostgreSQL")
     }
+}
+
+struct Mariadb(verdict_tests::mariadb::TestDatabase);
+
+impl Backend for Mariadb {
+    fn open(&self) -> Store {
+        Store::connect(&self.0.url(), std::path::Path::new(".")).expect("connecting to MariaDB")
+    }
+}
+
+fn mariadb(_: &str) -> Mariadb {
+    Mariadb(verdict_tests::mariadb::TestDatabase::new("contract"))
 }
 
 fn sqlite(name: &str) -> Sqlite {
@@ -490,6 +502,9 @@ macro_rules! contract {
         }
         mod on_postgres {
             $(#[test] fn $test() { super::$test(&super::postgres("contract")); })*
+        }
+        mod on_mariadb {
+            $(#[test] fn $test() { super::$test(&super::mariadb("contract")); })*
         }
     };
 }

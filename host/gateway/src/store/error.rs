@@ -28,6 +28,10 @@ pub enum StoreError {
     /// call reconnects).
     #[error("store: {0}")]
     Database(String),
+    /// The database asked for the transaction to be run again (a deadlock victim); the
+    /// store does so a few times before passing this on as [`StoreError::Database`].
+    #[error("store: {0}")]
+    Retry(String),
     /// The store URL names no backend this build has, or is malformed.
     #[error("[gateway] store: {0}")]
     Url(String),

@@ -5,7 +5,8 @@
 //! contract test suite (`tests/all/store_contract.rs`):
 //!
 //! - **SQLite** ([`sqlite`], the default): one file on one machine, WAL mode, group commit.
-//! - **PostgreSQL** ([`postgres`]): a database several gateways share. Each claims with
+//! - **PostgreSQL** ([`postgres`]) and **MariaDB/MySQL** ([`mysql`]): a database several
+//!   gateways share. Each claims with
 //!   `FOR UPDATE SKIP LOCKED`, so competing gateways never take the same message, and each
 //!   settlement is fenced by the lease it was claimed under, so a gateway that outlived its
 //!   lease cannot overwrite the outcome of the one that took the message over.
@@ -17,6 +18,7 @@
 use std::path::Path;
 
 mod error;
+pub mod mysql;
 pub mod postgres;
 mod records;
 pub mod sqlite;
@@ -37,6 +39,8 @@ pub enum Store {
     /// A PostgreSQL database, possibly shared with other gateways (boxed: its connection
     /// config is large, and a store is made once).
     Postgres(Box<postgres::PostgresStore>),
+    /// A MariaDB or MySQL database, possibly shared with other gateways.
+    Mysql(Box<mysql::MysqlStore>),
 }
 
 /// Run the same call on whichever backend this is.
@@ -45,6 +49,7 @@ macro_rules! on_backend {
         match $self {
             Store::Sqlite($store) => $call,
             Store::Postgres($store) => $call,
+            Store::Mysql($store) => $call,
         }
     };
 }
@@ -56,20 +61,26 @@ impl Store {
     }
 
     /// Open the store a `[gateway] store` URL names: `sqlite://<path>` (relative to `base`),
-    /// or `postgres://user@host:port/database`. The schema is created or migrated first.
+    /// `postgres://user@host:port/database`, or `mysql://user@host:port/database` (also
+    /// `mariadb://`). The schema is created or migrated first.
     pub fn connect(url: &str, base: &Path) -> Result<Store, StoreError> {
         match url.split_once("://") {
             Some(("sqlite", path)) if !path.is_empty() => Store::open(&base.join(path)),
             Some(("postgres" | "postgresql", _)) => Ok(Store::Postgres(Box::new(
                 postgres::PostgresStore::connect(url)?,
             ))),
+            // The driver knows the `mysql` scheme only; MariaDB speaks the same protocol.
+            Some(("mysql" | "mariadb", rest)) => Ok(Store::Mysql(Box::new(
+                mysql::MysqlStore::connect(&format!("mysql://{rest}"))?,
+            ))),
             Some((scheme, _)) => Err(StoreError::Url(format!(
-                "`{}://...` is not a store this gateway has; expected `sqlite://<path>` or \
-                 `postgres://user@host:port/database`",
+                "`{}://...` is not a store this gateway has; expected `sqlite://<path>`, \
+                 `postgres://user@host:port/database` or `mysql://user@host:port/database`",
                 verdict_runtime::text::one_line(scheme, 32)
             ))),
             None => Err(StoreError::Url(
-                "expected a URL: `sqlite://<path>` or `postgres://user@host:port/database`"
+                "expected a URL: `sqlite://<path>`, `postgres://user@host:port/database` or \
+                 `mysql://user@host:port/database`"
                     .to_string(),
             )),
         }
@@ -81,6 +92,7 @@ impl Store {
         match self {
             Store::Sqlite(s) => format!("sqlite {}", s.path().display()),
             Store::Postgres(s) => format!("postgres {}", s.target()),
+            Store::Mysql(s) => format!("mysql {}", s.target()),
         }
     }
 
@@ -90,6 +102,7 @@ impl Store {
         match self {
             Store::Sqlite(_) => Ok(None),
             Store::Postgres(s) => s.migrate().map(Some),
+            Store::Mysql(s) => s.migrate().map(Some),
         }
     }
 
@@ -97,7 +110,7 @@ impl Store {
     /// not take back the leases it finds (their holders may be alive); expired ones are
     /// claimed anew anyway.
     pub fn is_shared(&self) -> bool {
-        matches!(self, Store::Postgres(_))
+        matches!(self, Store::Postgres(_) | Store::Mysql(_))
     }
 
     /// Messages by state.
@@ -121,7 +134,7 @@ impl Store {
     pub fn recover_leases(&self, now_ms: u64) -> Result<u64, StoreError> {
         match self {
             Store::Sqlite(s) => s.recover_leases(now_ms),
-            Store::Postgres(_) => Ok(0),
+            Store::Postgres(_) | Store::Mysql(_) => Ok(0),
         }
     }
 
@@ -267,10 +280,11 @@ pub(crate) fn dlq_conditions(
                     verdict_runtime::text::one_line(cursor, 64)
                 ))
             })?;
-        args.push(DlqArg::Int(at_ms));
-        args.push(DlqArg::Int(seq));
-        let (a, s) = (placeholder(args.len() - 1), placeholder(args.len()));
-        sql += &format!(" AND (created_at_ms > {a} OR (created_at_ms = {a} AND seq > {s}))");
+        // One value per placeholder, so that unnumbered `?` placeholders work too.
+        args.extend([DlqArg::Int(at_ms), DlqArg::Int(at_ms), DlqArg::Int(seq)]);
+        let n = args.len();
+        let (a, b, s) = (placeholder(n - 2), placeholder(n - 1), placeholder(n));
+        sql += &format!(" AND (created_at_ms > {a} OR (created_at_ms = {b} AND seq > {s}))");
     }
     Ok((sql, args))
 }

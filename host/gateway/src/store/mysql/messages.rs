@@ -1,0 +1,239 @@
+//! Messages through their life on MariaDB/MySQL: published, claimed by whichever gateway
+//! gets there first, leases kept alive while deliveries run.
+
+use std::collections::BTreeMap;
+
+use mysql::prelude::Queryable as _;
+use mysql::{Conn, Row, TxOpts};
+
+use super::{MysqlStore, audit};
+use crate::model::{AttemptRecord, Delivery};
+use crate::store::{Claimed, NewMessage, Published, StoreError, clamp_ms};
+
+/// The due messages of one topic, oldest first, that no other gateway is claiming right now
+/// (`SKIP LOCKED`), locked for this transaction.
+const DUE: &str = "
+SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals,
+       published_at_ms, first_failed_at_ms, state
+FROM messages
+WHERE topic = ?
+  AND ((state IN ('ready', 'scheduled') AND next_at_ms <= ?)
+       OR (state = 'leased' AND lease_until_ms <= ?))
+ORDER BY next_at_ms
+LIMIT ?
+FOR UPDATE SKIP LOCKED";
+
+impl MysqlStore {
+    /// Store `messages` as ready, in one transaction.
+    pub fn publish(&self, messages: &[NewMessage], now_ms: u64) -> Result<Published, StoreError> {
+        self.with(|c| {
+            let mut tx = c.start_transaction(TxOpts::default())?;
+            let now = clamp_ms(now_ms);
+            let mut out = Published::default();
+            for m in messages {
+                let headers = serde_json::to_string(&m.headers)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                // `ON DUPLICATE KEY` (not `INSERT IGNORE`, which would also swallow a value
+                // too long for its column): 1 row when stored, 0 for a known id.
+                tx.exec_drop(
+                    "INSERT INTO messages
+                     (id, topic, headers, payload, content_type, state, next_at_ms,
+                      published_at_ms, updated_at_ms)
+                     VALUES (?, ?, ?, ?, ?, 'ready', ?, ?, ?)
+                     ON DUPLICATE KEY UPDATE id = id",
+                    (
+                        &m.id,
+                        &m.topic,
+                        &headers,
+                        &m.payload,
+                        &m.content_type,
+                        now,
+                        now,
+                        now,
+                    ),
+                )?;
+                if tx.affected_rows() == 1 {
+                    out.accepted.push(m.id.clone());
+                } else {
+                    out.duplicates.push(m.id.clone());
+                }
+            }
+            tx.commit()?;
+            Ok(out)
+        })
+    }
+
+    /// Topics with messages pending: read from the `(state, topic)` index, so there is no
+    /// list to keep (and none to forget a topic from while a publish lists it again).
+    pub fn topics(&self) -> Result<Vec<String>, StoreError> {
+        self.with(|c| {
+            Ok(c.query(
+                "SELECT DISTINCT topic FROM messages
+                 WHERE state IN ('ready', 'scheduled', 'leased') ORDER BY topic",
+            )?)
+        })
+    }
+
+    /// Nothing to forget: see [`MysqlStore::topics`].
+    pub fn prune_topics(&self) -> Result<usize, StoreError> {
+        Ok(0)
+    }
+
+    /// Lease due messages for each `(topics, limit)` group of `wants`, for `lease_ms`.
+    pub fn claim(
+        &self,
+        now_ms: u64,
+        wants: &[(Vec<String>, usize)],
+        lease_ms: u64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.with(|c| claim_in(c, now_ms, wants, lease_ms))
+    }
+
+    /// Extend each `(seq, lease)` still held to `until_ms`.
+    pub fn extend_leases(&self, held: &[(i64, i64)], until_ms: u64) -> Result<usize, StoreError> {
+        if held.is_empty() {
+            return Ok(0);
+        }
+        self.with(|c| {
+            let pairs = vec!["(?, ?)"; held.len()].join(", ");
+            let mut args: Vec<mysql::Value> = vec![clamp_ms(until_ms).into()];
+            for (seq, lease) in held {
+                args.push((*seq).into());
+                args.push((*lease).into());
+            }
+            c.exec_drop(
+                format!(
+                    "UPDATE messages SET lease_until_ms = ?
+                     WHERE state = 'leased' AND (seq, lease) IN ({pairs})"
+                ),
+                args,
+            )?;
+            Ok(c.affected_rows() as usize)
+        })
+    }
+
+    /// The earliest instant a pending message falls due (or a lease expires).
+    pub fn next_due_ms(&self) -> Result<Option<u64>, StoreError> {
+        self.with(|c| {
+            let due: Option<Option<i64>> = c.query_first(
+                "SELECT MIN(t) FROM (
+                     SELECT MIN(next_at_ms) AS t FROM messages WHERE state = 'ready'
+                     UNION ALL SELECT MIN(next_at_ms) FROM messages WHERE state = 'scheduled'
+                     UNION ALL SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased'
+                 ) due",
+            )?;
+            Ok(due.flatten().map(|t| t.max(0) as u64))
+        })
+    }
+
+    /// A message's state by id.
+    pub fn state_of(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.with(|c| Ok(c.exec_first("SELECT state FROM messages WHERE id = ?", (id,))?))
+    }
+}
+
+/// One transaction for the whole claim round: lock each topic's due rows, lease them, read
+/// their histories.
+fn claim_in(
+    c: &mut Conn,
+    now_ms: u64,
+    wants: &[(Vec<String>, usize)],
+    lease_ms: u64,
+) -> Result<Vec<Claimed>, StoreError> {
+    let now = clamp_ms(now_ms);
+    let until = clamp_ms(now_ms.saturating_add(lease_ms));
+    let mut tx = c.start_transaction(TxOpts::default())?;
+    let mut claimed: Vec<Claimed> = Vec::new();
+    for (topics, limit) in wants {
+        let first = claimed.len();
+        for topic in topics {
+            let left = limit.saturating_sub(claimed.len() - first);
+            if left == 0 {
+                break;
+            }
+            let rows: Vec<Row> = tx.exec(DUE, (topic, now, now, left as u64))?;
+            for row in rows {
+                claimed.push(claimed_of(row)?);
+            }
+        }
+    }
+    if claimed.is_empty() {
+        tx.commit()?;
+        return Ok(claimed);
+    }
+    let seqs = claimed
+        .iter()
+        .map(|c| c.seq.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The rows are locked by this transaction: the lease each now holds is the one read
+    // plus one.
+    tx.exec_drop(
+        format!(
+            "UPDATE messages SET state = 'leased', lease_until_ms = ?, lease = lease + 1,
+                    deliveries = deliveries + 1, updated_at_ms = ?
+             WHERE seq IN ({seqs})"
+        ),
+        (until, now),
+    )?;
+    let history: Vec<(i64, i64, String, String)> = tx.query(format!(
+        "SELECT message_seq, at_ms, kind, message FROM attempts
+         WHERE message_seq IN ({seqs}) ORDER BY message_seq, seq"
+    ))?;
+    let mut by_seq: BTreeMap<i64, Vec<AttemptRecord>> = BTreeMap::new();
+    for (seq, at_ms, kind, message) in history {
+        by_seq.entry(seq).or_default().push(AttemptRecord {
+            at_ms: at_ms.max(0) as u64,
+            kind,
+            message,
+        });
+    }
+    for c in &mut claimed {
+        c.lease += 1;
+        c.delivery.history = by_seq.remove(&c.seq).unwrap_or_default();
+    }
+    for c in claimed.iter().filter(|c| c.delivery.redelivery) {
+        audit(
+            &mut tx,
+            now_ms,
+            &c.delivery.id,
+            &c.delivery.topic,
+            "lease-expired",
+            "delivered again: possible duplicate",
+        )?;
+    }
+    tx.commit()?;
+    Ok(claimed)
+}
+
+fn claimed_of(mut row: Row) -> Result<Claimed, StoreError> {
+    fn take<T: mysql::prelude::FromValue>(row: &mut Row, i: usize) -> Result<T, StoreError> {
+        row.take_opt(i)
+            .ok_or_else(|| StoreError::Corrupt(format!("claim: column {i} missing")))?
+            .map_err(|e| StoreError::Corrupt(format!("claim: column {i}: {e}")))
+    }
+    let id: String = take(&mut row, 2)?;
+    let headers: String = take(&mut row, 4)?;
+    let headers = serde_json::from_str(&headers)
+        .map_err(|e| StoreError::Corrupt(format!("message {id}: headers: {e}")))?;
+    let count = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+    let state: String = take(&mut row, 11)?;
+    Ok(Claimed {
+        seq: take(&mut row, 0)?,
+        lease: take(&mut row, 1)?,
+        delivery: Delivery {
+            id,
+            topic: take(&mut row, 3)?,
+            headers,
+            payload: take(&mut row, 5)?,
+            content_type: take(&mut row, 6)?,
+            attempts_spent: count(take(&mut row, 7)?),
+            deferrals: count(take(&mut row, 8)?),
+            published_at_ms: take::<i64>(&mut row, 9)?.max(0) as u64,
+            first_failed_at_ms: take::<Option<i64>>(&mut row, 10)?.map(|t| t.max(0) as u64),
+            history: Vec::new(),
+            redelivery: state == "leased",
+            source: verdict_registry::SourceKind::Embedded.name(),
+        },
+    })
+}

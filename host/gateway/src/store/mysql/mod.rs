@@ -1,0 +1,233 @@
+//! The shared store on MariaDB (10.6+) and MySQL (8): several gateways on one database,
+//! each claiming with `FOR UPDATE SKIP LOCKED` and settling under the lease fence, like the
+//! PostgreSQL store. What differs is the dialect: no `RETURNING` on `UPDATE` (a claim reads
+//! the rows it locked, then leases them), no shared advisory locks (the topic list is the
+//! pending messages' own index, so nothing can forget a topic beside a publish), no
+//! `NOTIFY` (an idle gateway sleeps until the next message falls due; the poll finds other
+//! gateways' publishes). Sessions run `READ COMMITTED`, so claims and publishes take no gap
+//! locks; a transaction the server picks as a deadlock victim is retried whole.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use mysql::prelude::Queryable as _;
+use mysql::{Conn, Opts};
+
+mod dlq;
+mod messages;
+mod retention;
+mod schema;
+mod settle;
+
+use super::{StateCounts, StoreError};
+
+/// A MariaDB or MySQL store.
+pub struct MysqlStore {
+    opts: Opts,
+    target: String,
+    conn: Mutex<Option<Conn>>,
+}
+
+impl std::fmt::Debug for MysqlStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MysqlStore")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often a transaction chosen as a deadlock victim (or timed out on a lock) is run
+/// again before its error is returned.
+const RETRIES: usize = 3;
+
+impl From<mysql::Error> for StoreError {
+    /// The server's "try again" errors - deadlock victim (1213), lock wait timeout (1205) -
+    /// are [`StoreError::Retry`]: the store runs the transaction again.
+    fn from(e: mysql::Error) -> Self {
+        match &e {
+            mysql::Error::MySqlError(server) if server.code == 1213 || server.code == 1205 => {
+                StoreError::Retry(format!("mysql: {e}"))
+            }
+            _ => StoreError::Database(format!("mysql: {e}")),
+        }
+    }
+}
+
+impl MysqlStore {
+    /// Connect to `url` (`mysql://user[:password]@host[:port]/database`) and bring its
+    /// schema up to date.
+    pub fn connect(url: &str) -> Result<MysqlStore, StoreError> {
+        let opts =
+            Opts::from_url(url).map_err(|e| StoreError::Url(format!("not a MySQL URL: {e}")))?;
+        let target = format!(
+            "{}:{}/{}",
+            opts.get_ip_or_hostname(),
+            opts.get_tcp_port(),
+            opts.get_db_name().unwrap_or("?")
+        );
+        if opts.get_db_name().is_none() {
+            return Err(StoreError::Url(format!(
+                "`mysql://...@{target}` names no database; add it as the URL's path"
+            )));
+        }
+        let store = MysqlStore {
+            opts,
+            target,
+            conn: Mutex::new(None),
+        };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// `host:port/database`: never the password.
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    /// The schema version the database is at (0 before the first migration).
+    pub fn schema_version(&self) -> Result<u32, StoreError> {
+        self.with(|c| {
+            let exists: Option<i64> = c.query_first(
+                "SELECT COUNT(*) FROM information_schema.tables
+                 WHERE table_schema = DATABASE() AND table_name = 'verdict_schema'",
+            )?;
+            if exists.unwrap_or(0) == 0 {
+                return Ok(0);
+            }
+            let version: Option<i64> =
+                c.query_first("SELECT COALESCE(MAX(version), 0) FROM verdict_schema")?;
+            Ok(version.unwrap_or(0).max(0) as u32)
+        })
+    }
+
+    /// Apply the migrations this database lacks; the schema version after.
+    pub fn migrate(&self) -> Result<u32, StoreError> {
+        let known = schema::MIGRATIONS.len() as u32;
+        if self.schema_version()? == known {
+            return Ok(known);
+        }
+        self.with(|c| {
+            let locked: Option<i64> = c.query_first("SELECT GET_LOCK('verdict_migrate', 60)")?;
+            if locked != Some(1) {
+                return Err(StoreError::Connect {
+                    target: self.target.clone(),
+                    message: "another process held the migration lock for a minute".into(),
+                });
+            }
+            let applied = apply_migrations(c, known, &self.target);
+            c.query_drop("DO RELEASE_LOCK('verdict_migrate')")?;
+            applied
+        })
+    }
+
+    /// Messages by state, counted (see the PostgreSQL store for why not kept).
+    pub fn counts(&self) -> Result<StateCounts, StoreError> {
+        self.with(|c| {
+            let rows: Vec<(String, i64)> =
+                c.query("SELECT state, COUNT(*) FROM messages GROUP BY state")?;
+            let mut counts = StateCounts::default();
+            for (state, n) in rows {
+                let n = n.max(0) as u64;
+                match state.as_str() {
+                    "ready" => counts.ready = n,
+                    "scheduled" => counts.scheduled = n,
+                    "leased" => counts.leased = n,
+                    "delivered" => counts.delivered = n,
+                    "dead" => counts.dead = n,
+                    "discarded" => counts.discarded = n,
+                    other => return Err(StoreError::Corrupt(format!("unknown state `{other}`"))),
+                }
+            }
+            Ok(counts)
+        })
+    }
+
+    /// Audit events with this name.
+    pub fn audit_count(&self, event: &str) -> Result<u64, StoreError> {
+        self.with(|c| {
+            let n: Option<i64> =
+                c.exec_first("SELECT COUNT(*) FROM audit WHERE event = ?", (event,))?;
+            Ok(n.unwrap_or(0).max(0) as u64)
+        })
+    }
+
+    /// Run `f` on the connection, connecting first when there is none. A deadlock victim
+    /// or a lock wait timeout runs `f` again (its transaction was rolled back whole); a
+    /// connection that failed is dropped, so the next call connects anew.
+    fn with<T>(
+        &self,
+        mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut guard = self.lock();
+        let mut tries = 0;
+        loop {
+            if guard.is_none() {
+                let mut conn = Conn::new(self.opts.clone()).map_err(|e| StoreError::Connect {
+                    target: self.target.clone(),
+                    message: e.to_string(),
+                })?;
+                conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
+                *guard = Some(conn);
+            }
+            let conn = guard.as_mut().expect("connected above");
+            match f(conn) {
+                Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,
+                Err(StoreError::Retry(message)) => return Err(StoreError::Database(message)),
+                Err(e @ StoreError::Database(_)) => {
+                    // Whatever failed, a fresh session starts clean (no half transaction).
+                    *guard = None;
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn apply_migrations(c: &mut Conn, known: u32, target: &str) -> Result<u32, StoreError> {
+    c.query_drop(
+        "CREATE TABLE IF NOT EXISTS verdict_schema (
+             version INT NOT NULL PRIMARY KEY,
+             applied_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) ENGINE = InnoDB",
+    )?;
+    let current: Option<i64> =
+        c.query_first("SELECT COALESCE(MAX(version), 0) FROM verdict_schema")?;
+    let current = current.unwrap_or(0).max(0) as u32;
+    if current > known {
+        return Err(StoreError::Connect {
+            target: target.to_string(),
+            message: format!(
+                "the database's schema is version {current}, newer than this gateway's \
+                 {known}: upgrade the gateway"
+            ),
+        });
+    }
+    for (n, statements) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
+        for sql in *statements {
+            c.query_drop(sql)?;
+        }
+        c.exec_drop(
+            "INSERT INTO verdict_schema (version) VALUES (?)",
+            (n as u32 + 1,),
+        )?;
+    }
+    Ok(known)
+}
+
+fn audit(
+    tx: &mut mysql::Transaction<'_>,
+    at_ms: u64,
+    message_id: &str,
+    topic: &str,
+    event: &str,
+    detail: &str,
+) -> Result<(), StoreError> {
+    tx.exec_drop(
+        "INSERT INTO audit (at_ms, message_id, topic, event, detail) VALUES (?, ?, ?, ?, ?)",
+        (super::clamp_ms(at_ms), message_id, topic, event, detail),
+    )?;
+    Ok(())
+}

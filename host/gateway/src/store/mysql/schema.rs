@@ -1,0 +1,85 @@
+//! The MariaDB/MySQL schema, as numbered migrations applied in order at connect (or by
+//! `verdict store migrate`): the SQLite store's tables with the same names and meanings,
+//! in InnoDB, and the operators' views. DDL is not transactional here; each migration is
+//! recorded once it has run, under a named lock so that two gateways never run one twice.
+
+/// Migration `n` is `MIGRATIONS[n - 1]`, one statement per element. Append, never edit.
+pub(super) const MIGRATIONS: &[&[&str]] = &[V1];
+
+const V1: &[&str] = &[
+    "CREATE TABLE messages (
+        seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        id VARCHAR(256) NOT NULL,
+        topic VARCHAR(512) NOT NULL,
+        headers LONGTEXT NOT NULL,
+        payload LONGBLOB NOT NULL,
+        content_type VARCHAR(512),
+        state VARCHAR(16) NOT NULL CHECK (state IN
+            ('ready', 'scheduled', 'leased', 'delivered', 'dead', 'discarded')),
+        attempt BIGINT NOT NULL DEFAULT 0,
+        deferrals BIGINT NOT NULL DEFAULT 0,
+        deliveries BIGINT NOT NULL DEFAULT 0,
+        next_at_ms BIGINT NOT NULL,
+        lease_until_ms BIGINT,
+        lease BIGINT NOT NULL DEFAULT 0,
+        published_at_ms BIGINT NOT NULL,
+        first_failed_at_ms BIGINT,
+        updated_at_ms BIGINT NOT NULL,
+        UNIQUE KEY messages_id (id),
+        KEY messages_topic_due (topic, state, next_at_ms),
+        KEY messages_due (state, next_at_ms),
+        KEY messages_lease (state, lease_until_ms),
+        KEY messages_pending_topics (state, topic),
+        KEY messages_done (state, updated_at_ms)
+    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+    "CREATE TABLE attempts (
+        seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        message_seq BIGINT NOT NULL,
+        at_ms BIGINT NOT NULL,
+        kind VARCHAR(512) NOT NULL,
+        message TEXT NOT NULL,
+        KEY attempts_message (message_seq),
+        FOREIGN KEY (message_seq) REFERENCES messages (seq)
+    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+    "CREATE TABLE dlq (
+        seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        message_seq BIGINT NOT NULL,
+        message_id VARCHAR(256) NOT NULL,
+        topic VARCHAR(512) NOT NULL,
+        dlq VARCHAR(512) NOT NULL,
+        class VARCHAR(64) NOT NULL,
+        kind VARCHAR(512) NOT NULL,
+        reason TEXT NOT NULL,
+        attempts BIGINT NOT NULL,
+        created_at_ms BIGINT NOT NULL,
+        format VARCHAR(16) NOT NULL,
+        envelope LONGBLOB NOT NULL,
+        state VARCHAR(16) NOT NULL CHECK (state IN ('dead', 'replayed', 'discarded')),
+        KEY dlq_state (state, dlq),
+        KEY dlq_message (message_seq),
+        FOREIGN KEY (message_seq) REFERENCES messages (seq)
+    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+    "CREATE TABLE audit (
+        seq BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        at_ms BIGINT NOT NULL,
+        message_id VARCHAR(256),
+        topic VARCHAR(512),
+        event VARCHAR(64) NOT NULL,
+        detail TEXT NOT NULL,
+        KEY audit_at (at_ms),
+        KEY audit_event (event)
+    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+    "CREATE VIEW pending AS
+        SELECT seq, id, topic, state, attempt, next_at_ms, lease_until_ms,
+               FROM_UNIXTIME(next_at_ms / 1000) AS next_at
+        FROM messages WHERE state IN ('ready', 'scheduled', 'leased')",
+    "CREATE VIEW scheduled AS
+        SELECT seq, id, topic, attempt, deferrals, FROM_UNIXTIME(next_at_ms / 1000) AS next_at,
+               (SELECT kind FROM attempts a WHERE a.message_seq = m.seq
+                ORDER BY a.seq DESC LIMIT 1) AS last_error
+        FROM messages m WHERE state = 'scheduled'",
+    "CREATE VIEW dead AS
+        SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
+               FROM_UNIXTIME(created_at_ms / 1000) AS dead_lettered_at
+        FROM dlq WHERE state = 'dead'",
+];
