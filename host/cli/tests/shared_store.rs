@@ -1,4 +1,4 @@
-//! Several gateways on one PostgreSQL database, through the real binaries: they share the
+//! Several gateways on one PostgreSQL or MariaDB database, through the real binaries: they share the
 //! work without delivering a message twice, a `kill -9`'d one's messages are delivered by
 //! the others once its leases expire, and a database that refuses connections makes
 //! `/readyz` answer 503 naming the store until it is back - nothing lost either way.
@@ -13,43 +13,77 @@ use common::{Proc, accepted, consumer, rules, spawn, text, verdict, wait_until};
 use verdict_cli::demo::{Behaviour, by_percent};
 use verdict_gateway::store::Store;
 
-/// A database of the test's own on the server on loopback, dropped at the end.
-struct Database(String);
-
-fn server() -> String {
-    std::env::var("VERDICT_TEST_POSTGRES")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_string())
+/// The database servers a shared store runs on, on loopback.
+#[derive(Clone, Copy, Debug)]
+enum Server {
+    Postgres,
+    Mariadb,
 }
 
-fn admin_sql(sql: &str) {
-    let url = format!("{}/postgres", server());
-    postgres::Client::connect(&url, postgres::NoTls)
-        .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"))
-        .batch_execute(sql)
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+impl Server {
+    fn url(self) -> String {
+        match self {
+            Server::Postgres => std::env::var("VERDICT_TEST_POSTGRES")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".to_string()),
+            Server::Mariadb => std::env::var("VERDICT_TEST_MYSQL")
+                .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".to_string()),
+        }
+    }
+
+    fn admin_sql(self, sql: &str) {
+        use mysql::prelude::Queryable as _;
+        match self {
+            Server::Postgres => {
+                let url = format!("{}/postgres", self.url());
+                postgres::Client::connect(&url, postgres::NoTls)
+                    .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"))
+                    .batch_execute(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+            Server::Mariadb => {
+                let url = self.url();
+                mysql::Conn::new(mysql::Opts::from_url(&url).unwrap())
+                    .unwrap_or_else(|e| panic!("MariaDB at {url}: {e}"))
+                    .query_drop(sql)
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            }
+        }
+    }
 }
+
+/// A database of the test's own on `server`, dropped at the end.
+struct Database(String, Server);
 
 impl Database {
-    fn new() -> Database {
+    fn new(server: Server) -> Database {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "verdict_gw_{}_{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        admin_sql(&format!("CREATE DATABASE {name}"));
-        Database(name)
+        server.admin_sql(&format!("CREATE DATABASE {name}"));
+        Database(name, server)
     }
 
     fn url(&self) -> String {
-        format!("{}/{}", server(), self.0)
+        format!("{}/{}", self.1.url(), self.0)
     }
 }
 
 impl Drop for Database {
     fn drop(&mut self) {
-        admin_sql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.0));
+        let force = match self.1 {
+            Server::Postgres => " WITH (FORCE)",
+            Server::Mariadb => "",
+        };
+        self.1
+            .admin_sql(&format!("DROP DATABASE IF EXISTS {}{force}", self.0));
     }
+}
+
+fn admin_sql(sql: &str) {
+    Server::Postgres.admin_sql(sql);
 }
 
 /// Gateway `n`'s directory and config: its own admin port and state, the shared store.
@@ -165,9 +199,18 @@ fn assert_settled(store: &Store, n: u32) {
 }
 
 #[test]
-fn three_gateways_share_one_database_and_a_killed_one_loses_nothing() {
-    let dir = scratch("shared-store-kill");
-    let db = Database::new();
+fn three_gateways_share_one_postgres_database_and_a_killed_one_loses_nothing() {
+    three_gateways_and_a_kill(Server::Postgres);
+}
+
+#[test]
+fn three_gateways_share_one_mariadb_database_and_a_killed_one_loses_nothing() {
+    three_gateways_and_a_kill(Server::Mariadb);
+}
+
+fn three_gateways_and_a_kill(server: Server) {
+    let dir = scratch(&format!("shared-store-kill-{server:?}"));
+    let db = Database::new(server);
     let app = consumer("127.0.0.1:0", 5);
     let configs: Vec<PathBuf> = (1..=3)
         .map(|n| gateway_config(&dir, n, &db.url(), &app.url))
@@ -204,9 +247,18 @@ fn three_gateways_share_one_database_and_a_killed_one_loses_nothing() {
 }
 
 #[test]
-fn competing_gateways_without_a_fault_deliver_each_message_once() {
-    let dir = scratch("shared-store-clean");
-    let db = Database::new();
+fn competing_gateways_on_postgres_without_a_fault_deliver_each_message_once() {
+    competing_without_a_fault(Server::Postgres);
+}
+
+#[test]
+fn competing_gateways_on_mariadb_without_a_fault_deliver_each_message_once() {
+    competing_without_a_fault(Server::Mariadb);
+}
+
+fn competing_without_a_fault(server: Server) {
+    let dir = scratch(&format!("shared-store-clean-{server:?}"));
+    let db = Database::new(server);
     let app = consumer("127.0.0.1:0", 5);
     let gateways: Vec<Proc> = (1..=3)
         .map(|n| {
@@ -219,9 +271,9 @@ fn competing_gateways_without_a_fault_deliver_each_message_once() {
             ))
         })
         .collect();
-    publish(&gateways[0], &dir, 1_000);
+    publish(&gateways[0], &dir, 500);
     let store = Store::connect(&db.url(), &dir).unwrap();
-    assert_settled(&store, 1_000);
+    assert_settled(&store, 500);
     let duplicates = consumer_stats(&app)["duplicates"].clone();
     let expired = store.audit_count("lease-expired").unwrap();
     assert_eq!((duplicates.as_u64(), expired), (Some(0), 0));
@@ -245,7 +297,7 @@ fn competing_gateways_without_a_fault_deliver_each_message_once() {
 #[test]
 fn a_database_that_refuses_connections_is_named_by_readyz_and_nothing_is_lost() {
     let dir = scratch("shared-store-down");
-    let db = Database::new();
+    let db = Database::new(Server::Postgres);
     let app = consumer("127.0.0.1:0", 5);
     let gw = gateway(&gateway_config(&dir, 1, &db.url(), &app.url));
     let ready = || ureq::get(&format!("{}/readyz", gw.url)).call().is_ok();
@@ -285,7 +337,7 @@ fn a_database_that_refuses_connections_is_named_by_readyz_and_nothing_is_lost() 
 #[test]
 fn a_gateway_polling_every_ten_minutes_still_delivers_at_once_and_retries_on_time() {
     let dir = scratch("shared-store-wake");
-    let db = Database::new();
+    let db = Database::new(Server::Postgres);
     let app = consumer("127.0.0.1:0", 5);
     let config = gateway_config(&dir, 1, &db.url(), &app.url);
     let slow = std::fs::read_to_string(&config)
@@ -325,25 +377,48 @@ fn a_gateway_polling_every_ten_minutes_still_delivers_at_once_and_retries_on_tim
 }
 
 #[test]
-fn verdict_store_migrate_creates_the_schema_and_names_the_database_without_its_password() {
-    let dir = scratch("shared-store-migrate");
-    let db = Database::new();
-    // A password in the URL (the server trusts loopback and ignores it) must not be shown.
-    let url = db.url().replace("postgres@", "postgres:s3cret@");
+fn verdict_store_migrate_on_postgres_creates_the_schema_and_hides_the_password() {
+    store_migrate(Server::Postgres);
+}
+
+#[test]
+fn verdict_store_migrate_on_mariadb_creates_the_schema_and_hides_the_password() {
+    store_migrate(Server::Mariadb);
+}
+
+fn store_migrate(server: Server) {
+    let dir = scratch(&format!("shared-store-migrate-{server:?}"));
+    let db = Database::new(server);
+    // A password in the URL must not be shown (PostgreSQL trusts loopback and ignores it;
+    // MariaDB's root has none, so there the URL keeps none).
+    let url = match server {
+        Server::Postgres => db.url().replace("postgres@", "postgres:s3cret@"),
+        Server::Mariadb => db.url(),
+    };
     let config = gateway_config(&dir, 1, &url, "http://127.0.0.1:9");
     let out = verdict(&["store", "migrate", "-c", config.to_str().unwrap()], None);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(status["schema_version"], 1, "{status}");
-    assert_eq!(status["store"], format!("postgres 127.0.0.1:5432/{}", db.0));
+    let expected = match server {
+        Server::Postgres => format!("postgres 127.0.0.1:5432/{}", db.0),
+        Server::Mariadb => format!("mysql 127.0.0.1:3306/{}", db.0),
+    };
+    assert_eq!(status["store"], expected);
     assert_eq!(status["messages"]["ready"], 0);
     assert!(!text(&out.stdout).contains("s3cret"));
     // The operator's views are there to look with SQL.
-    let mut client = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
     for view in ["pending", "scheduled", "dead"] {
-        client
-            .query(&format!("SELECT * FROM {view}"), &[])
-            .unwrap_or_else(|e| panic!("view {view}: {e}"));
+        let sql = format!("SELECT * FROM {view}");
+        match server {
+            Server::Postgres => {
+                postgres::Client::connect(&db.url(), postgres::NoTls)
+                    .unwrap()
+                    .batch_execute(&sql)
+                    .unwrap_or_else(|e| panic!("view {view}: {e}"));
+            }
+            Server::Mariadb => server.admin_sql(&format!("SELECT * FROM {}.{view}", db.0)),
+        }
     }
     // A second run finds it current; an unknown scheme is refused naming the setting.
     let again = verdict(&["store", "migrate", "-c", config.to_str().unwrap()], None);
