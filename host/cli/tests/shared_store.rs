@@ -292,6 +292,23 @@ fn competing_without_a_fault(server: Server) {
             .sum();
         assert!(delivered > 0.0, "{} delivered nothing:\n{metrics}", gw.url);
     }
+    // Each stops cleanly on SIGTERM: letting go of the database must not panic the
+    // gateway (the PostgreSQL driver cannot close a connection on an async worker).
+    for mut gw in gateways {
+        let pid = gw.child.id().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let status = gw.child.wait().unwrap();
+        assert!(
+            status.success(),
+            "{server:?}: the gateway exited with {status}"
+        );
+    }
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! The `embedded` and `nats` targets: a real gateway (`Gateway::start`, the same code as
-//! `verdict run`) in a scratch directory, fed by the load generator.
+//! The gateway targets (`embedded`, `nats`, and the shared stores `postgres`, `mysql` with
+//! one or three gateways): real gateways (`Gateway::start`, the same code as `verdict run`),
+//! each in a scratch directory, fed by the load generator through the first one.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,27 +19,58 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         .consumer(options.transient_percent, options.permanent_percent)
         .await?;
     let names = native::Names::new("gw");
-    let dir = scratch_dir(target)?;
     let topic = match target {
         Target::Nats => names.subject.clone(),
         _ => "bench.orders".to_string(),
     };
-    let config = config(target, options, &consumer.url, &topic, &names)?;
-    std::fs::write(dir.join("verdict.toml"), config)?;
-    std::fs::write(dir.join("token"), TOKEN)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = verdict_gateway::Gateway::start(&dir.join("verdict.toml"), async {
-        let _ = stopped.await;
-    })
-    .await
-    .context("starting the gateway")?;
-    let pipeline = running.pipeline.clone();
+    let database = match target {
+        Target::Postgres | Target::PostgresX3 | Target::Mysql | Target::MysqlX3 => {
+            // The database drivers block: never on an async worker.
+            let servers = (options.postgres_url.clone(), options.mysql_url.clone());
+            let created = tokio::task::spawn_blocking(move || {
+                super::database::ScratchDatabase::create(target, &servers.0, &servers.1)
+            });
+            Some(created.await.context("creating the scratch database")??)
+        }
+        _ => None,
+    };
+    let store = database.as_ref().map(super::database::ScratchDatabase::url);
+    let mut dirs = Vec::new();
+    let mut gateways = Vec::new();
+    let mut stops = Vec::new();
+    for n in 0..target.gateways() {
+        let dir = scratch_dir(target, n)?;
+        let config = config(
+            target,
+            options,
+            &consumer.url,
+            &topic,
+            &names,
+            store.as_deref(),
+            n,
+        )?;
+        std::fs::write(dir.join("verdict.toml"), config)?;
+        std::fs::write(dir.join("token"), TOKEN)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = verdict_gateway::Gateway::start(&dir.join("verdict.toml"), async {
+            let _ = stopped.await;
+        })
+        .await
+        .context("starting the gateway")?;
+        dirs.push(dir);
+        gateways.push(running);
+        stops.push(stop);
+    }
+    let pipelines: Vec<_> = gateways.iter().map(|g| g.pipeline.clone()).collect();
     let exact = Arc::new(Exact::new());
-    pipeline.metrics().observe(exact.clone());
-    wait_ready(&pipeline).await?;
+    for pipeline in &pipelines {
+        pipeline.metrics().observe(exact.clone());
+        wait_ready(pipeline).await?;
+    }
+    let running = &gateways[0];
 
     let progress = Progress::new(target, options);
-    let before = cpu::Sample::now(load::THREADS, native::BROKER_PROCESS);
+    let before = cpu::Sample::now(load::THREADS, target.server_process());
     let started = Instant::now();
     let publisher = match target {
         Target::Nats => load.handle().spawn(native::publish(
@@ -51,13 +83,17 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
             options.messages,
         )),
     };
-    let metrics = pipeline.clone();
+    let all = pipelines.clone();
     let waited = progress
-        .wait_on(load, move || metrics.metrics().finished())
+        .wait_on(load, move || {
+            all.iter().map(|p| p.metrics().finished()).sum()
+        })
         .await;
     let elapsed = started.elapsed();
-    let after = cpu::Sample::now(load::THREADS, native::BROKER_PROCESS);
-    let _ = stop.send(());
+    let after = cpu::Sample::now(load::THREADS, target.server_process());
+    for stop in stops {
+        let _ = stop.send(());
+    }
     let clean_up = async {
         if target == Target::Nats {
             let (url, names) = (options.nats_url.clone(), names);
@@ -66,7 +102,12 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
                 .spawn(async move { native::clean_up(&url, &names).await })
                 .await;
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        for dir in &dirs {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        if let Some(database) = database {
+            let _ = tokio::task::spawn_blocking(move || drop(database)).await;
+        }
     };
     if let Err(e) = waited {
         // A stalled gateway may never finish its shutdown: do not wait for it.
@@ -74,7 +115,10 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         return Err(e);
     }
     publisher.await.context("the publisher")??;
-    running.wait().await?;
+    let policy_wall = pipelines.iter().map(|p| p.metrics().policy_time()).sum();
+    for running in gateways {
+        running.wait().await?;
+    }
     clean_up.await;
 
     let (cpu, broker_cpu) = after.since(&before);
@@ -93,14 +137,14 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         handling: exact.handling(),
         cpu,
         policy: exact.policy_cpu(),
-        policy_wall: pipeline.metrics().policy_time(),
-        broker_cpu: (target == Target::Nats).then_some(broker_cpu).flatten(),
+        policy_wall,
+        broker_cpu: (target != Target::Embedded).then_some(broker_cpu).flatten(),
     })
 }
 
-fn scratch_dir(target: Target) -> Result<PathBuf> {
+fn scratch_dir(target: Target, n: usize) -> Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!(
-        "verdict-bench-{}-{}",
+        "verdict-bench-{}-{}-{n}",
         std::process::id(),
         target.name()
     ));
@@ -115,6 +159,8 @@ fn config(
     consumer: &str,
     topic: &str,
     names: &native::Names,
+    store: Option<&str>,
+    n: usize,
 ) -> Result<String> {
     let source = match target {
         Target::Nats => "nats",
@@ -133,8 +179,9 @@ fn config(
 listen = "127.0.0.1:0"
 token_file = "token"
 [gateway]
-instance = "bench"
+instance = "bench-{n}"
 consumer_group = "{group}"
+{store}
 {poll}
 max_in_flight = {in_flight}
 {nats}
@@ -148,18 +195,21 @@ consumer = {{ url = "{consumer}", concurrency = {concurrency}, timeout_ms = 1000
 config = {policy_config}
 "#,
         group = names.durable,
+        store = store.map_or(String::new(), |url| {
+            format!("store = {}", toml::Value::String(url.to_string()))
+        }),
         // The embedded source claims in batches (a claim is a transaction); a broker source
         // fetches no more than it can deliver, as the native baseline does.
         in_flight = match target {
-            Target::Embedded => options.concurrency * 4,
-            _ => options.concurrency,
+            Target::Nats => options.concurrency,
+            _ => options.concurrency * 4,
         },
         // Publishing wakes the embedded source; polling is its fallback. A broker target
         // keeps the default slow poll of the (idle) store.
-        poll = if target == Target::Embedded {
-            "poll_ms = 5"
-        } else {
+        poll = if target == Target::Nats {
             ""
+        } else {
+            "poll_ms = 5"
         },
         concurrency = options.concurrency,
     ))

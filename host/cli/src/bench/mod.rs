@@ -26,6 +26,7 @@ use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 
 mod cpu;
+mod database;
 mod exact;
 mod gateway;
 mod load;
@@ -47,6 +48,18 @@ pub enum Target {
     Nats,
     /// NATS JetStream's own redelivery, no gateway: the baseline.
     NatsNative,
+    /// A gateway on a PostgreSQL store (a database of its own, dropped after).
+    Postgres,
+    /// Three gateways sharing one PostgreSQL store.
+    #[value(name = "postgres-x3")]
+    #[serde(rename = "postgres-x3")]
+    PostgresX3,
+    /// A gateway on a MariaDB/MySQL store.
+    Mysql,
+    /// Three gateways sharing one MariaDB/MySQL store.
+    #[value(name = "mysql-x3")]
+    #[serde(rename = "mysql-x3")]
+    MysqlX3,
 }
 
 impl Target {
@@ -56,6 +69,27 @@ impl Target {
             Target::Embedded => "embedded",
             Target::Nats => "nats",
             Target::NatsNative => "nats-native",
+            Target::Postgres => "postgres",
+            Target::PostgresX3 => "postgres-x3",
+            Target::Mysql => "mysql",
+            Target::MysqlX3 => "mysql-x3",
+        }
+    }
+
+    /// How many gateways share the target's store.
+    pub fn gateways(self) -> usize {
+        match self {
+            Target::PostgresX3 | Target::MysqlX3 => 3,
+            _ => 1,
+        }
+    }
+
+    /// The server process whose CPU the report shows (the broker, or the database).
+    pub(crate) fn server_process(self) -> &'static str {
+        match self {
+            Target::Postgres | Target::PostgresX3 => "postgres",
+            Target::Mysql | Target::MysqlX3 => "mariadbd",
+            _ => native::BROKER_PROCESS,
         }
     }
 }
@@ -95,6 +129,10 @@ pub struct BenchOptions {
     pub policy_config: serde_json::Value,
     /// The NATS server, for the `nats` targets.
     pub nats_url: String,
+    /// The PostgreSQL server for the `postgres` targets (a database is made per run).
+    pub postgres_url: String,
+    /// The MariaDB/MySQL server for the `mysql` targets.
+    pub mysql_url: String,
     /// The targets, run one after the other in this order.
     pub targets: Vec<Target>,
     /// How many times to run the targets, alternating (ratios are taken within a round and
@@ -120,6 +158,8 @@ impl BenchOptions {
             policy,
             policy_config: default_policy_config(10, 5),
             nats_url: "nats://127.0.0.1:4222".into(),
+            postgres_url: "postgres://postgres@127.0.0.1:5432".into(),
+            mysql_url: "mysql://root@127.0.0.1:3306".into(),
             targets: vec![Target::Embedded, Target::Nats, Target::NatsNative],
             rounds: 1,
             progress: true,
@@ -184,8 +224,8 @@ pub fn run(options: &BenchOptions) -> Result<Report> {
 
 async fn run_target(target: Target, options: &BenchOptions, load: &Load) -> Result<Figures> {
     match target {
-        Target::Embedded | Target::Nats => gateway::run(target, options, load).await,
         Target::NatsNative => native::run(options, load).await,
+        _ => gateway::run(target, options, load).await,
     }
 }
 

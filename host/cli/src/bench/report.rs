@@ -1,5 +1,5 @@
 //! What a bench run found: one [`Figures`] per target, printed as a table (ratios against
-//! the `nats-native` baseline of the same run) or as JSON.
+//! the baseline of the same run: `nats-native`, or `embedded` without it) or as JSON.
 
 use std::fmt;
 use std::time::Duration;
@@ -36,7 +36,7 @@ pub struct Figures {
     pub policy: Duration,
     /// Wall time inside policy evaluation (more than `policy` when threads were preempted).
     pub policy_wall: Duration,
-    /// The broker server's CPU, when it runs on this machine.
+    /// The broker's or database server's CPU, when it runs on this machine.
     pub broker_cpu: Option<Duration>,
 }
 
@@ -62,7 +62,7 @@ impl Figures {
             "messages": self.messages,
             "seconds": self.elapsed.as_secs_f64(),
             "messages_per_second": self.rate(),
-            "vs_nats_native": baseline.map(|b| self.rate() / b.rate()),
+            "vs_baseline": baseline.map(|b| self.rate() / b.rate()),
             "deliveries": self.deliveries,
             "delivered": self.delivered,
             "dead_lettered": self.dead_lettered,
@@ -113,9 +113,17 @@ impl Report {
             .find(|f| f.target == target && f.round == round)
     }
 
-    /// `figures`' throughput over the `nats-native` baseline of the same round.
+    /// The baseline the ratios are taken against: `nats-native` when the run has it, else
+    /// `embedded` (the store targets are judged against the embedded store).
+    pub fn baseline(&self) -> Option<Target> {
+        [Target::NatsNative, Target::Embedded]
+            .into_iter()
+            .find(|t| self.targets.iter().any(|f| f.target == *t))
+    }
+
+    /// `figures`' throughput over the baseline of the same round.
     pub fn ratio(&self, figures: &Figures) -> Option<f64> {
-        self.get(Target::NatsNative, figures.round)
+        self.get(self.baseline()?, figures.round)
             .map(|b| figures.rate() / b.rate())
     }
 
@@ -162,9 +170,10 @@ impl Report {
             "targets": self
                 .targets
                 .iter()
-                .map(|f| f.json(self.get(Target::NatsNative, f.round)))
+                .map(|f| f.json(self.baseline().and_then(|b| self.get(b, f.round))))
                 .collect::<Vec<_>>(),
-            "median_vs_nats_native": medians,
+            "baseline": self.baseline(),
+            "median_vs_baseline": medians,
         })
     }
 }
@@ -181,7 +190,7 @@ impl fmt::Display for Report {
             "{:<12} {:>8} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>8} {:>7} {:>8}",
             "target",
             "msg/s",
-            "vs native",
+            "vs base",
             "deliveries",
             "delivered",
             "DLQ",
@@ -238,7 +247,8 @@ impl fmt::Display for Report {
                 .collect();
             writeln!(
                 f,
-                "median over {rounds} rounds, vs nats-native: {}",
+                "median over {rounds} rounds, vs {}: {}",
+                self.baseline().map_or("-", Target::name),
                 medians.join(", ")
             )?;
         }

@@ -248,6 +248,12 @@ pub struct BenchArgs {
     /// The NATS server.
     #[arg(long, default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
+    /// The PostgreSQL server for the `postgres` targets (a scratch database is made on it).
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432")]
+    pub postgres_url: String,
+    /// The MariaDB/MySQL server for the `mysql` targets.
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    pub mysql_url: String,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -279,6 +285,8 @@ impl BenchArgs {
         options.targets = self.targets;
         options.rounds = self.rounds;
         options.nats_url = self.nats_url;
+        options.postgres_url = self.postgres_url;
+        options.mysql_url = self.mysql_url;
         options.progress = !self.no_progress;
         options.stall_timeout = std::time::Duration::from_millis(self.stall_timeout_ms);
         Ok(options)

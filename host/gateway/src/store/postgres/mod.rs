@@ -36,6 +36,19 @@ impl std::fmt::Debug for PostgresStore {
     }
 }
 
+impl Drop for PostgresStore {
+    /// The driver closes a connection by blocking on a runtime of its own, which panics on
+    /// an async worker - where the last handle on a store often goes (a gateway shutting
+    /// down). The connection is let go on a plain thread instead.
+    fn drop(&mut self) {
+        if let Some(conn) = self.lock().take() {
+            let _ = std::thread::Builder::new()
+                .name("verdict-pg-close".into())
+                .spawn(move || drop(conn));
+        }
+    }
+}
+
 /// A live connection and the statements prepared on it.
 struct Conn {
     client: Client,
