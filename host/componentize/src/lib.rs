@@ -83,7 +83,18 @@ fn workspace_hint(crate_dir: &Path) -> String {
                     .is_ok_and(|t| t.lines().any(|l| l.trim() == "[workspace]"))
             })
     });
-    match outer {
+    // A crate the outer workspace lists is not the case: cargo failed for another reason.
+    let listed = outer.as_ref().is_some_and(|manifest| {
+        let (Some(root), Ok(dir)) = (manifest.parent(), crate_dir.canonicalize()) else {
+            return false;
+        };
+        let Ok(relative) = dir.strip_prefix(root) else {
+            return false;
+        };
+        std::fs::read_to_string(manifest)
+            .is_ok_and(|text| text.contains(&format!("\"{}\"", relative.display())))
+    });
+    match outer.filter(|_| !listed) {
         Some(manifest) => format!(
             "; if cargo says the package believes it is in a workspace, the crate sits inside \
              the workspace of {}: add an empty `[workspace]` table to the crate's Cargo.toml \
@@ -294,6 +305,15 @@ mod tests {
         std::fs::write(
             inner.join("Cargo.toml"),
             "[package]\nname = \"orders\"\n\n[workspace]\n",
+        )
+        .unwrap();
+        let e = BuildError::Compile(inner.clone()).to_string();
+        assert!(!e.contains("[workspace]"), "{e}");
+        // Nor does a crate the outer workspace lists as a member: cargo failed otherwise.
+        std::fs::write(inner.join("Cargo.toml"), "[package]\nname = \"orders\"\n").unwrap();
+        std::fs::write(
+            root.join("Cargo.toml"),
+            "[workspace]\nmembers = [\"policies/orders\"]\n",
         )
         .unwrap();
         let e = BuildError::Compile(inner).to_string();

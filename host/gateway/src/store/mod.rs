@@ -19,6 +19,7 @@ use std::path::Path;
 
 mod error;
 pub mod mysql;
+mod pool;
 pub mod postgres;
 mod records;
 pub mod sqlite;

@@ -7,7 +7,7 @@
 //! gateways' publishes). Sessions run `READ COMMITTED`, so claims and publishes take no gap
 //! locks; a transaction the server picks as a deadlock victim is retried whole.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
 
 use mysql::prelude::Queryable as _;
 use mysql::{Conn, Opts};
@@ -18,13 +18,14 @@ mod retention;
 mod schema;
 mod settle;
 
+use super::pool::Pool;
 use super::{StateCounts, StoreError};
 
 /// A MariaDB or MySQL store.
 pub struct MysqlStore {
     opts: Opts,
     target: String,
-    conn: Mutex<Option<Conn>>,
+    conns: Pool<Conn>,
 }
 
 impl std::fmt::Debug for MysqlStore {
@@ -72,7 +73,7 @@ impl MysqlStore {
         let store = MysqlStore {
             opts,
             target,
-            conn: Mutex::new(None),
+            conns: Pool::new(),
         };
         store.migrate()?;
         Ok(store)
@@ -183,7 +184,7 @@ impl MysqlStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+        self.conns.get()
     }
 }
 

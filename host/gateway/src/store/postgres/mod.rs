@@ -1,14 +1,15 @@
 //! The shared store on PostgreSQL: several gateways on one database, each claiming with
 //! `FOR UPDATE SKIP LOCKED` and settling under the lease fence.
 //!
-//! One connection per gateway, made on first use and again after it breaks: a call that
+//! A few connections per gateway ([`super::pool`]), each made on first use and again after
+//! it breaks: a call that
 //! finds the database gone fails (the caller retries it, `/readyz` says 503 naming the
 //! store) and the next one reconnects. Nothing is lost in between - a transaction that did
 //! not commit changed nothing, and a lease held by a gateway that cannot reach the database
 //! expires and is claimed by another.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::MutexGuard;
 
 use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::{Client, NoTls, Statement};
@@ -19,13 +20,14 @@ mod retention;
 mod schema;
 mod settle;
 
+use super::pool::Pool;
 use super::{StateCounts, StoreError};
 
 /// A PostgreSQL store.
 pub struct PostgresStore {
     config: postgres::Config,
     target: String,
-    conn: Mutex<Option<Conn>>,
+    conns: Pool<Conn>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -41,10 +43,11 @@ impl Drop for PostgresStore {
     /// an async worker - where the last handle on a store often goes (a gateway shutting
     /// down). The connection is let go on a plain thread instead.
     fn drop(&mut self) {
-        if let Some(conn) = self.lock().take() {
+        let conns = self.conns.drain();
+        if !conns.is_empty() {
             let _ = std::thread::Builder::new()
                 .name("verdict-pg-close".into())
-                .spawn(move || drop(conn));
+                .spawn(move || drop(conns));
         }
     }
 }
@@ -87,7 +90,7 @@ impl PostgresStore {
         let store = PostgresStore {
             target: target_of(&config),
             config,
-            conn: Mutex::new(None),
+            conns: Pool::new(),
         };
         store.migrate()?;
         Ok(store)
@@ -267,7 +270,7 @@ impl PostgresStore {
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+        self.conns.get()
     }
 }
 

@@ -1,12 +1,53 @@
 //! Group commit on PostgreSQL: a batch of settlements in one transaction, each in a
 //! savepoint of its own, each fenced by the lease its delivery holds.
 
-use postgres::Transaction;
 use postgres::types::ToSql;
+use postgres::{Statement, Transaction};
 
-use super::{PostgresStore, audit};
+use super::PostgresStore;
 use crate::model::{AttemptRecord, DeadLetter, Settlement};
 use crate::store::{StoreError, clamp_ms};
+
+const DELIVERED: &str =
+    "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = $3
+     WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
+const SCHEDULED: &str =
+    "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = $3,
+            attempt = LEAST(attempt + $4, 4294967295),
+            deferrals = LEAST(deferrals + $5, 4294967295),
+            first_failed_at_ms = COALESCE(first_failed_at_ms, $6), updated_at_ms = $6
+     WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
+const DISCARDED: &str =
+    "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = $3
+     WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
+const RELEASED: &str =
+    "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = $3,
+            deliveries = GREATEST(deliveries - 1, 0)
+     WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
+const DEAD: &str = "UPDATE messages SET state = 'dead', lease_until_ms = NULL,
+            attempt = LEAST(attempt + 1, 4294967295),
+            first_failed_at_ms = COALESCE(first_failed_at_ms, $3), updated_at_ms = $3
+     WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
+const LETTER: &str = "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason,
+                                 attempts, created_at_ms, format, envelope, state)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'dead')";
+const ATTEMPT: &str =
+    "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES ($1, $2, $3, $4)";
+const AUDIT: &str =
+    "INSERT INTO audit (at_ms, message_id, topic, event, detail) VALUES ($1, $2, $3, $4, $5)";
+
+/// The batch's statements, prepared once per connection: a settlement is then one round
+/// trip per statement, not two (parse, then execute).
+struct Prepared {
+    delivered: Statement,
+    scheduled: Statement,
+    discarded: Statement,
+    released: Statement,
+    dead: Statement,
+    letter: Statement,
+    attempt: Statement,
+    audit: Statement,
+}
 
 impl PostgresStore {
     /// Apply each `(seq, lease, settlement)` in one transaction.
@@ -16,11 +57,21 @@ impl PostgresStore {
         now_ms: u64,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         self.with(|c| {
+            let p = Prepared {
+                delivered: c.statement(DELIVERED)?,
+                scheduled: c.statement(SCHEDULED)?,
+                discarded: c.statement(DISCARDED)?,
+                released: c.statement(RELEASED)?,
+                dead: c.statement(DEAD)?,
+                letter: c.statement(LETTER)?,
+                attempt: c.statement(ATTEMPT)?,
+                audit: c.statement(AUDIT)?,
+            };
             let mut tx = c.client.transaction()?;
             let mut results = Vec::with_capacity(batch.len());
             for &(seq, lease, settlement) in batch {
                 let mut savepoint = tx.savepoint("settlement")?;
-                let result = apply(&mut savepoint, seq, lease, settlement, now_ms);
+                let result = apply(&mut savepoint, &p, seq, lease, settlement, now_ms);
                 if result.is_ok() {
                     savepoint.commit()?;
                 } else {
@@ -36,6 +87,7 @@ impl PostgresStore {
 
 fn apply(
     tx: &mut Transaction<'_>,
+    p: &Prepared,
     seq: i64,
     lease: i64,
     settlement: &Settlement,
@@ -43,14 +95,7 @@ fn apply(
 ) -> Result<(), StoreError> {
     match settlement {
         Settlement::Delivered => {
-            fenced(
-                tx,
-                seq,
-                lease,
-                "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = $3
-                 WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt",
-                &[&clamp_ms(now_ms)],
-            )?;
+            fenced(tx, &p.delivered, seq, lease, &[&clamp_ms(now_ms)])?;
             Ok(())
         }
         Settlement::Again {
@@ -61,13 +106,9 @@ fn apply(
             let (attempt, deferral): (i64, i64) = if *spend_attempt { (1, 0) } else { (0, 1) };
             fenced(
                 tx,
+                &p.scheduled,
                 seq,
                 lease,
-                "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = $3,
-                        attempt = LEAST(attempt + $4, 4294967295),
-                        deferrals = LEAST(deferrals + $5, 4294967295),
-                        first_failed_at_ms = COALESCE(first_failed_at_ms, $6), updated_at_ms = $6
-                 WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt",
                 &[
                     &clamp_ms(failed.at_ms.saturating_add(*delay_ms)),
                     &attempt,
@@ -75,29 +116,20 @@ fn apply(
                     &clamp_ms(failed.at_ms),
                 ],
             )?;
-            record_attempt(tx, seq, failed)
+            record_attempt(tx, p, seq, failed)
         }
-        Settlement::DeadLetter { failed, letter } => dead_letter(tx, seq, lease, failed, letter),
+        Settlement::DeadLetter { failed, letter } => dead_letter(tx, p, seq, lease, failed, letter),
         Settlement::Discard { failed, reason } => {
-            let (id, topic, _) = fenced(
-                tx,
-                seq,
-                lease,
-                "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = $3
-                 WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt",
-                &[&clamp_ms(failed.at_ms)],
-            )?;
-            record_attempt(tx, seq, failed)?;
-            audit(tx, failed.at_ms, &id, &topic, "discarded", reason)
+            let (id, topic, _) = fenced(tx, &p.discarded, seq, lease, &[&clamp_ms(failed.at_ms)])?;
+            record_attempt(tx, p, seq, failed)?;
+            audit(tx, p, failed.at_ms, &id, &topic, "discarded", reason)
         }
         Settlement::Release { delay_ms } => {
             fenced(
                 tx,
+                &p.released,
                 seq,
                 lease,
-                "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = $3,
-                        deliveries = GREATEST(deliveries - 1, 0)
-                 WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt",
                 &[&clamp_ms(now_ms.saturating_add(*delay_ms))],
             )?;
             Ok(())
@@ -107,27 +139,17 @@ fn apply(
 
 fn dead_letter(
     tx: &mut Transaction<'_>,
+    p: &Prepared,
     seq: i64,
     lease: i64,
     failed: &AttemptRecord,
     letter: &DeadLetter,
 ) -> Result<(), StoreError> {
     let at = clamp_ms(failed.at_ms);
-    let (id, topic, attempt) = fenced(
-        tx,
-        seq,
-        lease,
-        "UPDATE messages SET state = 'dead', lease_until_ms = NULL,
-                attempt = LEAST(attempt + 1, 4294967295),
-                first_failed_at_ms = COALESCE(first_failed_at_ms, $3), updated_at_ms = $3
-         WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt",
-        &[&at],
-    )?;
-    record_attempt(tx, seq, failed)?;
+    let (id, topic, attempt) = fenced(tx, &p.dead, seq, lease, &[&at])?;
+    record_attempt(tx, p, seq, failed)?;
     tx.execute(
-        "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
-                          created_at_ms, format, envelope, state)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'dead')",
+        &p.letter,
         &[
             &seq,
             &id,
@@ -144,6 +166,7 @@ fn dead_letter(
     )?;
     audit(
         tx,
+        p,
         failed.at_ms,
         &id,
         &topic,
@@ -158,9 +181,9 @@ fn dead_letter(
 /// of the two waits for the other and then sees its lease.
 fn fenced(
     tx: &mut Transaction<'_>,
+    change: &Statement,
     seq: i64,
     lease: i64,
-    change: &str,
     rest: &[&(dyn ToSql + Sync)],
 ) -> Result<(String, String, i64), StoreError> {
     let mut args: Vec<&(dyn ToSql + Sync)> = vec![&seq, &lease];
@@ -172,12 +195,29 @@ fn fenced(
 
 fn record_attempt(
     tx: &mut Transaction<'_>,
+    p: &Prepared,
     seq: i64,
     failed: &AttemptRecord,
 ) -> Result<(), StoreError> {
     tx.execute(
-        "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES ($1, $2, $3, $4)",
+        &p.attempt,
         &[&seq, &clamp_ms(failed.at_ms), &failed.kind, &failed.message],
+    )?;
+    Ok(())
+}
+
+fn audit(
+    tx: &mut Transaction<'_>,
+    p: &Prepared,
+    at_ms: u64,
+    message_id: &str,
+    topic: &str,
+    event: &str,
+    detail: &str,
+) -> Result<(), StoreError> {
+    tx.execute(
+        &p.audit,
+        &[&clamp_ms(at_ms), &message_id, &topic, &event, &detail],
     )?;
     Ok(())
 }
