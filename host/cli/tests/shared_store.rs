@@ -236,7 +236,7 @@ fn three_gateways_and_a_kill(server: Server) {
     let redelivered = store.audit_count("lease-expired").unwrap();
     let duplicates = consumer_stats(&app)["duplicates"].as_u64().unwrap();
     eprintln!(
-        "kill -9 of one of three gateways: {duplicates} duplicate(s), {redelivered} lease(s) taken over"
+        "{server:?}: kill -9 of one of three gateways: {duplicates} duplicate(s), {redelivered} lease(s) taken over"
     );
     assert!(duplicates <= redelivered, "{duplicates} > {redelivered}");
     // The DLQ tools read the shared store through any gateway's config.

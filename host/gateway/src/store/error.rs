@@ -71,6 +71,15 @@ impl From<postgres::Error> for StoreError {
                 m
             }
         };
-        StoreError::Database(message)
+        // Deadlock victim, serialization failure: the transaction is to be run again.
+        let retry = e.code().is_some_and(|c| {
+            *c == postgres::error::SqlState::T_R_DEADLOCK_DETECTED
+                || *c == postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
+        });
+        if retry {
+            StoreError::Retry(message)
+        } else {
+            StoreError::Database(message)
+        }
     }
 }

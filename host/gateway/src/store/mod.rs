@@ -241,6 +241,15 @@ impl Store {
     }
 }
 
+/// The order a shared store applies a settlement batch in: by message, so that two
+/// transactions of one gateway (a batch and a lease extension) lock rows in the same order
+/// and cannot deadlock each other.
+pub(crate) fn in_seq_order<T>(batch: &[(i64, i64, T)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by_key(|&i| batch[i].0);
+    order
+}
+
 /// Instants computed from config values (`now + lease_ms`) saturate at the largest value
 /// a signed 64-bit column holds instead of wrapping.
 pub(crate) fn clamp_ms(ms: u64) -> i64 {

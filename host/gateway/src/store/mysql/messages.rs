@@ -104,7 +104,7 @@ impl MysqlStore {
             c.exec_drop(
                 format!(
                     "UPDATE messages SET lease_until_ms = ?
-                     WHERE state = 'leased' AND (seq, lease) IN ({pairs})"
+                     WHERE state = 'leased' AND (seq, lease) IN ({pairs}) ORDER BY seq"
                 ),
                 args,
             )?;

@@ -17,8 +17,10 @@ impl MysqlStore {
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
         self.with(|c| {
             let mut tx = c.start_transaction(TxOpts::default())?;
-            let mut results = Vec::with_capacity(batch.len());
-            for &(seq, lease, settlement) in batch {
+            let mut results: Vec<Option<Result<(), StoreError>>> =
+                (0..batch.len()).map(|_| None).collect();
+            for i in crate::store::in_seq_order(batch) {
+                let (seq, lease, settlement) = batch[i];
                 tx.query_drop("SAVEPOINT settlement")?;
                 let result = apply(&mut tx, seq, lease, settlement, now_ms);
                 match &result {
@@ -27,10 +29,10 @@ impl MysqlStore {
                     Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m.clone())),
                     Err(_) => tx.query_drop("ROLLBACK TO SAVEPOINT settlement")?,
                 }
-                results.push(result);
+                results[i] = Some(result);
             }
             tx.commit()?;
-            Ok(results)
+            Ok(results.into_iter().flatten().collect())
         })
     }
 }

@@ -112,9 +112,14 @@ impl PostgresStore {
         }
         self.with(|c| {
             let s = c.statement(
+                // Rows locked in `seq` order, as a settlement batch locks them: the two
+                // never wait on each other in a cycle.
                 "UPDATE messages m SET lease_until_ms = $3
-                 FROM UNNEST($1::BIGINT[], $2::BIGINT[]) AS held (seq, lease)
-                 WHERE m.seq = held.seq AND m.lease = held.lease AND m.state = 'leased'",
+                 FROM (SELECT seq FROM messages
+                       WHERE (seq, lease) IN (SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[]))
+                         AND state = 'leased'
+                       ORDER BY seq FOR UPDATE) AS held
+                 WHERE m.seq = held.seq",
             )?;
             let (seqs, leases): (Vec<i64>, Vec<i64>) = held.iter().copied().unzip();
             Ok(c.client

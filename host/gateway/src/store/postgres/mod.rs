@@ -74,6 +74,8 @@ impl Conn {
 /// exclusive: a topic must never be forgotten beside a publish that lists it again but has
 /// not committed yet (its message would wait, unclaimed, for the next publish).
 const TOPICS_LOCK: i64 = 0x7665_7264_6963_7401;
+/// How often a transaction the server picked as a deadlock victim is run again.
+const RETRIES: usize = 3;
 /// The channel publishes and replays notify at commit, so that every gateway claims at once
 /// instead of at its next poll.
 const CHANNEL: &str = "verdict_due";
@@ -244,29 +246,43 @@ impl PostgresStore {
         }
     }
 
-    /// Run `f` on the connection, connecting first when there is none; a connection the
-    /// call found broken is dropped, so the next call connects anew.
-    fn with<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+    /// Run `f` on a connection, connecting first when there is none; a deadlock victim runs
+    /// `f` again; a connection the call found broken is dropped, so the next call connects
+    /// anew.
+    fn with<T>(
+        &self,
+        mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut guard = self.lock();
-        if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
-            let client = self
-                .config
-                .connect(NoTls)
-                .map_err(|e| StoreError::Connect {
-                    target: self.target.clone(),
-                    message: StoreError::from(e).to_string(),
-                })?;
-            *guard = Some(Conn {
-                client,
-                prepared: HashMap::new(),
-            });
+        let mut tries = 0;
+        loop {
+            if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
+                let client = self
+                    .config
+                    .connect(NoTls)
+                    .map_err(|e| StoreError::Connect {
+                        target: self.target.clone(),
+                        message: StoreError::from(e).to_string(),
+                    })?;
+                *guard = Some(Conn {
+                    client,
+                    prepared: HashMap::new(),
+                });
+            }
+            let conn = guard.as_mut().expect("connected above");
+            match f(conn) {
+                // A deadlock victim's transaction was rolled back whole: run it again.
+                Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,
+                Err(StoreError::Retry(message)) => return Err(StoreError::Database(message)),
+                Err(e) => {
+                    if conn.client.is_closed() {
+                        *guard = None;
+                    }
+                    return Err(e);
+                }
+                ok => return ok,
+            }
         }
-        let conn = guard.as_mut().expect("connected above");
-        let result = f(conn);
-        if result.is_err() && conn.client.is_closed() {
-            *guard = None;
-        }
-        result
     }
 
     fn lock(&self) -> MutexGuard<'_, Option<Conn>> {

@@ -6,7 +6,7 @@ use postgres::{Statement, Transaction};
 
 use super::PostgresStore;
 use crate::model::{AttemptRecord, DeadLetter, Settlement};
-use crate::store::{StoreError, clamp_ms};
+use crate::store::{StoreError, clamp_ms, in_seq_order};
 
 const DELIVERED: &str =
     "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = $3
@@ -68,19 +68,22 @@ impl PostgresStore {
                 audit: c.statement(AUDIT)?,
             };
             let mut tx = c.client.transaction()?;
-            let mut results = Vec::with_capacity(batch.len());
-            for &(seq, lease, settlement) in batch {
+            let mut results: Vec<Option<Result<(), StoreError>>> =
+                (0..batch.len()).map(|_| None).collect();
+            for i in in_seq_order(batch) {
+                let (seq, lease, settlement) = batch[i];
                 let mut savepoint = tx.savepoint("settlement")?;
                 let result = apply(&mut savepoint, &p, seq, lease, settlement, now_ms);
-                if result.is_ok() {
-                    savepoint.commit()?;
-                } else {
-                    savepoint.rollback()?;
+                match &result {
+                    Ok(()) => savepoint.commit()?,
+                    // A deadlock aborted the transaction: the whole batch runs again.
+                    Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m.clone())),
+                    Err(_) => savepoint.rollback()?,
                 }
-                results.push(result);
+                results[i] = Some(result);
             }
             tx.commit()?;
-            Ok(results)
+            Ok(results.into_iter().flatten().collect())
         })
     }
 }
