@@ -299,6 +299,39 @@ fn each_verdict_settles_as_documented(b: &dyn Backend) {
     assert_eq!(d.history, [failed(100, "http.429")]);
 }
 
+/// A settlement the database refuses (PostgreSQL takes no NUL byte in text) fails alone:
+/// the rest of its batch commits, and the refused message is still leased, to be delivered
+/// again - never half settled.
+fn a_settlement_the_database_refuses_fails_alone(b: &dyn Backend) {
+    let store = b.open();
+    let msgs: Vec<NewMessage> = (0..3)
+        .map(|i| message(&format!("n{i}"), "orders"))
+        .collect();
+    store.publish(&msgs, 0).unwrap();
+    let claimed = store.claim(10, &want("orders", 3), 60_000).unwrap();
+    let hostile = Settlement::Discard {
+        failed: failed(20, "stale"),
+        reason: "nul \0 inside".into(),
+    };
+    let outcomes = [&Settlement::Delivered, &hostile, &Settlement::Delivered];
+    let batch: Vec<(i64, i64, &Settlement)> = claimed
+        .iter()
+        .zip(outcomes)
+        .map(|(c, s)| (c.seq, c.lease, s))
+        .collect();
+    let results = store.settle(&batch, 30).unwrap();
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    let hostile_state = store.state_of(&claimed[1].delivery.id).unwrap().unwrap();
+    match &results[1] {
+        Ok(()) => assert_eq!(hostile_state, "discarded"),
+        Err(_) => assert_eq!(
+            hostile_state, "leased",
+            "refused, and nothing of it written"
+        ),
+    }
+    assert_eq!(store.counts().unwrap().delivered, 2);
+}
+
 fn the_dlq_lists_pages_replays_and_discards(b: &dyn Backend) {
     let store = b.open();
     let msgs: Vec<NewMessage> = (0..5)
@@ -514,6 +547,7 @@ contract!(
     claims_take_due_messages_oldest_first_with_their_headers,
     an_expired_lease_is_claimed_again_and_its_holder_is_fenced,
     each_verdict_settles_as_documented,
+    a_settlement_the_database_refuses_fails_alone,
     the_dlq_lists_pages_replays_and_discards,
     retention_prunes_what_is_settled_and_keeps_what_is_not,
     a_gateway_that_went_away_loses_nothing,

@@ -67,25 +67,57 @@ impl PostgresStore {
                 attempt: c.statement(ATTEMPT)?,
                 audit: c.statement(AUDIT)?,
             };
-            let mut tx = c.client.transaction()?;
-            let mut results: Vec<Option<Result<(), StoreError>>> =
-                (0..batch.len()).map(|_| None).collect();
-            for i in in_seq_order(batch) {
-                let (seq, lease, settlement) = batch[i];
-                let mut savepoint = tx.savepoint("settlement")?;
-                let result = apply(&mut savepoint, &p, seq, lease, settlement, now_ms);
-                match &result {
-                    Ok(()) => savepoint.commit()?,
-                    // A deadlock aborted the transaction: the whole batch runs again.
-                    Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m.clone())),
-                    Err(_) => savepoint.rollback()?,
-                }
-                results[i] = Some(result);
+            // Most batches fail nowhere, and a fenced settlement changes nothing (its
+            // `UPDATE` matches no row), so the batch first runs without savepoints - two
+            // round trips fewer per settlement. A statement that does fail aborts the
+            // transaction; then the batch runs again, each settlement in a savepoint, so
+            // that one failure is rolled back alone.
+            match settle_in(c, &p, batch, now_ms, false)? {
+                Some(results) => Ok(results),
+                None => settle_in(c, &p, batch, now_ms, true)?.ok_or_else(|| {
+                    StoreError::Database("a settlement batch failed even one by one".into())
+                }),
             }
-            tx.commit()?;
-            Ok(results.into_iter().flatten().collect())
         })
     }
+}
+
+/// One transaction over `batch`, in message order; `None` when a settlement failed and the
+/// batch ran without `isolated` savepoints (nothing was committed).
+fn settle_in(
+    c: &mut super::Conn,
+    p: &Prepared,
+    batch: &[(i64, i64, &Settlement)],
+    now_ms: u64,
+    isolated: bool,
+) -> Result<Option<Vec<Result<(), StoreError>>>, StoreError> {
+    let mut tx = c.client.transaction()?;
+    let mut results: Vec<Option<Result<(), StoreError>>> = (0..batch.len()).map(|_| None).collect();
+    for i in in_seq_order(batch) {
+        let (seq, lease, settlement) = batch[i];
+        let result = if isolated {
+            let mut savepoint = tx.savepoint("settlement")?;
+            let result = apply(&mut savepoint, p, seq, lease, settlement, now_ms);
+            match &result {
+                Ok(()) => savepoint.commit()?,
+                // A deadlock aborted the transaction: the whole batch runs again.
+                Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m.clone())),
+                Err(_) => savepoint.rollback()?,
+            }
+            result
+        } else {
+            match apply(&mut tx, p, seq, lease, settlement, now_ms) {
+                Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m)),
+                Err(StoreError::Fenced { seq, lease }) => Err(StoreError::Fenced { seq, lease }),
+                // Dropping the transaction rolls it back.
+                Err(_) => return Ok(None),
+                Ok(()) => Ok(()),
+            }
+        };
+        results[i] = Some(result);
+    }
+    tx.commit()?;
+    Ok(Some(results.into_iter().flatten().collect()))
 }
 
 fn apply(
