@@ -332,6 +332,24 @@ fn a_settlement_the_database_refuses_fails_alone(b: &dyn Backend) {
     assert_eq!(store.counts().unwrap().delivered, 2);
 }
 
+/// The longest topic a shared store's columns take (512 characters), dead-lettered to its
+/// suffixed DLQ: a DLQ name longer than its topic must not make the dead letter unwritable
+/// (the message would come back forever instead of retiring).
+fn the_longest_topic_is_published_and_dead_lettered(b: &dyn Backend) {
+    let store = b.open();
+    let topic = "t".repeat(512);
+    store.publish(&[message("long", &topic)], 0).unwrap();
+    let c = store.claim(10, &want(&topic, 1), 60_000).unwrap().remove(0);
+    let Settlement::DeadLetter { failed, mut letter } = dead_letter("long", 20) else {
+        unreachable!("dead_letter makes a dead letter")
+    };
+    letter.dlq = format!("{topic}.DLQ");
+    let dead = Settlement::DeadLetter { failed, letter };
+    settle_one(&store, c.seq, c.lease, &dead, 30).unwrap();
+    let stats = store.dlq_stats().unwrap();
+    assert_eq!((stats[0].dlq.len(), stats[0].depth), (516, 1));
+}
+
 fn the_dlq_lists_pages_replays_and_discards(b: &dyn Backend) {
     let store = b.open();
     let msgs: Vec<NewMessage> = (0..5)
@@ -548,6 +566,7 @@ contract!(
     an_expired_lease_is_claimed_again_and_its_holder_is_fenced,
     each_verdict_settles_as_documented,
     a_settlement_the_database_refuses_fails_alone,
+    the_longest_topic_is_published_and_dead_lettered,
     the_dlq_lists_pages_replays_and_discards,
     retention_prunes_what_is_settled_and_keeps_what_is_not,
     a_gateway_that_went_away_loses_nothing,

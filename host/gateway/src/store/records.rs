@@ -142,6 +142,26 @@ pub struct StateCounts {
 }
 
 impl StateCounts {
+    /// Set the count of the state a store row names; an unknown state is corruption.
+    pub(crate) fn set(&mut self, state: &str, n: u64) -> Result<(), super::StoreError> {
+        let slot = match state {
+            "ready" => &mut self.ready,
+            "scheduled" => &mut self.scheduled,
+            "leased" => &mut self.leased,
+            "delivered" => &mut self.delivered,
+            "dead" => &mut self.dead,
+            "discarded" => &mut self.discarded,
+            other => {
+                return Err(super::StoreError::Corrupt(format!(
+                    "unknown state `{}`",
+                    verdict_runtime::text::one_line(other, 32)
+                )));
+            }
+        };
+        *slot = n;
+        Ok(())
+    }
+
     /// Every message the store holds.
     pub fn total(&self) -> u64 {
         self.ready + self.scheduled + self.leased + self.delivered + self.dead + self.discarded

@@ -128,15 +128,7 @@ impl MysqlStore {
             let mut counts = StateCounts::default();
             for (state, n) in rows {
                 let n = n.max(0) as u64;
-                match state.as_str() {
-                    "ready" => counts.ready = n,
-                    "scheduled" => counts.scheduled = n,
-                    "leased" => counts.leased = n,
-                    "delivered" => counts.delivered = n,
-                    "dead" => counts.dead = n,
-                    "discarded" => counts.discarded = n,
-                    other => return Err(StoreError::Corrupt(format!("unknown state `{other}`"))),
-                }
+                counts.set(&state, n)?;
             }
             Ok(counts)
         })

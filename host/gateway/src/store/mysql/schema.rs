@@ -46,7 +46,8 @@ const V1: &[&str] = &[
         message_seq BIGINT NOT NULL,
         message_id VARCHAR(256) NOT NULL,
         topic VARCHAR(512) NOT NULL,
-        dlq VARCHAR(512) NOT NULL,
+        -- A topic (at most 512) and the DLQ naming's prefix or suffix.
+        dlq VARCHAR(600) NOT NULL,
         class VARCHAR(64) NOT NULL,
         kind VARCHAR(512) NOT NULL,
         reason TEXT NOT NULL,

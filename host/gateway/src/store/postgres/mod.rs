@@ -170,15 +170,7 @@ impl PostgresStore {
             for row in c.client.query(&s, &[])? {
                 let (state, n): (String, i64) = (row.get(0), row.get(1));
                 let n = n.max(0) as u64;
-                match state.as_str() {
-                    "ready" => counts.ready = n,
-                    "scheduled" => counts.scheduled = n,
-                    "leased" => counts.leased = n,
-                    "delivered" => counts.delivered = n,
-                    "dead" => counts.dead = n,
-                    "discarded" => counts.discarded = n,
-                    other => return Err(StoreError::Corrupt(format!("unknown state `{other}`"))),
-                }
+                counts.set(&state, n)?;
             }
             Ok(counts)
         })

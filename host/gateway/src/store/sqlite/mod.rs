@@ -160,15 +160,7 @@ impl SqliteStore {
         let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))?;
         for row in rows {
             let (state, n) = row?;
-            match state.as_str() {
-                "ready" => counts.ready = n,
-                "scheduled" => counts.scheduled = n,
-                "leased" => counts.leased = n,
-                "delivered" => counts.delivered = n,
-                "dead" => counts.dead = n,
-                "discarded" => counts.discarded = n,
-                other => return Err(StoreError::Corrupt(format!("unknown state `{other}`"))),
-            }
+            counts.set(&state, n)?;
         }
         Ok(counts)
     }
