@@ -135,6 +135,94 @@ fn publish_is_idempotent_by_id(b: &dyn Backend) {
     assert_eq!(again.duplicates, ["b"]);
     assert_eq!(store.counts().unwrap().ready, 3);
     assert_eq!(store.topics().unwrap(), ["orders"]);
+    // A second copy within one batch is a duplicate of the first, as if published one by one.
+    let doubled = store
+        .publish(&[message("d", "orders"), message("d", "orders")], 6)
+        .unwrap();
+    assert_eq!(
+        (doubled.accepted, doubled.duplicates),
+        (vec!["d".to_string()], vec!["d".to_string()])
+    );
+}
+
+/// A batch that holds a stale lease's settlement beside the current one's, and the same
+/// settlement twice, applies each current one once - whether the batch is all deliveries
+/// (settled together) or mixed.
+fn a_batch_applies_each_current_lease_once(b: &dyn Backend) {
+    let store = b.open();
+    let ids = ["a", "b", "c", "d", "e", "f"];
+    let msgs: Vec<NewMessage> = ids.iter().map(|id| message(id, "orders")).collect();
+    store.publish(&msgs, 0).unwrap();
+    let old = store.claim(10, &want("orders", 6), 100).unwrap();
+    let new = store.claim(200, &want("orders", 6), 60_000).unwrap();
+    assert_eq!(new.len(), 6);
+    let (o, n) = (
+        |i: usize| (old[i].seq, old[i].lease),
+        |i: usize| (new[i].seq, new[i].lease),
+    );
+    let ok = Settlement::Delivered;
+    let retry = Settlement::Again {
+        failed: failed(300, "http.503"),
+        delay_ms: 1_000,
+        spend_attempt: true,
+    };
+    let dead = dead_letter("d", 300);
+    let fenced = |r: &Result<(), StoreError>| matches!(r, Err(StoreError::Fenced { .. }));
+
+    let deliveries = [(o(0), &ok), (n(0), &ok), (n(0), &ok), (n(4), &ok)];
+    let batch: Vec<(i64, i64, &Settlement)> =
+        deliveries.iter().map(|((s, l), x)| (*s, *l, *x)).collect();
+    let results = store.settle(&batch, 300).unwrap();
+    assert!(
+        fenced(&results[0]) && results[1].is_ok() && fenced(&results[2]),
+        "{results:?}"
+    );
+    assert!(results[3].is_ok(), "{results:?}");
+
+    let mixed = [
+        (o(1), &dead),
+        (n(1), &retry),
+        (n(2), &ok),
+        (o(2), &ok),
+        (n(3), &dead),
+        (n(3), &dead),
+        (n(5), &ok),
+    ];
+    let batch: Vec<(i64, i64, &Settlement)> =
+        mixed.iter().map(|((s, l), x)| (*s, *l, *x)).collect();
+    let results = store.settle(&batch, 300).unwrap();
+    let refused: Vec<bool> = results.iter().map(fenced).collect();
+    assert_eq!(
+        refused,
+        [true, false, false, true, false, true, false],
+        "{results:?}"
+    );
+    assert!(
+        results.iter().all(|r| r.is_ok() || fenced(r)),
+        "{results:?}"
+    );
+
+    let states: Vec<String> = ids
+        .iter()
+        .map(|id| store.state_of(id).unwrap().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "delivered",
+            "scheduled",
+            "delivered",
+            "dead",
+            "delivered",
+            "delivered"
+        ]
+    );
+    let letters = store.dlq_list(&DlqFilter::default(), 400).unwrap();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(
+        (letters[0].message_id.as_str(), letters[0].attempts),
+        ("d", 1)
+    );
 }
 
 fn claims_take_due_messages_oldest_first_with_their_headers(b: &dyn Backend) {
@@ -562,6 +650,7 @@ macro_rules! contract {
 
 contract!(
     publish_is_idempotent_by_id,
+    a_batch_applies_each_current_lease_once,
     claims_take_due_messages_oldest_first_with_their_headers,
     an_expired_lease_is_claimed_again_and_its_holder_is_fenced,
     each_verdict_settles_as_documented,

@@ -1,5 +1,7 @@
-//! Group commit on MariaDB/MySQL: a batch of settlements in one transaction, each in a
-//! savepoint of its own, each fenced by the lease its delivery holds.
+//! Group commit on MariaDB/MySQL: a batch of settlements in one transaction, each fenced by
+//! the lease its delivery holds.
+
+use std::collections::HashMap;
 
 use mysql::prelude::Queryable as _;
 use mysql::{Params, Transaction, TxOpts, Value};
@@ -9,20 +11,60 @@ use crate::model::{AttemptRecord, DeadLetter, Settlement};
 use crate::store::{StoreError, clamp_ms};
 
 impl MysqlStore {
-    /// Apply each `(seq, lease, settlement)` in one transaction.
+    /// Apply each `(seq, lease, settlement)` in one transaction: every row of the batch
+    /// locked and read in one statement, the deliveries applied in one more, each other
+    /// settlement in a savepoint of its own (a statement that fails rolls back its
+    /// settlement alone).
     pub fn settle(
         &self,
         batch: &[(i64, i64, &Settlement)],
         now_ms: u64,
     ) -> Result<Vec<Result<(), StoreError>>, StoreError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
         self.with(|c| {
             let mut tx = c.start_transaction(TxOpts::default())?;
+            let mut held = lock_batch(&mut tx, batch)?;
             let mut results: Vec<Option<Result<(), StoreError>>> =
                 (0..batch.len()).map(|_| None).collect();
+            let mut delivered = Vec::new();
+            for (i, &(seq, lease, settlement)) in batch.iter().enumerate() {
+                if matches!(settlement, Settlement::Delivered) {
+                    // Each pair answers once: a settlement that came twice is fenced the
+                    // second time, as it would be one by one.
+                    results[i] = Some(match held.remove(&(seq, lease)) {
+                        Some(_) => {
+                            delivered.push(seq);
+                            Ok(())
+                        }
+                        None => Err(StoreError::Fenced { seq, lease }),
+                    });
+                }
+            }
+            if !delivered.is_empty() {
+                let seqs = delivered.iter().map(i64::to_string).collect::<Vec<_>>();
+                tx.exec_drop(
+                    format!(
+                        "UPDATE messages SET state = 'delivered', lease_until_ms = NULL,
+                                updated_at_ms = ?
+                         WHERE seq IN ({}) AND state = 'leased'",
+                        seqs.join(", ")
+                    ),
+                    (clamp_ms(now_ms),),
+                )?;
+            }
             for i in crate::store::in_seq_order(batch) {
+                if results[i].is_some() {
+                    continue;
+                }
                 let (seq, lease, settlement) = batch[i];
+                let Some(row) = held.remove(&(seq, lease)) else {
+                    results[i] = Some(Err(StoreError::Fenced { seq, lease }));
+                    continue;
+                };
                 tx.query_drop("SAVEPOINT settlement")?;
-                let result = apply(&mut tx, seq, lease, settlement, now_ms);
+                let result = apply(&mut tx, seq, lease, &row, settlement, now_ms);
                 match &result {
                     Ok(()) => tx.query_drop("RELEASE SAVEPOINT settlement")?,
                     // A deadlock rolled the whole transaction back: run the batch again.
@@ -37,10 +79,38 @@ impl MysqlStore {
     }
 }
 
+/// What a settlement records about the message it settles, read when its row is locked.
+struct Held {
+    id: String,
+    topic: String,
+    attempt: i64,
+}
+
+/// Lock every row of `batch` in `seq` order - as every batch and lease extension locks
+/// them, so that two never wait on each other in a cycle - and read the ones still leased:
+/// `(seq, lease)` to what their settlements record. The locks make the read exact: no one
+/// else can settle or claim these rows until this transaction ends.
+fn lock_batch(
+    tx: &mut Transaction<'_>,
+    batch: &[(i64, i64, &Settlement)],
+) -> Result<HashMap<(i64, i64), Held>, StoreError> {
+    let seqs = batch.iter().map(|b| b.0.to_string()).collect::<Vec<_>>();
+    let rows: Vec<(i64, i64, String, String, i64)> = tx.query(format!(
+        "SELECT seq, lease, id, topic, attempt FROM messages
+         WHERE seq IN ({}) AND state = 'leased' ORDER BY seq FOR UPDATE",
+        seqs.join(", ")
+    ))?;
+    Ok(rows
+        .into_iter()
+        .map(|(seq, lease, id, topic, attempt)| ((seq, lease), Held { id, topic, attempt }))
+        .collect())
+}
+
 fn apply(
     tx: &mut Transaction<'_>,
     seq: i64,
     lease: i64,
+    row: &Held,
     settlement: &Settlement,
     now_ms: u64,
 ) -> Result<(), StoreError> {
@@ -51,8 +121,7 @@ fn apply(
             lease,
             "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = ?",
             vec![clamp_ms(now_ms).into()],
-        )
-        .map(drop),
+        ),
         Settlement::Again {
             failed,
             delay_ms,
@@ -78,9 +147,11 @@ fn apply(
             )?;
             record_attempt(tx, seq, failed)
         }
-        Settlement::DeadLetter { failed, letter } => dead_letter(tx, seq, lease, failed, letter),
+        Settlement::DeadLetter { failed, letter } => {
+            dead_letter(tx, seq, lease, row, failed, letter)
+        }
         Settlement::Discard { failed, reason } => {
-            let (id, topic, _) = fenced(
+            fenced(
                 tx,
                 seq,
                 lease,
@@ -88,7 +159,7 @@ fn apply(
                 vec![clamp_ms(failed.at_ms).into()],
             )?;
             record_attempt(tx, seq, failed)?;
-            audit(tx, failed.at_ms, &id, &topic, "discarded", reason)
+            audit(tx, failed.at_ms, &row.id, &row.topic, "discarded", reason)
         }
         Settlement::Release { delay_ms } => fenced(
             tx,
@@ -97,8 +168,7 @@ fn apply(
             "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = ?,
                     deliveries = GREATEST(deliveries - 1, 0)",
             vec![clamp_ms(now_ms.saturating_add(*delay_ms)).into()],
-        )
-        .map(drop),
+        ),
     }
 }
 
@@ -106,11 +176,12 @@ fn dead_letter(
     tx: &mut Transaction<'_>,
     seq: i64,
     lease: i64,
+    row: &Held,
     failed: &AttemptRecord,
     letter: &DeadLetter,
 ) -> Result<(), StoreError> {
     let at = clamp_ms(failed.at_ms);
-    let (id, topic, attempt) = fenced(
+    fenced(
         tx,
         seq,
         lease,
@@ -120,10 +191,12 @@ fn dead_letter(
         vec![at.into(), at.into()],
     )?;
     record_attempt(tx, seq, failed)?;
+    // The attempt the `UPDATE` above counted.
+    let attempt = row.attempt.saturating_add(1).min(4_294_967_295);
     let args: Vec<Value> = vec![
         seq.into(),
-        id.as_str().into(),
-        topic.as_str().into(),
+        row.id.as_str().into(),
+        row.topic.as_str().into(),
         letter.dlq.as_str().into(),
         letter.class.as_str().into(),
         failed.kind.as_str().into(),
@@ -142,23 +215,23 @@ fn dead_letter(
     audit(
         tx,
         failed.at_ms,
-        &id,
-        &topic,
+        &row.id,
+        &row.topic,
         "dead-lettered",
         &letter.reason,
     )
 }
 
 /// Apply `change` (an `UPDATE messages SET ...` with its values in `set`) to message `seq`
-/// only while lease `lease` holds it, then read what the caller records: the fence every
-/// settlement passes. The `UPDATE` locks the row, so the read after it is exact.
+/// only while lease `lease` holds it: the fence every settlement passes (the batch read
+/// the row under lock already; the condition keeps the statement exact on its own).
 fn fenced(
     tx: &mut Transaction<'_>,
     seq: i64,
     lease: i64,
     change: &str,
     mut set: Vec<Value>,
-) -> Result<(String, String, i64), StoreError> {
+) -> Result<(), StoreError> {
     set.push(seq.into());
     set.push(lease.into());
     tx.exec_drop(
@@ -168,11 +241,7 @@ fn fenced(
     if tx.affected_rows() != 1 {
         return Err(StoreError::Fenced { seq, lease });
     }
-    tx.exec_first(
-        "SELECT id, topic, attempt FROM messages WHERE seq = ?",
-        (seq,),
-    )?
-    .ok_or(StoreError::Fenced { seq, lease })
+    Ok(())
 }
 
 fn record_attempt(

@@ -1,15 +1,17 @@
 //! Messages through their life on PostgreSQL: published, claimed by whichever gateway gets
 //! there first, leases kept alive while deliveries run.
 
-use std::collections::BTreeMap;
+use std::collections::HashSet;
 
-use super::{Conn, PostgresStore, TOPICS_LOCK, audit};
+use super::{Conn, PostgresStore, TOPICS_LOCK};
 use crate::model::{AttemptRecord, Delivery};
 use crate::store::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
 /// The due messages of one topic, oldest first, that no other gateway is claiming right
-/// now (`SKIP LOCKED`: competing claims take different rows instead of waiting), leased in
-/// the same statement; `was` tells a redelivery (an expired lease) from a first claim.
+/// now (`SKIP LOCKED`: competing claims take different rows instead of waiting), leased,
+/// with their histories, in one statement - one round trip per topic and claim round. `was`
+/// tells a redelivery (an expired lease) from a first claim; a redelivery is audited in
+/// the same statement, so the audit trail and the lease cannot disagree.
 const CLAIM: &str = "
 WITH due AS (
     SELECT seq, state AS was FROM messages
@@ -18,52 +20,102 @@ WITH due AS (
            OR (state = 'leased' AND lease_until_ms <= $2))
     ORDER BY next_at_ms
     LIMIT $3
-    FOR UPDATE SKIP LOCKED)
-UPDATE messages m
-SET state = 'leased', lease_until_ms = $4, lease = m.lease + 1,
-    deliveries = m.deliveries + 1, updated_at_ms = $2
-FROM due WHERE m.seq = due.seq
-RETURNING m.seq, m.lease, m.id, m.topic, m.headers, m.payload, m.content_type, m.attempt,
-          m.deferrals, m.published_at_ms, m.first_failed_at_ms, due.was";
+    FOR UPDATE SKIP LOCKED),
+claimed AS (
+    UPDATE messages m
+    SET state = 'leased', lease_until_ms = $4, lease = m.lease + 1,
+        deliveries = m.deliveries + 1, updated_at_ms = $2
+    FROM due WHERE m.seq = due.seq
+    RETURNING m.seq, m.lease, m.id, m.topic, m.headers, m.payload, m.content_type,
+              m.attempt, m.deferrals, m.published_at_ms, m.first_failed_at_ms, due.was),
+audited AS (
+    INSERT INTO audit (at_ms, message_id, topic, event, detail)
+    SELECT $2, id, topic, 'lease-expired', 'delivered again: possible duplicate'
+    FROM claimed WHERE was = 'leased')
+SELECT c.*, (SELECT json_agg(json_build_array(a.at_ms, a.kind, a.message) ORDER BY a.seq)
+             FROM attempts a WHERE a.message_seq = c.seq)::TEXT AS history
+FROM claimed c
+ORDER BY c.seq";
 
-const HISTORY: &str = "SELECT message_seq, at_ms, kind, message FROM attempts
-                       WHERE message_seq = ANY($1) ORDER BY message_seq, seq";
+/// A batch of messages in, as one array per column; the ids stored come back.
+const PUBLISH: &str = "
+INSERT INTO messages
+    (id, topic, headers, payload, content_type, state, next_at_ms, published_at_ms,
+     updated_at_ms)
+SELECT id, topic, headers, payload, content_type, 'ready', $6, $6, $6
+FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BYTEA[], $5::TEXT[])
+     WITH ORDINALITY AS m (id, topic, headers, payload, content_type, n)
+ORDER BY n
+ON CONFLICT (id) DO NOTHING
+RETURNING id";
+
+/// [`PUBLISH`]'s arguments.
+#[derive(Default)]
+struct PublishColumns<'a> {
+    ids: Vec<&'a str>,
+    topics: Vec<&'a str>,
+    headers: Vec<String>,
+    payloads: Vec<&'a [u8]>,
+    content_types: Vec<Option<&'a str>>,
+}
 
 impl PostgresStore {
-    /// Store `messages` as ready, in one transaction.
+    /// Store `messages` as ready, in one transaction of one `INSERT` for the whole batch:
+    /// a publish of a thousand messages is a handful of round trips, not two thousand.
     pub fn publish(&self, messages: &[NewMessage], now_ms: u64) -> Result<Published, StoreError> {
+        if messages.is_empty() {
+            return Ok(Published::default());
+        }
+        let mut columns = PublishColumns::default();
+        for m in messages {
+            columns.ids.push(&m.id);
+            columns.topics.push(&m.topic);
+            columns.headers.push(
+                serde_json::to_string(&m.headers)
+                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+            );
+            columns.payloads.push(&m.payload);
+            columns.content_types.push(m.content_type.as_deref());
+        }
         self.with(|c| {
-            let insert = c.statement(
-                "INSERT INTO messages
-                 (id, topic, headers, payload, content_type, state, next_at_ms, published_at_ms,
-                  updated_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, 'ready', $6, $6, $6)
-                 ON CONFLICT (id) DO NOTHING RETURNING seq",
-            )?;
+            let insert = c.statement(PUBLISH)?;
             let list = c.statement(
-                "INSERT INTO topics (topic) VALUES ($1) ON CONFLICT (topic) DO NOTHING",
+                "INSERT INTO topics (topic) SELECT DISTINCT t FROM UNNEST($1::TEXT[]) AS t
+                 ON CONFLICT (topic) DO NOTHING",
             )?;
             let mut tx = c.client.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock_shared($1)", &[&TOPICS_LOCK])?;
-            let now = clamp_ms(now_ms);
-            let mut out = Published::default();
-            for m in messages {
-                let headers = serde_json::to_string(&m.headers)
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                let stored = tx.query_opt(
+            // `DO NOTHING` also skips a second copy of an id within the batch: the first
+            // copy is stored, the second is a duplicate, as if published one by one.
+            let mut stored: HashSet<String> = tx
+                .query(
                     &insert,
-                    &[&m.id, &m.topic, &headers, &m.payload, &m.content_type, &now],
-                )?;
-                if stored.is_some() {
-                    tx.execute(&list, &[&m.topic])?;
-                    if out.accepted.is_empty() {
-                        // Delivered to the listeners at commit: every gateway looks now.
-                        tx.execute("SELECT pg_notify($1, '')", &[&super::CHANNEL])?;
-                    }
+                    &[
+                        &columns.ids,
+                        &columns.topics,
+                        &columns.headers,
+                        &columns.payloads,
+                        &columns.content_types,
+                        &clamp_ms(now_ms),
+                    ],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let mut out = Published::default();
+            let mut topics: Vec<&str> = Vec::new();
+            for m in messages {
+                if stored.remove(&m.id) {
+                    topics.push(&m.topic);
                     out.accepted.push(m.id.clone());
                 } else {
                     out.duplicates.push(m.id.clone());
                 }
+            }
+            if !out.accepted.is_empty() {
+                tx.execute(&list, &[&topics])?;
+                // Delivered to the listeners at commit: every gateway looks now.
+                tx.execute("SELECT pg_notify($1, '')", &[&super::CHANNEL])?;
             }
             tx.commit()?;
             Ok(out)
@@ -150,8 +202,8 @@ impl PostgresStore {
     }
 }
 
-/// One transaction for the whole claim round: every topic of every group, then the
-/// claimed messages' histories in one query.
+/// Each topic of each group claimed by a statement of its own (each its own transaction:
+/// a claim holds nothing the next one needs), oldest first.
 fn claim_in(
     c: &mut Conn,
     now_ms: u64,
@@ -159,10 +211,8 @@ fn claim_in(
     lease_ms: u64,
 ) -> Result<Vec<Claimed>, StoreError> {
     let claim = c.statement(CLAIM)?;
-    let history = c.statement(HISTORY)?;
     let now = clamp_ms(now_ms);
     let until = clamp_ms(now_ms.saturating_add(lease_ms));
-    let mut tx = c.client.transaction()?;
     let mut claimed: Vec<Claimed> = Vec::new();
     for (topics, limit) in wants {
         let first = claimed.len();
@@ -172,44 +222,17 @@ fn claim_in(
                 break;
             }
             let left = i64::try_from(left).unwrap_or(i64::MAX);
-            let mut rows = tx.query(&claim, &[topic, &now, &left, &until])?;
-            // `UPDATE ... RETURNING` comes in no particular order: oldest first again.
-            rows.sort_by_key(|r| r.get::<_, i64>(0));
-            for row in rows {
+            for row in c.client.query(&claim, &[topic, &now, &left, &until])? {
                 claimed.push(claimed_of(&row)?);
             }
         }
     }
-    if !claimed.is_empty() {
-        let seqs: Vec<i64> = claimed.iter().map(|c| c.seq).collect();
-        let mut by_seq: BTreeMap<i64, Vec<AttemptRecord>> = BTreeMap::new();
-        for row in tx.query(&history, &[&seqs])? {
-            by_seq.entry(row.get(0)).or_default().push(AttemptRecord {
-                at_ms: row.get::<_, i64>(1).max(0) as u64,
-                kind: row.get(2),
-                message: row.get(3),
-            });
-        }
-        for c in &mut claimed {
-            c.delivery.history = by_seq.remove(&c.seq).unwrap_or_default();
-        }
-    }
-    for c in claimed.iter().filter(|c| c.delivery.redelivery) {
-        audit(
-            &mut tx,
-            now_ms,
-            &c.delivery.id,
-            &c.delivery.topic,
-            "lease-expired",
-            "delivered again: possible duplicate",
-        )?;
-    }
-    tx.commit()?;
     Ok(claimed)
 }
 
 fn claimed_of(row: &postgres::Row) -> Result<Claimed, StoreError> {
     let id: String = row.get(2);
+    let history = history_of(&id, row.get(12))?;
     let headers: String = row.get(4);
     let headers = serde_json::from_str(&headers)
         .map_err(|e| StoreError::Corrupt(format!("message {id}: headers: {e}")))?;
@@ -227,9 +250,27 @@ fn claimed_of(row: &postgres::Row) -> Result<Claimed, StoreError> {
             deferrals: count(8),
             published_at_ms: row.get::<_, i64>(9).max(0) as u64,
             first_failed_at_ms: row.get::<_, Option<i64>>(10).map(|t| t.max(0) as u64),
-            history: Vec::new(),
+            history,
             redelivery: row.get::<_, String>(11) == "leased",
             source: verdict_registry::SourceKind::Embedded.name(),
         },
     })
+}
+
+/// A claimed message's attempts from [`CLAIM`]'s `history` column: a JSON array of
+/// `[at_ms, kind, message]`, oldest first; `NULL` when it has none.
+fn history_of(id: &str, json: Option<String>) -> Result<Vec<AttemptRecord>, StoreError> {
+    let Some(json) = json else {
+        return Ok(Vec::new());
+    };
+    let rows: Vec<(i64, String, String)> = serde_json::from_str(&json)
+        .map_err(|e| StoreError::Corrupt(format!("message {id}: history: {e}")))?;
+    Ok(rows
+        .into_iter()
+        .map(|(at_ms, kind, message)| AttemptRecord {
+            at_ms: at_ms.max(0) as u64,
+            kind,
+            message,
+        })
+        .collect())
 }

@@ -1,8 +1,11 @@
-//! Group commit on PostgreSQL: a batch of settlements in one transaction, each in a
-//! savepoint of its own, each fenced by the lease its delivery holds.
+//! Group commit on PostgreSQL: a batch of settlements in one transaction, each fenced by
+//! the lease its delivery holds. The deliveries of a batch are one statement; a batch in
+//! which a statement fails runs again with each settlement in a savepoint of its own.
+
+use std::collections::HashSet;
 
 use postgres::types::ToSql;
-use postgres::{Statement, Transaction};
+use postgres::{GenericClient, Statement, Transaction};
 
 use super::PostgresStore;
 use crate::model::{AttemptRecord, DeadLetter, Settlement};
@@ -11,6 +14,23 @@ use crate::store::{StoreError, clamp_ms, in_seq_order};
 const DELIVERED: &str =
     "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = $3
      WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
+/// [`DELIVERED`] for a whole batch: `(seq, lease)` pairs in, the seqs still held (and now
+/// delivered) out. Rows are locked in `seq` order, as every batch and lease extension
+/// locks them, so that two never wait on each other in a cycle.
+const DELIVERED_ALL: &str = "
+WITH held AS (
+    SELECT m.seq FROM messages m
+    JOIN UNNEST($1::BIGINT[], $2::BIGINT[]) AS s (seq, lease)
+      ON m.seq = s.seq AND m.lease = s.lease
+    WHERE m.state = 'leased'
+    ORDER BY m.seq
+    FOR UPDATE OF m)
+UPDATE messages m SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = $3
+FROM held WHERE m.seq = held.seq
+RETURNING m.seq, m.lease";
+/// Every row of a batch locked up front, in `seq` order: what follows may then touch them
+/// in any order without risking a deadlock against another batch or a lease extension.
+const LOCK: &str = "SELECT seq FROM messages WHERE seq = ANY($1) ORDER BY seq FOR UPDATE";
 const SCHEDULED: &str =
     "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = $3,
             attempt = LEAST(attempt + $4, 4294967295),
@@ -40,6 +60,8 @@ const AUDIT: &str =
 /// trip per statement, not two (parse, then execute).
 struct Prepared {
     delivered: Statement,
+    delivered_all: Statement,
+    lock: Statement,
     scheduled: Statement,
     discarded: Statement,
     released: Statement,
@@ -59,6 +81,8 @@ impl PostgresStore {
         self.with(|c| {
             let p = Prepared {
                 delivered: c.statement(DELIVERED)?,
+                delivered_all: c.statement(DELIVERED_ALL)?,
+                lock: c.statement(LOCK)?,
                 scheduled: c.statement(SCHEDULED)?,
                 discarded: c.statement(DISCARDED)?,
                 released: c.statement(RELEASED)?,
@@ -72,6 +96,19 @@ impl PostgresStore {
             // round trips fewer per settlement. A statement that does fail aborts the
             // transaction; then the batch runs again, each settlement in a savepoint, so
             // that one failure is rolled back alone.
+            if batch
+                .iter()
+                .all(|(_, _, s)| matches!(s, Settlement::Delivered))
+            {
+                // The usual batch - every consumer said yes - is one statement, and so one
+                // round trip and one transaction of its own.
+                let mut held =
+                    deliver_all(&mut c.client, &p, batch.iter().map(|b| (b.0, b.1)), now_ms)?;
+                return Ok(batch
+                    .iter()
+                    .map(|&(seq, lease, _)| fence_result(&mut held, seq, lease))
+                    .collect());
+            }
             match settle_in(c, &p, batch, now_ms, false)? {
                 Some(results) => Ok(results),
                 None => settle_in(c, &p, batch, now_ms, true)?.ok_or_else(|| {
@@ -93,7 +130,24 @@ fn settle_in(
 ) -> Result<Option<Vec<Result<(), StoreError>>>, StoreError> {
     let mut tx = c.client.transaction()?;
     let mut results: Vec<Option<Result<(), StoreError>>> = (0..batch.len()).map(|_| None).collect();
+    if !isolated {
+        let seqs: Vec<i64> = batch.iter().map(|b| b.0).collect();
+        tx.execute(&p.lock, &[&seqs])?;
+        let delivered = batch
+            .iter()
+            .filter(|(_, _, s)| matches!(s, Settlement::Delivered))
+            .map(|b| (b.0, b.1));
+        let mut held = deliver_all(&mut tx, p, delivered, now_ms)?;
+        for (i, (seq, lease, settlement)) in batch.iter().enumerate() {
+            if matches!(settlement, Settlement::Delivered) {
+                results[i] = Some(fence_result(&mut held, *seq, *lease));
+            }
+        }
+    }
     for i in in_seq_order(batch) {
+        if results[i].is_some() {
+            continue;
+        }
         let (seq, lease, settlement) = batch[i];
         let result = if isolated {
             let mut savepoint = tx.savepoint("settlement")?;
@@ -208,6 +262,39 @@ fn dead_letter(
         "dead-lettered",
         &letter.reason,
     )
+}
+
+/// Deliver every `(seq, lease)` still held in one statement; the pairs it delivered.
+fn deliver_all(
+    client: &mut impl GenericClient,
+    p: &Prepared,
+    held: impl Iterator<Item = (i64, i64)>,
+    now_ms: u64,
+) -> Result<HashSet<(i64, i64)>, StoreError> {
+    let (seqs, leases): (Vec<i64>, Vec<i64>) = held.unzip();
+    if seqs.is_empty() {
+        return Ok(HashSet::new());
+    }
+    Ok(client
+        .query(&p.delivered_all, &[&seqs, &leases, &clamp_ms(now_ms)])?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect())
+}
+
+/// A delivery's result when `delivered` holds the `(seq, lease)` pairs its statement
+/// changed; each pair answers once, so a settlement that came twice is fenced the second
+/// time, as it would be one by one.
+fn fence_result(
+    delivered: &mut HashSet<(i64, i64)>,
+    seq: i64,
+    lease: i64,
+) -> Result<(), StoreError> {
+    if delivered.remove(&(seq, lease)) {
+        Ok(())
+    } else {
+        Err(StoreError::Fenced { seq, lease })
+    }
 }
 
 /// Move message `seq` out of lease `lease` with `change` (`... WHERE seq = $1 AND lease =
