@@ -1,7 +1,8 @@
 //! Several gateways on one PostgreSQL or MariaDB database, through the real binaries: they share the
 //! work without delivering a message twice, a `kill -9`'d one's messages are delivered by
-//! the others once its leases expire, and a database that refuses connections makes
-//! `/readyz` answer 503 naming the store until it is back - nothing lost either way.
+//! the others once its leases expire, and a database lost mid-run (every connection cut,
+//! new ones refused, as in a restart) makes `/readyz` answer 503 naming the store until it
+//! is back - nothing lost, nothing settled twice.
 
 mod common;
 
@@ -318,21 +319,31 @@ fn competing_without_a_fault(server: Server) {
 }
 
 #[test]
-fn a_database_that_refuses_connections_is_named_by_readyz_and_nothing_is_lost() {
-    let dir = scratch("shared-store-down");
-    let db = Database::new(Server::Postgres);
+fn a_postgres_database_lost_mid_run_is_named_by_readyz_and_nothing_is_lost() {
+    database_lost_mid_run(Server::Postgres);
+}
+
+#[test]
+fn a_mariadb_database_lost_mid_run_is_named_by_readyz_and_nothing_is_lost() {
+    database_lost_mid_run(Server::Mariadb);
+}
+
+/// The database drops every connection of the gateway's and refuses new ones while
+/// deliveries run, as it does when it restarts; then it is back.
+fn database_lost_mid_run(server: Server) {
+    let dir = scratch(&format!("shared-store-down-{server:?}"));
+    let db = Database::new(server);
+    let outage = Outage::new(&db);
     let app = consumer("127.0.0.1:0", 5);
-    let gw = gateway(&gateway_config(&dir, 1, &db.url(), &app.url));
+    let gw = gateway(&gateway_config(&dir, 1, &outage.url(), &app.url));
     let ready = || ureq::get(&format!("{}/readyz", gw.url)).call().is_ok();
     assert!(wait_until(Duration::from_secs(10), ready));
-    publish(&gw, &dir, 200);
+    let n = 1_000;
+    publish(&gw, &dir, n);
+    assert!(wait_until(Duration::from_secs(60), || accepted(&app) >= 50));
 
-    admin_sql(&format!(
-        "ALTER DATABASE {0} ALLOW_CONNECTIONS false;
-         SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'",
-        db.0
-    ));
-    let refused = || {
+    outage.begin();
+    let readyz = || {
         let mut answer = ureq::get(&format!("{}/readyz", gw.url))
             .config()
             .http_status_as_error(false)
@@ -344,17 +355,114 @@ fn a_database_that_refuses_connections_is_named_by_readyz_and_nothing_is_lost() 
             answer.body_mut().read_to_string().unwrap_or_default(),
         )
     };
-    assert!(wait_until(Duration::from_secs(10), || refused().0 == 503));
-    let (_, body) = refused();
+    assert!(wait_until(Duration::from_secs(10), || readyz().0 == 503));
+    let (_, body) = readyz();
+    assert!(body.contains(&format!("/{}", db.0)), "{body}");
     assert!(
-        body.contains(&format!("/{}", db.0)) && !body.contains("postgres@"),
-        "{body}"
+        !body.contains("://"),
+        "never the URL, which may hold a password: {body}"
     );
+    let during = accepted(&app);
+    std::thread::sleep(Duration::from_secs(1));
 
-    admin_sql(&format!("ALTER DATABASE {} ALLOW_CONNECTIONS true", db.0));
+    outage.end();
     assert!(wait_until(Duration::from_secs(30), ready));
     let store = Store::connect(&db.url(), &dir).unwrap();
-    assert_settled(&store, 200);
+    assert_settled(&store, n);
+    // Deliveries that were under way when the database went are settled once it is back,
+    // under the leases they held; only a lease that expired meanwhile can deliver twice.
+    let duplicates = consumer_stats(&app)["duplicates"].as_u64().unwrap();
+    let redelivered = store.audit_count("lease-expired").unwrap();
+    eprintln!(
+        "{server:?}: database lost after {during} of {n} accepted: {duplicates} duplicate(s), \
+         {redelivered} lease(s) expired"
+    );
+    assert!(duplicates <= redelivered, "{duplicates} > {redelivered}");
+}
+
+/// Takes the database away from the gateway and gives it back: on PostgreSQL the database
+/// refuses connections; on MariaDB the gateway's own user is locked. Either way every
+/// connection the gateway holds is cut.
+struct Outage<'a> {
+    db: &'a Database,
+    /// MariaDB: the gateway's user, dropped at the end.
+    user: Option<String>,
+}
+
+impl<'a> Outage<'a> {
+    fn new(db: &'a Database) -> Outage<'a> {
+        let user = match db.1 {
+            Server::Postgres => None,
+            Server::Mariadb => {
+                let user = format!("{}_gw", db.0);
+                db.1.admin_sql(&format!(
+                    "CREATE USER '{user}'@'%'; GRANT ALL ON {}.* TO '{user}'@'%'",
+                    db.0
+                ));
+                Some(user)
+            }
+        };
+        Outage { db, user }
+    }
+
+    /// The URL the gateway connects with.
+    fn url(&self) -> String {
+        match &self.user {
+            None => self.db.url(),
+            Some(user) => format!("mysql://{user}@127.0.0.1:3306/{}", self.db.0),
+        }
+    }
+
+    fn begin(&self) {
+        match &self.user {
+            None => admin_sql(&format!(
+                "ALTER DATABASE {0} ALLOW_CONNECTIONS false;
+                 SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{0}'",
+                self.db.0
+            )),
+            Some(user) => {
+                use mysql::prelude::Queryable as _;
+                self.db
+                    .1
+                    .admin_sql(&format!("ALTER USER '{user}'@'%' ACCOUNT LOCK"));
+                let url = self.db.1.url();
+                let mut admin = mysql::Conn::new(mysql::Opts::from_url(&url).unwrap()).unwrap();
+                let ids: Vec<u64> = admin
+                    .exec(
+                        "SELECT id FROM information_schema.processlist WHERE user = ?",
+                        (user,),
+                    )
+                    .unwrap();
+                for id in ids {
+                    // A connection that ended meanwhile is not an error here.
+                    let _ = admin.query_drop(format!("KILL CONNECTION {id}"));
+                }
+            }
+        }
+    }
+
+    fn end(&self) {
+        match &self.user {
+            None => admin_sql(&format!(
+                "ALTER DATABASE {} ALLOW_CONNECTIONS true",
+                self.db.0
+            )),
+            Some(user) => self
+                .db
+                .1
+                .admin_sql(&format!("ALTER USER '{user}'@'%' ACCOUNT UNLOCK")),
+        }
+    }
+}
+
+impl Drop for Outage<'_> {
+    fn drop(&mut self) {
+        if let Some(user) = &self.user {
+            self.db
+                .1
+                .admin_sql(&format!("DROP USER IF EXISTS '{user}'@'%'"));
+        }
+    }
 }
 
 #[test]

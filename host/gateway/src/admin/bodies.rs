@@ -130,6 +130,7 @@ pub fn replay(body: &[u8]) -> Result<(DlqFilter, ReplayOptions), ApiError> {
         note: request
             .note
             .unwrap_or_else(|| "replayed through the admin API".into()),
+        cancel: None,
     };
     Ok((request.filter, options))
 }

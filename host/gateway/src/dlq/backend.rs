@@ -61,21 +61,7 @@ pub trait DeadLetters {
 
     /// Every dead letter matching `filter` (at most `filter.limit`), page by page.
     fn list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, DlqError> {
-        let mut out = Vec::new();
-        let mut page_filter = filter.clone();
-        loop {
-            let wanted = filter.limit.map(|n| n.saturating_sub(out.len()));
-            if wanted == Some(0) {
-                return Ok(out);
-            }
-            page_filter.limit = Some(wanted.map_or(PAGE_SIZE, |n| n.min(PAGE_SIZE)));
-            let page = self.page(&page_filter, now_ms)?;
-            out.extend(page.entries);
-            match page.next {
-                Some(next) => page_filter.after = Some(next),
-                None => return Ok(out),
-            }
-        }
+        list_pages(self, filter, now_ms)
     }
 
     /// Depth and oldest entry per DLQ.
@@ -98,16 +84,53 @@ pub trait DeadLetters {
     fn outcome(&self, ids: &[String], token: &str) -> Result<CanaryProgress, DlqError>;
 }
 
-/// Whether `entry` passes `filter` (all but `limit`), for DLQs filtered in memory.
+/// Every dead letter matching `filter` (at most `filter.limit`), read page by page.
+pub(crate) fn list_pages(
+    dlqs: &(impl DeadLetters + ?Sized),
+    filter: &DlqFilter,
+    now_ms: u64,
+) -> Result<Vec<DlqEntry>, DlqError> {
+    let mut out = Vec::new();
+    let mut page_filter = filter.clone();
+    loop {
+        let wanted = filter.limit.map(|n| n.saturating_sub(out.len()));
+        if wanted == Some(0) {
+            return Ok(out);
+        }
+        page_filter.limit = Some(wanted.map_or(PAGE_SIZE, |n| n.min(PAGE_SIZE)));
+        let page = dlqs.page(&page_filter, now_ms)?;
+        out.extend(page.entries);
+        match page.next {
+            Some(next) => page_filter.after = Some(next),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Whether `entry` passes `filter` (all but `limit` and `after`), for DLQs filtered in
+/// memory.
 pub fn matches(filter: &DlqFilter, entry: &DlqEntry, now_ms: u64) -> bool {
     let is = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
-    is(&filter.topic, &entry.topic)
+    in_group(filter, entry)
+        && filter
+            .dead_before_ms
+            .is_none_or(|t| entry.created_at_ms < t)
+        && filter.max_repeats.is_none_or(|max| entry.repeats <= max)
+        && is(&filter.topic, &entry.topic)
         && is(&filter.dlq, &entry.dlq)
         && is(&filter.class, &entry.class)
         && is(&filter.kind, &entry.kind)
         && filter
             .min_age_ms
             .is_none_or(|age| now_ms.saturating_sub(entry.created_at_ms) >= age)
+}
+
+/// Whether `entry` is in the filter's group, if it names one.
+pub(crate) fn in_group(filter: &DlqFilter, entry: &DlqEntry) -> bool {
+    filter
+        .group
+        .as_deref()
+        .is_none_or(|g| super::Fingerprint::of(entry).id() == g)
 }
 
 /// A broker dead letter read back: `header` looks up the [`letter_headers`] its source wrote,
@@ -132,6 +155,7 @@ pub(crate) fn entry_from_headers(
         attempts: header(ATTEMPTS).parse().unwrap_or(0),
         created_at_ms: header(AT_MS).parse().unwrap_or(0),
         envelope,
+        repeats: 0,
     })
 }
 
@@ -209,10 +233,16 @@ impl DeadLetters for Store {
         let more = entries.len() > limit;
         entries.truncate(limit);
         let next = more.then(|| entries.last().map(Store::cursor_of)).flatten();
+        // A group is a fingerprint the database cannot compute: matched here, after the
+        // cursor of what was read.
+        entries.retain(|e| in_group(filter, e));
         Ok(DlqPage { entries, next })
     }
 
     fn list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, DlqError> {
+        if filter.group.is_some() {
+            return list_pages(self, filter, now_ms);
+        }
         Ok(self.dlq_list(filter, now_ms)?)
     }
 

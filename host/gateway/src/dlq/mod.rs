@@ -3,6 +3,8 @@
 //! stream or RabbitMQ DLQ queues, each behind [`DeadLetters`]. `verdict dlq ...` and the
 //! admin API both call these.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -13,10 +15,16 @@ use verdict_registry::Registry;
 use verdict_runtime::{AttemptRecord, Decision, ErrorSpec, Failure, FailureSpec};
 
 mod backend;
+mod groups;
+mod jobs;
 mod runtime;
 
 pub use backend::{CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, matches};
-pub(crate) use backend::{StatsTally, back_again, entry_from_headers, position_after};
+pub(crate) use backend::{StatsTally, back_again, entry_from_headers, list_pages, position_after};
+pub use groups::{
+    DlqGroup, Fingerprint, GroupSample, Grouping, MAX_REASON_CHARS, normalise_reason,
+};
+pub use jobs::{Job, JobAction, JobState, JobView, Jobs, KEPT_JOBS};
 pub(crate) use runtime::Rt;
 
 /// How to replay.
@@ -32,9 +40,17 @@ pub struct ReplayOptions {
     pub canary_timeout: Duration,
     /// Who and why, for the audit log.
     pub note: String,
+    /// Set to stop the replay before its next message (what is replayed stays replayed).
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl ReplayOptions {
+    fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
     /// The least time between two replays that `rate_per_s` asks for; none without a
     /// (positive) rate. A rate so low that the pause would not fit a [`Duration`] (below
     /// one per ~584 billion years) waits [`Duration::MAX`].
@@ -56,6 +72,9 @@ pub struct ReplayReport {
     pub canary: Option<CanaryOutcome>,
     /// With `dry_run`: what the current policy decides for each (its last failure again).
     pub dry_run: Vec<DryRunLine>,
+    /// Stopped by its `cancel` flag before the end.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cancelled: bool,
 }
 
 /// How the canary went.
@@ -91,6 +110,41 @@ pub enum ReplayError {
     NoRegistry,
 }
 
+/// Whether a dead letter that came back from `repeats` replays is parked when the gateway
+/// parks after `park_after_repeats` (0: never).
+pub fn is_parked(repeats: u32, park_after_repeats: u32) -> bool {
+    park_after_repeats > 0 && repeats >= park_after_repeats
+}
+
+/// The dead letters `filter` matches in each `(source name, DLQs)`, grouped by
+/// [`Fingerprint`], largest group first. Read a page at a time: memory grows with the
+/// groups, not the letters.
+pub fn groups(
+    sources: &[(&str, &dyn DeadLetters)],
+    filter: &DlqFilter,
+    park_after_repeats: u32,
+    now_ms: u64,
+) -> Result<Vec<DlqGroup>, DlqError> {
+    let mut grouping = Grouping::default();
+    for (name, dlqs) in sources {
+        let mut page_filter = DlqFilter {
+            limit: Some(PAGE_SIZE),
+            ..filter.clone()
+        };
+        loop {
+            let page = dlqs.page(&page_filter, now_ms)?;
+            for entry in &page.entries {
+                grouping.add(name, entry, is_parked(entry.repeats, park_after_repeats));
+            }
+            match page.next {
+                Some(next) => page_filter.after = Some(next),
+                None => break,
+            }
+        }
+    }
+    Ok(grouping.into_groups())
+}
+
 /// Replay the dead letters `filter` matches; `progress(done, total)` after each.
 pub fn replay(
     store: &dyn DeadLetters,
@@ -123,14 +177,15 @@ pub fn replay(
         let ids = store.replay(canary, &options.note, &token)?;
         report.replayed += ids.len();
         progress(report.replayed, entries.len());
-        let delivered = wait_delivered(store, &ids, &token, options.canary_timeout)?;
+        let delivered = wait_delivered(store, &ids, &token, options)?;
         let passed = delivered == ids.len();
         report.canary = Some(CanaryOutcome {
             size: ids.len(),
             delivered,
             passed,
         });
-        if !passed {
+        if !passed || options.cancelled() {
+            report.cancelled = options.cancelled();
             return Ok(report);
         }
         rest = after;
@@ -138,16 +193,35 @@ pub fn replay(
     let pause = options.pause();
     let token = replay_token();
     for entry in rest {
+        if options.cancelled() {
+            report.cancelled = true;
+            break;
+        }
         let started = Instant::now();
         report.replayed += store
             .replay(std::slice::from_ref(entry), &options.note, &token)?
             .len();
         progress(report.replayed, entries.len());
         if let Some(pause) = pause {
-            std::thread::sleep(pause.saturating_sub(started.elapsed()));
+            sleep_unless_cancelled(pause.saturating_sub(started.elapsed()), options);
         }
     }
     Ok(report)
+}
+
+/// Sleep `d`, a tenth of a second at a time, waking early when `options` is cancelled: a
+/// slow rate must not keep a cancelled replay alive.
+fn sleep_unless_cancelled(d: Duration, options: &ReplayOptions) {
+    let until = Instant::now().checked_add(d);
+    while !options.cancelled() {
+        let left = until.map_or(Duration::from_millis(100), |u| {
+            u.saturating_duration_since(Instant::now())
+        });
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(100)));
+    }
 }
 
 /// The failure that dead-lettered `entry`, as its envelope records it: its last error, the
@@ -202,24 +276,24 @@ fn replay_token() -> String {
         "{}-{}-{}",
         now_ms(),
         std::process::id(),
-        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
 
-/// Poll until every id is delivered, one is dead again, or `timeout` passes; returns how
-/// many were delivered.
+/// Poll until every id is delivered, one is dead again, the canary timeout passes or the
+/// replay is cancelled; returns how many were delivered.
 fn wait_delivered(
     store: &dyn DeadLetters,
     ids: &[String],
     token: &str,
-    timeout: Duration,
+    options: &ReplayOptions,
 ) -> Result<usize, DlqError> {
     // A timeout past what an `Instant` can hold waits for good rather than panicking.
-    let deadline = Instant::now().checked_add(timeout);
+    let deadline = Instant::now().checked_add(options.canary_timeout);
     loop {
         let outcome = store.outcome(ids, token)?;
         let late = deadline.is_some_and(|d| Instant::now() > d);
-        if outcome.delivered == ids.len() || outcome.failed || late {
+        if outcome.delivered == ids.len() || outcome.failed || late || options.cancelled() {
             return Ok(outcome.delivered);
         }
         std::thread::sleep(Duration::from_millis(100));

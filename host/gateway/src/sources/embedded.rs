@@ -142,8 +142,17 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             }
         };
         if claimed.is_empty() {
+            // Every slot taken: only a finished delivery (or the poll) can change that, and
+            // asking the store when the next message falls due would find one due now and
+            // spin. Otherwise a message due now that this round did not get is another
+            // gateway's to take, or its route's slots are full: look again shortly, not at
+            // once.
+            let idle = if planned.wants.is_empty() {
+                poll
+            } else {
+                until_due(&store, poll).await.max(RECHECK.min(poll))
+            };
             drop(planned);
-            let idle = until_due(&store, poll).await;
             tokio::select! {
                 () = tokio::time::sleep(idle) => {}
                 () = pipeline.woken().notified() => {}
@@ -185,6 +194,10 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
         tracing::warn!("the settlement writer did not finish in time");
     }
 }
+
+/// The least an idle loop sleeps when the store says a message is due that this round
+/// could not claim.
+const RECHECK: Duration = Duration::from_millis(5);
 
 /// How long an idle loop sleeps: until the store's next message falls due, at most `poll`
 /// (the fallback that finds what nothing woke the loop for, such as a replay by another

@@ -280,6 +280,14 @@ pub(crate) fn dlq_conditions(
         args.push(DlqArg::Int(clamp_ms(now_ms.saturating_sub(age))));
         sql += &format!(" AND created_at_ms <= {}", placeholder(args.len()));
     }
+    if let Some(before) = f.dead_before_ms {
+        args.push(DlqArg::Int(clamp_ms(before)));
+        sql += &format!(" AND created_at_ms < {}", placeholder(args.len()));
+    }
+    if let Some(max) = f.max_repeats {
+        args.push(DlqArg::Int(i64::from(max)));
+        sql += &format!(" AND {REPEATS} <= {}", placeholder(args.len()));
+    }
     if let Some(cursor) = &f.after {
         let (at_ms, seq) = cursor
             .split_once('-')
@@ -298,6 +306,11 @@ pub(crate) fn dlq_conditions(
     }
     Ok((sql, args))
 }
+
+/// How often the dead letter in the current `dlq` row was dead-lettered before: its
+/// message's earlier DLQ rows (each one replayed, or it could not have come back).
+pub(crate) const REPEATS: &str = "(SELECT COUNT(*) FROM dlq earlier
+      WHERE earlier.message_seq = dlq.message_seq AND earlier.seq < dlq.seq)";
 
 /// A value bound to a DLQ filter's condition.
 #[derive(Debug, Clone, PartialEq, Eq)]

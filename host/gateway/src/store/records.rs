@@ -56,6 +56,18 @@ pub struct DlqFilter {
     pub kind: Option<String>,
     /// Only dead letters at least this old (ms).
     pub min_age_ms: Option<u64>,
+    /// Only dead letters dead-lettered before this instant (ms since the epoch): a group
+    /// action's cut-off, so that letters arriving while it runs (its own replays failing
+    /// again among them) stay for the next look.
+    pub dead_before_ms: Option<u64>,
+    /// Only the dead letters of this group (a [`crate::dlq::DlqGroup`]'s `id`). Matched
+    /// as each page is read, so a page may hold fewer than its `limit` and still have a
+    /// next one.
+    pub group: Option<String>,
+    /// Only dead letters that came back from at most this many replays
+    /// ([`DlqEntry::repeats`]): a bulk replay passes one less than `park_after_repeats`,
+    /// which leaves the parked ones out.
+    pub max_repeats: Option<u32>,
     /// At most this many, oldest first.
     pub limit: Option<usize>,
     /// Only dead letters after this cursor: the `next` of the page before (the admin API's
@@ -89,6 +101,11 @@ pub struct DlqEntry {
     pub created_at_ms: u64,
     /// The envelope, decoded whatever the stored format.
     pub envelope: crate::envelope::Envelope,
+    /// How often this message was dead-lettered before, replayed, and failed again. Kept
+    /// by the store (its earlier DLQ rows, until retention prunes them); a broker's DLQ
+    /// does not keep it and says 0.
+    #[serde(default)]
+    pub repeats: u32,
 }
 
 /// One DLQ's depth.

@@ -126,6 +126,7 @@ pub fn run(
                 canary,
                 canary_timeout,
                 note,
+                cancel: None,
             };
             let report =
                 cli::dlq::replay(config, source, &filter.filter(), &options, |done, total| {

@@ -4,10 +4,12 @@ use mysql::prelude::Queryable as _;
 use mysql::{Params, Row, TxOpts, Value};
 
 use super::{MysqlStore, audit};
-use crate::store::{DlqArg, DlqEntry, DlqFilter, DlqStats, StoreError, clamp_ms, dlq_conditions};
+use crate::store::{
+    DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError, clamp_ms, dlq_conditions,
+};
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
-                             created_at_ms, format, envelope FROM dlq WHERE state = 'dead'";
+                             created_at_ms, format, envelope";
 
 impl MysqlStore {
     /// Dead letters matching `filter`, oldest first (by failure time, then `seq`).
@@ -18,7 +20,7 @@ impl MysqlStore {
             .map(|n| format!(" LIMIT {n}"))
             .unwrap_or_default();
         self.dlq_query(
-            &format!("{SELECT}{conditions} ORDER BY created_at_ms, seq{limit}"),
+            &format!("{SELECT}, {REPEATS} FROM dlq WHERE state = 'dead'{conditions} ORDER BY created_at_ms, seq{limit}"),
             &args,
         )
     }
@@ -26,7 +28,10 @@ impl MysqlStore {
     /// The dead letter `seq`, if it is still in a DLQ.
     pub fn dlq_entry(&self, seq: i64) -> Result<Option<DlqEntry>, StoreError> {
         Ok(self
-            .dlq_query(&format!("{SELECT} AND seq = ?"), &[DlqArg::Int(seq)])?
+            .dlq_query(
+                &format!("{SELECT}, {REPEATS} FROM dlq WHERE state = 'dead' AND seq = ?"),
+                &[DlqArg::Int(seq)],
+            )?
             .pop())
     }
 
@@ -158,5 +163,6 @@ fn entry_of(mut row: Row) -> Result<DlqEntry, StoreError> {
         attempts: u32::try_from(take::<i64>(&mut row, 7)?.max(0)).unwrap_or(u32::MAX),
         created_at_ms: take::<i64>(&mut row, 8)?.max(0) as u64,
         envelope,
+        repeats: u32::try_from(take::<i64>(&mut row, 11)?.max(0)).unwrap_or(u32::MAX),
     })
 }

@@ -3,10 +3,12 @@
 use postgres::types::ToSql;
 
 use super::{PostgresStore, TOPICS_LOCK, audit};
-use crate::store::{DlqArg, DlqEntry, DlqFilter, DlqStats, StoreError, clamp_ms, dlq_conditions};
+use crate::store::{
+    DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError, clamp_ms, dlq_conditions,
+};
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
-                             created_at_ms, format, envelope FROM dlq WHERE state = 'dead'";
+                             created_at_ms, format, envelope";
 
 impl PostgresStore {
     /// Dead letters matching `filter`, oldest first (by failure time, then `seq`).
@@ -17,7 +19,7 @@ impl PostgresStore {
             .map(|n| format!(" LIMIT {n}"))
             .unwrap_or_default();
         self.dlq_query(
-            &format!("{SELECT}{conditions} ORDER BY created_at_ms, seq{limit}"),
+            &format!("{SELECT}, {REPEATS} FROM dlq WHERE state = 'dead'{conditions} ORDER BY created_at_ms, seq{limit}"),
             &args,
         )
     }
@@ -25,7 +27,10 @@ impl PostgresStore {
     /// The dead letter `seq`, if it is still in a DLQ.
     pub fn dlq_entry(&self, seq: i64) -> Result<Option<DlqEntry>, StoreError> {
         Ok(self
-            .dlq_query(&format!("{SELECT} AND seq = $1"), &[DlqArg::Int(seq)])?
+            .dlq_query(
+                &format!("{SELECT}, {REPEATS} FROM dlq WHERE state = 'dead' AND seq = $1"),
+                &[DlqArg::Int(seq)],
+            )?
             .pop())
     }
 
@@ -58,6 +63,7 @@ impl PostgresStore {
                         attempts: u32::try_from(r.get::<_, i64>(7).max(0)).unwrap_or(u32::MAX),
                         created_at_ms: r.get::<_, i64>(8).max(0) as u64,
                         envelope,
+                        repeats: u32::try_from(r.get::<_, i64>(11).max(0)).unwrap_or(u32::MAX),
                     })
                 })
                 .collect()

@@ -206,11 +206,16 @@ impl PostgresStore {
                             if !wake(true) {
                                 return;
                             }
-                            let mut notifications = client.notifications();
-                            let mut waiting =
-                                notifications.timeout_iter(std::time::Duration::from_secs(1));
                             loop {
-                                match waiting.next() {
+                                // A fresh iterator per wait: the driver's `TimeoutIter` resets
+                                // its timer only when a notification comes, so once a quiet
+                                // second had passed, a kept one answered "nothing" at once,
+                                // forever - a thread spinning at full speed.
+                                let next = client
+                                    .notifications()
+                                    .timeout_iter(std::time::Duration::from_secs(1))
+                                    .next();
+                                match next {
                                     Ok(Some(_)) => {
                                         if !wake(true) {
                                             return;

@@ -3,10 +3,10 @@
 use rusqlite::params;
 
 use super::{SqliteStore, audit};
-use crate::store::{DlqArg, DlqEntry, DlqFilter, DlqStats, StoreError};
+use crate::store::{DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError};
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
-                             created_at_ms, format, envelope FROM dlq WHERE state = 'dead'";
+                             created_at_ms, format, envelope";
 
 impl SqliteStore {
     /// Dead letters matching `filter`, oldest first (by failure time, then `seq`); a
@@ -33,7 +33,9 @@ impl SqliteStore {
         args: &[rusqlite::types::Value],
     ) -> Result<Vec<DlqEntry>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare(&format!("{SELECT}{conditions}"))?;
+        let mut stmt = conn.prepare(&format!(
+            "{SELECT}, {REPEATS} FROM dlq WHERE state = 'dead'{conditions}"
+        ))?;
         let rows = stmt.query_map(rusqlite::params_from_iter(args.iter()), |r| {
             let seq: i64 = r.get(0)?;
             let format: String = r.get(9)?;
@@ -53,6 +55,7 @@ impl SqliteStore {
                 attempts: r.get(7)?,
                 created_at_ms: r.get(8)?,
                 envelope,
+                repeats: r.get(11)?,
             }))
         })?;
         let mut out = Vec::new();
