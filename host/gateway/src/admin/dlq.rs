@@ -189,9 +189,21 @@ pub(crate) async fn ready(State(state): State<AdminState>) -> Result<&'static st
         ));
     }
     let store = pipeline.store().clone();
+    let name = store.describe();
+    // Always naming the store: a connection the database cut fails with the driver's words
+    // only ("broken pipe"), which would leave the operator guessing which database.
+    let unready = |e: &dyn std::fmt::Display| {
+        let e = e.to_string();
+        let target = name.split_once(' ').map_or(name.as_str(), |(_, t)| t);
+        store_error(if e.contains(target) {
+            e
+        } else {
+            format!("{name}: {e}")
+        })
+    };
     match tokio::task::spawn_blocking(move || store.counts()).await {
         Ok(Ok(_)) => Ok("ready\n"),
-        Ok(Err(e)) => Err(store_error(e)),
-        Err(e) => Err(store_error(e)),
+        Ok(Err(e)) => Err(unready(&e)),
+        Err(e) => Err(unready(&e)),
     }
 }

@@ -112,13 +112,14 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
         _ => false,
     });
     let mut round = 0_usize;
+    let mut outage = super::StoreOutage::default();
     while !*shutdown.borrow() {
         round = round.wrapping_add(1);
         let planned = match plan(&pipeline, &store, &slots, round).await {
             Ok(planned) => planned,
             Err(e) => {
-                tracing::error!(error = %e, "claiming messages failed; retrying");
-                tokio::time::sleep(poll).await;
+                let wait = outage.failed(&e, poll);
+                tokio::time::sleep(wait).await;
                 continue;
             }
         };
@@ -131,8 +132,8 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             {
                 Ok(Ok(claimed)) => claimed,
                 Ok(Err(e)) => {
-                    tracing::error!(error = %e, "claiming messages failed; retrying");
-                    tokio::time::sleep(poll).await;
+                    let wait = outage.failed(&e, poll);
+                    tokio::time::sleep(wait).await;
                     continue;
                 }
                 Err(e) => {
@@ -141,6 +142,7 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
                 }
             }
         };
+        outage.answered();
         if claimed.is_empty() {
             // Every slot taken: only a finished delivery (or the poll) can change that, and
             // asking the store when the next message falls due would find one due now and

@@ -22,11 +22,13 @@ pub mod nats;
 pub mod rabbitmq;
 mod settle_failures;
 mod source;
+mod store_outage;
 mod supervise;
 
 pub use settle_failures::MAX_SETTLE_FAILURES;
 pub(crate) use settle_failures::{SettleFailures, release_delay};
 pub use source::Source;
+pub(crate) use store_outage::StoreOutage;
 pub(crate) use supervise::{drained, supervise};
 
 /// What a caught panic said, as text (a panic's payload is a `&str` or a `String` when it
