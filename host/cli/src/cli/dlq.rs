@@ -157,6 +157,10 @@ pub fn replay(
     progress: impl FnMut(usize, usize),
 ) -> Result<ReplayReport> {
     let (config, dlqs) = open(config_path, source)?;
+    let filter = &verdict_gateway::dlq::leaving_parked_out(
+        filter.clone(),
+        config.gateway.park_after_repeats,
+    );
     let registry = if options.dry_run {
         let base = config_path.parent().unwrap_or(Path::new("."));
         Some(Registry::new(&config, base)?)
@@ -170,6 +174,47 @@ pub fn replay(
         options,
         progress,
     )?)
+}
+
+/// `verdict dlq groups`: the dead letters grouped by cause, largest group first.
+pub fn groups(
+    config_path: &Path,
+    source: SourceKind,
+    filter: &DlqFilter,
+    as_json: bool,
+) -> Result<String> {
+    let (config, dlqs) = open(config_path, source)?;
+    let groups = verdict_gateway::dlq::groups(
+        &[(source.name(), dlqs.as_ref())],
+        filter,
+        config.gateway.park_after_repeats,
+        verdict_gateway::pipeline::now_ms(),
+    )?;
+    if as_json {
+        return Ok(serde_json::to_string_pretty(&groups)? + "\n");
+    }
+    let mut out = format!(
+        "{:<16}  {:>6} {:>6}  {:<16} {:<10} {:<24} {:<20}  {}\n",
+        "GROUP", "COUNT", "PARKED", "TOPIC", "CLASS", "KIND", "LAST SEEN", "REASON"
+    );
+    for g in &groups {
+        writeln!(
+            out,
+            "{:<16}  {:>6} {:>6}  {:<16} {:<10} {:<24} {:<20}  {}",
+            g.id,
+            g.count,
+            g.parked,
+            g.fingerprint.topic,
+            g.fingerprint.class,
+            g.fingerprint.kind,
+            verdict_gateway::envelope::rfc3339(g.last_seen_ms),
+            g.fingerprint.reason,
+        )?;
+    }
+    if groups.is_empty() {
+        out.push_str("(no dead letters)\n");
+    }
+    Ok(out)
 }
 
 /// `verdict dlq discard --reason R`: discard for good (audited).

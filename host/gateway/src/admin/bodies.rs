@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ApiError;
-use crate::dlq::ReplayOptions;
+use crate::dlq::{JobAction, ReplayOptions};
 use crate::store::{DlqFilter, NewMessage};
 use verdict_registry::ShadowConfig;
 use verdict_runtime::FailureSpec;
@@ -266,4 +266,76 @@ mod tests {
         let e = discard(br#"{"reason": " "}"#).unwrap_err();
         assert!(e.message.contains("reason"), "{}", e.message);
     }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+struct GroupActionRequest {
+    source: Option<verdict_registry::SourceKind>,
+    rate_per_s: Option<f64>,
+    canary: Option<usize>,
+    canary_timeout_ms: Option<u64>,
+    note: Option<String>,
+    reason: Option<String>,
+}
+
+/// The longest note or reason an action keeps: it goes into the audit log.
+pub const MAX_NOTE_CHARS: usize = 500;
+
+/// `POST /v1/dlq/groups/{id}/{action}` (`replay`, `discard`, `dry-run`): the source and
+/// how. A discard needs a `reason`; `rate_per_s`, `canary` and `canary_timeout_ms` are a
+/// replay's. An empty body is `{}`.
+pub fn group_action(
+    action: &str,
+    body: &[u8],
+) -> Result<(Option<verdict_registry::SourceKind>, JobAction), ApiError> {
+    let request: GroupActionRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        GroupActionRequest::default()
+    } else {
+        json(body)?
+    };
+    let bounded = |text: Option<String>| {
+        text.map(|t| verdict_runtime::text::one_line(&t, MAX_NOTE_CHARS))
+            .filter(|t| !t.trim().is_empty())
+    };
+    let only_replay = request.rate_per_s.is_some()
+        || request.canary.is_some()
+        || request.canary_timeout_ms.is_some();
+    let job = match action {
+        "replay" => JobAction::Replay(ReplayOptions {
+            rate_per_s: request.rate_per_s,
+            canary: request.canary,
+            canary_timeout: Duration::from_millis(request.canary_timeout_ms.unwrap_or(120_000)),
+            note: bounded(request.note)
+                .unwrap_or_else(|| "group replayed through the admin API".into()),
+            ..ReplayOptions::default()
+        }),
+        "discard" if only_replay => {
+            return Err(ApiError::bad_request(
+                "request body: rate_per_s, canary and canary_timeout_ms are a replay's; a \
+                 discard takes `reason`",
+            ));
+        }
+        "discard" => JobAction::Discard(bounded(request.reason).ok_or_else(|| {
+            ApiError::bad_request("request body: reason: a discard needs a reason (it is audited)")
+        })?),
+        "dry-run" if only_replay => {
+            return Err(ApiError::bad_request(
+                "request body: a dry run moves nothing: rate_per_s, canary and \
+                 canary_timeout_ms do not apply",
+            ));
+        }
+        "dry-run" => JobAction::DryRun,
+        other => {
+            return Err(ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "not_found",
+                format!(
+                    "`{}` is not a group action (replay, discard, dry-run)",
+                    verdict_runtime::text::one_line(other, 64)
+                ),
+            ));
+        }
+    };
+    Ok((request.source, job))
 }

@@ -23,7 +23,7 @@ use verdict_registry::SourceKind;
 /// Entries a listing returns when the request names no `limit`, and at most.
 pub const DEFAULT_LIMIT: usize = 1_000;
 
-fn gateway(state: &AdminState) -> Result<std::sync::Arc<Pipeline>, ApiError> {
+pub(super) fn gateway(state: &AdminState) -> Result<std::sync::Arc<Pipeline>, ApiError> {
     state.gateway.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -39,7 +39,7 @@ fn store_error(e: impl std::fmt::Display) -> ApiError {
 
 /// Run `op` on the DLQs of `source` on a blocking thread: the store, or the broker's DLQs
 /// through the connection the API keeps to it.
-async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
+pub(super) async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
     state: &AdminState,
     source: Option<SourceKind>,
     op: impl FnOnce(&dyn DeadLetters) -> Result<T, E> + Send + 'static,
@@ -88,7 +88,7 @@ async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
 }
 
 /// A broker's DLQ is read through a connection to the broker: only with the token.
-fn broker_read(
+pub(super) fn broker_read(
     state: &AdminState,
     headers: &axum::http::HeaderMap,
     source: Option<SourceKind>,
@@ -144,6 +144,7 @@ pub(crate) async fn replay(
 ) -> Result<Json<ReplayReport>, ApiError> {
     let (filter, options) = bodies::replay(&body_bytes(body)?)?;
     let pipeline = gateway(&state)?;
+    let filter = crate::dlq::leaving_parked_out(filter, pipeline.settings().park_after_repeats);
     let registry = state.registry.clone();
     let source = filter.source;
     let report = with_dlqs(&state, source, move |dlqs| {

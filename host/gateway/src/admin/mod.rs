@@ -14,10 +14,14 @@
 //! | POST | `/v1/decide` | | `{"topic", "failure"}` -> decision |
 //! | POST | `/v1/topics/{topic}/messages` | yes | publish one message or a batch into the store |
 //! | GET | `/readyz` | | 200 once the store answers |
-//! | GET | `/v1/dlq`, `/v1/dlq/stats` | | the store's dead letters, a page at a time (query: topic, dlq, class, kind, min_age_ms, limit, after; the next page's `after` in the `x-verdict-next` header); depths |
+//! | GET | `/v1/dlq`, `/v1/dlq/stats` | | the store's dead letters, a page at a time (query: topic, dlq, class, kind, group, min_age_ms, dead_before_ms, max_repeats, limit, after; the next page's `after` in the `x-verdict-next` header); depths |
 //! | GET | `/v1/dlq?source=nats\|rabbitmq`, `/v1/dlq/stats?source=...` | token | the same, read from a broker (read-only; one kept connection per broker) |
 //! | POST | `/v1/dlq/replay` | token | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
 //! | POST | `/v1/dlq/discard` | token | `{"filter", "reason"}` (reason required, audited) |
+//! | GET | `/v1/dlq/groups` | (token for `?source=` a broker) | dead letters grouped by topic, class, kind and normalised reason: count, first/last seen, sources, policy versions, parked, a sample |
+//! | POST | `/v1/dlq/groups/{id}/replay`, `.../discard`, `.../dry-run` | token | a job on one group, cut off at its start (`{"source", "rate_per_s", "canary", "canary_timeout_ms", "note"}`; a discard needs `"reason"`); 202 with the job |
+//! | GET | `/v1/jobs`, `/v1/jobs/{id}` | | DLQ jobs, newest first: state, done/total, canary, dry-run decisions |
+//! | POST | `/v1/jobs/{id}/cancel` | token | stop a running job at its next step |
 //! | PUT | `/v1/policies/{name}/component` | token | upload a component (body: bytes) |
 //! | POST | `/v1/policies/{name}/activate` | token | `{"sha256"}`: activate an upload |
 //! | POST | `/v1/rollback` | token | `{"topic"?}`: previous generation, for one route or all |
@@ -44,7 +48,9 @@ pub mod bodies;
 mod broker_connections;
 mod dlq;
 mod error;
+mod groups;
 mod handlers;
+mod jobs;
 mod publish;
 mod views;
 
@@ -63,6 +69,7 @@ pub struct AdminState {
     token: Option<Arc<str>>,
     gateway: Option<Arc<Pipeline>>,
     broker_connections: Arc<broker_connections::BrokerConnections>,
+    jobs: Arc<crate::dlq::Jobs>,
 }
 
 impl AdminState {
@@ -81,6 +88,7 @@ impl AdminState {
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
             gateway: None,
             broker_connections: Arc::default(),
+            jobs: Arc::default(),
         }
     }
 
@@ -101,6 +109,8 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/reload", post(handlers::reload))
         .route("/v1/dlq/replay", post(dlq::replay))
         .route("/v1/dlq/discard", post(dlq::discard))
+        .route("/v1/dlq/groups/{group}/{action}", post(groups::act))
+        .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/topics/{topic}/messages", post(publish::publish))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
@@ -111,6 +121,9 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/readyz", get(dlq::ready))
         .route("/v1/dlq", get(dlq::list))
         .route("/v1/dlq/stats", get(dlq::stats))
+        .route("/v1/dlq/groups", get(groups::list))
+        .route("/v1/jobs", get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get))
         .route("/metrics", get(handlers::metrics))
         .route("/v1/status", get(handlers::status))
         .route("/v1/routes", get(handlers::routes))

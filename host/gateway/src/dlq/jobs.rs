@@ -74,6 +74,8 @@ pub struct JobView {
     pub total: usize,
     /// Handled so far.
     pub done: usize,
+    /// `done` of `total` as a whole percentage (100 once it has ended with nothing to do).
+    pub percent: u8,
     /// When it started (ms since the epoch).
     pub started_at_ms: u64,
     /// When it ended.
@@ -91,7 +93,7 @@ pub struct JobView {
 
 impl JobView {
     /// Done as a whole percentage (100 when there was nothing to do).
-    pub fn percent(&self) -> u8 {
+    fn percent_now(&self) -> u8 {
         if self.total == 0 {
             return if self.state == JobState::Running {
                 0
@@ -128,7 +130,9 @@ impl Job {
     }
 
     fn update(&self, f: impl FnOnce(&mut JobView)) {
-        f(&mut self.view.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&mut view);
+        view.percent = view.percent_now();
     }
 
     /// End it with `error` (a source that could not be reached, say).
@@ -140,10 +144,11 @@ impl Job {
         });
     }
 
-    /// Do the job on `dlqs`, recording progress as it goes; `registry` answers a dry run.
-    /// Returns when it has ended; its view says how.
-    pub fn run(&self, dlqs: &dyn DeadLetters, registry: Option<&Registry>) {
-        let outcome = self.work(dlqs, registry);
+    /// Do the job on `dlqs`, recording progress as it goes; `registry` answers a dry run,
+    /// `replayed` is called after each replay (to wake the deliveries). Returns when it has
+    /// ended; its view says how.
+    pub fn run(&self, dlqs: &dyn DeadLetters, registry: Option<&Registry>, replayed: &dyn Fn()) {
+        let outcome = self.work(dlqs, registry, replayed);
         let cancelled = self.cancel.load(Ordering::Relaxed);
         self.update(|v| {
             v.finished_at_ms = Some(now_ms());
@@ -158,7 +163,12 @@ impl Job {
         });
     }
 
-    fn work(&self, dlqs: &dyn DeadLetters, registry: Option<&Registry>) -> Result<(), JobError> {
+    fn work(
+        &self,
+        dlqs: &dyn DeadLetters,
+        registry: Option<&Registry>,
+        replayed: &dyn Fn(),
+    ) -> Result<(), JobError> {
         let filter = self.view().filter;
         match &self.action {
             JobAction::Replay(options) => {
@@ -168,6 +178,7 @@ impl Job {
                     ..options.clone()
                 };
                 let report = replay(dlqs, registry, &filter, &options, |done, total| {
+                    replayed();
                     self.update(|v| (v.done, v.total) = (done, total));
                 })
                 .map_err(|e| JobError(e.to_string()))?;
@@ -263,6 +274,7 @@ impl Jobs {
                 state: JobState::Running,
                 total: 0,
                 done: 0,
+                percent: 0,
                 started_at_ms,
                 finished_at_ms: None,
                 canary: None,

@@ -116,6 +116,15 @@ pub fn is_parked(repeats: u32, park_after_repeats: u32) -> bool {
     park_after_repeats > 0 && repeats >= park_after_repeats
 }
 
+/// `filter` as a bulk replay takes it: unless it names one dead letter (`seq`) or sets its
+/// own `max_repeats`, parked letters are left out.
+pub fn leaving_parked_out(mut filter: DlqFilter, park_after_repeats: u32) -> DlqFilter {
+    if filter.seq.is_none() && filter.max_repeats.is_none() && park_after_repeats > 0 {
+        filter.max_repeats = Some(park_after_repeats - 1);
+    }
+    filter
+}
+
 /// The dead letters `filter` matches in each `(source name, DLQs)`, grouped by
 /// [`Fingerprint`], largest group first. Read a page at a time: memory grows with the
 /// groups, not the letters.

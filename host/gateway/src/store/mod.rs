@@ -276,6 +276,10 @@ pub(crate) fn dlq_conditions(
             sql += &format!(" AND {column} = {}", placeholder(args.len()));
         }
     }
+    if let Some(seq) = f.seq {
+        args.push(DlqArg::Int(seq));
+        sql += &format!(" AND seq = {}", placeholder(args.len()));
+    }
     if let Some(age) = f.min_age_ms {
         args.push(DlqArg::Int(clamp_ms(now_ms.saturating_sub(age))));
         sql += &format!(" AND created_at_ms <= {}", placeholder(args.len()));

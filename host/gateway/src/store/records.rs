@@ -46,6 +46,8 @@ pub struct Claimed {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DlqFilter {
+    /// One dead letter, by its key (what `list` shows): how a parked one is replayed.
+    pub seq: Option<i64>,
     /// Source topic.
     pub topic: Option<String>,
     /// The DLQ's name.

@@ -38,6 +38,11 @@ pub struct GatewaySection {
     pub global_dlq: String,
     /// Encoding of dead-letter envelopes.
     pub dlq_format: DlqFormat,
+    /// A dead letter that was replayed this many times and failed again each time is
+    /// *parked*: bulk replays (`verdict dlq replay`, a group's replay) leave it out until an
+    /// operator replays it by itself. 0 parks nothing. The store counts the replays; a
+    /// broker's DLQ does not keep them, so nothing there is parked.
+    pub park_after_repeats: u32,
 }
 
 impl Default for GatewaySection {
@@ -53,6 +58,7 @@ impl Default for GatewaySection {
             dlq_naming: DlqNaming::Suffix,
             global_dlq: "DLQ".into(),
             dlq_format: DlqFormat::Json,
+            park_after_repeats: 3,
         }
     }
 }

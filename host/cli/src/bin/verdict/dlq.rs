@@ -13,6 +13,12 @@ use verdict_registry::SourceKind;
 /// Which dead letters.
 #[derive(clap::Args, Debug, Clone)]
 pub struct FilterArgs {
+    /// One dead letter, by its number (from `list`): how a parked one is replayed.
+    #[arg(long)]
+    seq: Option<i64>,
+    /// The dead letters of one group (its id, from `verdict dlq groups`).
+    #[arg(long)]
+    group: Option<String>,
     /// Source topic.
     #[arg(long)]
     topic: Option<String>,
@@ -36,6 +42,8 @@ pub struct FilterArgs {
 impl FilterArgs {
     fn filter(&self) -> DlqFilter {
         DlqFilter {
+            seq: self.seq,
+            group: self.group.clone(),
             topic: self.topic.clone(),
             dlq: self.dlq.clone(),
             class: self.class.clone(),
@@ -63,7 +71,14 @@ pub enum DlqArgs {
     },
     /// Depth and oldest entry per DLQ.
     Stats,
-    /// Put dead letters back for delivery, attempts reset (audited).
+    /// Dead letters grouped by cause (topic, class, kind, reason with ids and numbers
+    /// normalised), largest group first; act on one with `--group ID`.
+    Groups {
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+    /// Put dead letters back for delivery, attempts reset (audited). Parked ones (back
+    /// `park_after_repeats` times) are left out unless named with `--seq`.
     Replay {
         #[command(flatten)]
         filter: FilterArgs,
@@ -112,6 +127,7 @@ pub fn run(
         DlqArgs::List { filter } => cli::dlq::list(config, source, &filter.filter(), as_json)?,
         DlqArgs::Show { seq } => cli::dlq::show(config, source, seq)?,
         DlqArgs::Stats => cli::dlq::stats(config, source, as_json)?,
+        DlqArgs::Groups { filter } => cli::dlq::groups(config, source, &filter.filter(), as_json)?,
         DlqArgs::Replay {
             filter,
             dry_run,

@@ -1,0 +1,80 @@
+//! Dead letters grouped by cause over HTTP: `GET /v1/dlq/groups` lists the groups of one
+//! source's DLQs, and `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (token) starts a
+//! job on one group, cut off at the instant it starts (see [`crate::dlq::Jobs`]). A
+//! replay leaves parked letters out; the job answers at once (202) and runs on.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+
+use super::dlq::{broker_read, gateway, with_dlqs};
+use super::handlers::body_bytes;
+use super::{AdminState, ApiError, bodies};
+use crate::dlq::{DlqGroup, JobAction, JobView, groups, leaving_parked_out};
+use crate::pipeline::now_ms;
+use crate::store::DlqFilter;
+
+/// The longest group id accepted in a path: ids are 16 hex digits.
+const MAX_GROUP_ID: usize = 64;
+
+pub(crate) async fn list(
+    State(state): State<AdminState>,
+    headers: axum::http::HeaderMap,
+    filter: Result<Query<DlqFilter>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<DlqGroup>>, ApiError> {
+    let Query(filter) = filter.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let source = filter.source;
+    broker_read(&state, &headers, source)?;
+    let park_after = gateway(&state)?.settings().park_after_repeats;
+    let name = source.unwrap_or_default().name();
+    let groups = with_dlqs(&state, source, move |d| {
+        groups(&[(name, d)], &filter, park_after, now_ms())
+    })
+    .await?;
+    Ok(Json(groups))
+}
+
+pub(crate) async fn act(
+    State(state): State<AdminState>,
+    Path((group, action)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<JobView>), ApiError> {
+    if group.len() > MAX_GROUP_ID || !group.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(ApiError::bad_request(format!(
+            "`{}` is not a group id (16 hex digits, from GET /v1/dlq/groups)",
+            verdict_runtime::text::one_line(&group, MAX_GROUP_ID)
+        )));
+    }
+    let (source, action) = bodies::group_action(&action, &body_bytes(body)?)?;
+    let pipeline = gateway(&state)?;
+    let park_after = pipeline.settings().park_after_repeats;
+    let filter = DlqFilter {
+        group: Some(group),
+        source,
+        ..DlqFilter::default()
+    };
+    // A bulk replay leaves parked letters for an operator to replay one by one.
+    let filter = match action {
+        JobAction::Replay(_) => leaving_parked_out(filter, park_after),
+        _ => filter,
+    };
+    let job = state.jobs.create(action, filter);
+    let view = job.view();
+    let registry = state.registry.clone();
+    let run_state = state.clone();
+    tokio::spawn(async move {
+        let worker = job.clone();
+        let woken = pipeline.clone();
+        let ran = with_dlqs(&run_state, source, move |d| {
+            worker.run(d, Some(&registry), &|| woken.wake());
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .await;
+        if let Err(e) = ran {
+            job.fail(e.message);
+        }
+    });
+    Ok((StatusCode::ACCEPTED, Json(view)))
+}

@@ -1,0 +1,47 @@
+//! The gateway's DLQ jobs over HTTP: `GET /v1/jobs` (newest first), `GET /v1/jobs/{id}`,
+//! and `POST /v1/jobs/{id}/cancel` (token), which stops a running job at its next step.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+
+use super::{AdminState, ApiError};
+use crate::dlq::JobView;
+
+fn no_such_job(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_such_job",
+        format!(
+            "no job `{}` (jobs are kept in memory: a restart forgets them)",
+            verdict_runtime::text::one_line(id, 64)
+        ),
+    )
+}
+
+pub(crate) async fn list(State(state): State<AdminState>) -> Json<Vec<JobView>> {
+    Json(state.jobs.list())
+}
+
+pub(crate) async fn get(
+    State(state): State<AdminState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = state.jobs.get(&id).ok_or_else(|| no_such_job(&id))?;
+    Ok(Json(job.view()))
+}
+
+pub(crate) async fn cancel(
+    State(state): State<AdminState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let job = state.jobs.get(&id).ok_or_else(|| no_such_job(&id))?;
+    if !job.cancel() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "job_ended",
+            format!("job {id} has already ended"),
+        ));
+    }
+    Ok(Json(job.view()))
+}
