@@ -229,3 +229,100 @@ fn a_corrupt_config_is_refused_with_the_field_and_nothing_starts() {
         "nothing should have started"
     );
 }
+
+/// `verdict dlq groups` finds the cause; `verdict jobs` acts on it through the running
+/// gateway: a dry run followed to its end, the job listed, a cancel of an ended job refused,
+/// an unknown job named.
+#[test]
+fn dlq_groups_and_jobs_from_the_command_line() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gateway-jobs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let app = consumer("127.0.0.1:0", 5);
+    let config = write_config(&dir, &app.url);
+    let config_arg = config.to_str().unwrap();
+    let gw = gateway(&config);
+    let batch = dir.join("batch.jsonl");
+    let lines: Vec<String> = (0..200)
+        .map(|i| format!(r#"{{"id": "m-{i}", "payload": {{"order": {i}}}}}"#))
+        .collect();
+    std::fs::write(&batch, lines.join("\n")).unwrap();
+    let token = dir.join("token");
+    let admin = ["--admin", &gw.url, "--token-file", token.to_str().unwrap()];
+    let published = verdict(
+        &[
+            &[
+                "publish",
+                "--topic",
+                "orders",
+                "--batch",
+                batch.to_str().unwrap(),
+            ],
+            &admin[..],
+        ]
+        .concat(),
+        None,
+    );
+    assert!(published.status.success(), "{}", text(&published.stderr));
+    let rule = by_percent(20, 5);
+    let permanent = (0..200)
+        .filter(|i| rule(&format!("m-{i}")) == Behaviour::Permanent)
+        .count() as u64;
+    let store = Store::open(&dir.join(".verdict/verdict.db")).unwrap();
+    assert!(wait_until(Duration::from_secs(60), || store
+        .counts()
+        .is_ok_and(|c| c.pending() == 0 && c.dead == permanent)));
+
+    let groups = verdict(&["dlq", "groups", "--json", "-c", config_arg], None);
+    assert!(groups.status.success(), "{}", text(&groups.stderr));
+    let groups: serde_json::Value = serde_json::from_slice(&groups.stdout).unwrap();
+    assert_eq!(groups.as_array().unwrap().len(), 1, "{groups:#}");
+    assert_eq!(groups[0]["count"].as_u64(), Some(permanent));
+    let id = groups[0]["id"].as_str().unwrap();
+    let listed = verdict(
+        &["dlq", "list", "--group", id, "--json", "-c", config_arg],
+        None,
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len() as u64, permanent);
+
+    let dry = verdict(
+        &[&["jobs", "dry-run", "--group", id], &admin[..]].concat(),
+        None,
+    );
+    assert!(dry.status.success(), "{}", text(&dry.stderr));
+    let table = text(&dry.stdout);
+    assert!(
+        table.contains("succeeded") && table.contains(&format!("now: dead-letter {permanent}")),
+        "{table}"
+    );
+    assert!(text(&dry.stderr).contains("(100%)"), "progress on stderr");
+    let jobs = verdict(&[&["jobs", "list", "--json"], &admin[..]].concat(), None);
+    let jobs: serde_json::Value = serde_json::from_slice(&jobs.stdout).unwrap();
+    assert_eq!(jobs[0]["action"], "dry-run");
+    assert_eq!(jobs[0]["filter"]["group"], serde_json::json!(id));
+    let job = jobs[0]["id"].as_str().unwrap();
+    let cancel = verdict(&[&["jobs", "cancel", job], &admin[..]].concat(), None);
+    assert!(!cancel.status.success());
+    assert!(
+        text(&cancel.stderr).contains("already ended"),
+        "{}",
+        text(&cancel.stderr)
+    );
+    let missing = verdict(&[&["jobs", "show", "job-999"], &admin[..]].concat(), None);
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing.stderr).contains("no job `job-999`"),
+        "{}",
+        text(&missing.stderr)
+    );
+    let bad = verdict(
+        &[&["jobs", "show", "../v1/reload"], &admin[..]].concat(),
+        None,
+    );
+    assert!(
+        text(&bad.stderr).contains("is not a job or group id"),
+        "{}",
+        text(&bad.stderr)
+    );
+}

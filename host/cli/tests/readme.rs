@@ -118,6 +118,20 @@ fn the_quickstart_runs_as_written() {
     assert!(dead > 0, "the demo consumer refuses 5% for good:\n{stdout}");
     assert!(stdout.contains("orders.DLQ"), "{stdout}");
     assert!(stdout.contains("schema.unknown-version"), "{stdout}");
+    // `dlq groups`: the dead letters are one group, of their number, and it says why.
+    let group = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("GROUP "))
+        .nth(1)
+        .expect("a groups table");
+    let columns: Vec<&str> = group.split_whitespace().collect();
+    assert_eq!(columns[0].len(), 16, "{group}");
+    assert_eq!(columns[1].parse::<u64>().ok(), Some(dead), "{group}");
+    assert_eq!(
+        &columns[3..6],
+        ["orders", "poison", "schema.unknown-version"],
+        "{group}"
+    );
     // The envelope the README documents has the keys the gateway wrote.
     let config = dir.join("examples/quickstart.toml");
     let shown = common::verdict(&["dlq", "show", "1", "-c", config.to_str().unwrap()], None);

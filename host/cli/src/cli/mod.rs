@@ -9,11 +9,13 @@ use serde::Serialize;
 use verdict_runtime::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, TopicSettings};
 
 pub mod dlq;
+pub mod jobs;
 mod new;
 mod policy;
 mod signal;
 pub mod store;
 
+pub use jobs::{JobsCommand, jobs};
 pub use new::{Scaffold, SdkSource, new_policy};
 pub use policy::{PolicyCommand, policy};
 pub use signal::shutdown_signal;

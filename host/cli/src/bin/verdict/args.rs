@@ -109,6 +109,17 @@ pub enum Command {
         #[command(subcommand)]
         command: cli::PolicyCommand,
     },
+    /// DLQ jobs of a running gateway (a client of its admin API): replay, discard or
+    /// dry-run a group of dead letters (from `verdict dlq groups`), follow, list, cancel.
+    Jobs {
+        #[command(flatten)]
+        admin: AdminArgs,
+        /// Print the API's JSON instead of a table.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: cli::JobsCommand,
+    },
     /// The gateway's store: `migrate` brings a shared database's schema up to date before
     /// gateways start on it (a starting gateway does the same if its user may).
     Store {

@@ -129,6 +129,26 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         } => {
             emit(&cli::policy(&admin.client()?, &command, json)?)?;
         }
+        Command::Jobs {
+            admin,
+            json,
+            command,
+        } => {
+            let out = cli::jobs(&admin.client()?, &command, json, |job| {
+                eprint!(
+                    "\r{} {}: {}/{} ({}%)",
+                    job["id"].as_str().unwrap_or("job"),
+                    job["state"].as_str().unwrap_or("?"),
+                    job["done"],
+                    job["total"],
+                    job["percent"]
+                );
+                if job["state"] != "running" {
+                    eprintln!();
+                }
+            })?;
+            emit(&out)?;
+        }
         Command::Store {
             config,
             command: args::StoreCommand::Migrate,
