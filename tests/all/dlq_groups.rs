@@ -308,3 +308,88 @@ fn a_letter_that_keeps_coming_back_is_parked_and_left_out_of_bulk_replays() {
         entries.len() == 2 && entries.iter().any(|e| e["repeats"] == 3)
     }));
 }
+
+#[test]
+fn a_repair_is_refused_unless_allowed_and_is_audited_with_who_changed_what() {
+    let dir = scratch_dir("dlq-repair");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (consumer, fixed) = consumer(&runtime);
+    // Repairs allowed on `invoices` only.
+    let text = config(&consumer.url(), "").replace(
+        "[policies.rules]",
+        "[console]\nallow_edit_topics = [\"invoices\"]\n[policies.rules]",
+    );
+    let gw = Gateway::start_on(runtime, &dir, &text, "groups-token");
+    publish(&gw, "orders", &ids("order", 0..1));
+    publish(&gw, "invoices", &ids("invoice", 0..1));
+    assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 2));
+    let entries: Vec<Value> = gw.anonymous.get("/v1/dlq").unwrap();
+    let seq_of = |topic: &str| {
+        entries.iter().find(|e| e["topic"] == topic).unwrap()["seq"]
+            .as_i64()
+            .unwrap()
+    };
+    let (order, invoice) = (seq_of("orders"), seq_of("invoices"));
+    let fix = json!({
+        "payload": {"id": "invoice-0", "schema": 2},
+        "headers": {"x-schema": "2"},
+        "note": "schema v2 by hand, ticket 4711"
+    });
+
+    // Without the token, for a topic not allowed, with a bad body: refused, nothing moves.
+    let path = |seq: i64| format!("/v1/dlq/{seq}/repair");
+    assert_eq!(
+        status_of(gw.anonymous.post::<Value>(&path(invoice), &fix)).0,
+        401
+    );
+    assert_eq!(
+        status_of(gw.admin.post::<Value>(&path(order), &fix)),
+        (403, "edit_disabled".to_string())
+    );
+    for bad in [
+        json!({"note": "nothing to change"}),
+        json!({"payload": 1}),
+        json!({"payload": 1, "payload_base64": "AA==", "note": "n"}),
+        json!({"payload_base64": "not base64!", "note": "n"}),
+        json!({"headers": {"bad name": "v"}, "note": "n"}),
+        json!({"headers": {"x-ok": "line\r\nbreak"}, "note": "n"}),
+        json!({"payload": 1, "note": "n", "who": "me"}),
+    ] {
+        assert_eq!(
+            status_of(gw.admin.post::<Value>(&path(invoice), &bad)).0,
+            400,
+            "{bad}"
+        );
+    }
+    assert_eq!(
+        status_of(gw.admin.post::<Value>(&path(999_999), &fix)),
+        (404, "no_such_dead_letter".to_string())
+    );
+    assert_eq!(depth(&gw), 2);
+
+    // Allowed: the repaired message is delivered as written; the dead letter keeps the
+    // original; the audit says who changed what.
+    fixed.lock().unwrap().insert("invoice-0".to_string());
+    let done: Value = gw.admin.post(&path(invoice), &fix).unwrap();
+    assert_eq!(done["message_id"], "invoice-0");
+    let audit = done["audit"].as_str().unwrap();
+    assert!(audit.starts_with("by the admin API: payload "), "{audit}");
+    assert!(
+        audit.contains("headers set: x-schema; removed: none"),
+        "{audit}"
+    );
+    assert!(
+        audit.ends_with("note: schema v2 by hand, ticket 4711"),
+        "{audit}"
+    );
+    assert!(wait_for(Duration::from_secs(30), || {
+        gw.store.state_of("invoice-0").unwrap().as_deref() == Some("delivered")
+    }));
+    assert_eq!(depth(&gw), 1);
+    assert_eq!(gw.store.audit_count("repaired").unwrap(), 1);
+    assert_eq!(
+        status_of(gw.admin.post::<Value>(&path(invoice), &fix)),
+        (404, "no_such_dead_letter".to_string()),
+        "a dead letter is repaired once"
+    );
+}

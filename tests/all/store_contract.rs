@@ -635,6 +635,51 @@ fn dlq_filters_for_group_actions(b: &dyn Backend) {
     assert!(none.is_empty());
 }
 
+/// A repaired dead letter comes back with the new payload, content type and headers, its
+/// attempts reset; the repair is audited; the letter is repaired once.
+fn a_repaired_dead_letter_is_delivered_as_edited(b: &dyn Backend) {
+    let store = b.open();
+    store.publish(&[message("r", "orders")], 0).unwrap();
+    let c = store
+        .claim(10, &want("orders", 1), 60_000)
+        .unwrap()
+        .remove(0);
+    settle_one(&store, c.seq, c.lease, &dead_letter("r", 100), 100).unwrap();
+    let seq = store.dlq_list(&DlqFilter::default(), 1_000).unwrap()[0].seq;
+    let repair = verdict_gateway::store::Repair {
+        payload: Some(b"{\"id\": \"r\", \"fixed\": true}".to_vec()),
+        content_type: Some("application/json; v=2".into()),
+        headers: Some([("x-fixed".to_string(), "yes".to_string())].into()),
+    };
+    assert_eq!(
+        store
+            .dlq_repair(seq, &repair, 200, "by test: payload")
+            .unwrap()
+            .as_deref(),
+        Some("r")
+    );
+    assert!(
+        store
+            .dlq_list(&DlqFilter::default(), 1_000)
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.audit_count("repaired").unwrap(), 1);
+    let again = store
+        .claim(300, &want("orders", 1), 60_000)
+        .unwrap()
+        .remove(0);
+    let d = &again.delivery;
+    assert_eq!(d.payload, b"{\"id\": \"r\", \"fixed\": true}");
+    assert_eq!(d.content_type.as_deref(), Some("application/json; v=2"));
+    assert_eq!(
+        d.headers,
+        [("x-fixed".to_string(), "yes".to_string())].into()
+    );
+    assert_eq!((d.attempts_spent, d.history.len()), (0, 0));
+    assert_eq!(store.dlq_repair(seq, &repair, 400, "again").unwrap(), None);
+}
+
 fn retention_prunes_what_is_settled_and_keeps_what_is_not(b: &dyn Backend) {
     let store = b.open();
     let msgs: Vec<NewMessage> = (0..5)
@@ -762,6 +807,7 @@ contract!(
     the_longest_topic_is_published_and_dead_lettered,
     the_dlq_lists_pages_replays_and_discards,
     dlq_filters_for_group_actions,
+    a_repaired_dead_letter_is_delivered_as_edited,
     retention_prunes_what_is_settled_and_keeps_what_is_not,
     a_gateway_that_went_away_loses_nothing,
     competing_claims_never_take_the_same_message,

@@ -20,6 +20,7 @@
 //! | POST | `/v1/dlq/discard` | token | `{"filter", "reason"}` (reason required, audited) |
 //! | GET | `/v1/dlq/groups` | (token for `?source=` a broker) | dead letters grouped by topic, class, kind and normalised reason: count, first/last seen, sources, policy versions, parked, a sample |
 //! | POST | `/v1/dlq/groups/{id}/replay`, `.../discard`, `.../dry-run` | token | a job on one group, cut off at its start (`{"source", "rate_per_s", "canary", "canary_timeout_ms", "note"}`; a discard needs `"reason"`); 202 with the job |
+//! | POST | `/v1/dlq/{seq}/repair` | token | `{"payload" \| "payload_base64", "content_type", "headers", "note"}`: edit one dead letter of the store and put it back (only with `[console] allow_edit`; audited as `repaired` with who changed what) |
 //! | GET | `/v1/jobs`, `/v1/jobs/{id}` | | DLQ jobs, newest first: state, done/total, canary, dry-run decisions |
 //! | POST | `/v1/jobs/{id}/cancel` | token | stop a running job at its next step |
 //! | PUT | `/v1/policies/{name}/component` | token | upload a component (body: bytes) |
@@ -52,6 +53,7 @@ mod groups;
 mod handlers;
 mod jobs;
 mod publish;
+pub mod repair;
 mod views;
 
 pub use error::ApiError;
@@ -111,6 +113,7 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/dlq/discard", post(dlq::discard))
         .route("/v1/dlq/groups/{group}/{action}", post(groups::act))
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/dlq/{seq}/repair", post(repair::repair))
         .route("/v1/topics/{topic}/messages", post(publish::publish))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -26,7 +26,7 @@ pub mod sqlite;
 
 pub use error::StoreError;
 pub use records::{
-    Claimed, DlqEntry, DlqFilter, DlqStats, NewMessage, Pruned, Published, StateCounts,
+    Claimed, DlqEntry, DlqFilter, DlqStats, NewMessage, Pruned, Published, Repair, StateCounts,
 };
 
 use crate::model::Settlement;
@@ -226,7 +226,21 @@ impl Store {
         now_ms: u64,
         note: &str,
     ) -> Result<Vec<String>, StoreError> {
-        on_backend!(self, s => s.dlq_replay(seqs, now_ms, note))
+        on_backend!(self, s => s.dlq_replay(seqs, now_ms, note, None))
+    }
+
+    /// Put dead letter `seq` back for delivery with `repair` applied to its message, as
+    /// [`Store::dlq_replay`] does, audited as `repaired` with `detail` (who changed what).
+    /// The dead letter itself is kept (state `replayed`) with the envelope as it was, until
+    /// retention. The message id, or `None` when `seq` is no longer in a DLQ.
+    pub fn dlq_repair(
+        &self,
+        seq: i64,
+        repair: &Repair,
+        now_ms: u64,
+        detail: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(on_backend!(self, s => s.dlq_replay(&[seq], now_ms, detail, Some(repair)))?.pop())
     }
 
     /// Discard dead letters for good, each audited with `reason`; how many.

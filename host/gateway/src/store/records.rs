@@ -110,6 +110,30 @@ pub struct DlqEntry {
     pub repeats: u32,
 }
 
+/// What an operator changed in a dead letter before resubmitting it: each part left `None`
+/// stays as it was.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Repair {
+    /// The new body.
+    pub payload: Option<Vec<u8>>,
+    /// The new body's content type.
+    pub content_type: Option<String>,
+    /// The new headers (all of them: a header left out is removed).
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+impl Repair {
+    /// The headers as the store keeps them (JSON), when they change.
+    pub(crate) fn headers_json(&self) -> Result<Option<String>, super::StoreError> {
+        self.headers
+            .as_ref()
+            .map(|h| {
+                serde_json::to_string(h).map_err(|e| super::StoreError::Corrupt(e.to_string()))
+            })
+            .transpose()
+    }
+}
+
 /// One DLQ's depth.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct DlqStats {

@@ -30,6 +30,7 @@ use verdict_runtime::{Limits, TopicSettings};
 mod admin;
 mod admission;
 mod brokers;
+mod console;
 mod gateway;
 mod source_kind;
 mod storage;
@@ -38,6 +39,7 @@ pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
 pub use admission::AdmissionConfig;
 pub use brokers::{MAX_DELAY_BUCKET_MS, covers_subject};
 pub use brokers::{NatsConfig, RabbitmqConfig};
+pub use console::ConsoleConfig;
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};
 pub use source_kind::SourceKind;
 pub use storage::StorageConfig;
@@ -58,6 +60,9 @@ pub struct GatewayConfig {
     /// The admin HTTP API.
     #[serde(default)]
     pub admin: AdminConfig,
+    /// Repairs of dead letters: off unless enabled.
+    #[serde(default)]
+    pub console: ConsoleConfig,
     /// The state directory.
     #[serde(default)]
     pub storage: StorageConfig,

@@ -4,6 +4,7 @@ use mysql::prelude::Queryable as _;
 use mysql::{Params, Row, TxOpts, Value};
 
 use super::{MysqlStore, audit};
+use crate::store::Repair;
 use crate::store::{
     DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError, clamp_ms, dlq_conditions,
 };
@@ -82,7 +83,9 @@ impl MysqlStore {
         seqs: &[i64],
         now_ms: u64,
         note: &str,
+        repair: Option<&Repair>,
     ) -> Result<Vec<String>, StoreError> {
+        let headers = repair.map(Repair::headers_json).transpose()?.flatten();
         self.with(|c| {
             let mut tx = c.start_transaction(TxOpts::default())?;
             let now = clamp_ms(now_ms);
@@ -105,7 +108,21 @@ impl MysqlStore {
                      WHERE seq = ?",
                     (now, now, message_seq),
                 )?;
-                audit(&mut tx, now_ms, &id, &topic, "replayed", note)?;
+                if let Some(r) = repair {
+                    tx.exec_drop(
+                        "UPDATE messages SET payload = COALESCE(?, payload),
+                                content_type = COALESCE(?, content_type),
+                                headers = COALESCE(?, headers)
+                         WHERE seq = ?",
+                        (&r.payload, &r.content_type, &headers, message_seq),
+                    )?;
+                }
+                let event = if repair.is_some() {
+                    "repaired"
+                } else {
+                    "replayed"
+                };
+                audit(&mut tx, now_ms, &id, &topic, event, note)?;
                 ids.push(id);
             }
             tx.commit()?;

@@ -3,6 +3,7 @@
 use postgres::types::ToSql;
 
 use super::{PostgresStore, TOPICS_LOCK, audit};
+use crate::store::Repair;
 use crate::store::{
     DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError, clamp_ms, dlq_conditions,
 };
@@ -98,7 +99,9 @@ impl PostgresStore {
         seqs: &[i64],
         now_ms: u64,
         note: &str,
+        repair: Option<&Repair>,
     ) -> Result<Vec<String>, StoreError> {
+        let headers = repair.map(Repair::headers_json).transpose()?.flatten();
         self.with(|c| {
             let mut tx = c.client.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock_shared($1)", &[&TOPICS_LOCK])?;
@@ -128,11 +131,25 @@ impl PostgresStore {
                      WHERE seq = $1",
                     &[&message_seq, &now],
                 )?;
+                if let Some(r) = repair {
+                    tx.execute(
+                        "UPDATE messages SET payload = COALESCE($2, payload),
+                                content_type = COALESCE($3, content_type),
+                                headers = COALESCE($4, headers)
+                         WHERE seq = $1",
+                        &[&message_seq, &r.payload, &r.content_type, &headers],
+                    )?;
+                }
                 tx.execute(
                     "INSERT INTO topics (topic) VALUES ($1) ON CONFLICT (topic) DO NOTHING",
                     &[&topic],
                 )?;
-                audit(&mut tx, now_ms, &id, &topic, "replayed", note)?;
+                let event = if repair.is_some() {
+                    "repaired"
+                } else {
+                    "replayed"
+                };
+                audit(&mut tx, now_ms, &id, &topic, event, note)?;
                 ids.push(id);
             }
             if !ids.is_empty() {

@@ -3,6 +3,7 @@
 use rusqlite::params;
 
 use super::{SqliteStore, audit};
+use crate::store::Repair;
 use crate::store::{DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError};
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
@@ -93,7 +94,9 @@ impl SqliteStore {
         seqs: &[i64],
         now_ms: u64,
         note: &str,
+        repair: Option<&Repair>,
     ) -> Result<Vec<String>, StoreError> {
+        let headers = repair.map(Repair::headers_json).transpose()?.flatten();
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut ids = Vec::new();
@@ -109,10 +112,24 @@ impl SqliteStore {
                  WHERE seq = ?1",
                 params![message_seq, now_ms],
             )?;
+            if let Some(r) = repair {
+                tx.execute(
+                    "UPDATE messages SET payload = COALESCE(?2, payload),
+                            content_type = COALESCE(?3, content_type),
+                            headers = COALESCE(?4, headers)
+                     WHERE seq = ?1",
+                    params![message_seq, r.payload, r.content_type, headers],
+                )?;
+            }
             // The claim loop asks the topic list for work: the topic may have been pruned.
             tx.execute("INSERT OR IGNORE INTO topics (topic) VALUES (?1)", [&topic])?;
             tx.execute("UPDATE dlq SET state = 'replayed' WHERE seq = ?1", [seq])?;
-            audit(&tx, now_ms, &id, &topic, "replayed", note)?;
+            let event = if repair.is_some() {
+                "repaired"
+            } else {
+                "replayed"
+            };
+            audit(&tx, now_ms, &id, &topic, event, note)?;
             ids.push(id);
         }
         tx.commit()?;
