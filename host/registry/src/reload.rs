@@ -26,6 +26,17 @@ pub struct WatchError {
 pub struct ConfigWatcher {
     _debouncer: Debouncer<RecommendedWatcher>,
     registry: Arc<Registry>,
+    stopped: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for ConfigWatcher {
+    /// The debouncer's thread may still hand over one last batch of events after it is
+    /// dropped - the files of a gateway that stopped being removed, say - which must not
+    /// become a "reload refused" warning about a gateway that no longer runs.
+    fn drop(&mut self) {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl ConfigWatcher {
@@ -46,8 +57,10 @@ impl ConfigWatcher {
         // them), and the state directory changes as the registry works. What counts is
         // whether the bytes of the config or a file it names changed.
         let mut last = fingerprint(&config_path);
+        let stopped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = stopped.clone();
         let mut debouncer = new_debouncer(debounce, move |events: DebounceEventResult| {
-            if events.is_err() {
+            if events.is_err() || stopping.load(std::sync::atomic::Ordering::Relaxed) {
                 return;
             }
             // A file still being written is not reloaded half-way: wait until the files stop
@@ -60,6 +73,10 @@ impl ConfigWatcher {
                 while GatewayConfig::load(&path).is_err() && std::time::Instant::now() < deadline {
                     std::thread::sleep(SETTLE);
                     now = settled_fingerprint(&path, SETTLE, SETTLE_MAX);
+                }
+                // Settling took a while: the watcher may have been dropped meanwhile.
+                if stopping.load(std::sync::atomic::Ordering::Relaxed) {
+                    return;
                 }
                 let before = target.current().number;
                 let result = target.reload_file(&path);
@@ -102,6 +119,7 @@ impl ConfigWatcher {
         Ok(ConfigWatcher {
             _debouncer: debouncer,
             registry,
+            stopped,
         })
     }
 
