@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use verdict_gateway::dlq::{DeadLetters, ReplayOptions, replay};
+use verdict_gateway::dlq::{DeadLetters, ReplayOptions, groups, replay};
 use verdict_gateway::sources::nats::NatsDeadLetters;
 use verdict_gateway::sources::rabbitmq::RabbitDeadLetters;
 use verdict_gateway::store::DlqFilter;
@@ -50,6 +50,17 @@ fn round_trip(dlqs: &dyn DeadLetters, consumer: &Consumer, topic: &str) {
         assert_eq!(e.attempts, 1);
         assert_eq!(e.envelope.original.id, e.message_id);
     }
+    // Grouped by cause, a page at a time, as on the store: one group of ten, the broker
+    // keeping no repeat count (nothing parked), and the group a filter that matches them.
+    let grouped = groups(&[("broker", dlqs)], &DlqFilter::default(), 3, u64::MAX).unwrap();
+    assert_eq!(grouped.len(), 1, "{grouped:#?}");
+    assert_eq!((grouped[0].count, grouped[0].parked), (10, 0));
+    assert_eq!(grouped[0].dlqs, [format!("{topic}.DLQ")].into());
+    let members = DlqFilter {
+        group: Some(grouped[0].id.clone()),
+        ..DlqFilter::default()
+    };
+    assert_eq!(dlqs.list(&members, u64::MAX).unwrap().len(), 10);
     let stats = dlqs.stats().unwrap();
     assert_eq!(stats.len(), 1);
     assert_eq!(

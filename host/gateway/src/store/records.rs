@@ -62,9 +62,9 @@ pub struct DlqFilter {
     /// action's cut-off, so that letters arriving while it runs (its own replays failing
     /// again among them) stay for the next look.
     pub dead_before_ms: Option<u64>,
-    /// Only the dead letters of this group (a [`crate::dlq::DlqGroup`]'s `id`). Matched
-    /// as each page is read, so a page may hold fewer than its `limit` and still have a
-    /// next one.
+    /// Only the dead letters of this group (a group's `id`, as `verdict dlq groups` shows
+    /// it). Matched as each page is read, so a page may hold fewer than its `limit` and
+    /// still have a next one.
     pub group: Option<String>,
     /// Only dead letters that came back from at most this many replays
     /// ([`DlqEntry::repeats`]): a bulk replay passes one less than `park_after_repeats`,
