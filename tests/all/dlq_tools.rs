@@ -188,6 +188,27 @@ fn the_dlq_tools_work_on_jetstream() {
     assert_eq!(stats[0]["depth"], 10, "{stats}");
     let listed: serde_json::Value = gw.admin.get("/v1/dlq?source=nats&limit=3").unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
+    // Grouped across every source: the store holds none, the stream ten - one group, from
+    // NATS. Reading a broker needs the token.
+    let anonymous = gw
+        .anonymous
+        .get::<serde_json::Value>("/v1/dlq/groups?source=all");
+    assert!(format!("{anonymous:?}").contains("401"), "{anonymous:?}");
+    let groups: serde_json::Value = gw.admin.get("/v1/dlq/groups?source=all").unwrap();
+    assert_eq!(groups.as_array().map(Vec::len), Some(1), "{groups}");
+    assert_eq!(groups[0]["count"], 10, "{groups}");
+    assert_eq!(
+        groups[0]["sources"],
+        serde_json::json!(["nats"]),
+        "{groups}"
+    );
+    let refused = gw
+        .admin
+        .get::<serde_json::Value>("/v1/dlq/groups?source=kafka");
+    assert!(
+        format!("{refused:?}").contains("expected embedded, nats, rabbitmq or all"),
+        "{refused:?}"
+    );
     let refused = gw
         .anonymous
         .get::<serde_json::Value>("/v1/dlq?source=kafka");

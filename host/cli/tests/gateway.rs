@@ -279,6 +279,14 @@ fn dlq_groups_and_jobs_from_the_command_line() {
     assert_eq!(groups.as_array().unwrap().len(), 1, "{groups:#}");
     assert_eq!(groups[0]["count"].as_u64(), Some(permanent));
     let id = groups[0]["id"].as_str().unwrap();
+    // Every source this config's routes use - here the store alone - folds to the same.
+    let everywhere = verdict(
+        &["dlq", "groups", "--all-sources", "--json", "-c", config_arg],
+        None,
+    );
+    assert!(everywhere.status.success(), "{}", text(&everywhere.stderr));
+    let everywhere: serde_json::Value = serde_json::from_slice(&everywhere.stdout).unwrap();
+    assert_eq!(everywhere, groups);
     let listed = verdict(
         &["dlq", "list", "--group", id, "--json", "-c", config_arg],
         None,

@@ -176,20 +176,40 @@ pub fn replay(
     )?)
 }
 
-/// `verdict dlq groups`: the dead letters grouped by cause, largest group first.
+/// `verdict dlq groups`: the dead letters grouped by cause, largest group first - of
+/// `source`, or with `all_sources` of the store and every broker a route uses, folded
+/// together.
 pub fn groups(
     config_path: &Path,
     source: SourceKind,
+    all_sources: bool,
     filter: &DlqFilter,
     as_json: bool,
 ) -> Result<String> {
-    let (config, dlqs) = open(config_path, source)?;
-    let groups = verdict_gateway::dlq::groups(
-        &[(source.name(), dlqs.as_ref())],
-        filter,
-        config.gateway.park_after_repeats,
-        verdict_gateway::pipeline::now_ms(),
-    )?;
+    let config = GatewayConfig::load(config_path)?;
+    let mut kinds = vec![source];
+    if all_sources {
+        kinds = vec![SourceKind::Embedded];
+        for route in &config.routes {
+            if !kinds.contains(&route.source) {
+                kinds.push(route.source);
+            }
+        }
+    }
+    let mut all = verdict_gateway::dlq::Grouping::default();
+    for kind in kinds {
+        let (_, dlqs) =
+            open(config_path, kind).with_context(|| format!("the {} DLQs", kind.name()))?;
+        for group in verdict_gateway::dlq::groups(
+            &[(kind.name(), dlqs.as_ref())],
+            filter,
+            config.gateway.park_after_repeats,
+            verdict_gateway::pipeline::now_ms(),
+        )? {
+            all.absorb(group);
+        }
+    }
+    let groups = all.into_groups();
     if as_json {
         return Ok(serde_json::to_string_pretty(&groups)? + "\n");
     }

@@ -1,5 +1,6 @@
 //! Dead letters grouped by cause over HTTP: `GET /v1/dlq/groups` lists the groups of one
-//! source's DLQs, and `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (token) starts a
+//! source's DLQs (`?source=all`: the store's and every broker's a route uses, folded
+//! together; a broker's need the token), and `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (token) starts a
 //! job on one group, cut off at the instant it starts (see [`crate::dlq::Jobs`]). A
 //! replay leaves parked letters out; the job answers at once (202) and runs on.
 
@@ -12,28 +13,75 @@ use axum::http::StatusCode;
 use super::dlq::{broker_read, gateway, with_dlqs};
 use super::handlers::body_bytes;
 use super::{AdminState, ApiError, bodies};
-use crate::dlq::{DlqGroup, JobAction, JobView, groups, leaving_parked_out};
+use serde::Deserialize;
+
+use crate::dlq::{DlqGroup, Grouping, JobAction, JobView, groups, leaving_parked_out};
 use crate::pipeline::now_ms;
 use crate::store::DlqFilter;
+use verdict_registry::SourceKind;
 
 /// The longest group id accepted in a path: ids are 16 hex digits.
 const MAX_GROUP_ID: usize = 64;
 
+/// `GET /v1/dlq/groups`'s query: a DLQ filter's fields, and `source` - one source's name,
+/// or `all` for the store and every broker a route uses.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct GroupsQuery {
+    source: Option<String>,
+    topic: Option<String>,
+    dlq: Option<String>,
+    class: Option<String>,
+    kind: Option<String>,
+    min_age_ms: Option<u64>,
+}
+
 pub(crate) async fn list(
     State(state): State<AdminState>,
     headers: axum::http::HeaderMap,
-    filter: Result<Query<DlqFilter>, axum::extract::rejection::QueryRejection>,
+    query: Result<Query<GroupsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<DlqGroup>>, ApiError> {
-    let Query(filter) = filter.map_err(|e| ApiError::bad_request(e.body_text()))?;
-    let source = filter.source;
-    broker_read(&state, &headers, source)?;
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let sources: Vec<SourceKind> = match query.source.as_deref() {
+        None => vec![SourceKind::Embedded],
+        Some("all") => {
+            let mut kinds = vec![SourceKind::Embedded];
+            for route in state.registry.current().config().routes {
+                if !kinds.contains(&route.source) {
+                    kinds.push(route.source);
+                }
+            }
+            kinds
+        }
+        Some(name) => vec![
+            serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
+                ApiError::bad_request(format!(
+                    "source: `{}`: expected embedded, nats, rabbitmq or all",
+                    verdict_runtime::text::one_line(name, 32)
+                ))
+            })?,
+        ],
+    };
+    let filter = DlqFilter {
+        topic: query.topic,
+        dlq: query.dlq,
+        class: query.class,
+        kind: query.kind,
+        min_age_ms: query.min_age_ms,
+        ..DlqFilter::default()
+    };
     let park_after = gateway(&state)?.settings().park_after_repeats;
-    let name = source.unwrap_or_default().name();
-    let groups = with_dlqs(&state, source, move |d| {
-        groups(&[(name, d)], &filter, park_after, now_ms())
-    })
-    .await?;
-    Ok(Json(groups))
+    let mut all = Grouping::default();
+    for source in sources {
+        broker_read(&state, &headers, Some(source))?;
+        let filter = filter.clone();
+        let found = with_dlqs(&state, Some(source), move |d| {
+            groups(&[(source.name(), d)], &filter, park_after, now_ms())
+        })
+        .await?;
+        found.into_iter().for_each(|g| all.absorb(g));
+    }
+    Ok(Json(all.into_groups()))
 }
 
 pub(crate) async fn act(

@@ -18,7 +18,7 @@
 //! | GET | `/v1/dlq?source=nats\|rabbitmq`, `/v1/dlq/stats?source=...` | token | the same, read from a broker (read-only; one kept connection per broker) |
 //! | POST | `/v1/dlq/replay` | token | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
 //! | POST | `/v1/dlq/discard` | token | `{"filter", "reason"}` (reason required, audited) |
-//! | GET | `/v1/dlq/groups` | (token for `?source=` a broker) | dead letters grouped by topic, class, kind and normalised reason: count, first/last seen, sources, policy versions, parked, a sample |
+//! | GET | `/v1/dlq/groups` | (token for `?source=` a broker or `all`) | dead letters grouped by topic, class, kind and normalised reason: count, first/last seen, sources, policy versions, parked, a sample |
 //! | POST | `/v1/dlq/groups/{id}/replay`, `.../discard`, `.../dry-run` | token | a job on one group, cut off at its start (`{"source", "rate_per_s", "canary", "canary_timeout_ms", "note"}`; a discard needs `"reason"`); 202 with the job |
 //! | POST | `/v1/dlq/{seq}/repair` | token | `{"payload" \| "payload_base64", "content_type", "headers", "note"}`: edit one dead letter of the store and put it back (only with `[console] allow_edit`; audited as `repaired` with who changed what) |
 //! | GET | `/v1/jobs`, `/v1/jobs/{id}` | | DLQ jobs, newest first: state, done/total, canary, dry-run decisions |

@@ -225,6 +225,28 @@ impl Grouping {
         }
     }
 
+    /// Fold in `group`, counted elsewhere (another source): counts add up, the times and
+    /// sets widen, the newer sample wins.
+    pub fn absorb(&mut self, group: DlqGroup) {
+        match self.groups.get_mut(&group.fingerprint) {
+            None => {
+                self.groups.insert(group.fingerprint.clone(), group);
+            }
+            Some(mine) => {
+                mine.count += group.count;
+                mine.parked += group.parked;
+                mine.first_seen_ms = mine.first_seen_ms.min(group.first_seen_ms);
+                if group.last_seen_ms >= mine.last_seen_ms {
+                    mine.last_seen_ms = group.last_seen_ms;
+                    mine.sample = group.sample;
+                }
+                mine.sources.extend(group.sources);
+                mine.dlqs.extend(group.dlqs);
+                mine.policy_versions.extend(group.policy_versions);
+            }
+        }
+    }
+
     /// The groups, largest first (then by id, so the order is stable).
     pub fn into_groups(self) -> Vec<DlqGroup> {
         let mut groups: Vec<DlqGroup> = self.groups.into_values().collect();
@@ -276,6 +298,44 @@ mod tests {
         assert_eq!(normalise_reason(""), "");
         assert_eq!(normalise_reason("--"), "--");
         assert_eq!(normalise_reason("é 1"), "é <n>");
+    }
+
+    #[test]
+    fn groups_of_two_sources_fold_into_one() {
+        let group = |source: &str, count, last| DlqGroup {
+            id: "id".into(),
+            fingerprint: Fingerprint {
+                topic: "orders".into(),
+                class: "poison".into(),
+                kind: "json.invalid".into(),
+                reason: "r".into(),
+            },
+            count,
+            parked: 1,
+            first_seen_ms: last - 10,
+            last_seen_ms: last,
+            sources: [source.to_string()].into(),
+            dlqs: ["orders.DLQ".to_string()].into(),
+            policy_versions: ["rules@0.1.0".to_string()].into(),
+            sample: GroupSample {
+                source: source.into(),
+                seq: 1,
+                message_id: format!("from-{source}"),
+                reason: "r".into(),
+            },
+        };
+        let mut all = Grouping::default();
+        all.absorb(group("embedded", 3, 100));
+        all.absorb(group("nats", 2, 200));
+        let merged = all.into_groups();
+        assert_eq!(merged.len(), 1);
+        let g = &merged[0];
+        assert_eq!(
+            (g.count, g.parked, g.first_seen_ms, g.last_seen_ms),
+            (5, 2, 90, 200)
+        );
+        assert_eq!(g.sources.len(), 2);
+        assert_eq!(g.sample.message_id, "from-nats");
     }
 
     #[test]

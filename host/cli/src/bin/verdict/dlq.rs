@@ -76,6 +76,10 @@ pub enum DlqArgs {
     Groups {
         #[command(flatten)]
         filter: FilterArgs,
+        /// The store's and every broker's a route uses, folded together (each broker is
+        /// connected to; one that cannot be reached is an error naming it).
+        #[arg(long)]
+        all_sources: bool,
     },
     /// Put dead letters back for delivery, attempts reset (audited). Parked ones (back
     /// `park_after_repeats` times) are left out unless named with `--seq`.
@@ -127,7 +131,10 @@ pub fn run(
         DlqArgs::List { filter } => cli::dlq::list(config, source, &filter.filter(), as_json)?,
         DlqArgs::Show { seq } => cli::dlq::show(config, source, seq)?,
         DlqArgs::Stats => cli::dlq::stats(config, source, as_json)?,
-        DlqArgs::Groups { filter } => cli::dlq::groups(config, source, &filter.filter(), as_json)?,
+        DlqArgs::Groups {
+            filter,
+            all_sources,
+        } => cli::dlq::groups(config, source, all_sources, &filter.filter(), as_json)?,
         DlqArgs::Replay {
             filter,
             dry_run,
