@@ -6,6 +6,7 @@ mod admission;
 mod alerts;
 mod brokers;
 mod conformance;
+mod console;
 mod dlq_groups;
 mod dlq_tools;
 mod gateway;

@@ -29,7 +29,8 @@
 //! | POST | `/v1/shadow` | token | `{"topic", "policy"?, "config"?}`: shadow on (or off) |
 //! | POST | `/v1/reload` | token | re-read the config file |
 //!
-//! Errors are JSON with a status a client can act on (see [`ApiError`]).
+//! Errors are JSON with a status a client can act on (see [`ApiError`]). The same listener
+//! serves the operator console's pages (`/`, `/letters/{seq}`; read-only).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -47,6 +48,7 @@ mod auth;
 #[doc(hidden)]
 pub mod bodies;
 mod broker_connections;
+mod console;
 mod dlq;
 mod error;
 mod groups;
@@ -120,6 +122,9 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
             auth::require_token,
         ));
     Router::new()
+        .route("/", get(console::overview))
+        .route("/letters/{seq}", get(console::letter))
+        .route(console::STYLESHEET_PATH, get(console::stylesheet))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(dlq::ready))
         .route("/v1/dlq", get(dlq::list))

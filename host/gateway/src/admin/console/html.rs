@@ -1,0 +1,130 @@
+//! The console's HTML: escaping every string that reaches a page (message ids, headers,
+//! payloads and reasons come from producers, consumers and policies), and the page frame.
+//! Everything a page needs ships in the binary: one stylesheet, no script, no CDN.
+
+use std::fmt::Write as _;
+
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+
+/// The stylesheet, served at [`STYLESHEET_PATH`].
+pub(crate) const STYLESHEET: &str = include_str!("console.css");
+/// Where the stylesheet is served.
+pub(crate) const STYLESHEET_PATH: &str = "/console.css";
+
+/// No script, no frame, nothing from elsewhere: a page that shows a hostile string can do
+/// nothing with it even if escaping were ever missed.
+const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+                   frame-ancestors 'none'; base-uri 'none'";
+
+/// `text` safe inside an element or a double-quoted attribute.
+pub(crate) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A whole page: `title` (escaped here) around `body` (already HTML).
+pub(crate) fn page(title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <title>{} - Verdict</title><link rel=\"stylesheet\" href=\"{STYLESHEET_PATH}\"></head>\
+         <body><header><a href=\"/\" class=\"brand\">Verdict</a></header><main>{body}</main>\
+         </body></html>\n",
+        escape(title)
+    );
+    with_headers(html, "text/html; charset=utf-8")
+}
+
+/// The stylesheet as a response.
+pub(crate) fn stylesheet() -> Response {
+    with_headers(STYLESHEET.to_string(), "text/css; charset=utf-8")
+}
+
+fn with_headers(body: String, content_type: &'static str) -> Response {
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A table: `head` cells (plain text) and `rows` of cells that are already HTML.
+pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
+    let mut out = String::from("<table><thead><tr>");
+    for h in head {
+        let _ = write!(out, "<th>{}</th>", escape(h));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            let _ = write!(out, "<td>{cell}</td>");
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
+    out
+}
+
+/// `bytes` as a hex dump, 16 to a line with their offset, at most `max` of them.
+pub(crate) fn hex_dump(bytes: &[u8], max: usize) -> String {
+    let mut out = String::new();
+    for (i, line) in bytes[..bytes.len().min(max)].chunks(16).enumerate() {
+        let _ = write!(out, "{:08x} ", i * 16);
+        for b in line {
+            let _ = write!(out, " {b:02x}");
+        }
+        out.push('\n');
+    }
+    if bytes.len() > max {
+        let _ = writeln!(out, "... {} more bytes", bytes.len() - max);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostile_text_cannot_become_markup() {
+        assert_eq!(
+            escape("<script>alert('x')</script>"),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
+        );
+        assert_eq!(escape("\"><img src=x>"), "&quot;&gt;&lt;img src=x&gt;");
+        assert_eq!(escape("a&b\u{0}\u{1b}c\nd"), "a&amp;b\u{fffd}\u{fffd}c\nd");
+    }
+
+    #[test]
+    fn a_hex_dump_shows_offsets_and_says_what_it_left_out() {
+        let dump = hex_dump(&(0..40).collect::<Vec<u8>>(), 32);
+        assert!(dump.starts_with("00000000  00 01 02"), "{dump}");
+        assert!(dump.contains("\n00000010  10 11"), "{dump}");
+        assert!(dump.ends_with("... 8 more bytes\n"), "{dump}");
+    }
+}

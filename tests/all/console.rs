@@ -1,0 +1,133 @@
+//! The operator console's pages, through the admin listener of a running gateway: what
+//! they show, and that what producers, consumers and policies wrote is shown, never run.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use verdict_tests::consumer::{Behaviour, Consumer};
+use verdict_tests::gateway::Gateway;
+use verdict_tests::{fixtures, scratch_dir, wait_for};
+
+use super::gateway::RULES_CONFIG;
+
+/// A page: its status, its headers and its body.
+fn get(gw: &Gateway, path: &str) -> (u16, ureq::http::HeaderMap, String) {
+    let mut response = ureq::get(&format!("{}{path}", gw.url))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .call()
+        .unwrap();
+    let headers = response.headers().clone();
+    let body = response.body_mut().read_to_string().unwrap();
+    (response.status().as_u16(), headers, body)
+}
+
+#[test]
+fn the_console_shows_routes_causes_and_letters_and_never_runs_what_it_shows() {
+    let dir = scratch_dir("console");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
+    let config = format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
+token_file = "token"
+[gateway]
+poll_ms = 10
+[policies.rules]
+path = "{rules}"
+[[routes]]
+topic = "orders"
+policy = "rules"
+config = {RULES_CONFIG}
+consumer = {{ url = "{url}", timeout_ms = 2000 }}
+"#,
+        rules = fixtures::RULES,
+        url = consumer.url(),
+    );
+    let gw = Gateway::start_on(runtime, &dir, &config, "console-token");
+    let hostile_id = "<script>alert('id')</script>";
+    let _: Value = gw
+        .admin
+        .post(
+            "/v1/topics/orders/messages",
+            &json!({
+                "id": hostile_id,
+                "headers": {"x-evil": "\"><img src=x onerror=alert(1)>"},
+                "payload": {"note": "<b>bold</b>", "n": 1}
+            }),
+        )
+        .unwrap();
+    assert!(wait_for(Duration::from_secs(30), || {
+        gw.anonymous.get::<Vec<Value>>("/v1/dlq").unwrap().len() == 1
+    }));
+
+    // The overview: the route, the cause, the sample - escaped.
+    let (status, headers, page) = get(&gw, "/");
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let csp = headers["content-security-policy"].to_str().unwrap();
+    assert!(
+        csp.contains("default-src 'none'") && !csp.contains("script-src"),
+        "{csp}"
+    );
+    assert!(page.contains("<code>orders</code>"), "{page}");
+    assert!(page.contains("schema.unknown-version"), "{page}");
+    assert!(
+        page.contains("&lt;script&gt;alert(&#39;id&#39;)&lt;/script&gt;"),
+        "{page}"
+    );
+    assert!(!page.contains("<script"), "{page}");
+    assert!(
+        page.contains("No jobs since the gateway started."),
+        "{page}"
+    );
+
+    // The letter: headers, the payload pretty-printed, the attempt timeline - escaped.
+    let seq = gw.anonymous.get::<Vec<Value>>("/v1/dlq").unwrap()[0]["seq"]
+        .as_i64()
+        .unwrap();
+    assert!(page.contains(&format!("href=\"/letters/{seq}\"")), "{page}");
+    let (status, _, letter) = get(&gw, &format!("/letters/{seq}"));
+    assert_eq!(status, 200, "{letter}");
+    assert!(
+        letter.contains("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"),
+        "{letter}"
+    );
+    assert!(
+        !letter.contains("<img") && !letter.contains("<script"),
+        "{letter}"
+    );
+    assert!(
+        letter.contains("  &quot;n&quot;: 1") && letter.contains("&lt;b&gt;bold&lt;/b&gt;"),
+        "the payload pretty-printed as JSON: {letter}"
+    );
+    assert!(
+        letter.contains("<strong>schema.unknown-version</strong>"),
+        "{letter}"
+    );
+    assert!(letter.contains("schema v9 is unknown"), "{letter}");
+
+    // What is not there says so.
+    for path in ["/letters/999999", "/letters/not-a-number"] {
+        let (status, _, body) = get(&gw, path);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(body.contains("<h1>Not found</h1>"), "{body}");
+    }
+    let (status, headers, css) = get(&gw, "/console.css");
+    assert_eq!(status, 200);
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+    assert!(css.contains("ol.timeline"), "{css}");
+}
