@@ -214,13 +214,13 @@ pub fn groups(
         return Ok(serde_json::to_string_pretty(&groups)? + "\n");
     }
     let mut out = format!(
-        "{:<16}  {:>6} {:>6}  {:<16} {:<10} {:<24} {:<20}  {}\n",
+        "{:<16}  {:>6} {:>6}  {:<16} {:<10} {:<24} {:<24}  {}\n",
         "GROUP", "COUNT", "PARKED", "TOPIC", "CLASS", "KIND", "LAST SEEN", "REASON"
     );
     for g in &groups {
         writeln!(
             out,
-            "{:<16}  {:>6} {:>6}  {:<16} {:<10} {:<24} {:<20}  {}",
+            "{:<16}  {:>6} {:>6}  {:<16} {:<10} {:<24} {:<24}  {}",
             g.id,
             g.count,
             g.parked,

@@ -188,9 +188,9 @@ fn table(jobs: &[Value]) -> String {
             text("id"),
             text("action"),
             text("state"),
-            j["done"],
-            j["total"],
-            j["percent"],
+            j["done"].to_string(),
+            j["total"].to_string(),
+            j["percent"].to_string(),
             j["filter"]["group"].as_str().unwrap_or("-"),
             note.trim(),
         );
