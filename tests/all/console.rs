@@ -115,6 +115,23 @@ consumer = {{ url = "{url}", timeout_ms = 2000 }}
     );
     assert!(letter.contains("schema v9 is unknown"), "{letter}");
 
+    // The policies: what is loaded, the generation history, the shadow report.
+    let (status, _, policies) = get(&gw, "/policies");
+    assert_eq!(status, 200, "{policies}");
+    assert!(policies.contains("<td>rules</td>"), "{policies}");
+    assert!(
+        policies.contains("<span class=\"pill\">active</span>"),
+        "{policies}"
+    );
+    assert!(
+        policies.contains("No route has a shadow policy."),
+        "{policies}"
+    );
+    assert!(
+        page.contains("href=\"/policies\""),
+        "every page links the others"
+    );
+
     // What is not there says so.
     for path in ["/letters/999999", "/letters/not-a-number"] {
         let (status, _, body) = get(&gw, path);

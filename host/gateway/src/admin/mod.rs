@@ -30,7 +30,7 @@
 //! | POST | `/v1/reload` | token | re-read the config file |
 //!
 //! Errors are JSON with a status a client can act on (see [`ApiError`]). The same listener
-//! serves the operator console's pages (`/`, `/letters/{seq}`; read-only).
+//! serves the operator console's pages (`/`, `/policies`, `/letters/{seq}`; read-only).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -124,6 +124,7 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/", get(console::overview))
         .route("/letters/{seq}", get(console::letter))
+        .route("/policies", get(console::policies))
         .route(console::STYLESHEET_PATH, get(console::stylesheet))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(dlq::ready))

@@ -40,7 +40,8 @@ pub(crate) fn page(title: &str, body: &str) -> Response {
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
          <title>{} - Verdict</title><link rel=\"stylesheet\" href=\"{STYLESHEET_PATH}\"></head>\
-         <body><header><a href=\"/\" class=\"brand\">Verdict</a></header><main>{body}</main>\
+         <body><header><a href=\"/\" class=\"brand\">Verdict</a>\
+         <nav><a href=\"/\">Gateway</a><a href=\"/policies\">Policies</a></nav></header><main>{body}</main>\
          </body></html>\n",
         escape(title)
     );

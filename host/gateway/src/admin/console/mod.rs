@@ -5,12 +5,14 @@
 //! | path | page |
 //! |---|---|
 //! | `/` | routes (policy, version, decisions, faults), the store's dead letters grouped by cause, the DLQ jobs with their progress |
+//! | `/policies` | the policies (component, loaded, routes, decisions, faults, uploads), the generations kept for rollback, the shadow report |
 //! | `/letters/{seq}` | one dead letter: the original (headers, payload pretty-printed as JSON, hex for binary), the attempt timeline, the verdict and the policy that gave it |
 //! | `/console.css` | the stylesheet |
 
 mod html;
 mod letter;
 mod overview;
+mod policies;
 
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -23,6 +25,10 @@ pub(crate) async fn overview(State(state): State<AdminState>) -> Response {
 
 pub(crate) async fn letter(State(state): State<AdminState>, Path(seq): Path<String>) -> Response {
     letter::render(&state, &seq).await
+}
+
+pub(crate) async fn policies(State(state): State<AdminState>) -> Response {
+    policies::render(&state)
 }
 
 pub(crate) async fn stylesheet() -> Response {

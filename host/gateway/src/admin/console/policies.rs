@@ -1,0 +1,125 @@
+//! `/policies`: the policies with what they have decided, the generations kept for
+//! rollback, and the shadow report - what an operator reads before promoting or rolling
+//! back (which is `verdict policy ...` or the API, with the token).
+
+use axum::response::Response;
+
+use super::html::{escape, page, table};
+use crate::admin::{AdminState, views};
+use crate::envelope::rfc3339;
+
+pub(super) fn render(state: &AdminState) -> Response {
+    let mut body = String::from("<h1>Policies</h1>");
+    let policies = views::policies(&state.registry);
+    let rows: Vec<Vec<String>> = policies
+        .iter()
+        .map(|p| {
+            vec![
+                escape(&p.name),
+                p.component.as_ref().map_or_else(
+                    || "<span class=\"bad\">not loaded</span>".into(),
+                    |c| {
+                        format!(
+                            "{} {} <code class=\"muted\">{}</code>",
+                            escape(&c.name),
+                            escape(&c.version),
+                            escape(c.sha256.get(..12).unwrap_or(&c.sha256))
+                        )
+                    },
+                ),
+                p.loaded_at_ms
+                    .map_or_else(|| "-".into(), |t| escape(&rfc3339(t))),
+                escape(&p.routes.join(", ")),
+                p.stats.decisions.to_string(),
+                p.stats.faults.to_string(),
+                p.uploads.len().to_string(),
+            ]
+        })
+        .collect();
+    body += &table(
+        &[
+            "policy",
+            "component",
+            "loaded",
+            "routes",
+            "decisions",
+            "faults",
+            "uploads",
+        ],
+        &rows,
+    );
+
+    body += "<h2>Generations</h2>";
+    let mut generations: Vec<views::GenerationView> = state
+        .registry
+        .history()
+        .iter()
+        .map(|g| views::generation(g, false))
+        .collect();
+    generations.push(views::generation(&state.registry.current(), true));
+    generations.reverse();
+    let rows: Vec<Vec<String>> = generations
+        .iter()
+        .map(|g| {
+            let routes: Vec<String> = g
+                .routes
+                .iter()
+                .map(|(topic, policy)| format!("<code>{}</code> {}", escape(topic), escape(policy)))
+                .collect();
+            vec![
+                if g.active {
+                    format!(
+                        "<strong>{}</strong> <span class=\"pill\">active</span>",
+                        g.number
+                    )
+                } else {
+                    g.number.to_string()
+                },
+                escape(&rfc3339(g.activated_at_ms)),
+                escape(&g.cause),
+                routes.join("<br>"),
+            ]
+        })
+        .collect();
+    body += &table(&["generation", "activated", "cause", "routes"], &rows);
+    body += "<p class=\"muted\">Roll back with <code>verdict policy rollback [--topic T]</code> \
+             (the admin token required).</p>";
+
+    body += "<h2>Shadow report</h2>";
+    let shadows = state.registry.shadow_report();
+    if shadows.is_empty() {
+        body += "<p class=\"muted\">No route has a shadow policy.</p>";
+    } else {
+        let rows: Vec<Vec<String>> = shadows
+            .iter()
+            .map(|s| {
+                vec![
+                    format!("<code>{}</code>", escape(&s.topic)),
+                    escape(&s.active),
+                    escape(&s.shadow),
+                    s.compared.to_string(),
+                    s.disagreements.to_string(),
+                    escape(
+                        &s.by_class
+                            .iter()
+                            .map(|(class, n)| format!("{class} {n}"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    ),
+                ]
+            })
+            .collect();
+        body += &table(
+            &[
+                "route",
+                "active",
+                "shadow",
+                "compared",
+                "disagreements",
+                "by class",
+            ],
+            &rows,
+        );
+    }
+    page("Policies", &body)
+}
