@@ -89,6 +89,9 @@ consumer = {{ url = "{url}", timeout_ms = 2000 }}
         page.contains("No jobs since the gateway started."),
         "{page}"
     );
+    // The DLQ over time: sampled at start, drawn once a second sample exists.
+    assert!(page.contains("<figcaption>Depth"), "{page}");
+    assert!(page.contains("<figcaption>Ingress per 10 s"), "{page}");
 
     // The letter: headers, the payload pretty-printed, the attempt timeline - escaped.
     let seq = gw.anonymous.get::<Vec<Value>>("/v1/dlq").unwrap()[0]["seq"]

@@ -180,7 +180,8 @@ async fn start(
         Some(PathBuf::from(config_path)),
         token,
     )
-    .with_gateway(pipeline.clone());
+    .with_gateway(pipeline.clone())
+    .with_dlq_history(sample_dlqs(store.clone(), stopped.clone()));
     let router = admin::router(state, config.admin.max_body_bytes);
     let mut stopped_admin = stopped;
     let server = tokio::spawn(admin::serve(listener, router, async move {
@@ -279,4 +280,27 @@ pub fn open_store(config: &GatewayConfig, base: &Path) -> Result<Store, StoreErr
                 .join(&config.gateway.database),
         ),
     }
+}
+
+/// Sample the store's DLQs every [`crate::dlq::SAMPLE_EVERY`] until `stopped`, for the
+/// console's charts; a sample the store cannot answer is skipped.
+fn sample_dlqs(
+    store: Arc<Store>,
+    mut stopped: watch::Receiver<bool>,
+) -> Arc<crate::dlq::DlqHistory> {
+    let history = Arc::new(crate::dlq::DlqHistory::default());
+    let filling = history.clone();
+    tokio::spawn(async move {
+        loop {
+            let store = store.clone();
+            if let Ok(Ok(stats)) = tokio::task::spawn_blocking(move || store.dlq_stats()).await {
+                filling.record(now_ms(), &stats);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(crate::dlq::SAMPLE_EVERY) => {}
+                _ = stopped.wait_for(|stop| *stop) => return,
+            }
+        }
+    });
+    history
 }

@@ -74,6 +74,7 @@ pub struct AdminState {
     gateway: Option<Arc<Pipeline>>,
     broker_connections: Arc<broker_connections::BrokerConnections>,
     jobs: Arc<crate::dlq::Jobs>,
+    dlq_history: Arc<crate::dlq::DlqHistory>,
 }
 
 impl AdminState {
@@ -93,12 +94,19 @@ impl AdminState {
             gateway: None,
             broker_connections: Arc::default(),
             jobs: Arc::default(),
+            dlq_history: Arc::default(),
         }
     }
 
     /// Serve the gateway's endpoints too: publishing into the store.
     pub fn with_gateway(mut self, pipeline: Arc<Pipeline>) -> Self {
         self.gateway = Some(pipeline);
+        self
+    }
+
+    /// Draw the store's DLQs over time from `history` (which the gateway samples).
+    pub fn with_dlq_history(mut self, history: Arc<crate::dlq::DlqHistory>) -> Self {
+        self.dlq_history = history;
         self
     }
 }

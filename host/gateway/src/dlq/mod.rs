@@ -16,6 +16,7 @@ use verdict_runtime::{AttemptRecord, Decision, ErrorSpec, Failure, FailureSpec};
 
 mod backend;
 mod groups;
+mod history;
 mod jobs;
 mod runtime;
 
@@ -24,6 +25,7 @@ pub(crate) use backend::{StatsTally, back_again, entry_from_headers, list_pages,
 pub use groups::{
     DlqGroup, Fingerprint, GroupSample, Grouping, MAX_REASON_CHARS, normalise_reason,
 };
+pub use history::{DlqHistory, DlqSample, KEPT_SAMPLES, SAMPLE_EVERY};
 pub use jobs::{Job, JobAction, JobState, JobView, Jobs, KEPT_JOBS};
 pub(crate) use runtime::Rt;
 

@@ -4,11 +4,12 @@
 //!
 //! | path | page |
 //! |---|---|
-//! | `/` | routes (policy, version, decisions, faults), the store's dead letters grouped by cause, the DLQ jobs with their progress |
+//! | `/` | routes (policy, version, decisions, faults), the store's DLQ depth and ingress over the last hour, its dead letters grouped by cause, the DLQ jobs with their progress |
 //! | `/policies` | the policies (component, loaded, routes, decisions, faults, uploads), the generations kept for rollback, the shadow report |
 //! | `/letters/{seq}` | one dead letter: the original (headers, payload pretty-printed as JSON, hex for binary), the attempt timeline, the verdict and the policy that gave it |
 //! | `/console.css` | the stylesheet |
 
+mod chart;
 mod html;
 mod letter;
 mod overview;

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use axum::response::Response;
 
+use super::chart;
 use super::html::{escape, page, table};
 use crate::admin::{AdminState, views};
 use crate::dlq::{DlqGroup, JobView, groups};
@@ -19,6 +20,16 @@ pub(super) async fn render(state: &AdminState) -> Response {
     );
     body += "<h2>Routes</h2>";
     body += &routes(&views::routes(&generation));
+    body += "<h2>The store's DLQs, last hour</h2>";
+    let samples = state.dlq_history.samples();
+    let depth: Vec<(u64, u64)> = samples.iter().map(|s| (s.at_ms, s.depth)).collect();
+    let ingress: Vec<(u64, u64)> = samples.iter().map(|s| (s.at_ms, s.ingress)).collect();
+    body += &chart::line("Depth", "dead letters", &depth);
+    body += &chart::line(
+        &format!("Ingress per {} s", crate::dlq::SAMPLE_EVERY.as_secs()),
+        "dead letters",
+        &ingress,
+    );
     body += "<h2>Dead letters by cause</h2>";
     body += &match dead_letter_groups(state).await {
         Ok(groups) => groups_table(&groups),
@@ -152,10 +163,18 @@ fn jobs(jobs: &[JobView]) -> String {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_default();
+            // A replay whose canary was not delivered ends there, on purpose: say so.
+            let state = match &j.canary {
+                Some(c) if !c.passed => format!(
+                    "<span class=\"bad\">canary failed ({} of {} delivered); the rest stays</span>",
+                    c.delivered, c.size
+                ),
+                _ => escape(&state),
+            };
             vec![
                 escape(&j.id),
                 escape(j.action),
-                escape(&state),
+                state,
                 format!(
                     "<progress max=\"{}\" value=\"{}\"></progress> {}%",
                     j.total.max(1),
