@@ -180,7 +180,8 @@ fn dead_letters_group_by_cause_and_a_group_is_replayed_by_a_job_with_a_cut_off()
     assert_eq!(depth(&gw), 9, "a dry run moves nothing");
 
     // Fixed: replay the group, slowly. Two more letters of the same cause arrive while the
-    // job runs; they are after its cut-off and stay.
+    // job runs and stay (the store contract pins the cut-off itself:
+    // `a_job_leaves_letters_dead_lettered_after_its_start`).
     fixed.lock().unwrap().extend(orders.iter().cloned());
     let job: Value = gw
         .admin

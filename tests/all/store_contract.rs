@@ -109,6 +109,27 @@ fn dead_letter(id: &str, at_ms: u64) -> Settlement {
     }
 }
 
+/// Publish `<prefix>0`..`<prefix><n-1>` on `orders` and dead-letter each, the i-th at
+/// `100 + i` ms.
+fn dead_letters(store: &Store, prefix: &str, n: usize) {
+    let msgs: Vec<NewMessage> = (0..n)
+        .map(|i| message(&format!("{prefix}{i}"), "orders"))
+        .collect();
+    store.publish(&msgs, 0).unwrap();
+    let claimed = store.claim(10, &want("orders", n), 60_000).unwrap();
+    let letters: Vec<Settlement> = claimed
+        .iter()
+        .enumerate()
+        .map(|(i, c)| dead_letter(&c.delivery.id, 100 + i as u64))
+        .collect();
+    let batch: Vec<(i64, i64, &Settlement)> = claimed
+        .iter()
+        .zip(&letters)
+        .map(|(c, s)| (c.seq, c.lease, s))
+        .collect();
+    assert!(store.settle(&batch, 200).unwrap().iter().all(Result::is_ok));
+}
+
 fn settle_one(
     store: &Store,
     seq: i64,
@@ -440,22 +461,7 @@ fn the_longest_topic_is_published_and_dead_lettered(b: &dyn Backend) {
 
 fn the_dlq_lists_pages_replays_and_discards(b: &dyn Backend) {
     let store = b.open();
-    let msgs: Vec<NewMessage> = (0..5)
-        .map(|i| message(&format!("d{i}"), "orders"))
-        .collect();
-    store.publish(&msgs, 0).unwrap();
-    let claimed = store.claim(10, &want("orders", 5), 60_000).unwrap();
-    let letters: Vec<Settlement> = claimed
-        .iter()
-        .enumerate()
-        .map(|(i, c)| dead_letter(&c.delivery.id, 100 + i as u64))
-        .collect();
-    let batch: Vec<(i64, i64, &Settlement)> = claimed
-        .iter()
-        .zip(&letters)
-        .map(|(c, s)| (c.seq, c.lease, s))
-        .collect();
-    assert!(store.settle(&batch, 200).unwrap().iter().all(Result::is_ok));
+    dead_letters(&store, "d", 5);
     let stats = store.dlq_stats().unwrap();
     assert_eq!(
         (
@@ -536,22 +542,7 @@ fn the_dlq_lists_pages_replays_and_discards(b: &dyn Backend) {
 /// counts one repeat.
 fn dlq_filters_for_group_actions(b: &dyn Backend) {
     let store = b.open();
-    let msgs: Vec<NewMessage> = (0..3)
-        .map(|i| message(&format!("g{i}"), "orders"))
-        .collect();
-    store.publish(&msgs, 0).unwrap();
-    let claimed = store.claim(10, &want("orders", 3), 60_000).unwrap();
-    let letters: Vec<Settlement> = claimed
-        .iter()
-        .enumerate()
-        .map(|(i, c)| dead_letter(&c.delivery.id, 100 + i as u64))
-        .collect();
-    let batch: Vec<(i64, i64, &Settlement)> = claimed
-        .iter()
-        .zip(&letters)
-        .map(|(c, s)| (c.seq, c.lease, s))
-        .collect();
-    assert!(store.settle(&batch, 200).unwrap().iter().all(Result::is_ok));
+    dead_letters(&store, "g", 3);
     let list = |f: DlqFilter| -> Vec<String> {
         store
             .dlq_list(&f, 10_000)
@@ -633,6 +624,40 @@ fn dlq_filters_for_group_actions(b: &dyn Backend) {
     )
     .unwrap();
     assert!(none.is_empty());
+}
+
+/// A job's cut-off is its start: a letter dead-lettered after it is left, even when the
+/// job reads the DLQ later (here: only once the letter is there).
+fn a_job_leaves_letters_dead_lettered_after_its_start(b: &dyn Backend) {
+    use verdict_gateway::dlq::{JobAction, JobState, Jobs};
+    let store = b.open();
+    dead_letters(&store, "early", 2);
+    let jobs = Jobs::default();
+    let job = jobs.create(
+        JobAction::Discard("test: cut-off".into()),
+        DlqFilter::default(),
+    );
+    // After the job's start (it took the wall clock): a letter from the far future.
+    store.publish(&[message("late", "orders")], 0).unwrap();
+    let c = store
+        .claim(10, &want("orders", 1), 60_000)
+        .unwrap()
+        .remove(0);
+    let far = u64::MAX / 4;
+    settle_one(&store, c.seq, c.lease, &dead_letter("late", far), far).unwrap();
+    job.run(&store, None, &|| {});
+    let view = job.view();
+    assert_eq!(
+        (view.state, view.total, view.done),
+        (JobState::Succeeded, 2, 2)
+    );
+    let left: Vec<String> = store
+        .dlq_list(&DlqFilter::default(), u64::MAX)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.message_id)
+        .collect();
+    assert_eq!(left, ["late"]);
 }
 
 /// A repaired dead letter comes back with the new payload, content type and headers, its
@@ -807,6 +832,7 @@ contract!(
     the_longest_topic_is_published_and_dead_lettered,
     the_dlq_lists_pages_replays_and_discards,
     dlq_filters_for_group_actions,
+    a_job_leaves_letters_dead_lettered_after_its_start,
     a_repaired_dead_letter_is_delivered_as_edited,
     retention_prunes_what_is_settled_and_keeps_what_is_not,
     a_gateway_that_went_away_loses_nothing,

@@ -29,9 +29,14 @@ pub struct DlqSample {
 /// The ring of samples.
 #[derive(Debug, Default)]
 pub struct DlqHistory {
-    samples: Mutex<VecDeque<DlqSample>>,
+    ring: Mutex<Ring>,
+}
+
+#[derive(Debug, Default)]
+struct Ring {
+    samples: VecDeque<DlqSample>,
     /// The store's cumulative ingress at the last sample: what the next one subtracts.
-    last_total: Mutex<Option<u64>>,
+    last_total: Option<u64>,
 }
 
 impl DlqHistory {
@@ -41,27 +46,25 @@ impl DlqHistory {
     pub fn record(&self, at_ms: u64, stats: &[DlqStats]) {
         let depth = stats.iter().map(|s| s.depth).sum();
         let total: u64 = stats.iter().map(|s| s.ingress).sum();
-        let mut last = self
+        let mut ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        let ingress = ring
             .last_total
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let ingress = last.map_or(0, |before| total.saturating_sub(before));
-        *last = Some(total);
-        let mut samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
-        samples.push_back(DlqSample {
+            .map_or(0, |before| total.saturating_sub(before));
+        ring.last_total = Some(total);
+        ring.samples.push_back(DlqSample {
             at_ms,
             depth,
             ingress,
         });
-        while samples.len() > KEPT_SAMPLES {
-            samples.pop_front();
+        while ring.samples.len() > KEPT_SAMPLES {
+            ring.samples.pop_front();
         }
     }
 
     /// The samples, oldest first.
     pub fn samples(&self) -> Vec<DlqSample> {
-        let samples = self.samples.lock().unwrap_or_else(PoisonError::into_inner);
-        samples.iter().copied().collect()
+        let ring = self.ring.lock().unwrap_or_else(PoisonError::into_inner);
+        ring.samples.iter().copied().collect()
     }
 }
 
