@@ -7,6 +7,7 @@ mod alerts;
 mod brokers;
 mod conformance;
 mod console;
+mod console_actions;
 mod dlq_groups;
 mod dlq_tools;
 mod gateway;

@@ -227,6 +227,37 @@ fn check_runs_the_admission_gate_and_route_decides_per_topic() {
     assert_eq!(v["generation"], 1);
     assert_eq!(v["routes"][0]["topic"], "payments.>");
     assert_eq!(v["routes"][1]["config"]["max_attempts"], 3);
+    // The worst a message meets per route: 5 deliveries at most on `payments.>`, 3 on `>`;
+    // parse errors dead-lettered at once on both.
+    let worst = |route: usize| -> Vec<String> {
+        v["routes"][route]["worst_case"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap().to_string())
+            .collect()
+    };
+    let line = |route: usize, kind: &str| {
+        worst(route)
+            .into_iter()
+            .find(|l| l.split(": ").next().unwrap().split(", ").any(|k| k == kind))
+            .unwrap_or_else(|| panic!("no worst case names {kind}: {:?}", worst(route)))
+    };
+    assert!(
+        line(0, "http.503").contains("at most 5 deliveries, dead-lettered (exhausted) within"),
+        "{:?}",
+        worst(0)
+    );
+    assert!(
+        line(1, "http.503").contains("at most 3 deliveries"),
+        "{:?}",
+        worst(1)
+    );
+    assert!(
+        line(1, "json.parse").ends_with("at most 1 delivery, dead-lettered (poison) within 0.0 s"),
+        "{:?}",
+        worst(1)
+    );
 
     let failure = r#"{"attempt": 3, "error": {"kind": "db.timeout"}}"#;
     let args = |topic: &'static str| {

@@ -56,6 +56,7 @@ mod instance;
 mod limits;
 mod policy;
 mod stats;
+mod stats_window;
 pub mod text;
 mod wit;
 
@@ -71,4 +72,5 @@ pub use guardrails::Guardrails;
 pub use limits::Limits;
 pub use policy::Policy;
 pub use stats::{CLASSES, DecisionStats, VerdictCount, class_index, class_name};
+pub use stats_window::{STATS_WINDOW_MS, StatsWindow};
 pub use verdict_types::{Action, AttemptRecord, Class, Severity, Verdict, jitter_seed};

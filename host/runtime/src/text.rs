@@ -39,6 +39,25 @@ pub fn is_kind(kind: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b".-_:/+".contains(&b))
 }
 
+/// `text` safe inside an HTML element or a quoted attribute, for pages that show what
+/// producers, consumers and policies wrote: markup characters become entities, control
+/// characters other than newline and tab become U+FFFD.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// A string for a log field: one line, at most [`MAX_LOG_BYTES`] (with `...` when cut).
 pub struct Clean<'a>(pub &'a str);
 

@@ -13,6 +13,7 @@ pub mod jobs;
 mod new;
 mod policy;
 mod signal;
+pub mod simulate;
 pub mod store;
 
 pub use jobs::{JobsCommand, jobs};
@@ -220,6 +221,11 @@ pub struct RouteSummary {
     pub provenance: verdict_runtime::Provenance,
     /// The config it was initialised with.
     pub config: serde_json::Value,
+    /// The worst a message can meet on this route, per way the policy treats the kinds it
+    /// was probed with (`http.500, http.503: at most 5 deliveries, dead-lettered
+    /// (exhausted) within 31.0 s`), explored over many jitter seeds with the route's
+    /// guardrails.
+    pub worst_case: Vec<String>,
 }
 
 /// What `verdict check` prints: the generation the config would activate.
@@ -254,6 +260,12 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
             policy: r.policy.clone(),
             provenance: (**r.decider.policy().provenance()).clone(),
             config: serde_json::from_str(r.decider.config()).unwrap_or(serde_json::Value::Null),
+            worst_case: verdict_simulate::worst_cases(&probe_topic(&r.topic), &|f| {
+                r.decider.decide(f)
+            })
+            .iter()
+            .map(verdict_simulate::WorstCase::sentence)
+            .collect(),
         })
         .collect();
     let config = verdict_registry::GatewayConfig::load(config_path)?;
@@ -262,6 +274,21 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
         routes,
         created_when_missing: broker_objects(&config),
     })
+}
+
+/// A topic a route of `pattern` takes (`payments.>` -> `payments.probe`).
+fn probe_topic(pattern: &str) -> String {
+    pattern
+        .split('.')
+        .map(|part| {
+            if part == "*" || part == ">" {
+                "probe"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// The broker objects the gateway creates when they are missing, as the config names them.

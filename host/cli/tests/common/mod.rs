@@ -182,3 +182,27 @@ pub fn accepted(consumer: &Proc) -> u64 {
         .unwrap();
     stats["accepted"].as_u64().unwrap()
 }
+
+/// A directory laid out like the repository root, as far as the README's commands look:
+/// the policies and examples, and the `rules` component where `verdict build` puts it with
+/// cargo's default target directory (the test run's own target directory may be elsewhere).
+pub fn checkout(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("readme-{name}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let release = dir.join("target/wasm32-unknown-unknown/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::copy(rules(), release.join("rules.component.wasm")).unwrap();
+    std::os::unix::fs::symlink(
+        root.join("policies").canonicalize().unwrap(),
+        dir.join("policies"),
+    )
+    .unwrap();
+    // Copied, not linked: the example configs name `../target`, which must be this one.
+    std::fs::create_dir_all(dir.join("examples")).unwrap();
+    for entry in std::fs::read_dir(root.join("examples")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.join("examples").join(path.file_name().unwrap())).unwrap();
+    }
+    dir
+}

@@ -55,7 +55,7 @@ pub(crate) fn authorized(
 }
 
 /// Compare digests, so the time taken does not reveal how much of the token matched.
-fn same(presented: &str, token: &str) -> bool {
+pub(crate) fn same(presented: &str, token: &str) -> bool {
     let (a, b) = (Sha256::digest(presented), Sha256::digest(token));
     a.iter()
         .zip(b.iter())

@@ -89,14 +89,35 @@ pub(crate) async fn act(
     Path((group, action)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<JobView>), ApiError> {
-    if group.len() > MAX_GROUP_ID || !group.chars().all(|c| c.is_ascii_hexdigit()) {
+    check_group_id(&group)?;
+    let (source, action) = bodies::group_action(&action, &body_bytes(body)?)?;
+    let view = start(&state, group, source, action)?;
+    Ok((StatusCode::ACCEPTED, Json(view)))
+}
+
+/// `group` if it looks like a group id.
+pub(crate) fn check_group_id(group: &str) -> Result<(), ApiError> {
+    if group.is_empty()
+        || group.len() > MAX_GROUP_ID
+        || !group.chars().all(|c| c.is_ascii_hexdigit())
+    {
         return Err(ApiError::bad_request(format!(
             "`{}` is not a group id (16 hex digits, from GET /v1/dlq/groups)",
-            verdict_runtime::text::one_line(&group, MAX_GROUP_ID)
+            verdict_runtime::text::one_line(group, MAX_GROUP_ID)
         )));
     }
-    let (source, action) = bodies::group_action(&action, &body_bytes(body)?)?;
-    let pipeline = gateway(&state)?;
+    Ok(())
+}
+
+/// Start a job doing `action` on `group` of `source`'s DLQs, cut off now; the job as it
+/// starts. The API and the console both start group jobs here.
+pub(crate) fn start(
+    state: &AdminState,
+    group: String,
+    source: Option<SourceKind>,
+    action: JobAction,
+) -> Result<JobView, ApiError> {
+    let pipeline = gateway(state)?;
     let park_after = pipeline.settings().park_after_repeats;
     let filter = DlqFilter {
         group: Some(group),
@@ -124,5 +145,5 @@ pub(crate) async fn act(
             job.fail(e.message);
         }
     });
-    Ok((StatusCode::ACCEPTED, Json(view)))
+    Ok(view)
 }

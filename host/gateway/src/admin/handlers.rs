@@ -139,16 +139,22 @@ pub(crate) async fn rollback(
 ) -> ApiResult<Json<Value>> {
     let topic = bodies::rollback(&body_bytes(body)?)?;
     let one_route = topic.is_some();
-    let generation = blocking(&state, move |r| match &topic {
-        Some(topic) => r.rollback_topic(topic),
-        None => r.rollback(),
-    })
-    .await?;
+    let generation = roll_back(&state, topic).await?;
     let mut answer = activated(generation);
     if one_route {
         answer.0["note"] = Value::from(ROLLBACK_TOPIC_NOTE);
     }
     Ok(answer)
+}
+
+/// Roll `topic`'s route (none: every route) back to the previous generation; the
+/// generation now active.
+pub(crate) async fn roll_back(state: &AdminState, topic: Option<String>) -> ApiResult<u64> {
+    blocking(state, move |r| match &topic {
+        Some(topic) => r.rollback_topic(topic),
+        None => r.rollback(),
+    })
+    .await
 }
 
 /// What a one-route rollback does not do, said with every answer to one: it changes the

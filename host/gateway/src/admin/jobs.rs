@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use super::{AdminState, ApiError};
 use crate::dlq::JobView;
 
-fn no_such_job(id: &str) -> ApiError {
+pub(crate) fn no_such_job(id: &str) -> ApiError {
     ApiError::new(
         StatusCode::NOT_FOUND,
         "no_such_job",
@@ -35,7 +35,12 @@ pub(crate) async fn cancel(
     State(state): State<AdminState>,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    let job = state.jobs.get(&id).ok_or_else(|| no_such_job(&id))?;
+    cancel_job(&state, &id).map(Json)
+}
+
+/// Cancel job `id`: 404 when there is none, 409 when it has ended.
+pub(crate) fn cancel_job(state: &AdminState, id: &str) -> Result<JobView, ApiError> {
+    let job = state.jobs.get(id).ok_or_else(|| no_such_job(id))?;
     if !job.cancel() {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -43,5 +48,5 @@ pub(crate) async fn cancel(
             format!("job {id} has already ended"),
         ));
     }
-    Ok(Json(job.view()))
+    Ok(job.view())
 }

@@ -30,7 +30,9 @@
 //! | POST | `/v1/reload` | token | re-read the config file |
 //!
 //! Errors are JSON with a status a client can act on (see [`ApiError`]). The same listener
-//! serves the operator console's pages (`/`, `/policies`, `/letters/{seq}`; read-only).
+//! serves the operator console (`/`, `/groups/{id}`, `/jobs/{id}`, `/letters/{seq}`,
+//! `/policies`, `/login`): its pages are open like the API's reads; its forms act only for
+//! an operator logged in with the admin token, through a session cookie and a CSRF token.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -56,6 +58,7 @@ mod handlers;
 mod jobs;
 mod publish;
 pub mod repair;
+mod session;
 mod views;
 
 pub use error::ApiError;
@@ -75,6 +78,7 @@ pub struct AdminState {
     broker_connections: Arc<broker_connections::BrokerConnections>,
     jobs: Arc<crate::dlq::Jobs>,
     dlq_history: Arc<crate::dlq::DlqHistory>,
+    sessions: Arc<session::Sessions>,
 }
 
 impl AdminState {
@@ -95,6 +99,7 @@ impl AdminState {
             broker_connections: Arc::default(),
             jobs: Arc::default(),
             dlq_history: Arc::default(),
+            sessions: Arc::default(),
         }
     }
 
@@ -108,6 +113,16 @@ impl AdminState {
     pub fn with_dlq_history(mut self, history: Arc<crate::dlq::DlqHistory>) -> Self {
         self.dlq_history = history;
         self
+    }
+
+    /// Who sent `headers`: a logged-in operator of the console, or not.
+    pub(crate) fn viewer(&self, headers: &axum::http::HeaderMap) -> session::Viewer {
+        self.sessions.viewer(headers, self.session_idle())
+    }
+
+    /// How long a console login lasts without use (`[console] session_idle_s`).
+    pub(crate) fn session_idle(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.registry.current().config().console.session_idle_s)
     }
 }
 
@@ -130,10 +145,6 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
             auth::require_token,
         ));
     Router::new()
-        .route("/", get(console::overview))
-        .route("/letters/{seq}", get(console::letter))
-        .route("/policies", get(console::policies))
-        .route(console::STYLESHEET_PATH, get(console::stylesheet))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(dlq::ready))
         .route("/v1/dlq", get(dlq::list))
@@ -149,6 +160,7 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/shadow", get(handlers::shadow_report))
         .route("/v1/decide", post(handlers::decide))
         .merge(changes)
+        .merge(console::router())
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)

@@ -192,7 +192,23 @@ pub(crate) async fn repair(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (repair, note) = parse(&body_bytes(body)?)?;
-    let pipeline = gateway(&state)?;
+    apply(&state, seq, repair, note, "the admin API")
+        .await
+        .map(Json)
+}
+
+/// Apply `repair` to dead letter `seq` of the store and put it back for delivery, if
+/// `[console]` allows edits on its topic; the audit log records `who` and `note`. The new
+/// message's id and the audit line.
+pub(crate) async fn apply(
+    state: &AdminState,
+    seq: i64,
+    repair: Repair,
+    note: String,
+    who: &str,
+) -> Result<Value, ApiError> {
+    let who = who.to_string();
+    let pipeline = gateway(state)?;
     let console = state.registry.current().config().console;
     let store = pipeline.store().clone();
     let repaired = tokio::task::spawn_blocking(move || -> Result<Value, ApiError> {
@@ -221,7 +237,7 @@ pub(crate) async fn repair(
         }
         let original = &entry.envelope.original;
         let detail = describe(
-            "the admin API",
+            &who,
             &original.payload_bytes(),
             &original.headers,
             &repair,
@@ -242,5 +258,5 @@ pub(crate) async fn repair(
     .await
     .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))??;
     pipeline.wake();
-    Ok(Json(repaired))
+    Ok(repaired)
 }

@@ -277,6 +277,12 @@ impl GatewayConfig {
                 "must be at least 1".into(),
             ));
         }
+        if config.console.session_idle_s == 0 {
+            return Err(err(
+                "console.session_idle_s".into(),
+                "must be at least 1 (seconds a console login lasts without use)".into(),
+            ));
+        }
         brokers::check(&config).map_err(|(field, message)| err(field, message))?;
         for (name, policy) in &config.policies {
             if let Some(pin) = &policy.sha256
@@ -402,6 +408,10 @@ mod tests {
                 "routes[1].source",
             ),
             (format!("[nats]\nack_wait = 5\n{GOOD}"), "nats"),
+            (
+                format!("[console]\nsession_idle_s = 0\n{GOOD}"),
+                "console.session_idle_s",
+            ),
         ];
         for (text, field) in cases {
             let e = GatewayConfig::parse(&text, "verdict.toml").unwrap_err();

@@ -168,6 +168,51 @@ pub enum Command {
     /// Needs a NATS server for the nats targets (`--targets embedded` runs without one).
     Bench(BenchArgs),
     /// Ask a policy for one decision and print it as JSON.
+    /// Run a policy against a scenario (an outage, a brown-out, a poison burst) in virtual
+    /// time and report what it does: the retry load, the backlog, dead letters by class,
+    /// time to drain, publish-to-end times, amplification.
+    Simulate {
+        /// The scenario (TOML; see `host/simulate/scenarios/`).
+        #[arg(long)]
+        scenario: PathBuf,
+        /// The policy component (or `-c verdict.toml` for a route's policy and settings).
+        #[arg(long, required_unless_present = "gateway", conflicts_with = "gateway")]
+        policy: Option<PathBuf>,
+        /// The policy's config: inline JSON or a file.
+        #[arg(long, requires = "policy")]
+        config: Option<String>,
+        /// Guardrails and fallback (JSON: {"guardrails": {...}, "fallback": {...}}).
+        #[arg(long, requires = "policy")]
+        settings: Option<String>,
+        /// A gateway config: the route of the scenario's topic decides.
+        #[arg(short = 'c', long = "gateway")]
+        gateway: Option<PathBuf>,
+        /// The topic to route (the scenario's `topic` by default); with `-c`.
+        #[arg(long, requires = "gateway")]
+        topic: Option<String>,
+        /// A second config for the policy, run on the same scenario and shown beside.
+        #[arg(long)]
+        compare: Option<String>,
+        /// A second component to compare (with `--compare` as its config).
+        #[arg(long)]
+        compare_policy: Option<PathBuf>,
+        /// Override the scenario's seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Exit 1 when this holds, e.g. `dead > 0`, `drain_s > 120`,
+        /// `peak_retry_rate > 2x publish_rate` (repeatable).
+        #[arg(long = "fail-if")]
+        fail_if: Vec<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Rows of the timeline table.
+        #[arg(long, default_value_t = 20)]
+        rows: usize,
+        /// Also write an HTML report with plots (SVG, no script) to this file.
+        #[arg(long)]
+        html: Option<PathBuf>,
+    },
     Decide {
         /// The policy component.
         #[arg(long)]

@@ -189,6 +189,63 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 emit(&report.to_string())?;
             }
         }
+        Command::Simulate {
+            scenario,
+            policy,
+            config,
+            settings,
+            gateway,
+            topic,
+            compare,
+            compare_policy,
+            seed,
+            fail_if,
+            json,
+            rows,
+            html,
+        } => {
+            use verdict_cli::cli::simulate::{self, Decides, SimulateArgs};
+            let decides = match (policy, gateway) {
+                (Some(path), _) => Decides::Policy {
+                    path,
+                    config,
+                    settings: match settings {
+                        Some(s) => serde_json::from_str(&s)
+                            .map_err(|e| anyhow::anyhow!("--settings: {e}"))?,
+                        None => TopicSettings::default(),
+                    },
+                },
+                (None, Some(gateway)) => Decides::Route { gateway, topic },
+                (None, None) => anyhow::bail!("give --policy P or -c verdict.toml"),
+            };
+            // Exit 2 for input that cannot run, as `verdict test` does: a CI job tells a
+            // broken scenario from a condition that held (1).
+            let done = match simulate::run(&SimulateArgs {
+                decides,
+                scenario,
+                compare,
+                compare_policy,
+                seed,
+                fail_if,
+                json,
+                rows,
+                html,
+            }) {
+                Ok(done) => done,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            emit(&done.text)?;
+            eprintln!("{}", done.timing);
+            if !done.failed.is_empty() {
+                for condition in &done.failed {
+                    eprintln!("fail-if held: {condition}");
+                }
+                return Ok(ExitCode::from(1));
+            }
+        }
         Command::Decide {
             policy,
             config,

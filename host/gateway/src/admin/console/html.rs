@@ -1,11 +1,14 @@
 //! The console's HTML: escaping every string that reaches a page (message ids, headers,
-//! payloads and reasons come from producers, consumers and policies), and the page frame.
-//! Everything a page needs ships in the binary: one stylesheet, no script, no CDN.
+//! payloads and reasons come from producers, consumers and policies), the page frame and
+//! the forms. Everything a page needs ships in the binary: one stylesheet, no script, no
+//! CDN.
 
 use std::fmt::Write as _;
 
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+
+use crate::admin::session::{Session, Viewer};
 
 /// The stylesheet, served at [`STYLESHEET_PATH`].
 pub(crate) const STYLESHEET: &str = include_str!("console.css");
@@ -17,35 +20,86 @@ pub(crate) const STYLESHEET_PATH: &str = "/console.css";
 const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
                    frame-ancestors 'none'; base-uri 'none'";
 
-/// `text` safe inside an element or a double-quoted attribute.
-pub(crate) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c if c.is_control() && c != '\n' && c != '\t' => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
+/// `text` safe inside an element or a quoted attribute.
+pub(crate) use verdict_runtime::text::escape_html as escape;
+
+/// A whole page: `title` (escaped here) around `body` (already HTML), with who is looking
+/// in the header.
+pub(crate) fn page(title: &str, viewer: &Viewer, body: &str) -> Response {
+    frame(title, viewer, "", body)
 }
 
-/// A whole page: `title` (escaped here) around `body` (already HTML).
-pub(crate) fn page(title: &str, body: &str) -> Response {
+/// A page that reloads itself every second (a running job's), with no script.
+pub(crate) fn refreshing_page(title: &str, viewer: &Viewer, body: &str) -> Response {
+    frame(
+        title,
+        viewer,
+        "<meta http-equiv=\"refresh\" content=\"1\">",
+        body,
+    )
+}
+
+/// A page that only says something (`message`, plain text) under `title`, with `status`.
+pub(crate) fn message_page(
+    status: StatusCode,
+    title: &str,
+    viewer: &Viewer,
+    message: &str,
+) -> Response {
+    let mut response = page(
+        title,
+        viewer,
+        &format!(
+            "<h1>{}</h1><p>{}</p><p><a href=\"/\">Back to the gateway</a></p>",
+            escape(title),
+            escape(message)
+        ),
+    );
+    *response.status_mut() = status;
+    response
+}
+
+fn frame(title: &str, viewer: &Viewer, head: &str, body: &str) -> Response {
+    let who = match viewer.session() {
+        Some(s) => format!(
+            "<span class=\"who\">Signed in as <strong>{}</strong></span>{}",
+            escape(&s.who),
+            form("/logout", Some(s), "inline", "", "Log out")
+        ),
+        None => "<a class=\"who\" href=\"/login\">Log in to act</a>".into(),
+    };
     let html = format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{head}\
          <title>{} - Verdict</title><link rel=\"stylesheet\" href=\"{STYLESHEET_PATH}\"></head>\
          <body><header><a href=\"/\" class=\"brand\">Verdict</a>\
-         <nav><a href=\"/\">Gateway</a><a href=\"/policies\">Policies</a></nav></header><main>{body}</main>\
+         <nav><a href=\"/\">Gateway</a><a href=\"/policies\">Policies</a></nav>\
+         <div class=\"account\">{who}</div></header><main>{body}</main>\
          </body></html>\n",
         escape(title)
     );
     with_headers(html, "text/html; charset=utf-8")
+}
+
+/// A form that posts to `action` (a path of ours) with `fields` (already HTML) and a
+/// button. It carries the session's CSRF token; without a session it is still shown (the
+/// action then asks for a login), with an empty one.
+pub(crate) fn form(
+    action: &str,
+    session: Option<&Session>,
+    class: &str,
+    fields: &str,
+    button: &str,
+) -> String {
+    format!(
+        "<form method=\"post\" action=\"{}\" class=\"{}\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">{fields}\
+         <button type=\"submit\">{}</button></form>",
+        escape(action),
+        escape(class),
+        escape(session.map_or("", |s| &s.csrf)),
+        escape(button)
+    )
 }
 
 /// The stylesheet as a response.
@@ -67,7 +121,9 @@ fn with_headers(body: String, content_type: &'static str) -> Response {
     );
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        // Not `no-referrer`: under it Chromium sends `Origin: null` with the console's own
+        // forms, which the same-origin check must refuse.
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response

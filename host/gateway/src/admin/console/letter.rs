@@ -1,36 +1,199 @@
-//! `/letters/{seq}`: one dead letter of the store, as an operator reads it.
+//! `/letters/{seq}`: one dead letter of the store, as an operator reads it, with what may
+//! be done to it alone: replay or discard it (a parked letter too), or repair it when
+//! `[console]` allows edits on its topic.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
-use super::html::{escape, hex_dump, page, table};
-use crate::admin::AdminState;
+use super::html::{escape, form, hex_dump, message_page, page, table};
+use crate::admin::session::Viewer;
+use crate::admin::{AdminState, ApiError, repair};
 use crate::store::DlqEntry;
 
 /// Bytes of a binary payload the page shows.
 const HEX_BYTES: usize = 4_096;
 
-pub(super) async fn render(state: &AdminState, seq: &str) -> Response {
+pub(super) async fn render(state: &AdminState, viewer: &Viewer, seq: &str) -> Response {
     let Ok(seq) = seq.parse::<i64>() else {
-        return not_found("That is not a dead letter's number.");
+        return message_page(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            viewer,
+            "That is not a dead letter's number.",
+        );
     };
-    let Some(pipeline) = state.gateway.clone() else {
-        return not_found("This server has no store.");
-    };
-    let store = pipeline.store().clone();
-    let entry = match tokio::task::spawn_blocking(move || store.dlq_entry(seq)).await {
-        Ok(Ok(Some(entry))) => entry,
-        Ok(Ok(None)) => {
-            return not_found(&format!(
-                "No dead letter {seq} in the store (replayed, discarded or never there)."
-            ));
+    let entry = match entry(state, seq).await {
+        Ok(entry) => entry,
+        Err(e) if e.status == StatusCode::NOT_FOUND => {
+            return message_page(e.status, "Not found", viewer, &e.message);
         }
-        Ok(Err(e)) => return unavailable(&e.to_string()),
-        Err(e) => return unavailable(&e.to_string()),
+        Err(e) => return message_page(e.status, "The store does not answer", viewer, &e.message),
     };
-    page(&format!("Dead letter {seq}"), &body(&entry))
+    let may_edit = state
+        .registry
+        .current()
+        .config()
+        .console
+        .may_edit(&entry.topic);
+    let mut out = body(&entry);
+    let park_after = state
+        .gateway
+        .as_ref()
+        .map_or(0, |p| p.settings().park_after_repeats);
+    if crate::dlq::is_parked(entry.repeats, park_after) {
+        out += &format!(
+            "<p class=\"bad\">Parked: it came back {} times after replays, so bulk replays \
+             leave it out. Replay it here, alone, once its cause is fixed.</p>",
+            entry.repeats
+        );
+    }
+    out += &actions(&entry, viewer, may_edit);
+    page(&format!("Dead letter {seq}"), viewer, &out)
+}
+
+/// Dead letter `seq` of the store: 404 when it has left the DLQs, 503 when the store does
+/// not answer.
+pub(super) async fn entry(state: &AdminState, seq: i64) -> Result<DlqEntry, ApiError> {
+    let pipeline = crate::admin::dlq::gateway(state)?;
+    let store = pipeline.store().clone();
+    let unavailable = |e: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "store", e);
+    match tokio::task::spawn_blocking(move || store.dlq_entry(seq)).await {
+        Ok(Ok(Some(entry))) => Ok(entry),
+        Ok(Ok(None)) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_such_dead_letter",
+            format!("No dead letter {seq} in the store (replayed, discarded or never there)."),
+        )),
+        Ok(Err(e)) => Err(unavailable(e.to_string())),
+        Err(e) => Err(unavailable(e.to_string())),
+    }
+}
+
+/// What a repair form shows and what the edit is compared with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Editable {
+    /// The payload as text (JSON pretty-printed); `None` when binary or not kept, which
+    /// the form cannot edit.
+    pub(super) payload: Option<String>,
+    /// The content type (empty when the message had none).
+    pub(super) content_type: String,
+    /// The headers.
+    pub(super) headers: BTreeMap<String, String>,
+}
+
+impl Editable {
+    pub(super) fn of(entry: &DlqEntry) -> Editable {
+        let o = &entry.envelope.original;
+        let payload = match (&o.payload_omitted, &o.payload, &o.payload_base64) {
+            (Some(_), _, _) | (None, None, Some(_)) => None,
+            (None, Some(serde_json::Value::String(text)), _) => Some(text.clone()),
+            (None, Some(json), _) => serde_json::to_string_pretty(json).ok(),
+            (None, None, None) => Some(String::new()),
+        };
+        Editable {
+            payload,
+            content_type: o.content_type.clone().unwrap_or_default(),
+            headers: o.headers.clone(),
+        }
+    }
+
+    /// Headers as the form shows them: `name: value`, one per line.
+    fn headers_text(&self) -> String {
+        self.headers
+            .iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The form's headers text back as headers; names and values are checked again by the
+    /// repair itself.
+    pub(super) fn parse_headers(text: &str) -> Result<BTreeMap<String, String>, ApiError> {
+        let mut headers = BTreeMap::new();
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let Some((name, value)) = line.split_once(':') else {
+                return Err(ApiError::bad_request(format!(
+                    "headers: line {}: `{}` is not `name: value`",
+                    i + 1,
+                    verdict_runtime::text::one_line(line, 64)
+                )));
+            };
+            if headers.len() == repair::MAX_HEADERS {
+                return Err(ApiError::bad_request(format!(
+                    "headers: at most {}",
+                    repair::MAX_HEADERS
+                )));
+            }
+            headers.insert(name.trim().to_string(), value.trim().to_string());
+        }
+        Ok(headers)
+    }
+}
+
+/// The forms that act on this letter alone.
+fn actions(e: &DlqEntry, viewer: &Viewer, may_edit: bool) -> String {
+    let session = viewer.session();
+    let seq = e.seq;
+    let mut out = String::from("<h2>Act on this letter</h2>");
+    if viewer.session().is_none() {
+        out += "<p class=\"muted\"><a href=\"/login\">Log in</a> with the admin token to act.</p>";
+    }
+    out += "<div class=\"actions\">";
+    out += &form(
+        &format!("/letters/{seq}/replay"),
+        session,
+        "action",
+        "<label>Note <input name=\"note\" maxlength=\"400\" placeholder=\"why (audited)\"></label>",
+        "Replay this letter",
+    );
+    out += &form(
+        &format!("/letters/{seq}/discard"),
+        session,
+        "action",
+        "<label>Reason <input name=\"reason\" maxlength=\"400\" required placeholder=\"why (audited)\"></label>",
+        "Discard this letter",
+    );
+    out += "</div>";
+    out += "<h2>Repair and resubmit</h2>";
+    if !may_edit {
+        out += "<p class=\"muted\">Repairs are off for this topic: set <code>[console] \
+                allow_edit = true</code> (or list the topic in <code>allow_edit_topics</code>) \
+                in the gateway config.</p>";
+        return out;
+    }
+    let editable = Editable::of(e);
+    let payload = match &editable.payload {
+        Some(text) => format!(
+            "<label>Payload<textarea name=\"payload\" rows=\"12\">{}</textarea></label>",
+            escape(text)
+        ),
+        None => "<p class=\"muted\">A binary payload (or one not kept) is not edited here: \
+                 send <code>payload_base64</code> to <code>POST /v1/dlq/{seq}/repair</code>.</p>"
+            .into(),
+    };
+    out += &form(
+        &format!("/letters/{seq}/repair"),
+        session,
+        "repair",
+        &format!(
+            "{payload}<label>Content type <input name=\"content_type\" value=\"{}\"></label>\
+             <label>Headers, one <code>name: value</code> per line\
+             <textarea name=\"headers\" rows=\"4\">{}</textarea></label>\
+             <label>Note <input name=\"note\" maxlength=\"400\" required placeholder=\"what you fixed (audited)\"></label>",
+            escape(&editable.content_type),
+            escape(&editable.headers_text())
+        ),
+        "Repair and resubmit",
+    );
+    out += "<p class=\"muted\">The letter as it was stays in the audit log, with who changed \
+            what.</p>";
+    out
 }
 
 fn body(e: &DlqEntry) -> String {
@@ -140,25 +303,4 @@ fn payload(o: &crate::envelope::Original) -> String {
         }
         (None, None) => "<p class=\"muted\">Empty.</p>".into(),
     }
-}
-
-fn not_found(message: &str) -> Response {
-    let mut r = page(
-        "Not found",
-        &format!("<h1>Not found</h1><p>{}</p>", escape(message)),
-    );
-    *r.status_mut() = StatusCode::NOT_FOUND;
-    r.into_response()
-}
-
-fn unavailable(message: &str) -> Response {
-    let mut r = page(
-        "Store unavailable",
-        &format!(
-            "<h1>The store does not answer</h1><p>{}</p>",
-            escape(message)
-        ),
-    );
-    *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-    r
 }

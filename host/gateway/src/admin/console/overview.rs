@@ -6,13 +6,14 @@ use axum::response::Response;
 
 use super::chart;
 use super::html::{escape, page, table};
+use crate::admin::session::Viewer;
 use crate::admin::{AdminState, views};
 use crate::dlq::{DlqGroup, JobView, groups};
 use crate::envelope::rfc3339;
 use crate::pipeline::now_ms;
 use crate::store::DlqFilter;
 
-pub(super) async fn render(state: &AdminState) -> Response {
+pub(super) async fn render(state: &AdminState, viewer: &Viewer) -> Response {
     let generation = state.registry.current();
     let mut body = format!(
         "<h1>Gateway <span class=\"pill\">generation {}</span></h1>",
@@ -37,7 +38,7 @@ pub(super) async fn render(state: &AdminState) -> Response {
     };
     body += "<h2>Jobs</h2>";
     body += &jobs(&state.jobs.list());
-    page("Gateway", &body)
+    page("Gateway", viewer, &body)
 }
 
 fn routes(routes: &[views::RouteView]) -> String {
@@ -114,7 +115,10 @@ fn groups_table(groups: &[DlqGroup]) -> String {
         .iter()
         .map(|g| {
             vec![
-                format!("<code>{}</code>", escape(&g.id)),
+                format!(
+                    "<a href=\"/groups/{0}\"><code>{0}</code></a>",
+                    escape(&g.id)
+                ),
                 g.count.to_string(),
                 g.parked.to_string(),
                 format!("<code>{}</code>", escape(&g.fingerprint.topic)),
@@ -146,8 +150,9 @@ fn groups_table(groups: &[DlqGroup]) -> String {
     );
     let _ = write!(
         out,
-        "<p class=\"muted\">Act on a group with <code>verdict jobs dry-run|replay|discard \
-         --group ID</code> (the admin token required).</p>"
+        "<p class=\"muted\">Open a group to dry-run, replay or discard it (a login with the \
+         admin token required), or use <code>verdict jobs dry-run|replay|discard --group \
+         ID</code>.</p>"
     );
     out
 }
@@ -172,7 +177,7 @@ fn jobs(jobs: &[JobView]) -> String {
                 _ => escape(&state),
             };
             vec![
-                escape(&j.id),
+                format!("<a href=\"/jobs/{0}\">{0}</a>", escape(&j.id)),
                 escape(j.action),
                 state,
                 format!(

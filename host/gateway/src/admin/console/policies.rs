@@ -1,14 +1,15 @@
 //! `/policies`: the policies with what they have decided, the generations kept for
-//! rollback, and the shadow report - what an operator reads before promoting or rolling
-//! back (which is `verdict policy ...` or the API, with the token).
+//! rollback with the rollback form, and the shadow report - what an operator reads before
+//! promoting or rolling back.
 
 use axum::response::Response;
 
-use super::html::{escape, page, table};
+use super::html::{escape, form, page, table};
+use crate::admin::session::Viewer;
 use crate::admin::{AdminState, views};
 use crate::envelope::rfc3339;
 
-pub(super) fn render(state: &AdminState) -> Response {
+pub(super) fn render(state: &AdminState, viewer: &Viewer) -> Response {
     let mut body = String::from("<h1>Policies</h1>");
     let policies = views::policies(&state.registry);
     let rows: Vec<Vec<String>> = policies
@@ -82,8 +83,7 @@ pub(super) fn render(state: &AdminState) -> Response {
         })
         .collect();
     body += &table(&["generation", "activated", "cause", "routes"], &rows);
-    body += "<p class=\"muted\">Roll back with <code>verdict policy rollback [--topic T]</code> \
-             (the admin token required).</p>";
+    body += &rollback_form(&generations, viewer);
 
     body += "<h2>Shadow report</h2>";
     let shadows = state.registry.shadow_report();
@@ -121,5 +121,31 @@ pub(super) fn render(state: &AdminState) -> Response {
             &rows,
         );
     }
-    page("Policies", &body)
+    page("Policies", viewer, &body)
+}
+
+/// Roll one route, or every route, back to the generation before the active one.
+fn rollback_form(generations: &[views::GenerationView], viewer: &Viewer) -> String {
+    let Some(active) = generations.iter().find(|g| g.active) else {
+        return String::new();
+    };
+    if generations.len() < 2 {
+        return "<p class=\"muted\">No earlier generation is kept: nothing to roll back to.</p>"
+            .into();
+    }
+    let mut options = String::from("<option value=\"\">every route</option>");
+    for topic in active.routes.keys() {
+        options += &format!("<option value=\"{0}\">{0}</option>", escape(topic));
+    }
+    form(
+        "/policies/rollback",
+        viewer.session(),
+        "action",
+        &format!(
+            "<label>Roll back <select name=\"topic\">{options}</select></label> \
+             <span class=\"muted\">to the previous generation (a one-route rollback lasts \
+             until the next change of any route)</span>"
+        ),
+        "Roll back",
+    )
 }

@@ -1,0 +1,388 @@
+//! The simulation: messages published, delivered and failed in virtual time, each failure
+//! decided by the caller's decider (the real component behind the host's guardrails), the
+//! verdict applied as the gateway applies it.
+//!
+//! The model, kept small on purpose:
+//! - publishing is evenly spaced at each phase's rate;
+//! - the consumer takes one delivery per `1 / capacity_per_s` seconds, in due order; what
+//!   is due while it is busy waits (the backlog);
+//! - an answer arrives `latency_ms` after the delivery starts; a failure is retried by the
+//!   consumer itself (`consumer.retries`), then redelivered by the broker
+//!   (`broker.redeliveries`), each at once and each a call the dependency sees, before the
+//!   policy decides;
+//! - `retry(ms)` spends an attempt and is due `ms` later, `delay(ms)` is due `ms` later
+//!   without spending one, `dead-letter` and `discard` end the message.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use verdict_runtime::{
+    Action, AttemptRecord, Decision, ErrorSpec, Failure, FailureSpec, StatsSpec, StatsWindow,
+    class_name,
+};
+use verdict_types::SplitMix64;
+
+use crate::report::{Outcome, Recorder, Report};
+use crate::scenario::{Answer, Scenario};
+
+/// Failures of one message kept for its policy to read (the gateway keeps its own; a
+/// policy sees the most recent).
+const HISTORY: usize = 16;
+
+const US_PER_S: u64 = 1_000_000;
+
+/// One message in flight.
+struct Message {
+    /// Its number, in publish order (its id is `sim-<serial>`).
+    serial: u64,
+    published_us: u64,
+    /// Fixes its sticky answers and its jitter seed.
+    fate: u64,
+    attempts_spent: u32,
+    deferrals: u32,
+    first_failed_ms: Option<u64>,
+    deliveries: u32,
+    history: Vec<AttemptRecord>,
+}
+
+/// The run's draws: seeded, so the same seed gives the same run.
+struct Rng(SplitMix64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+
+    /// A uniform draw in [0, 100).
+    fn pct(&mut self) -> f64 {
+        unit(self.next()) * 100.0
+    }
+}
+
+/// `bits` as a uniform number in [0, 1).
+fn unit(bits: u64) -> f64 {
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The answer a delivery gets: a failure, or `None` for success.
+fn answer<'a>(answers: &'a [Answer], fate: u64, rng: &mut Rng) -> Option<&'a Answer> {
+    // Sticky answers hit the same messages on every delivery: drawn from the message's fate.
+    let fated = unit(fate) * 100.0;
+    let mut at = 0.0;
+    for a in answers.iter().filter(|a| a.sticky) {
+        at += a.pct;
+        if fated < at {
+            return Some(a);
+        }
+    }
+    let drawn = rng.pct();
+    let mut at = 0.0;
+    for a in answers.iter().filter(|a| !a.sticky) {
+        at += a.pct;
+        if drawn < at {
+            return Some(a);
+        }
+    }
+    None
+}
+
+/// Run `scenario` with each failure decided by `decide`.
+pub fn run(scenario: &Scenario, decide: &dyn Fn(&Failure) -> Decision) -> Report {
+    let mut rng = Rng(SplitMix64::new(scenario.seed));
+    let mut messages: Vec<Message> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut serial = 0u64;
+    // Due deliveries: (due, order of scheduling, message).
+    let mut due: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
+    let mut order = 0u64;
+    let mut recorder = Recorder::new(scenario);
+    let mut window = StatsWindow::default();
+    let slot_us = (US_PER_S as f64 / scenario.consumer.capacity_per_s).max(1.0) as u64;
+    let publish_end_us = scenario.duration_s * US_PER_S;
+    let end_us = publish_end_us + scenario.max_drain_s * US_PER_S;
+    // Kept fractional: a rate's interval in whole microseconds would drift.
+    let mut next_publish_us = Some(0f64);
+    let mut consumer_free_us = 0u64;
+
+    loop {
+        // The next event: a publish or a due delivery, whichever is first.
+        let next_due = due.peek().map(|Reverse((at, _, _))| *at);
+        let publish_first = match (next_publish_us, next_due) {
+            (Some(p), Some(d)) => p as u64 <= d,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if publish_first {
+            let Some(exact) = next_publish_us else { break };
+            let at = exact as u64;
+            let rate = scenario.rate_at(at / US_PER_S);
+            if rate > 0.0 {
+                serial += 1;
+                let message = Message {
+                    serial,
+                    published_us: at,
+                    fate: rng.next(),
+                    attempts_spent: 0,
+                    deferrals: 0,
+                    first_failed_ms: None,
+                    deliveries: 0,
+                    history: Vec::new(),
+                };
+                // An ended message's slot is reused: an hour at 1,000/s holds what is in
+                // flight, not all 3.6 million.
+                let index = match free.pop() {
+                    Some(i) => {
+                        messages[i] = message;
+                        i
+                    }
+                    None => {
+                        messages.push(message);
+                        messages.len() - 1
+                    }
+                };
+                recorder.published(at);
+                due.push(Reverse((at, order, index)));
+                order += 1;
+            }
+            next_publish_us = next_publish(scenario, exact, publish_end_us);
+            continue;
+        }
+        let Some(Reverse((at, _, index))) = due.pop() else {
+            break;
+        };
+        // The consumer takes it when it is free.
+        let start = at.max(consumer_free_us);
+        if start >= end_us {
+            break;
+        }
+        consumer_free_us = start + slot_us;
+        recorder.advance(start);
+        let m = &mut messages[index];
+        let first = m.attempts_spent == 0 && m.deferrals == 0;
+        m.deliveries += 1;
+        let answers = scenario.answers_at(start / US_PER_S);
+        let mut failed = answer(answers, m.fate, &mut rng);
+        let mut calls = 1u64;
+        // The consumer's own retries, then the broker's redeliveries: each a call.
+        let mut extra = 0u32;
+        let extra_max = scenario.consumer.retries + scenario.broker.redeliveries;
+        while failed.is_some() && extra < extra_max {
+            extra += 1;
+            calls += 1;
+            failed = answer(answers, m.fate, &mut rng);
+        }
+        recorder.delivered(start, first, calls);
+        let latency_ms = failed
+            .and_then(|a| a.latency_ms)
+            .unwrap_or(scenario.consumer.latency_ms);
+        let answered_us = start + latency_ms * 1_000;
+        let now_ms = answered_us / 1_000;
+        let stats = window.record(now_ms, failed.is_some());
+        let Some(answer) = failed else {
+            recorder.ended(
+                m.published_us,
+                answered_us,
+                m.deliveries,
+                Outcome::Delivered,
+            );
+            m.history = Vec::new();
+            free.push(index);
+            continue;
+        };
+        let failed_at = *m.first_failed_ms.get_or_insert(now_ms);
+        let spec = failure(Attempt {
+            topic: &scenario.topic,
+            message_id: format!("sim-{}", m.serial),
+            attempt: m.attempts_spent.saturating_add(1),
+            deferrals: m.deferrals,
+            first_failed_ms: failed_at,
+            now_ms,
+            published_ms: m.published_us / 1_000,
+            kind: &answer.kind,
+            retry_after_ms: answer.retry_after_ms,
+            history: m.history.clone(),
+            jitter_seed: m.fate,
+            stats,
+        });
+        let decision = decide(&spec);
+        if m.history.len() == HISTORY {
+            m.history.remove(0);
+        }
+        m.history.push(AttemptRecord {
+            at_ms: now_ms,
+            kind: answer.kind.clone(),
+            message: String::new(),
+        });
+        recorder.decided(&decision);
+        let again = |ms: u64| answered_us.saturating_add(ms.saturating_mul(1_000));
+        match decision.verdict.action {
+            Action::Retry(ms) => {
+                m.attempts_spent = m.attempts_spent.saturating_add(1);
+                due.push(Reverse((again(ms), order, index)));
+                order += 1;
+            }
+            Action::Delay(ms) => {
+                m.deferrals = m.deferrals.saturating_add(1);
+                due.push(Reverse((again(ms), order, index)));
+                order += 1;
+            }
+            Action::DeadLetter => {
+                let class = class_name(decision.verdict.class);
+                recorder.ended(
+                    m.published_us,
+                    answered_us,
+                    m.deliveries,
+                    Outcome::Dead(class),
+                );
+                m.history = Vec::new();
+                free.push(index);
+            }
+            Action::Discard => {
+                recorder.ended(
+                    m.published_us,
+                    answered_us,
+                    m.deliveries,
+                    Outcome::Discarded,
+                );
+                m.history = Vec::new();
+                free.push(index);
+            }
+        }
+    }
+    let unfinished = due.len() as u64;
+    recorder.finish(unfinished)
+}
+
+/// What a failed delivery is, as the simulation knows it.
+pub(crate) struct Attempt<'a> {
+    pub(crate) topic: &'a str,
+    pub(crate) message_id: String,
+    pub(crate) attempt: u32,
+    pub(crate) deferrals: u32,
+    pub(crate) first_failed_ms: u64,
+    pub(crate) now_ms: u64,
+    pub(crate) published_ms: u64,
+    pub(crate) kind: &'a str,
+    pub(crate) retry_after_ms: Option<u64>,
+    pub(crate) history: Vec<AttemptRecord>,
+    pub(crate) jitter_seed: u64,
+    pub(crate) stats: StatsSpec,
+}
+
+/// The failure a policy decides on, built as the gateway builds it from its own records.
+pub(crate) fn failure(a: Attempt<'_>) -> Failure {
+    FailureSpec {
+        topic: a.topic.to_string(),
+        message_id: a.message_id,
+        consumer_group: "simulator".into(),
+        attempt: a.attempt,
+        deferrals: a.deferrals,
+        first_failed_at_ms: a.first_failed_ms,
+        now_ms: Some(a.now_ms),
+        published_at_ms: Some(a.published_ms),
+        deadline_ms: None,
+        error: ErrorSpec {
+            kind: a.kind.to_string(),
+            message: format!("simulated {}", a.kind),
+            retry_after_ms: a.retry_after_ms,
+            rejected: false,
+        },
+        history: a.history,
+        headers: BTreeMap::new(),
+        payload: None,
+        content_type: None,
+        jitter_seed: Some(a.jitter_seed),
+        stats: a.stats,
+        extensions: BTreeMap::new(),
+    }
+    .into_failure()
+}
+
+/// When the next message is published after one at `at` µs (none once publishing has
+/// ended). Times within a phase are its start plus whole intervals, so no rounding
+/// accumulates; a phase of rate 0 publishes nothing until the next phase.
+fn next_publish(scenario: &Scenario, at: f64, end: u64) -> Option<f64> {
+    let phases = &scenario.publish.phases;
+    let start_of = |i: usize| start_of_us(&phases[i]);
+    let current = phases.iter().rposition(|p| start_of_us(p) <= at)?;
+    let following = phases.get(current + 1).map(|_| start_of(current + 1));
+    let rate = phases[current].rate_per_s;
+    let next = if rate > 0.0 {
+        let interval = US_PER_S as f64 / rate;
+        let k = ((at - start_of(current)) / interval).round();
+        start_of(current) + (k + 1.0) * interval
+    } else {
+        f64::INFINITY
+    };
+    // The next phase starts on time, whatever the old interval.
+    let next = match following {
+        Some(from) if next >= from - 0.5 => from,
+        _ => next,
+    };
+    (next < end as f64).then_some(next)
+}
+
+fn start_of_us(p: &crate::scenario::PublishPhase) -> f64 {
+    (p.from_s * US_PER_S) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(extra: &str) -> Scenario {
+        Scenario::parse(
+            &format!(
+                "duration_s = 10\n[publish]\nphases = [{{ from_s = 0, rate_per_s = 10 }}]\n\
+                 [consumer]\ncapacity_per_s = 1000\n{extra}"
+            ),
+            "t.toml",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn sticky_answers_stay_with_their_messages() {
+        let answers = [Answer {
+            kind: "schema.x".into(),
+            pct: 50.0,
+            latency_ms: None,
+            retry_after_ms: None,
+            sticky: true,
+        }];
+        let mut rng = Rng(SplitMix64::new(3));
+        for fate in [0u64, u64::MAX / 3, u64::MAX - 1] {
+            let first = answer(&answers, fate, &mut rng).is_some();
+            for _ in 0..20 {
+                assert_eq!(answer(&answers, fate, &mut rng).is_some(), first);
+            }
+        }
+    }
+
+    #[test]
+    fn publishing_follows_the_phases() {
+        let s = scenario("");
+        let count = |s: &Scenario, end_s: u64| {
+            let mut at = Some(0.0);
+            let mut n = 0;
+            while let Some(t) = at {
+                n += u32::from(s.rate_at(t as u64 / US_PER_S) > 0.0);
+                at = next_publish(s, t, end_s * US_PER_S);
+            }
+            n
+        };
+        assert_eq!(count(&s, 10), 100);
+        let odd = Scenario::parse(
+            "duration_s = 480\n[publish]\nphases = [{ from_s = 0, rate_per_s = 150 }, \
+             { from_s = 100, rate_per_s = 0 }, { from_s = 200, rate_per_s = 3 }]\n\
+             [consumer]\ncapacity_per_s = 1000\n",
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            count(&odd, 480),
+            150 * 100 + 3 * 280,
+            "no drift at a rate that is not a whole interval"
+        );
+    }
+}
