@@ -19,4 +19,5 @@ mod operator;
 mod policies;
 mod readme;
 mod registry;
+mod retry_budget;
 mod store_contract;

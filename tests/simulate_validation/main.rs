@@ -153,7 +153,9 @@ fn toml_inline(json: &str) -> String {
 fn the_simulator_agrees_with_the_real_gateway_on_an_outage() {
     let host = Host::new(&Limits::new()).unwrap();
     let decider = decider(&host, fixtures::RULES, CONFIG);
-    let sim = simulate(&scenario(), &|f| decider.decide(f));
+    let sim = simulate(&scenario(), &decider.settings().guardrails, &|f| {
+        decider.decide(f)
+    });
     let sim_deliveries = sim.first_attempts + sim.retries;
     let sim_drain = sim.drain_s.expect("the simulated backlog drains");
 

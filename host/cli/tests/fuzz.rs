@@ -1476,6 +1476,10 @@ fn envelope() -> BoxedStrategy<Envelope> {
                 dlq,
                 gateway,
                 dead_lettered_at: at,
+                retry_budget: (attempts % 3 == 0).then_some(envelope::BudgetHolds {
+                    holds: attempts,
+                    held_ms: u64::from(attempts) * 1_000,
+                }),
             },
         )
         .boxed()

@@ -12,8 +12,11 @@
 //!              "alert": "warning", "labels": {"rule": "transient"}},
 //!  "policy": {"name": "rules", "version": "0.1.0", "sha256": "...", "generation": 3,
 //!             "fallback": null},
-//!  "dlq": "orders.DLQ", "gateway": "gw-1", "deadLetteredAt": "..."}
+//!  "dlq": "orders.DLQ", "gateway": "gw-1", "deadLetteredAt": "...",
+//!  "retryBudget": {"holds": 4, "heldMs": 21500}}
 //! ```
+//!
+//! `retryBudget` is there only when the route's retry budget held the message's retries.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -50,6 +53,20 @@ pub struct Envelope {
     pub gateway: String,
     /// When (RFC 3339).
     pub dead_lettered_at: String,
+    /// How often its retries waited for the route's retry budget, as the gateway that
+    /// dead-lettered it saw them; absent when they never did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_budget: Option<BudgetHolds>,
+}
+
+/// A message's waits for its route's retry budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetHolds {
+    /// Times a retry was due and the budget had no room.
+    pub holds: u32,
+    /// The waits those holds asked for, in all, in milliseconds.
+    pub held_ms: u64,
 }
 
 /// The original message.
@@ -232,6 +249,7 @@ impl Envelope {
             dlq: ctx.dlq.into(),
             gateway: ctx.gateway.into(),
             dead_lettered_at: rfc3339(ctx.now_ms),
+            retry_budget: None,
         }
     }
 
@@ -456,6 +474,10 @@ mod tests {
             dlq: "orders.DLQ".into(),
             gateway: "gw".into(),
             dead_lettered_at: rfc3339(0),
+            retry_budget: Some(BudgetHolds {
+                holds: 3,
+                held_ms: 7_500,
+            }),
         };
         let json = decode("json", &envelope.encode(DlqFormat::Json).unwrap()).unwrap();
         let msgpack = decode("msgpack", &envelope.encode(DlqFormat::Msgpack).unwrap()).unwrap();

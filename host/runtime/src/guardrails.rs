@@ -23,6 +23,10 @@ pub struct Guardrails {
     pub max_labels: usize,
     /// Longest label key or value, in bytes.
     pub max_label_bytes: usize,
+    /// Retries limited to a share of first attempts over a sliding window; a retry over
+    /// budget waits without spending an attempt. Off when absent. Applied where retries
+    /// are delivered (the gateway's routes, the simulator), not to a verdict.
+    pub retry_budget: Option<crate::RetryBudget>,
 }
 
 impl Default for Guardrails {
@@ -35,6 +39,7 @@ impl Default for Guardrails {
             max_reason_bytes: 1_024,
             max_labels: 16,
             max_label_bytes: 256,
+            retry_budget: None,
         }
     }
 }

@@ -11,14 +11,18 @@
 //!   (`broker.redeliveries`), each at once and each a call the dependency sees, before the
 //!   policy decides;
 //! - `retry(ms)` spends an attempt and is due `ms` later, `delay(ms)` is due `ms` later
-//!   without spending one, `dead-letter` and `discard` end the message.
+//!   without spending one, `dead-letter` and `discard` end the message;
+//! - with a retry budget in the guardrails, a redelivery the budget has no room for when
+//!   the consumer would take it is held (due again after [`RetryBudget::hold_ms`], nothing
+//!   spent, the consumer's time not taken), and one that succeeds gives its share back, as
+//!   in the gateway.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use verdict_runtime::{
-    Action, AttemptRecord, Decision, ErrorSpec, Failure, FailureSpec, StatsSpec, StatsWindow,
-    class_name,
+    Action, AttemptRecord, Decision, ErrorSpec, Failure, FailureSpec, Guardrails, RetryBudget,
+    RetryBudgetWindow, StatsSpec, StatsWindow, class_name,
 };
 use verdict_types::SplitMix64;
 
@@ -86,8 +90,13 @@ fn answer<'a>(answers: &'a [Answer], fate: u64, rng: &mut Rng) -> Option<&'a Ans
     None
 }
 
-/// Run `scenario` with each failure decided by `decide`.
-pub fn run(scenario: &Scenario, decide: &dyn Fn(&Failure) -> Decision) -> Report {
+/// Run `scenario` with each failure decided by `decide`, and redeliveries gated by the
+/// route's retry budget if `guardrails` has one (`decide` applies the rest of them).
+pub fn run(
+    scenario: &Scenario,
+    guardrails: &Guardrails,
+    decide: &dyn Fn(&Failure) -> Decision,
+) -> Report {
     let mut rng = Rng(SplitMix64::new(scenario.seed));
     let mut messages: Vec<Message> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
@@ -96,7 +105,9 @@ pub fn run(scenario: &Scenario, decide: &dyn Fn(&Failure) -> Decision) -> Report
     let mut due: BinaryHeap<Reverse<(u64, u64, usize)>> = BinaryHeap::new();
     let mut order = 0u64;
     let mut recorder = Recorder::new(scenario);
+    recorder.retry_budget(guardrails.retry_budget);
     let mut window = StatsWindow::default();
+    let mut spent = RetryBudgetWindow::default();
     let slot_us = (US_PER_S as f64 / scenario.consumer.capacity_per_s).max(1.0) as u64;
     let publish_end_us = scenario.duration_s * US_PER_S;
     let end_us = publish_end_us + scenario.max_drain_s * US_PER_S;
@@ -155,10 +166,18 @@ pub fn run(scenario: &Scenario, decide: &dyn Fn(&Failure) -> Decision) -> Report
         if start >= end_us {
             break;
         }
-        consumer_free_us = start + slot_us;
         recorder.advance(start);
         let m = &mut messages[index];
         let first = m.attempts_spent == 0 && m.deferrals == 0;
+        if let Some(budget) = &guardrails.retry_budget
+            && let Some(hold_ms) = held(budget, &mut spent, m, start, guardrails, &mut rng)
+        {
+            recorder.held(start);
+            due.push(Reverse((start + hold_ms * 1_000, order, index)));
+            order += 1;
+            continue;
+        }
+        consumer_free_us = start + slot_us;
         m.deliveries += 1;
         let answers = scenario.answers_at(start / US_PER_S);
         let mut failed = answer(answers, m.fate, &mut rng);
@@ -179,6 +198,11 @@ pub fn run(scenario: &Scenario, decide: &dyn Fn(&Failure) -> Decision) -> Report
         let now_ms = answered_us / 1_000;
         let stats = window.record(now_ms, failed.is_some());
         let Some(answer) = failed else {
+            if let Some(budget) = &guardrails.retry_budget
+                && !first
+            {
+                spent.refund(budget, start / 1_000, now_ms);
+            }
             recorder.ended(
                 m.published_us,
                 answered_us,
@@ -251,6 +275,27 @@ pub fn run(scenario: &Scenario, decide: &dyn Fn(&Failure) -> Decision) -> Report
     }
     let unfinished = due.len() as u64;
     recorder.finish(unfinished)
+}
+
+/// How long the budget holds `m`'s delivery at `start` µs (`None`: it goes now), as the
+/// gateway decides it: a retry waits while the window has no room, unless its message has
+/// been failing for `max_deferral_age_ms` already.
+fn held(
+    budget: &RetryBudget,
+    spent: &mut RetryBudgetWindow,
+    m: &Message,
+    start: u64,
+    guardrails: &Guardrails,
+    rng: &mut Rng,
+) -> Option<u64> {
+    let now_ms = start / 1_000;
+    let retry = m.attempts_spent > 0 || m.deferrals > 0;
+    let overdue = m
+        .first_failed_ms
+        .is_some_and(|f| now_ms.saturating_sub(f) >= guardrails.max_deferral_age_ms);
+    let last_failed = m.history.last().map_or(0, |r| r.at_ms);
+    (!spent.admit(budget, now_ms, retry, overdue))
+        .then(|| budget.hold_ms(now_ms.saturating_sub(last_failed), rng.next()))
 }
 
 /// What a failed delivery is, as the simulation knows it.
@@ -383,6 +428,150 @@ mod tests {
             count(&odd, 480),
             150 * 100 + 3 * 280,
             "no drift at a rate that is not a whole interval"
+        );
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use verdict_runtime::{Class, Provenance, Severity, Verdict};
+
+    /// Retries every failure after 200 ms, up to 20 attempts: a policy that would hammer an
+    /// outage.
+    fn eager(f: &Failure) -> Decision {
+        Decision {
+            verdict: Verdict {
+                action: if f.attempt() < 20 {
+                    Action::Retry(200)
+                } else {
+                    Action::DeadLetter
+                },
+                class: Class::Exhausted,
+                reason: String::new(),
+                alert: Severity::None,
+                labels: Vec::new(),
+            },
+            provenance: Arc::new(Provenance {
+                name: "eager".into(),
+                version: "0".into(),
+                sha256: String::new(),
+            }),
+            generation: None,
+            fallback: None,
+            clamps: Vec::new(),
+        }
+    }
+
+    fn outage() -> Scenario {
+        Scenario::parse(
+            "duration_s = 60\nmax_drain_s = 600\n[publish]\n\
+             phases = [{ from_s = 0, rate_per_s = 100 }]\n\
+             [consumer]\ncapacity_per_s = 5000\n\
+             phases = [{ from_s = 5, answers = [{ kind = \"http.503\", pct = 100 }] }, \
+             { from_s = 35 }]\n",
+            "outage.toml",
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_retry_budget_caps_the_retry_load_and_loses_nothing() {
+        let budget = RetryBudget {
+            percent: 20,
+            window_s: 10,
+            min_per_s: 5,
+        };
+        let free = run(&outage(), &Guardrails::default(), &eager);
+        let gated = run(
+            &outage(),
+            &Guardrails {
+                retry_budget: Some(budget),
+                ..Guardrails::default()
+            },
+            &eager,
+        );
+        assert_eq!(free.held, 0);
+        assert!(gated.held > 0);
+        // While the consumer is down, whenever a retry went, the window ending then held at
+        // most 20% of its first attempts + 5/s (a window that ends later may hold more: the
+        // first attempts that earned its retries can leave before they do; after recovery
+        // a retry that succeeds gives its share back).
+        let w = budget.window_s as usize;
+        let series = &gated.series;
+        for end in 0..35 {
+            if series.retries[end] == 0 {
+                continue;
+            }
+            let from = (end + 1).saturating_sub(w);
+            let retries: u64 = series.retries[from..=end].iter().sum();
+            let first: u64 = series.first_attempts[from..=end].iter().sum();
+            assert!(
+                retries <= budget.allowed(first),
+                "window ending at {end} s: {retries} retries for {first} first attempts"
+            );
+        }
+        assert!(
+            gated.peak_retry_rate * 4 < free.peak_retry_rate,
+            "{} vs {}",
+            gated.peak_retry_rate,
+            free.peak_retry_rate
+        );
+        // Held, not spent: fewer messages exhaust their attempts in the outage.
+        assert!(gated.dead < free.dead, "{} vs {}", gated.dead, free.dead);
+        // Once retries succeed, the budget steps aside: the held backlog drains as its
+        // holds end (the longest is three windows and a half again), not at 20%.
+        let longest_hold_s = budget.hold_ms(u64::MAX, u64::MAX - 1) as f64 / 1e3;
+        let drain = gated.drain_s.unwrap();
+        assert!(drain < longest_hold_s + 5.0, "drain {drain} s");
+        // Nothing lost: every message ends, delivered or dead-lettered.
+        for r in [&free, &gated] {
+            assert_eq!(r.unfinished, 0);
+            assert_eq!(r.delivered + r.dead + r.discarded, r.published);
+        }
+        let again = run(
+            &outage(),
+            &Guardrails {
+                retry_budget: Some(budget),
+                ..Guardrails::default()
+            },
+            &eager,
+        );
+        assert_eq!(
+            (again.held, again.retries, again.dead),
+            (gated.held, gated.retries, gated.dead),
+            "seeded: the same run twice"
+        );
+    }
+
+    #[test]
+    fn a_held_retry_goes_once_its_message_may_wait_no_longer() {
+        let guardrails = Guardrails {
+            retry_budget: Some(RetryBudget {
+                percent: 0,
+                window_s: 60,
+                min_per_s: 1,
+            }),
+            // Failing for two seconds is as long as a message may be held.
+            max_deferral_age_ms: 2_000,
+            ..Guardrails::default()
+        };
+        let r = run(&outage(), &guardrails, &eager);
+        let capped = run(
+            &outage(),
+            &Guardrails {
+                max_deferral_age_ms: u64::MAX,
+                ..guardrails.clone()
+            },
+            &eager,
+        );
+        assert!(
+            r.retries > capped.retries * 2,
+            "the age bound lets held retries through: {} vs {}",
+            r.retries,
+            capped.retries
         );
     }
 }

@@ -1,5 +1,6 @@
 //! The report as one HTML file: the figures side by side (one column per report) and the
-//! plots - deliveries per second split into first attempts and retries, and the backlog -
+//! plots - deliveries per second split into first attempts and retries (and the retries
+//! a retry budget held back), and the backlog -
 //! drawn as inline SVG by `plotters`. No script, nothing fetched: it opens from disk in
 //! any browser, and a CI job can keep it as an artifact.
 
@@ -24,6 +25,8 @@ const FIRST: RGBColor = RGBColor(0x24, 0x57, 0xc5);
 const RETRY: RGBColor = RGBColor(0xd9, 0x48, 0x1c);
 const OTHER_FIRST: RGBColor = RGBColor(0x7f, 0x9c, 0xe0);
 const OTHER_RETRY: RGBColor = RGBColor(0xf0, 0xa0, 0x80);
+const HELD: RGBColor = RGBColor(0x5c, 0x5c, 0x5c);
+const OTHER_HELD: RGBColor = RGBColor(0xa8, 0xa8, 0xa8);
 
 /// `reports` (one, or two compared on the same scenario) as a whole HTML page.
 pub fn html(reports: &[&Report]) -> String {
@@ -43,10 +46,10 @@ pub fn html(reports: &[&Report]) -> String {
     let mut deliveries = Vec::new();
     let mut backlog = Vec::new();
     for (i, r) in reports.iter().enumerate() {
-        let (f, rt) = if i == 0 {
-            (FIRST, RETRY)
+        let (f, rt, held) = if i == 0 {
+            (FIRST, RETRY, HELD)
         } else {
-            (OTHER_FIRST, OTHER_RETRY)
+            (OTHER_FIRST, OTHER_RETRY, OTHER_HELD)
         };
         let who = if reports.len() > 1 {
             format!(" ({})", if i == 0 { "a" } else { "b" })
@@ -63,6 +66,13 @@ pub fn html(reports: &[&Report]) -> String {
             values: &r.series.retries,
             colour: rt,
         });
+        if r.retry_budget.is_some() {
+            deliveries.push(Line {
+                label: format!("held by the retry budget{who}"),
+                values: &r.series.held,
+                colour: held,
+            });
+        }
         backlog.push(Line {
             label: format!("backlog{who}"),
             values: &r.series.backlog,
@@ -177,7 +187,7 @@ const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;color:#1d2330;marg
 mod tests {
     use super::*;
     use crate::{Scenario, simulate};
-    use verdict_runtime::{Action, Class, Decision, Provenance, Severity, Verdict};
+    use verdict_runtime::{Action, Class, Decision, Guardrails, Provenance, Severity, Verdict};
 
     #[test]
     fn a_report_page_draws_its_plots_and_escapes_what_came_from_files() {
@@ -193,7 +203,7 @@ mod tests {
             version: "0".into(),
             sha256: String::new(),
         });
-        let report = simulate(&scenario, &|f| Decision {
+        let report = simulate(&scenario, &Guardrails::default(), &|f| Decision {
             verdict: Verdict {
                 action: if f.attempt() < 3 {
                     Action::Retry(1_000)

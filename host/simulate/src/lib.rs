@@ -4,7 +4,8 @@
 //! outage, a brown-out, a poison burst, a rate-limited dependency). [`simulate`] runs it in
 //! virtual time, asking the caller's decider for a verdict on every failure - the real
 //! policy component behind the host's guardrails and fallback - and applies each verdict
-//! as the gateway does. The [`Report`] says what the dependency went through (deliveries
+//! as the gateway does, redeliveries gated by the route's retry budget when its guardrails
+//! have one. The [`Report`] says what the dependency went through (deliveries
 //! per second, first attempts against retries), what reached the DLQ and why, how long the
 //! backlog took to drain after recovery, how long messages took to end, and how many calls
 //! one message cost. The same scenario, decider and seed give the same report.
@@ -18,7 +19,8 @@
 //!     .load_file("rules.component.wasm".as_ref())?
 //!     .configure(r#"{"max_attempts": 5}"#, TopicSettings::default())?;
 //! let scenario = Scenario::load("scenarios/outage-3m.toml".as_ref())?;
-//! let report = simulate(&scenario, &|failure| decider.decide(failure));
+//! let guardrails = &decider.settings().guardrails;
+//! let report = simulate(&scenario, guardrails, &|failure| decider.decide(failure));
 //! println!("{}", report.to_table(20));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```

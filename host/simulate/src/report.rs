@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use verdict_runtime::{Action, Decision};
+use verdict_runtime::{Action, Decision, RetryBudget};
 
 use crate::scenario::Scenario;
 
@@ -46,6 +46,11 @@ pub struct Report {
     pub first_attempts: u64,
     /// Deliveries after a retry or a delay.
     pub retries: u64,
+    /// Redeliveries the retry budget held back (each time one was due and the budget had
+    /// no room; one message may be held many times).
+    pub held: u64,
+    /// The retry budget that gated redeliveries, if the guardrails had one.
+    pub retry_budget: Option<RetryBudget>,
     /// Calls the dependency saw: deliveries, with the consumer's own retries and the
     /// broker's redeliveries.
     pub dependency_calls: u64,
@@ -87,6 +92,8 @@ pub struct Series {
     pub first_attempts: Vec<u64>,
     /// Redeliveries after a retry or a delay.
     pub retries: Vec<u64>,
+    /// Redeliveries held back by the retry budget.
+    pub held: Vec<u64>,
     /// Messages published and not yet ended.
     pub backlog: Vec<u64>,
 }
@@ -121,6 +128,8 @@ impl Recorder {
                 dead_by_class: BTreeMap::new(),
                 first_attempts: 0,
                 retries: 0,
+                held: 0,
+                retry_budget: None,
                 dependency_calls: 0,
                 amplification: 0.0,
                 attempts_mean: 0.0,
@@ -166,6 +175,7 @@ impl Recorder {
         if series.first_attempts.len() <= s {
             series.first_attempts.resize(s + 1, 0);
             series.retries.resize(s + 1, 0);
+            series.held.resize(s + 1, 0);
             series.backlog.resize(s + 1, 0);
         }
         s
@@ -189,6 +199,16 @@ impl Recorder {
             self.report.series.retries[s] += 1;
         }
         self.report.dependency_calls += calls;
+    }
+
+    pub(crate) fn retry_budget(&mut self, budget: Option<RetryBudget>) {
+        self.report.retry_budget = budget;
+    }
+
+    pub(crate) fn held(&mut self, at_us: u64) {
+        let s = self.slot(at_us / US_PER_S);
+        self.report.held += 1;
+        self.report.series.held[s] += 1;
     }
 
     pub(crate) fn decided(&mut self, decision: &Decision) {
@@ -280,6 +300,7 @@ impl Report {
             "discarded" => self.discarded as f64,
             "unfinished" => self.unfinished as f64,
             "retries" => self.retries as f64,
+            "held" => self.held as f64,
             "dependency_calls" => self.dependency_calls as f64,
             "amplification" => self.amplification,
             "attempts_mean" => self.attempts_mean,
@@ -305,6 +326,7 @@ impl Report {
         "discarded",
         "unfinished",
         "retries",
+        "held",
         "dependency_calls",
         "amplification",
         "attempts_mean",
@@ -340,6 +362,16 @@ impl Report {
             (
                 "deliveries",
                 format!("{} first + {} retries", self.first_attempts, self.retries),
+            ),
+            (
+                "retry budget",
+                match &self.retry_budget {
+                    None => "none".into(),
+                    Some(b) => format!(
+                        "{}% of first attempts + {}/s over {} s: {} held",
+                        b.percent, b.min_per_s, b.window_s, self.held
+                    ),
+                },
             ),
             (
                 "dependency calls",
@@ -407,17 +439,28 @@ impl Report {
     fn timeline(&self, rows_max: usize) -> String {
         let seconds = self.series.first_attempts.len();
         let bucket = seconds.div_ceil(rows_max.max(1)).max(1);
+        // The held column only when a retry budget gated the run.
+        let budgeted = self.retry_budget.is_some();
         let mut out = format!(
-            "  {:>8}  {:>10}  {:>10}  {:>10}\n",
-            "from s", "first/s", "retries/s", "backlog"
+            "  {:>8}  {:>10}  {:>10}  {}{:>10}\n",
+            "from s",
+            "first/s",
+            "retries/s",
+            if budgeted { "    held/s  " } else { "" },
+            "backlog"
         );
         for start in (0..seconds).step_by(bucket) {
             let end = (start + bucket).min(seconds);
             let span = (end - start) as f64;
             let sum = |v: &[u64]| v[start..end].iter().sum::<u64>() as f64 / span;
+            let held = if budgeted {
+                format!("{:>10.1}  ", sum(&self.series.held))
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "  {:>8}  {:>10.1}  {:>10.1}  {:>10}",
+                "  {:>8}  {:>10.1}  {:>10.1}  {held}{:>10}",
                 start,
                 sum(&self.series.first_attempts),
                 sum(&self.series.retries),

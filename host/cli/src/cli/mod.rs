@@ -122,6 +122,15 @@ pub fn json_value_arg(arg: &str, flag: &str) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(&json_arg(arg, flag)?)?)
 }
 
+/// Guardrails and fallback given inline (starts with `{`) or as a file path (`--settings`
+/// of `verdict simulate`); a bad field is named with its path, as in `verdict.toml`.
+pub fn settings_arg(arg: &str, flag: &str) -> Result<TopicSettings> {
+    let text = json_arg(arg, flag)?;
+    let de = &mut serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(de)
+        .map_err(|e| anyhow::anyhow!("{flag}: {}: {}", e.path(), e.inner()))
+}
+
 /// Output formats of `verdict test`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use verdict_runtime::{Decider, Decision, Failure, Host, Limits, TopicSettings};
+use verdict_runtime::{Decider, Host, Limits, TopicSettings};
 use verdict_simulate::{Condition, Report, Scenario, simulate};
 
 /// The deadline of one decision in a simulation.
@@ -42,6 +42,8 @@ pub struct SimulateArgs {
     pub compare: Option<String>,
     /// A second component to compare.
     pub compare_policy: Option<PathBuf>,
+    /// Other guardrails and fallback for the second run (a retry budget against none).
+    pub compare_settings: Option<TopicSettings>,
     /// Overrides the scenario's seed.
     pub seed: Option<u64>,
     /// Conditions that fail the run (exit 1).
@@ -83,11 +85,14 @@ pub fn run(args: &SimulateArgs) -> Result<Simulated> {
             settings,
         } => {
             let decider = decider(path, config.as_deref(), settings.clone())?;
-            let label = label(path, config.as_deref());
-            run_one(&scenario, &label, &|f| decider.decide(f))
+            let label = label(path, config.as_deref(), settings);
+            run_one(&scenario, &label, &decider)
         }
         Decides::Route { gateway, topic } => {
-            if args.compare.is_some() || args.compare_policy.is_some() {
+            if args.compare.is_some()
+                || args.compare_policy.is_some()
+                || args.compare_settings.is_some()
+            {
                 bail!(
                     "--compare takes a policy's config: use `--policy P --config C1 --compare \
                      C2`, not a gateway config"
@@ -109,17 +114,30 @@ pub fn run(args: &SimulateArgs) -> Result<Simulated> {
                 route.topic,
                 route.policy
             );
-            run_one(&scenario, &label, &|f| route.decider.decide(f))
+            run_one(&scenario, &label, &route.decider)
         }
     };
-    let second = match (&args.decides, &args.compare, &args.compare_policy) {
-        (Decides::Policy { path, settings, .. }, compare, compare_policy)
-            if compare.is_some() || compare_policy.is_some() =>
+    let second = match &args.decides {
+        Decides::Policy {
+            path,
+            config,
+            settings,
+        } if args.compare.is_some()
+            || args.compare_policy.is_some()
+            || args.compare_settings.is_some() =>
         {
-            let path = compare_policy.as_deref().unwrap_or(path);
-            let decider = decider(path, compare.as_deref(), settings.clone())?;
-            let label = label(path, compare.as_deref());
-            Some(run_one(&scenario, &label, &|f| decider.decide(f)))
+            // What is not given again stays as in the first run; another component starts
+            // from its own defaults.
+            let config = match (&args.compare, &args.compare_policy) {
+                (Some(c), _) => Some(c.as_str()),
+                (None, Some(_)) => None,
+                (None, None) => config.as_deref(),
+            };
+            let path = args.compare_policy.as_deref().unwrap_or(path);
+            let settings = args.compare_settings.as_ref().unwrap_or(settings);
+            let decider = decider(path, config, settings.clone())?;
+            let label = label(path, config, settings);
+            Some(run_one(&scenario, &label, &decider))
         }
         _ => None,
     };
@@ -155,8 +173,10 @@ pub fn run(args: &SimulateArgs) -> Result<Simulated> {
     })
 }
 
-fn run_one(scenario: &Scenario, label: &str, decide: &dyn Fn(&Failure) -> Decision) -> Report {
-    let mut report = simulate(scenario, decide);
+fn run_one(scenario: &Scenario, label: &str, decider: &Decider) -> Report {
+    let mut report = simulate(scenario, &decider.settings().guardrails, &|f| {
+        decider.decide(f)
+    });
     report.policy = label.to_string();
     report
 }
@@ -178,14 +198,17 @@ fn decider(path: &Path, config: Option<&str>, settings: TopicSettings) -> Result
     Ok(policy.configure(&config, settings)?)
 }
 
-/// `rules.component.wasm` with `{"max_attempts": 3}`, short.
-fn label(path: &Path, config: Option<&str>) -> String {
-    let name = path.file_name().map_or_else(
+/// `rules.component.wasm {"max_attempts": 3}, retry budget 20%`, short.
+fn label(path: &Path, config: Option<&str>, settings: &TopicSettings) -> String {
+    let mut label = path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into(),
     );
-    match config {
-        Some(c) => format!("{name} {}", verdict_runtime::text::one_line(c.trim(), 60)),
-        None => name,
+    if let Some(c) = config {
+        label = format!("{label} {}", verdict_runtime::text::one_line(c.trim(), 60));
     }
+    if let Some(b) = &settings.guardrails.retry_budget {
+        label = format!("{label}, retry budget {}%", b.percent);
+    }
+    label
 }

@@ -32,7 +32,8 @@ pub enum Settlement {
         /// The verdict's reason.
         reason: String,
     },
-    /// Give it back untouched (no route for its topic now): nothing spent.
+    /// Give it back untouched, to be delivered after `delay_ms`: nothing spent. For a message
+    /// without a route now, and a retry its route's retry budget holds back.
     Release {
         /// How long to wait.
         delay_ms: u64,

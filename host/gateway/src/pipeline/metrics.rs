@@ -26,6 +26,7 @@ pub struct PipelineMetrics {
     pub(crate) decide: Family<Labels, Histogram, fn() -> Histogram>,
     pub(crate) handling: Family<StaticLabels, Histogram, fn() -> Histogram>,
     pub(crate) faults: Family<StaticLabels, Counter>,
+    pub(crate) budget_held: Family<Labels, Counter>,
     totals: Arc<Totals>,
 }
 
@@ -84,6 +85,7 @@ pub(crate) struct RouteMetrics {
     failed: Counter,
     delivered_latency: Histogram,
     failed_latency: Histogram,
+    budget_held: Counter,
 }
 
 impl RouteMetrics {
@@ -96,6 +98,11 @@ impl RouteMetrics {
         };
         count.inc();
         latency.observe(took.as_secs_f64());
+    }
+
+    /// A retry held back by the route's retry budget.
+    pub(crate) fn held(&self) {
+        self.budget_held.inc();
     }
 }
 
@@ -123,6 +130,7 @@ impl Default for PipelineMetrics {
             decide: Family::new_with_constructor(decide_histogram),
             handling: Family::new_with_constructor(handling_histogram),
             faults: Family::default(),
+            budget_held: Family::default(),
             totals: Arc::default(),
         }
     }
@@ -164,11 +172,16 @@ impl PipelineMetrics {
         let failed_count = self.deliveries.get_or_create(&failed).clone();
         let delivered_latency = self.latency.get_or_create(&ok).clone();
         let failed_latency = self.latency.get_or_create(&failed).clone();
+        let budget_held = self
+            .budget_held
+            .get_or_create(&vec![("topic", route.to_string())])
+            .clone();
         RouteMetrics {
             delivered,
             failed: failed_count,
             delivered_latency,
             failed_latency,
+            budget_held,
         }
     }
 
@@ -255,6 +268,11 @@ impl PipelineMetrics {
             "verdict_handling_seconds",
             "Time from a delivery's receipt from its source to its settlement applied there (consumer call, verdict, broker/store write), by source and outcome",
             self.handling.clone(),
+        );
+        registry.register(
+            "verdict_retry_budget_held",
+            "Retries held back by their route's retry budget (given back to wait, nothing spent), by route",
+            self.budget_held.clone(),
         );
         registry.register(
             "verdict_settlement_faults",

@@ -21,6 +21,7 @@ mod delivery;
 mod failure;
 mod metrics;
 mod observer;
+mod retry_budget;
 mod topic_windows;
 
 pub use crate::clock::now_ms;
@@ -34,6 +35,7 @@ use failure::{Observed, failure_of};
 use metrics::RouteMetrics;
 pub use metrics::{PipelineMetrics, SettleFault};
 pub use observer::Observer;
+use retry_budget::{BudgetGate, Gate, HoldLedger};
 use topic_windows::TopicWindows;
 
 /// A message the pipeline could not route is looked at again after this long.
@@ -51,6 +53,7 @@ pub struct Pipeline {
     routes: Mutex<HashMap<String, Arc<RouteTarget>>>,
     sources: Mutex<Vec<Readiness>>,
     broker_dlqs: BrokerDlqs,
+    holds: HoldLedger,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -81,6 +84,7 @@ impl Pipeline {
             routes: Mutex::new(HashMap::new()),
             sources: Mutex::new(Vec::new()),
             broker_dlqs: BrokerDlqs::default(),
+            holds: HoldLedger::default(),
         })
     }
 
@@ -183,11 +187,41 @@ impl Pipeline {
         message: &Delivery,
         target: &RouteTarget,
     ) -> Settlement {
+        let budget = self.retry_budget_of(&message.topic);
+        let mut admitted_retry = None;
+        if let Some((budget, max_wait_ms)) = &budget {
+            let now = now_ms();
+            match target.budget.ask(budget, message, now, *max_wait_ms) {
+                Gate::Go { retry } => admitted_retry = retry.then_some(now),
+                Gate::Hold { delay_ms } => {
+                    target.metrics.held();
+                    self.holds.held(message, delay_ms);
+                    return Settlement::Release { delay_ms };
+                }
+            }
+        }
         let attempt = message.attempts_spent.saturating_add(1);
         let started = Instant::now();
         let result = deliver(&self.client, &target.consumer, message, attempt).await;
         target.metrics.delivered(result.is_ok(), started.elapsed());
-        self.judge(message, result, &target.topic)
+        if let (Some((budget, _)), Some(admitted), true) = (&budget, admitted_retry, result.is_ok())
+        {
+            target.budget.succeeded(budget, admitted, now_ms());
+        }
+        let settlement = self.judge(message, result, &target.topic);
+        if settlement.handled().is_final() && !matches!(settlement, Settlement::DeadLetter { .. }) {
+            // Dead letters took theirs into the envelope.
+            let _ = self.holds.take(message);
+        }
+        settlement
+    }
+
+    /// The retry budget of the route `topic` takes now, with how long a message may fail
+    /// before the budget stops holding it (the guardrails' `max_deferral_age_ms`).
+    fn retry_budget_of(&self, topic: &str) -> Option<(verdict_runtime::RetryBudget, u64)> {
+        let generation = self.registry.current();
+        let guardrails = &generation.route(topic)?.decider.settings().guardrails;
+        Some((guardrails.retry_budget?, guardrails.max_deferral_age_ms))
     }
 
     /// The settlement for one delivery's outcome: delivered, or the verdict applied.
@@ -283,6 +317,8 @@ impl Pipeline {
                         now_ms: now,
                     },
                 );
+                let mut envelope = envelope;
+                envelope.retry_budget = self.holds.take(message);
                 let format = self.settings.dlq_format;
                 let envelope = match envelope.encode(format) {
                     Ok(bytes) => bytes,
@@ -388,6 +424,7 @@ impl Pipeline {
             slots: Arc::new(Semaphore::new(consumer.concurrency.max(1))),
             ahead: Arc::new(Semaphore::new(consumer.concurrency.max(1))),
             metrics: self.metrics.route(route),
+            budget: BudgetGate::default(),
         });
         routes.insert(route.to_string(), target.clone());
         target
@@ -412,4 +449,7 @@ pub(crate) struct RouteTarget {
     /// (as many as its `concurrency`).
     pub(crate) ahead: Arc<Semaphore>,
     metrics: RouteMetrics,
+    /// What the route spent against its retry budget (kept with the target, so a reload
+    /// that keeps the consumer keeps the window).
+    budget: BudgetGate,
 }

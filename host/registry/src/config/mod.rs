@@ -412,6 +412,13 @@ mod tests {
                 format!("[console]\nsession_idle_s = 0\n{GOOD}"),
                 "console.session_idle_s",
             ),
+            (
+                GOOD.replace(
+                    "max_attempts = 10",
+                    "max_attempts = 10, retry_budget = { min_per_s = 0 }",
+                ),
+                "routes[1].settings.guardrails.retry_budget",
+            ),
         ];
         for (text, field) in cases {
             let e = GatewayConfig::parse(&text, "verdict.toml").unwrap_err();

@@ -181,7 +181,8 @@ pub enum Command {
         /// The policy's config: inline JSON or a file.
         #[arg(long, requires = "policy")]
         config: Option<String>,
-        /// Guardrails and fallback (JSON: {"guardrails": {...}, "fallback": {...}}).
+        /// Guardrails and fallback (inline JSON or a file: {"guardrails": {...},
+        /// "fallback": {...}}).
         #[arg(long, requires = "policy")]
         settings: Option<String>,
         /// A gateway config: the route of the scenario's topic decides.
@@ -196,6 +197,10 @@ pub enum Command {
         /// A second component to compare (with `--compare` as its config).
         #[arg(long)]
         compare_policy: Option<PathBuf>,
+        /// Other guardrails and fallback for the second run, e.g. a retry budget:
+        /// '{"guardrails": {"retry_budget": {"percent": 20}}}' (inline JSON or a file).
+        #[arg(long, requires = "policy")]
+        compare_settings: Option<String>,
         /// Override the scenario's seed.
         #[arg(long)]
         seed: Option<u64>,

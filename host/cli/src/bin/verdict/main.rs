@@ -198,6 +198,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             topic,
             compare,
             compare_policy,
+            compare_settings,
             seed,
             fail_if,
             json,
@@ -210,8 +211,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                     path,
                     config,
                     settings: match settings {
-                        Some(s) => serde_json::from_str(&s)
-                            .map_err(|e| anyhow::anyhow!("--settings: {e}"))?,
+                        Some(s) => cli::settings_arg(&s, "--settings")?,
                         None => TopicSettings::default(),
                     },
                 },
@@ -225,6 +225,9 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 scenario,
                 compare,
                 compare_policy,
+                compare_settings: compare_settings
+                    .map(|s| cli::settings_arg(&s, "--compare-settings"))
+                    .transpose()?,
                 seed,
                 fail_if,
                 json,
