@@ -1,7 +1,8 @@
 //! One scenario suite, run on both brokers (NATS JetStream on 127.0.0.1:4222, RabbitMQ on
 //! 127.0.0.1:5672) with the broker as the system of record: a thousand messages end
 //! delivered or dead-lettered with counts equal to the broker's; retries keep their whole
-//! history and are never early; two gateways share one queue without losing a message.
+//! history and are never early; two gateways share one queue without losing a message; a
+//! retry budget's holds lose nothing and spend no attempt.
 //! What only one broker has (JetStream's in-progress acks) follows the suite.
 //!
 //! A new broker behaviour goes here as a scenario generic over [`Broker`], so it runs on
@@ -187,6 +188,7 @@ on_every_broker! {
     a_thousand_messages_end_delivered_or_dead_lettered => "thousand",
     retries_carry_their_history_and_are_never_early => "delays",
     two_gateways_on_one_queue_split_the_load_and_lose_nothing => "pair",
+    a_retry_budget_holds_retries_without_losing_or_spending => "budget",
 }
 
 /// 5% of a thousand messages fail for good, 20% a few times: 950 are delivered once each,
@@ -282,6 +284,58 @@ fn retries_carry_their_history_and_are_never_early<B: Broker>(name: &str) {
     let (deliveries, _) = consumer.snapshot();
     assert_eq!(deliveries.len(), 20);
     assert!(deliveries.values().all(|n| *n == 4), "{deliveries:?}");
+}
+
+/// A route with a retry budget (no share of first attempts, 10 retries a second over a
+/// 2 s window) on a consumer that always answers 503: retries reach it no faster than the
+/// budget allows; the holds (a `nak` with a delay on NATS, a delay queue on RabbitMQ) lose
+/// nothing and spend no attempt - three deliveries each, then the DLQ with the holds in the
+/// envelope - and leave nothing behind on the broker.
+fn a_retry_budget_holds_retries_without_losing_or_spending<B: Broker>(name: &str) {
+    let dir = scratch_dir(&format!("{}-{name}", B::SOURCE));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let broker = B::new(name);
+    let consumer = std::sync::Arc::new(Consumer::start(&runtime, |_| {
+        Behaviour::FailsFirst(u32::MAX)
+    }));
+    let rules = r#"{ max_attempts = 3, rules = [
+        { match = ["auth.*"], dead_letter = "poison" },
+        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 50 } },
+    ] }"#;
+    let config = broker.config(&consumer.url(), rules, 8).replace(
+        "policy = \"rules\"\n",
+        "policy = \"rules\"\nsettings = { guardrails = { retry_budget = \
+         { percent = 0, window_s = 2, min_per_s = 10 } } }\n",
+    );
+    assert!(config.contains("retry_budget"));
+    let gw = Gateway::start_on(runtime, &dir, &config, "unused");
+    gw.wait_ready();
+    let watch = super::retry_budget::RetryWatch::start(consumer.clone(), "m-", 20);
+    broker.publish(0..20);
+    assert!(
+        broker.wait_for(Duration::from_secs(90), || broker.dlq_depth() == 20),
+        "{} dead letters",
+        broker.dlq_depth()
+    );
+    watch.check(20, 2);
+    let (deliveries, _) = consumer.snapshot();
+    assert_eq!(deliveries.len(), 20);
+    assert!(deliveries.values().all(|n| *n == 3), "{deliveries:?}");
+    let letters = broker.dead_letters();
+    assert_eq!(letters.len(), 20);
+    let held = letters
+        .iter()
+        .filter(|e| {
+            assert_eq!(
+                (e.attempts, e.verdict.class.as_str()),
+                (3, "exhausted"),
+                "{e:?}"
+            );
+            e.retry_budget.is_some_and(|h| h.holds >= 1)
+        })
+        .count();
+    assert!(held > 0, "some letters show their holds");
+    assert!(broker.wait_for(Duration::from_secs(10), || broker.drained()));
 }
 
 /// Two gateways consuming one queue (on NATS, one durable consumer) share 600 messages,

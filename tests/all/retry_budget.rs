@@ -76,6 +76,57 @@ fn deliveries(consumer: &Consumer, prefix: &str) -> u64 {
         .sum()
 }
 
+/// Watches a budgeted route's retries reach the consumer: every 50 ms, the deliveries of
+/// ids starting with `prefix` past the first `messages`.
+pub(crate) struct RetryWatch {
+    started: Instant,
+    samples: Arc<Mutex<Vec<(Duration, u64)>>>,
+    done: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl RetryWatch {
+    pub(crate) fn start(consumer: Arc<Consumer>, prefix: &'static str, messages: u32) -> Self {
+        let started = Instant::now();
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (samples, done) = (samples.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    let retries = deliveries(&consumer, prefix).saturating_sub(u64::from(messages));
+                    samples.lock().unwrap().push((started.elapsed(), retries));
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+        RetryWatch {
+            started,
+            samples,
+            done,
+            thread,
+        }
+    }
+
+    /// Stop watching and check the budget held: the window slides a tenth at a time, so any
+    /// span of nine tenths of it holds at most one window's retries - by time t, one
+    /// window's worth for each such span begun (the gateway's clock started after ours).
+    pub(crate) fn check(self, per_window: u64, window_s: u64) {
+        self.done.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        let samples = self.samples.lock().unwrap();
+        for (at, retries) in samples.iter() {
+            let windows = (at.as_millis() as u64) / (window_s * 900) + 1;
+            assert!(
+                *retries <= per_window * windows,
+                "{retries} retries by {at:?}: over the budget"
+            );
+        }
+        let last = samples.last().map_or(0, |s| s.1);
+        assert!(last > 0, "retries were seen ({:?})", self.started.elapsed());
+    }
+}
+
 #[test]
 fn a_route_over_its_retry_budget_holds_retries_and_its_neighbour_does_not_wait() {
     let dir = scratch_dir("retry-budget");
@@ -85,20 +136,8 @@ fn a_route_over_its_retry_budget_holds_retries_and_its_neighbour_does_not_wait()
     }));
     let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url()), "budget-token");
 
-    // Watch the budgeted route's retries reach the consumer while it runs.
     let started = Instant::now();
-    let samples = Arc::new(Mutex::new(Vec::new()));
-    let done = Arc::new(AtomicBool::new(false));
-    let watcher = {
-        let (consumer, samples, done) = (consumer.clone(), samples.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                let retries = deliveries(&consumer, "b-").saturating_sub(u64::from(MESSAGES));
-                samples.lock().unwrap().push((started.elapsed(), retries));
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
+    let watch = RetryWatch::start(consumer.clone(), "b-", MESSAGES);
     publish(&gw, "orders", "b");
     publish(&gw, "other", "f");
 
@@ -127,19 +166,7 @@ fn a_route_over_its_retry_budget_holds_retries_and_its_neighbour_does_not_wait()
         gw.store.counts().unwrap()
     );
     let orders_done_at = started.elapsed();
-    done.store(true, Ordering::Relaxed);
-    watcher.join().unwrap();
-
-    // The window slides a tenth at a time, so any span of nine tenths of it holds at most
-    // one window's retries: by time t, one window's worth for each such span begun (the
-    // gateway's clock started after ours).
-    for (at, retries) in samples.lock().unwrap().iter() {
-        let windows = (at.as_millis() as u64) / (WINDOW_S * 900) + 1;
-        assert!(
-            *retries <= PER_WINDOW * windows,
-            "{retries} retries by {at:?}: over the budget"
-        );
-    }
+    watch.check(PER_WINDOW, WINDOW_S);
     // 40 retries at 20 per 2 s take two windows at least; the free route needs none.
     let other_done_at = other_done_at.unwrap();
     assert!(

@@ -162,7 +162,9 @@ path = "{component}"
 topic = "{pattern}"
 source = "{name}"
 policy = "rules"
-settings = {{ guardrails = {{ max_delay_ms = 1500 }} }}
+# A retry budget, so its holds (a message given back untouched to wait) meet the kills,
+# restarts and reloads too; generous enough that a run still ends in time.
+settings = {{ guardrails = {{ max_delay_ms = 1500, retry_budget = {{ percent = 50, window_s = 2, min_per_s = 20 }} }} }}
 consumer = {{ url = "{consumer}", timeout_ms = {timeout}, concurrency = {concurrency} }}
 config = {{ max_attempts = {MAX_ATTEMPTS}, honor_retry_after = false, rules = [
     {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},

@@ -221,6 +221,32 @@ fn test_without_vectors_runs_the_property_checks() {
 }
 
 #[test]
+fn check_says_what_a_routes_retry_budget_adds_to_its_worst_case() {
+    let config = gateway_config(
+        "gateway-budget",
+        "settings = { guardrails = { max_deferral_age_ms = 3600000, retry_budget = { percent = 20 } } }",
+    );
+    let v = json(&verdict(&["check", "-c", config.to_str().unwrap()], None));
+    let lines = |route: usize| v["routes"][route]["worst_case"].as_array().unwrap().clone();
+    let budget = lines(0)
+        .last()
+        .and_then(|l| l.as_str())
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        budget,
+        "retry budget 20% of first attempts + 10/s over 10 s: while the route is over it, a \
+         retry also waits (no attempt spent), up to 1h after the message first failed"
+    );
+    assert!(
+        !lines(1)
+            .iter()
+            .any(|l| l.as_str().unwrap().contains("retry budget")),
+        "the other route has none: {v}"
+    );
+}
+
+#[test]
 fn check_runs_the_admission_gate_and_route_decides_per_topic() {
     let config = gateway_config("gateway-ok", "");
     let v = json(&verdict(&["check", "-c", config.to_str().unwrap()], None));

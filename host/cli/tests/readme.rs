@@ -226,3 +226,37 @@ fn the_simulate_example_prints_the_figures_the_readme_quotes() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_retry_budget_comparison_prints_the_figures_the_readme_quotes() {
+    let dir = checkout("simulate-budget");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::create_dir_all(dir.join("host/simulate")).unwrap();
+    std::os::unix::fs::symlink(
+        root.join("host/simulate/scenarios").canonicalize().unwrap(),
+        dir.join("host/simulate/scenarios"),
+    )
+    .unwrap();
+    let block = &blocks("### Simulate it against an outage", "sh")[1];
+    assert!(block.contains("--compare-settings"), "{block}");
+    let out = sh(&dir, block);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // The budgeted run's column, as the README quotes it.
+    for figure in [
+        "retry budget 20%",
+        "713 (exhausted 160, poison 553)",
+        "60000 first + 24365 retries",
+        "20% of first attempts + 10/s over 10 s: 133089 held",
+        "84365 (1.41 per message)",
+        "p99 209600 ms",
+        "59.9 s",
+        "peak 364/s against 100/s published",
+    ] {
+        assert!(
+            stdout.contains(figure),
+            "the README quotes `{figure}`:\n{stdout}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

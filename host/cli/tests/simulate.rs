@@ -1,5 +1,6 @@
 //! `verdict simulate`: the shipped scenarios against the real `rules` component, the same
-//! seed giving the same report, `--compare`, `--fail-if` as a CI gate, a gateway config's
+//! seed giving the same report, `--compare` and `--compare-settings` (a retry budget against
+//! none), `--fail-if` as a CI gate, a gateway config's
 //! route deciding, and a bad scenario named by file and field.
 
 mod common;
@@ -162,6 +163,84 @@ fn compare_runs_both_configs_on_the_same_scenario() {
         "{table}"
     );
     assert!(table.contains("dead-lettered"), "{table}");
+}
+
+#[test]
+fn compare_settings_shows_what_a_retry_budget_does_and_bad_settings_are_named() {
+    let budget =
+        r#"{"guardrails": {"retry_budget": {"percent": 10, "window_s": 5, "min_per_s": 5}}}"#;
+    let both = report(
+        &scenario("outage-3m"),
+        &["--config", CONFIG, "--compare-settings", budget],
+    );
+    let (free, held) = (&both["a"], &both["b"]);
+    assert_eq!(n(&free["held"]), 0, "{free}");
+    assert!(free["retry_budget"].is_null());
+    assert!(n(&held["held"]) > 0, "{held}");
+    assert_eq!(held["retry_budget"]["percent"], 10);
+    // While the consumer is down (60 s to 240 s), no second has more retries than a whole
+    // window allows: 5 s x 5/s + 10% of 5 s of first attempts at 100/s.
+    let retries = held["series"]["retries"].as_array().unwrap();
+    let peak_down = retries[61..240].iter().map(n).max().unwrap();
+    assert!(peak_down <= 25 + 50, "{peak_down} retries in one second");
+    let free_peak_down = free["series"]["retries"].as_array().unwrap()[61..240]
+        .iter()
+        .map(n)
+        .max()
+        .unwrap();
+    assert!(
+        free_peak_down > 2 * peak_down,
+        "{free_peak_down} vs {peak_down}"
+    );
+    assert!(n(&held["retries"]) < n(&free["retries"]));
+    assert!(
+        n(&held["dead_by_class"]["exhausted"]) < n(&free["dead_by_class"]["exhausted"]),
+        "a held retry spends no attempt"
+    );
+    for r in [free, held] {
+        assert_eq!(n(&r["unfinished"]), 0, "{r}");
+    }
+
+    // The same budget from --settings alone: the table shows it and a held/s column.
+    let out = verdict(
+        &[
+            "simulate",
+            "--policy",
+            rules(),
+            "--scenario",
+            &scenario("outage-3m"),
+            "--config",
+            CONFIG,
+            "--settings",
+            budget,
+        ],
+        None,
+    );
+    let table = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(table.contains("retry budget 10%"), "{table}");
+    assert!(table.contains("held/s"), "{table}");
+
+    // A bad budget: exit 2, the field and the bound named.
+    let out = verdict(
+        &[
+            "simulate",
+            "--policy",
+            rules(),
+            "--scenario",
+            &scenario("outage-3m"),
+            "--compare-settings",
+            r#"{"guardrails": {"retry_budget": {"min_per_s": 0}}}"#,
+        ],
+        None,
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--compare-settings: guardrails.retry_budget")
+            && stderr.contains("min_per_s is 0; it must be 1 to 100000"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -22,11 +22,16 @@
 //! for _ in 0..100 {
 //!     assert!(window.admit(&budget, 1_000, false, false), "a first attempt always goes");
 //! }
-//! // 20% of 100 first attempts, plus 1 a second over 10 seconds; the rest are held.
-//! let admitted = (0..100).filter(|_| window.admit(&budget, 1_000, true, false)).count();
-//! assert_eq!(admitted, 30);
+//! // 20% of 100 first attempts, plus 1 a second over 10 seconds: 30 retries in the window,
+//! // at most 6 (twice a tenth's share) in any one tenth of it; the rest are held.
+//! let at_once = (0..100).filter(|_| window.admit(&budget, 1_000, true, false)).count();
+//! assert_eq!(at_once, 6);
+//! let spread = (0..100)
+//!     .filter(|i| window.admit(&budget, 1_000 + i * 100, true, false))
+//!     .count();
+//! assert_eq!(at_once + spread, 30);
 //! // A retry whose message may not wait any longer goes anyway (and is counted).
-//! assert!(window.admit(&budget, 1_000, true, true));
+//! assert!(window.admit(&budget, 10_000, true, true));
 //! ```
 
 use std::collections::VecDeque;
@@ -161,7 +166,8 @@ struct Slice {
 }
 
 /// Slices in a window: the window slides a tenth of itself at a time, so a span shorter
-/// than the window by more than a tenth never holds two windows' worth.
+/// than the window by more than a tenth never holds two windows' worth; and no slice admits
+/// more than a fifth of the window's retries, so they are spread over it.
 const SLICES: u64 = 10;
 
 /// What a route spent against its budget over the window: first attempts and retries per
@@ -181,8 +187,19 @@ impl RetryBudgetWindow {
     /// room, or when it is `overdue` (its message has waited as long as it may).
     pub fn admit(&mut self, budget: &RetryBudget, now_ms: u64, retry: bool, overdue: bool) -> bool {
         self.slide(budget, now_ms);
-        if retry && !overdue && self.retries >= budget.allowed(self.first_attempts) {
-            return false;
+        if retry && !overdue {
+            let allowed = budget.allowed(self.first_attempts);
+            // No slice takes more than twice its share: a window's worth let through in one
+            // instant would come back as a burst each time that slice left the window.
+            let slice_cap = (2 * allowed).div_ceil(SLICES).max(1);
+            let in_slice = self
+                .slices
+                .back()
+                .filter(|s| s.at == now_ms / self.slice_ms)
+                .map_or(0, |s| s.retries);
+            if self.retries >= allowed || in_slice >= slice_cap {
+                return false;
+            }
         }
         let slice = self.current(now_ms);
         if retry {
@@ -260,18 +277,38 @@ mod tests {
         min_per_s: 1,
     };
 
+    /// Retries offered every 10 ms from `from_ms` for `span_ms`: how many were admitted.
+    fn offer(w: &mut RetryBudgetWindow, budget: &RetryBudget, from_ms: u64, span_ms: u64) -> u64 {
+        (from_ms..from_ms + span_ms)
+            .step_by(10)
+            .filter(|&ms| w.admit(budget, ms, true, false))
+            .count() as u64
+    }
+
     #[test]
     fn retries_are_a_share_of_first_attempts_plus_a_floor() {
         let mut w = RetryBudgetWindow::default();
         for _ in 0..200 {
             assert!(w.admit(&BUDGET, 5_000, false, false));
         }
-        // 10 (1/s over 10 s) + 10% of 200.
-        let admitted = (0..100)
-            .filter(|_| w.admit(&BUDGET, 5_500, true, false))
+        // 10 (1/s over 10 s) + 10% of 200, spread over the window.
+        assert_eq!(offer(&mut w, &BUDGET, 5_000, 10_000), 30);
+        assert_eq!(w.spent(&BUDGET, 14_999), (200, 30));
+    }
+
+    #[test]
+    fn no_tenth_of_the_window_takes_more_than_twice_its_share() {
+        let mut w = RetryBudgetWindow::default();
+        for _ in 0..1_000 {
+            w.admit(&BUDGET, 0, false, false);
+        }
+        // 110 allowed in the window: at most 22 in one tenth of it.
+        let at_once = (0..200)
+            .filter(|_| w.admit(&BUDGET, 500, true, false))
             .count();
-        assert_eq!(admitted, 30);
-        assert_eq!(w.spent(&BUDGET, 5_900), (200, 30));
+        assert_eq!(at_once, 22);
+        assert_eq!(offer(&mut w, &BUDGET, 1_000, 1_000), 22, "the next tenth");
+        assert_eq!(offer(&mut w, &BUDGET, 2_000, 8_000), 110 - 44);
     }
 
     #[test]
@@ -280,23 +317,18 @@ mod tests {
         for _ in 0..100 {
             w.admit(&BUDGET, 0, false, false);
         }
-        let at_zero = (0..100)
-            .filter(|_| w.admit(&BUDGET, 0, true, false))
-            .count();
-        assert_eq!(at_zero, 20);
+        assert_eq!(offer(&mut w, &BUDGET, 0, 1_000), 4, "twice a tenth of 20");
+        assert_eq!(offer(&mut w, &BUDGET, 1_000, 9_000), 16);
         assert!(
             !w.admit(&BUDGET, 9_999, true, false),
             "still inside the window"
         );
-        // Ten seconds on, the first slice has left: only the floor remains.
-        assert_eq!(w.spent(&BUDGET, 10_000), (0, 0));
-        let later = (0..100)
-            .filter(|_| w.admit(&BUDGET, 10_000, true, false))
-            .count();
-        assert_eq!(later, 10);
-        // It slides a tenth at a time: a second on, that second's retries have not left.
-        assert!(!w.admit(&BUDGET, 11_000, true, false));
-        assert!(w.admit(&BUDGET, 20_000, true, false));
+        // Ten seconds on, the first tenth has left - its 100 first attempts and 4 retries:
+        // the floor (10) less the 16 retries still in the window leaves no room.
+        assert_eq!(w.spent(&BUDGET, 10_000), (0, 16));
+        assert_eq!(offer(&mut w, &BUDGET, 10_000, 1_000), 0);
+        // Once they have left too, the floor alone.
+        assert_eq!(offer(&mut w, &BUDGET, 20_000, 10_000), 10);
     }
 
     #[test]
@@ -359,18 +391,17 @@ mod tests {
     #[test]
     fn a_retry_that_succeeds_gives_its_share_back() {
         let mut w = RetryBudgetWindow::default();
-        let admitted = (0..20)
-            .filter(|_| w.admit(&BUDGET, 1_000, true, false))
-            .count();
-        assert_eq!(admitted, 10, "the floor alone");
-        assert!(!w.admit(&BUDGET, 1_500, true, false));
-        w.refund(&BUDGET, 1_000, 1_600);
-        assert!(w.admit(&BUDGET, 1_700, true, false), "room again");
-        // A refund for a second that has left the window changes nothing.
+        assert_eq!(offer(&mut w, &BUDGET, 1_000, 9_000), 10, "the floor alone");
+        assert!(!w.admit(&BUDGET, 9_500, true, false));
+        w.refund(&BUDGET, 1_000, 9_600);
+        assert!(w.admit(&BUDGET, 9_700, true, false), "room again");
+        // A refund for a slice that has left the window changes nothing.
+        let before = w.spent(&BUDGET, 11_000);
         w.refund(&BUDGET, 1_000, 11_000);
-        assert_eq!(w.spent(&BUDGET, 11_000), (0, 0));
+        assert_eq!(w.spent(&BUDGET, 11_000), before);
         w.refund(&BUDGET, 11_000, 11_000);
-        assert_eq!(w.spent(&BUDGET, 11_000), (0, 0), "nothing to give back");
+        assert_eq!(w.spent(&BUDGET, 11_000), before, "nothing to give back");
+        assert_eq!(w.spent(&BUDGET, 20_000), (0, 0));
     }
 
     #[test]

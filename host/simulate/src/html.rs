@@ -1,6 +1,6 @@
 //! The report as one HTML file: the figures side by side (one column per report) and the
-//! plots - deliveries per second split into first attempts and retries (and the retries
-//! a retry budget held back), and the backlog -
+//! plots - deliveries per second split into first attempts and retries, the retries a
+//! retry budget held back (when a run had one), and the backlog -
 //! drawn as inline SVG by `plotters`. No script, nothing fetched: it opens from disk in
 //! any browser, and a CI job can keep it as an artifact.
 
@@ -45,6 +45,7 @@ pub fn html(reports: &[&Report]) -> String {
     out += &figures(reports);
     let mut deliveries = Vec::new();
     let mut backlog = Vec::new();
+    let mut held_back = Vec::new();
     for (i, r) in reports.iter().enumerate() {
         let (f, rt, held) = if i == 0 {
             (FIRST, RETRY, HELD)
@@ -67,7 +68,7 @@ pub fn html(reports: &[&Report]) -> String {
             colour: rt,
         });
         if r.retry_budget.is_some() {
-            deliveries.push(Line {
+            held_back.push(Line {
                 label: format!("held by the retry budget{who}"),
                 values: &r.series.held,
                 colour: held,
@@ -81,6 +82,10 @@ pub fn html(reports: &[&Report]) -> String {
     }
     out += "<h2>Deliveries per second: what the dependency sees</h2>";
     out += &plot("deliveries per second", &deliveries);
+    if !held_back.is_empty() {
+        out += "<h2>Retries held by the retry budget per second (waiting, not delivered)</h2>";
+        out += &plot("holds per second", &held_back);
+    }
     out += "<h2>Backlog: messages published and not yet ended</h2>";
     out += &plot("messages", &backlog);
     out += "</body></html>\n";

@@ -269,12 +269,7 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
             policy: r.policy.clone(),
             provenance: (**r.decider.policy().provenance()).clone(),
             config: serde_json::from_str(r.decider.config()).unwrap_or(serde_json::Value::Null),
-            worst_case: verdict_simulate::worst_cases(&probe_topic(&r.topic), &|f| {
-                r.decider.decide(f)
-            })
-            .iter()
-            .map(verdict_simulate::WorstCase::sentence)
-            .collect(),
+            worst_case: worst_case(r),
         })
         .collect();
     let config = verdict_registry::GatewayConfig::load(config_path)?;
@@ -283,6 +278,29 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
         routes,
         created_when_missing: broker_objects(&config),
     })
+}
+
+/// The worst cases of route `r`, and what its retry budget may add to them.
+fn worst_case(r: &verdict_registry::ActiveRoute) -> Vec<String> {
+    let mut lines: Vec<String> =
+        verdict_simulate::worst_cases(&probe_topic(&r.topic), &|f| r.decider.decide(f))
+            .iter()
+            .map(verdict_simulate::WorstCase::sentence)
+            .collect();
+    let guardrails = &r.decider.settings().guardrails;
+    if let Some(b) = &guardrails.retry_budget {
+        lines.push(format!(
+            "retry budget {}% of first attempts + {}/s over {} s: while the route is over it, \
+             a retry also waits (no attempt spent), up to {} after the message first failed",
+            b.percent,
+            b.min_per_s,
+            b.window_s,
+            humantime::format_duration(std::time::Duration::from_millis(
+                guardrails.max_deferral_age_ms
+            ))
+        ));
+    }
+    lines
 }
 
 /// A topic a route of `pattern` takes (`payments.>` -> `payments.probe`).

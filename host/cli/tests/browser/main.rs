@@ -256,4 +256,32 @@ fn the_simulators_html_report_draws_its_plots_in_a_real_browser() {
     assert!(browser.count("svg polyline") >= 6, "{page}");
     assert!(!page.contains("<script"), "no script in the report");
     browser.screenshot(&shots.join("outage-3m.png"));
+
+    // A retry budget against none: the budgeted run's held retries get a line of their own.
+    let budgeted = shots.join("outage-3m-budget.html");
+    let out = common::verdict(
+        &[
+            "simulate",
+            "--policy",
+            common::rules(),
+            "--config",
+            r#"{"max_attempts": 5}"#,
+            "--compare-settings",
+            r#"{"guardrails": {"retry_budget": {"percent": 20}}}"#,
+            "--scenario",
+            scenario.to_str().unwrap(),
+            "--html",
+            budgeted.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    browser.open(&format!("file://{}", budgeted.display()));
+    let page = browser.source();
+    assert!(page.contains("held by the retry budget (b)"), "{page}");
+    assert!(page.contains("retry budget 20%"), "{page}");
+    // Deliveries (first attempts and retries of both runs), holds (b), backlog (both runs).
+    assert_eq!(browser.count("svg"), 3, "{page}");
+    assert!(browser.count("svg polyline") >= 7, "{page}");
+    browser.screenshot(&shots.join("outage-3m-budget.png"));
 }

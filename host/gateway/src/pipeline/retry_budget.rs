@@ -156,26 +156,28 @@ mod tests {
             Gate::Go { retry: false }
         );
         let m = retry(now - 1_000, now - 1_000);
-        for _ in 0..10 {
+        // Ten a window (no share of first attempts), spread over it.
+        for i in 0..10 {
             assert_eq!(
-                gate.ask(&BUDGET, &m, now, u64::MAX),
+                gate.ask(&BUDGET, &m, now + i * 1_000, u64::MAX),
                 Gate::Go { retry: true }
             );
         }
-        let Gate::Hold { delay_ms } = gate.ask(&BUDGET, &m, now, u64::MAX) else {
+        let Gate::Hold { delay_ms } = gate.ask(&BUDGET, &m, now + 9_500, u64::MAX) else {
             panic!("the eleventh retry in the window is over budget");
         };
-        assert!((1_250..3_750).contains(&delay_ms), "{delay_ms}");
+        // It waited 10.5 s since its failure: about as long again.
+        assert!((5_250..15_750).contains(&delay_ms), "{delay_ms}");
+        // A success gives a share back.
+        gate.succeeded(&BUDGET, now, now + 9_600);
+        assert_eq!(
+            gate.ask(&BUDGET, &m, now + 9_700, u64::MAX),
+            Gate::Go { retry: true }
+        );
         // Failing for a minute and allowed to wait 60 s: it goes whatever the budget.
         let old = retry(now - 60_000, now - 1_000);
         assert_eq!(
-            gate.ask(&BUDGET, &old, now, 60_000),
-            Gate::Go { retry: true }
-        );
-        // A success gives a share back.
-        gate.succeeded(&BUDGET, now, now + 10);
-        assert_eq!(
-            gate.ask(&BUDGET, &m, now + 20, u64::MAX),
+            gate.ask(&BUDGET, &old, now + 9_800, 60_000),
             Gate::Go { retry: true }
         );
     }
@@ -185,15 +187,16 @@ mod tests {
         let gate = BudgetGate::default();
         let now = 500_000;
         let m = retry(now - 20_000, now - 20_000);
-        for _ in 0..10 {
+        for i in 0..10 {
             assert_eq!(
-                gate.ask(&BUDGET, &m, now, u64::MAX),
+                gate.ask(&BUDGET, &m, now + i * 1_000, u64::MAX),
                 Gate::Go { retry: true }
             );
         }
         let mut holds = 0;
-        while let Gate::Hold { delay_ms } = gate.ask(&BUDGET, &m, now, u64::MAX) {
-            assert!((10_000..30_000).contains(&delay_ms), "{delay_ms}");
+        // Waited 29.9 s since its failure: about as long again.
+        while let Gate::Hold { delay_ms } = gate.ask(&BUDGET, &m, now + 9_900, u64::MAX) {
+            assert!((14_950..44_850).contains(&delay_ms), "{delay_ms}");
             holds += 1;
             if holds == 20 {
                 break;

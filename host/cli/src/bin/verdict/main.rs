@@ -206,34 +206,37 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             html,
         } => {
             use verdict_cli::cli::simulate::{self, Decides, SimulateArgs};
-            let decides = match (policy, gateway) {
-                (Some(path), _) => Decides::Policy {
-                    path,
-                    config,
-                    settings: match settings {
-                        Some(s) => cli::settings_arg(&s, "--settings")?,
-                        None => TopicSettings::default(),
-                    },
-                },
-                (None, Some(gateway)) => Decides::Route { gateway, topic },
-                (None, None) => anyhow::bail!("give --policy P or -c verdict.toml"),
-            };
             // Exit 2 for input that cannot run, as `verdict test` does: a CI job tells a
-            // broken scenario from a condition that held (1).
-            let done = match simulate::run(&SimulateArgs {
-                decides,
-                scenario,
-                compare,
-                compare_policy,
-                compare_settings: compare_settings
-                    .map(|s| cli::settings_arg(&s, "--compare-settings"))
-                    .transpose()?,
-                seed,
-                fail_if,
-                json,
-                rows,
-                html,
-            }) {
+            // broken scenario or setting from a condition that held (1).
+            let run = || -> anyhow::Result<simulate::Simulated> {
+                let decides = match (policy, gateway) {
+                    (Some(path), _) => Decides::Policy {
+                        path,
+                        config,
+                        settings: match settings {
+                            Some(s) => cli::settings_arg(&s, "--settings")?,
+                            None => TopicSettings::default(),
+                        },
+                    },
+                    (None, Some(gateway)) => Decides::Route { gateway, topic },
+                    (None, None) => anyhow::bail!("give --policy P or -c verdict.toml"),
+                };
+                simulate::run(&SimulateArgs {
+                    decides,
+                    scenario,
+                    compare,
+                    compare_policy,
+                    compare_settings: compare_settings
+                        .map(|s| cli::settings_arg(&s, "--compare-settings"))
+                        .transpose()?,
+                    seed,
+                    fail_if,
+                    json,
+                    rows,
+                    html,
+                })
+            };
+            let done = match run() {
                 Ok(done) => done,
                 Err(e) => {
                     eprintln!("error: {e:#}");
