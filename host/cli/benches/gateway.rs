@@ -62,11 +62,18 @@ async fn baseline(n: usize) -> Duration {
 }
 
 /// Publish `n` messages to a gateway and wait until every one is delivered or dead.
-async fn through_verdict(n: usize, transient: u32, permanent: u32) -> (Duration, u64, u64) {
+/// `settings`: the route's guardrails and fallback (a TOML inline table), if any.
+async fn through_verdict(
+    n: usize,
+    transient: u32,
+    permanent: u32,
+    settings: Option<&str>,
+) -> (Duration, u64, u64) {
     let url = consumer(transient, permanent).await;
     let dir = std::env::temp_dir().join(format!(
-        "verdict-bench-gateway-{}-{transient}",
-        std::process::id()
+        "verdict-bench-gateway-{}-{transient}-{}",
+        std::process::id(),
+        settings.is_some()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -82,12 +89,14 @@ path = "{rules}"
 topic = "orders"
 policy = "rules"
 consumer = {{ url = "{url}", concurrency = {CONCURRENCY} }}
+{settings}
 config = {{ max_attempts = 5, rules = [
     {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
     {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 10 }} }},
 ] }}
 "#,
-        rules = rules_component().display()
+        rules = rules_component().display(),
+        settings = settings.map_or(String::new(), |s| format!("settings = {s}")),
     );
     std::fs::write(dir.join("verdict.toml"), config).unwrap();
     std::fs::write(dir.join("token"), "bench-token").unwrap();
@@ -131,8 +140,16 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let base = baseline(n).await;
-        let (clean, ..) = through_verdict(n, 0, 0).await;
-        let (mixed, delivered, dead) = through_verdict(n, 20, 5).await;
+        let (clean, ..) = through_verdict(n, 0, 0, None).await;
+        let (mixed, delivered, dead) = through_verdict(n, 20, 5, None).await;
+        // A budget so large it never holds: what checking it costs every delivery.
+        let (gated, gated_delivered, gated_dead) = through_verdict(
+            n,
+            20,
+            5,
+            Some("{ guardrails = { retry_budget = { percent = 1000, min_per_s = 100000 } } }"),
+        )
+        .await;
         let rate = |d: Duration| n as f64 / d.as_secs_f64();
         println!("{n} messages, consumer concurrency {CONCURRENCY}, same run:");
         println!("  baseline (direct POST, no failures):   {:>8.0} msg/s", rate(base));
@@ -144,6 +161,11 @@ fn main() {
         println!(
             "  through verdict, 20% transient + 5% permanent: {:>8.0} msg/s  ({delivered} delivered, {dead} dead-lettered)",
             rate(mixed)
+        );
+        println!(
+            "  the same with a retry budget that never holds: {:>8.0} msg/s  ({gated_delivered} delivered, {gated_dead} dead-lettered; {:.2}x the time without)",
+            rate(gated),
+            gated.as_secs_f64() / mixed.as_secs_f64()
         );
     });
 }
