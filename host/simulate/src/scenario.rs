@@ -221,6 +221,19 @@ impl Scenario {
         if self.topic.is_empty() || self.topic.len() > 255 {
             return Err(("topic".into(), "1 to 255 bytes".into()));
         }
+        // Printed in terminal tables, CI logs and the HTML report: one plain line each.
+        for (field, text, max) in [
+            ("name", &self.name, 128),
+            ("description", &self.description, 1_024),
+            ("topic", &self.topic, 255),
+        ] {
+            if text.len() > max || text.chars().any(char::is_control) {
+                return Err((
+                    field.into(),
+                    format!("at most {max} bytes on one line, without control characters"),
+                ));
+            }
+        }
         if self.publish.phases.is_empty() {
             return Err((
                 "publish.phases".into(),
@@ -393,6 +406,11 @@ mod tests {
                 "publish.phases[1].rate_per_s",
             ),
             ("duration_s = [".to_string(), "(syntax)"),
+            (format!("name = \"x\\u001b[2Jy\"\n{GOOD}"), "name"),
+            (
+                format!("description = \"{}\"\n{GOOD}", "d".repeat(1_025)),
+                "description",
+            ),
         ];
         for (text, field) in cases {
             let e = Scenario::parse(&text, "s.toml").unwrap_err();
