@@ -8,11 +8,11 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use verdict_runtime::{Host, Limits};
+use verdict_runtime::{Guardrails, Host, Limits, RetryBudget, TopicSettings};
 use verdict_simulate::{Scenario, simulate};
 use verdict_tests::consumer::{Behaviour, Consumer};
 use verdict_tests::gateway::Gateway;
-use verdict_tests::{decider, fixtures, scratch_dir, wait_for};
+use verdict_tests::{fixtures, scratch_dir, wait_for};
 
 /// No jitter, so both runs retry on the same schedule: 200, 400, 800, 1600, 1600 ms.
 const CONFIG: &str = r#"{"max_attempts": 6, "rules": [
@@ -57,8 +57,12 @@ phases = [
 
 /// The real run: deliveries the consumer saw, dead letters, seconds from recovery until
 /// every message had ended.
-fn real_run() -> (u64, u64, f64) {
-    let dir = scratch_dir("simulate-validation");
+fn real_run(budget: Option<&RetryBudget>) -> (u64, u64, f64) {
+    let dir = scratch_dir(if budget.is_some() {
+        "simulate-validation-budget"
+    } else {
+        "simulate-validation"
+    });
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
     let config = format!(
@@ -75,11 +79,17 @@ path = "{rules}"
 topic = "orders"
 policy = "rules"
 config = {config}
+{settings}
 consumer = {{ url = "{url}", timeout_ms = 2000, concurrency = 16 }}
 "#,
         rules = fixtures::RULES,
         config = toml_inline(CONFIG),
         url = consumer.url(),
+        settings = budget.map_or(String::new(), |b| format!(
+            "settings = {{ guardrails = {{ retry_budget = {{ percent = {}, window_s = {}, \
+             min_per_s = {} }} }} }}",
+            b.percent, b.window_s, b.min_per_s
+        )),
     );
     let gw = Gateway::start_on(runtime, &dir, &config, "validation-token");
 
@@ -149,27 +159,50 @@ fn toml_inline(json: &str) -> String {
     value(&serde_json::from_str(json).unwrap())
 }
 
-#[test]
-fn the_simulator_agrees_with_the_real_gateway_on_an_outage() {
+/// A budget the outage runs into: 5 retries a second and 20% of the first attempts over a
+/// 2 s window, about 15 retries a second at 50 published.
+const BUDGET: RetryBudget = RetryBudget {
+    percent: 20,
+    window_s: 2,
+    min_per_s: 5,
+};
+
+/// Both runs with `budget` (or none): their figures, written to `file` in the test output,
+/// and held to the tolerances.
+fn validate(file: &str, budget: Option<RetryBudget>) {
     let host = Host::new(&Limits::new()).unwrap();
-    let decider = decider(&host, fixtures::RULES, CONFIG);
+    let policy = verdict_tests::load(&host, fixtures::RULES);
+    let settings = TopicSettings {
+        guardrails: Guardrails {
+            retry_budget: budget,
+            ..Guardrails::default()
+        },
+        ..TopicSettings::default()
+    };
+    let decider = policy.configure(CONFIG, settings).unwrap();
     let sim = simulate(&scenario(), &decider.settings().guardrails, &|f| {
         decider.decide(f)
     });
     let sim_deliveries = sim.first_attempts + sim.retries;
     let sim_drain = sim.drain_s.expect("the simulated backlog drains");
 
-    let (real_deliveries, real_dead, real_drain) = real_run();
+    let (real_deliveries, real_dead, real_drain) = real_run(budget.as_ref());
 
+    // Holds are jittered by each run's own draws and the drain ends with the last one, up to
+    // three windows after recovery: with a budget the drains may differ by two windows more
+    // (measured in four runs: the real drain 8.6 to 11.2 s, the simulated 8.7 s).
+    let drain_tolerance_s = DRAIN_TOLERANCE_S + budget.map_or(0.0, |b| 2.0 * f64::from(b.window_s));
     let figures = json!({
         "scenario": "50 msg/s for 11 s; the consumer down (503) from 3 s to 11 s",
         "config": serde_json::from_str::<Value>(CONFIG).unwrap(),
-        "simulated": {"deliveries": sim_deliveries, "dead": sim.dead, "drain_s": sim_drain},
+        "retry_budget": budget,
+        "simulated": {"deliveries": sim_deliveries, "dead": sim.dead, "drain_s": sim_drain,
+                      "held": sim.held},
         "real": {"deliveries": real_deliveries, "dead": real_dead, "drain_s": real_drain},
         "tolerance": {
             "deliveries": DELIVERIES_TOLERANCE,
             "dead": DEAD_TOLERANCE, "dead_slack": DEAD_SLACK,
-            "drain_s": DRAIN_TOLERANCE_S,
+            "drain_s": drain_tolerance_s,
         },
     });
     let out = std::env::var_os("VERDICT_TEST_OUTPUT")
@@ -178,12 +211,17 @@ fn the_simulator_agrees_with_the_real_gateway_on_an_outage() {
         .join("simulate");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(
-        out.join("validation.json"),
+        out.join(file),
         serde_json::to_string_pretty(&figures).unwrap(),
     )
     .unwrap();
+    eprintln!("{figures}");
 
-    assert!(sim.dead > 0, "the outage exhausts some messages: {figures}");
+    if budget.is_some() {
+        assert!(sim.held > 0, "the outage runs into the budget: {figures}");
+    } else {
+        assert!(sim.dead > 0, "the outage exhausts some messages: {figures}");
+    }
     let off = |a: f64, b: f64| (a - b).abs();
     assert!(
         off(real_deliveries as f64, sim_deliveries as f64)
@@ -195,7 +233,14 @@ fn the_simulator_agrees_with_the_real_gateway_on_an_outage() {
         "dead letters: {figures}"
     );
     assert!(
-        off(real_drain, sim_drain) <= DRAIN_TOLERANCE_S,
+        off(real_drain, sim_drain) <= drain_tolerance_s,
         "drain after recovery: {figures}"
     );
+}
+
+/// One test for both, so the two real runs never overlap.
+#[test]
+fn the_simulator_agrees_with_the_real_gateway_on_an_outage_with_and_without_a_retry_budget() {
+    validate("validation.json", None);
+    validate("validation-budget.json", Some(BUDGET));
 }

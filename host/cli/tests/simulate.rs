@@ -315,6 +315,36 @@ fn a_gateway_configs_route_decides_and_a_bad_scenario_is_named() {
         n(&r["dead_by_class"]["poison"]) > 0,
         "the quickstart's rules dead-letter schema errors: {r}"
     );
+    assert!(r["retry_budget"].is_null(), "{r}");
+
+    // The route's retry budget gates the simulated retries, as the gateway's would.
+    let budgeted = dir.join("examples/budgeted.toml");
+    let text_of = std::fs::read_to_string(&config).unwrap();
+    assert!(text_of.contains("policy = \"rules\"\n"), "{text_of}");
+    std::fs::write(
+        &budgeted,
+        text_of.replacen(
+            "policy = \"rules\"\n",
+            "policy = \"rules\"\nsettings = { guardrails = { retry_budget = { percent = 5 } } }\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let out = verdict(
+        &[
+            "simulate",
+            "-c",
+            budgeted.to_str().unwrap(),
+            "--scenario",
+            &scenario("outage-3m"),
+            "--json",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["retry_budget"]["percent"], 5, "{r}");
+    assert!(n(&r["held"]) > 0, "{r}");
 
     let out = verdict(
         &[
