@@ -195,9 +195,9 @@ fn the_documented_gateway_configs_pass_the_admission_gate() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn the_simulate_example_prints_the_figures_the_readme_quotes() {
-    let dir = checkout("simulate");
+/// A checkout with the shipped scenarios where the README's simulate commands expect them.
+fn simulate_checkout(name: &str) -> std::path::PathBuf {
+    let dir = checkout(name);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     std::fs::create_dir_all(dir.join("host/simulate")).unwrap();
     std::os::unix::fs::symlink(
@@ -205,6 +205,12 @@ fn the_simulate_example_prints_the_figures_the_readme_quotes() {
         dir.join("host/simulate/scenarios"),
     )
     .unwrap();
+    dir
+}
+
+#[test]
+fn the_simulate_example_prints_the_figures_the_readme_quotes() {
+    let dir = simulate_checkout("simulate");
     let block = &blocks("### Simulate it against an outage", "sh")[0];
     let out = sh(&dir, block);
     let stdout = text(&out.stdout);
@@ -229,14 +235,7 @@ fn the_simulate_example_prints_the_figures_the_readme_quotes() {
 
 #[test]
 fn the_retry_budget_comparison_prints_the_figures_the_readme_quotes() {
-    let dir = checkout("simulate-budget");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    std::fs::create_dir_all(dir.join("host/simulate")).unwrap();
-    std::os::unix::fs::symlink(
-        root.join("host/simulate/scenarios").canonicalize().unwrap(),
-        dir.join("host/simulate/scenarios"),
-    )
-    .unwrap();
+    let dir = simulate_checkout("simulate-budget");
     let block = &blocks("### Simulate it against an outage", "sh")[1];
     assert!(block.contains("--compare-settings"), "{block}");
     let out = sh(&dir, block);

@@ -434,36 +434,8 @@ mod tests {
 
 #[cfg(test)]
 mod budget_tests {
-    use std::sync::Arc;
-
     use super::*;
-    use verdict_runtime::{Class, Provenance, Severity, Verdict};
-
-    /// Retries every failure after 200 ms, up to 20 attempts: a policy that would hammer an
-    /// outage.
-    fn eager(f: &Failure) -> Decision {
-        Decision {
-            verdict: Verdict {
-                action: if f.attempt() < 20 {
-                    Action::Retry(200)
-                } else {
-                    Action::DeadLetter
-                },
-                class: Class::Exhausted,
-                reason: String::new(),
-                alert: Severity::None,
-                labels: Vec::new(),
-            },
-            provenance: Arc::new(Provenance {
-                name: "eager".into(),
-                version: "0".into(),
-                sha256: String::new(),
-            }),
-            generation: None,
-            fallback: None,
-            clamps: Vec::new(),
-        }
-    }
+    use crate::test_policy::retry_until;
 
     fn outage() -> Scenario {
         Scenario::parse(
@@ -484,14 +456,14 @@ mod budget_tests {
             window_s: 10,
             min_per_s: 5,
         };
-        let free = run(&outage(), &Guardrails::default(), &eager);
+        let free = run(&outage(), &Guardrails::default(), &retry_until(20, 200));
         let gated = run(
             &outage(),
             &Guardrails {
                 retry_budget: Some(budget),
                 ..Guardrails::default()
             },
-            &eager,
+            &retry_until(20, 200),
         );
         assert_eq!(free.held, 0);
         assert!(gated.held > 0);
@@ -537,7 +509,7 @@ mod budget_tests {
                 retry_budget: Some(budget),
                 ..Guardrails::default()
             },
-            &eager,
+            &retry_until(20, 200),
         );
         assert_eq!(
             (again.held, again.retries, again.dead),
@@ -558,6 +530,7 @@ mod budget_tests {
             max_deferral_age_ms: 2_000,
             ..Guardrails::default()
         };
+        let eager = retry_until(20, 200);
         let r = run(&outage(), &guardrails, &eager);
         let capped = run(
             &outage(),
@@ -565,7 +538,7 @@ mod budget_tests {
                 max_deferral_age_ms: u64::MAX,
                 ..guardrails.clone()
             },
-            &eager,
+            &retry_until(20, 200),
         );
         assert!(
             r.retries > capped.retries * 2,

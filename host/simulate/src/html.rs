@@ -191,8 +191,9 @@ const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;color:#1d2330;marg
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_policy::retry_until;
     use crate::{Scenario, simulate};
-    use verdict_runtime::{Action, Class, Decision, Guardrails, Provenance, Severity, Verdict};
+    use verdict_runtime::Guardrails;
 
     #[test]
     fn a_report_page_draws_its_plots_and_escapes_what_came_from_files() {
@@ -203,28 +204,7 @@ mod tests {
             "t.toml",
         )
         .unwrap();
-        let provenance = std::sync::Arc::new(Provenance {
-            name: "test".into(),
-            version: "0".into(),
-            sha256: String::new(),
-        });
-        let report = simulate(&scenario, &Guardrails::default(), &|f| Decision {
-            verdict: Verdict {
-                action: if f.attempt() < 3 {
-                    Action::Retry(1_000)
-                } else {
-                    Action::DeadLetter
-                },
-                class: Class::Exhausted,
-                reason: String::new(),
-                alert: Severity::None,
-                labels: Vec::new(),
-            },
-            provenance: provenance.clone(),
-            generation: None,
-            fallback: None,
-            clamps: Vec::new(),
-        });
+        let report = simulate(&scenario, &Guardrails::default(), &retry_until(3, 1_000));
         let page = html(&[&report]);
         assert!(
             page.contains("&lt;b&gt;x&lt;/b&gt;") && !page.contains("<b>x"),

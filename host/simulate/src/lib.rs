@@ -30,6 +30,8 @@ mod engine;
 mod html;
 mod report;
 mod scenario;
+#[cfg(test)]
+mod test_policy;
 mod worst;
 
 pub use condition::{Condition, ConditionError};
