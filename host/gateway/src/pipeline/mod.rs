@@ -300,7 +300,7 @@ impl Pipeline {
                     .dlq_naming
                     .dlq_for(&message.topic, &self.settings.global_dlq);
                 let history = message.history_with(&failed);
-                let envelope = Envelope::new(
+                let mut envelope = Envelope::new(
                     MessageRef {
                         topic: &message.topic,
                         id: &message.id,
@@ -317,7 +317,6 @@ impl Pipeline {
                         now_ms: now,
                     },
                 );
-                let mut envelope = envelope;
                 envelope.retry_budget = self.holds.take(message);
                 let format = self.settings.dlq_format;
                 let envelope = match envelope.encode(format) {
