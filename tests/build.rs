@@ -2,6 +2,11 @@
 //! `fixtures.rs` with one constant per component path. The guests are compiled by a nested
 //! cargo in `<target>/verdict-guests` (the outer build holds the lock on `<target>/debug`);
 //! the CLI tests and the benches share that directory, so each guest is compiled once.
+//!
+//! The Python and JavaScript ports of `rules` are built by their toolchains
+//! (`componentize-py`, ComponentizeJS from `policies/rules-js/node_modules`), skipped when
+//! nothing they read changed. A missing toolchain does not stop the Rust build: the fixture
+//! holds the error instead, and the tests that need the component fail with it.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -14,6 +19,12 @@ const GUESTS: [(&str, &str); 5] = [
     ("HOSTILE", "tests/guests/hostile"),
 ];
 
+/// Policies in other languages: built by their toolchains, which a machine may lack.
+const INTERPRETED: [(&str, &str); 2] = [
+    ("RULES_PY", "policies/rules-py"),
+    ("RULES_JS", "policies/rules-js"),
+];
+
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -24,12 +35,17 @@ fn main() {
         "README.md",
         "policies",
         "guest-sdk/src",
+        "guest-sdk/python/verdict_sdk",
+        "guest-sdk/js/src",
+        "guest-sdk/js/bin",
         "wit",
         "tests/guests",
         "Cargo.lock",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(dir).display());
     }
+    println!("cargo:rerun-if-env-changed=VERDICT_COMPONENTIZE_PY");
+    println!("cargo:rerun-if-env-changed=PATH");
     let target = match std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from) {
         Some(dir) if dir.is_absolute() => dir,
         Some(dir) => root.join(dir),
@@ -52,6 +68,20 @@ fn main() {
             consts,
             "/// Component built from `{dir}`.\npub const {name}: &str = {:?};",
             built.component.display().to_string()
+        )
+        .expect("writing to a String");
+    }
+    for (name, dir) in INTERPRETED {
+        let built = verdict_componentize::build(&root.join(dir), &options)
+            .map(|b| b.component.display().to_string())
+            .map_err(|e| format!("building {dir}: {e}"));
+        if let Err(e) = &built {
+            println!("cargo:warning={e}");
+        }
+        writeln!(
+            consts,
+            "/// Component built from `{dir}`, or why it could not be built.\n\
+             pub const {name}: Result<&str, &str> = {built:?};"
         )
         .expect("writing to a String");
     }

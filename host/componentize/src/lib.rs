@@ -1,10 +1,12 @@
-//! Build Verdict policy crates into WebAssembly components.
+//! Build Verdict policies into WebAssembly components.
 //!
 //! This is the engine behind `verdict build`, and what the test suite's build script uses to
-//! produce its fixtures. A policy crate is compiled for `wasm32-unknown-unknown` (so std
-//! pulls in no WASI imports at all), then its core module, which carries the contract's
+//! produce its fixtures. A Rust policy crate is compiled for `wasm32-unknown-unknown` (so
+//! std pulls in no WASI imports at all), then its core module, which carries the contract's
 //! component type in a custom section put there by `wit-bindgen`, is wrapped into a
-//! component with `wit-component`.
+//! component with `wit-component`. A Python project (`pyproject.toml`) is built by
+//! `componentize-py` and a JavaScript one (`package.json`) by ComponentizeJS, both against
+//! the contract's WIT ([`build_project`]); [`build`] picks by the manifest it finds.
 //!
 //! ```no_run
 //! use verdict_componentize::{BuildOptions, build_crate};
@@ -19,22 +21,31 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod interpreted;
+
+pub use interpreted::{
+    COMPONENTIZE_PY_VERSION, JS_BUILD_SCRIPT, Language, POLICY_WIT, WORLD, build_project,
+};
+
 /// The target policies are compiled for.
 pub const TARGET: &str = "wasm32-unknown-unknown";
 
 /// Why a build failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    /// The crate directory has no `Cargo.toml`.
-    #[error("{0}: no Cargo.toml here; pass the directory of a policy crate")]
+    /// The directory has no `Cargo.toml`, `pyproject.toml` or `package.json`.
+    #[error(
+        "{0}: no Cargo.toml, pyproject.toml or package.json here; pass the directory of a \
+         policy project (Rust, Python or JavaScript)"
+    )]
     NotACrate(PathBuf),
     /// The Rust target is not installed.
     #[error("the {TARGET} target is not installed; run `rustup target add {TARGET}`")]
     MissingTarget,
-    /// Cargo could not be started.
+    /// Cargo or a language toolchain could not be started.
     #[error("could not run `{cargo}`: {source}")]
     Spawn {
-        /// The cargo command.
+        /// The command.
         cargo: String,
         /// The I/O error.
         source: std::io::Error,
@@ -54,6 +65,30 @@ pub enum BuildError {
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// A project manifest (`pyproject.toml`, `package.json`) does not say how to build.
+    #[error("{}: {message}", path.display())]
+    Manifest {
+        /// The manifest.
+        path: PathBuf,
+        /// What is missing or wrong.
+        message: String,
+    },
+    /// A language toolchain is not installed.
+    #[error("{tool} not found: {install}")]
+    MissingTool {
+        /// The tool.
+        tool: String,
+        /// How to install it.
+        install: String,
+    },
+    /// A language toolchain reported an error (already printed to stderr).
+    #[error("{tool} failed to build {} (see its output above)", dir.display())]
+    Toolchain {
+        /// The project.
+        dir: PathBuf,
+        /// The tool.
+        tool: String,
     },
     /// The core module could not be turned into a component.
     #[error("{path}: not a valid policy module: {message}")]
@@ -131,8 +166,9 @@ impl Default for BuildOptions {
 pub struct Built {
     /// The crate's library name.
     pub name: String,
-    /// The core module cargo produced.
-    pub core_module: PathBuf,
+    /// The core module cargo produced (Rust only: the other toolchains write the component
+    /// directly).
+    pub core_module: Option<PathBuf>,
     /// The component, next to the core module as `<name>.component.wasm`.
     pub component: PathBuf,
 }
@@ -192,9 +228,21 @@ pub fn build_crate(crate_dir: &Path, options: &BuildOptions) -> Result<Built, Bu
     write_if_changed(&component, &component_bytes)?;
     Ok(Built {
         name,
-        core_module,
+        core_module: Some(core_module),
         component,
     })
+}
+
+/// Build the policy project in `dir`, whatever its language: a Rust crate (`Cargo.toml`),
+/// a Python project (`pyproject.toml`) or a JavaScript one (`package.json`).
+pub fn build(dir: &Path, options: &BuildOptions) -> Result<Built, BuildError> {
+    if dir.join("Cargo.toml").is_file() {
+        return build_crate(dir, options);
+    }
+    match Language::of(dir) {
+        Some(language) => build_project(dir, language, options),
+        None => Err(BuildError::NotACrate(dir.to_path_buf())),
+    }
 }
 
 /// Wrap a core module built with `wit-bindgen` into a component. The error is

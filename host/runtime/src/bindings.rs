@@ -7,6 +7,7 @@ use wasmtime::component::HasSelf;
 use wasmtime::{ResourceLimiter, Result};
 
 use crate::failure::Details;
+use crate::wasi::{CallInputs, WasiState};
 
 use crate::wit::generated;
 use crate::wit::generated::verdict::policy::host::Host;
@@ -25,31 +26,62 @@ pub(crate) struct HostState {
     /// The last panic message the SDK's hook logged, to explain the trap that follows.
     pub(crate) last_panic: Option<String>,
     pub(crate) policy: Arc<str>,
+    /// The deterministic WASI's clock, generator and unfinished output lines.
+    pub(crate) wasi: WasiState,
     log_lines: u32,
 }
 
 impl HostState {
-    pub(crate) fn new(policy: Arc<str>, memory_cap_bytes: usize) -> Self {
+    pub(crate) fn new(policy: Arc<str>, memory_cap_bytes: usize, max_core_instances: u32) -> Self {
         HostState {
-            limiter: MemoryLimiter::new(memory_cap_bytes),
+            limiter: MemoryLimiter::new(memory_cap_bytes, max_core_instances as usize),
             current: None,
             last_panic: None,
             policy,
+            wasi: WasiState::default(),
             log_lines: 0,
         }
     }
 
     /// Reset per-call state.
-    pub(crate) fn begin_call(&mut self, current: Option<Arc<Details>>) {
+    pub(crate) fn begin_call(&mut self, current: Option<Arc<Details>>, inputs: CallInputs) {
         self.current = current;
         self.log_lines = 0;
         self.last_panic = None;
+        self.wasi = WasiState::begin(inputs);
     }
 
     /// Drop the borrowed failure once the call returns (the panic message stays for the
-    /// fault report).
+    /// fault report), and write out what the policy printed without a final newline.
     pub(crate) fn end_call(&mut self) {
         self.current = None;
+        for (level, pending) in [
+            (wit::Level::Info, std::mem::take(&mut self.wasi.stdout)),
+            (wit::Level::Warn, std::mem::take(&mut self.wasi.stderr)),
+        ] {
+            if !pending.is_empty() {
+                self.policy_log(level, String::from_utf8_lossy(&pending).into_owned());
+            }
+        }
+    }
+
+    /// One line of the policy log, from `host.log` or the policy's stdout and stderr: cut
+    /// to [`MAX_LOG_LINE_BYTES`], at most [`MAX_LOG_LINES_PER_CALL`] per call.
+    pub(crate) fn policy_log(&mut self, level: wit::Level, message: String) {
+        let mut message = message;
+        self.log_lines += 1;
+        if self.log_lines > MAX_LOG_LINES_PER_CALL {
+            return;
+        }
+        crate::text::truncate_utf8(&mut message, MAX_LOG_LINE_BYTES);
+        let policy = &*self.policy;
+        match level {
+            wit::Level::Trace => tracing::trace!(target: "verdict::policy", policy, "{message}"),
+            wit::Level::Debug => tracing::debug!(target: "verdict::policy", policy, "{message}"),
+            wit::Level::Info => tracing::info!(target: "verdict::policy", policy, "{message}"),
+            wit::Level::Warn => tracing::warn!(target: "verdict::policy", policy, "{message}"),
+            wit::Level::Error => tracing::error!(target: "verdict::policy", policy, "{message}"),
+        }
     }
 
     fn details(&self) -> Option<&Details> {
@@ -65,7 +97,6 @@ impl generated::verdict::policy::types::Host for HostState {}
 
 impl Host for HostState {
     fn log(&mut self, level: wit::Level, message: String) {
-        let mut message = message;
         if level == wit::Level::Error && message.starts_with("panic: ") {
             // A policy's panic message reaches logs, metrics and envelopes: one bounded line.
             self.last_panic = Some(crate::text::one_line(
@@ -73,19 +104,7 @@ impl Host for HostState {
                 crate::text::MAX_MESSAGE_BYTES,
             ));
         }
-        self.log_lines += 1;
-        if self.log_lines > MAX_LOG_LINES_PER_CALL {
-            return;
-        }
-        crate::text::truncate_utf8(&mut message, MAX_LOG_LINE_BYTES);
-        let policy = &*self.policy;
-        match level {
-            wit::Level::Trace => tracing::trace!(target: "verdict::policy", policy, "{message}"),
-            wit::Level::Debug => tracing::debug!(target: "verdict::policy", policy, "{message}"),
-            wit::Level::Info => tracing::info!(target: "verdict::policy", policy, "{message}"),
-            wit::Level::Warn => tracing::warn!(target: "verdict::policy", policy, "{message}"),
-            wit::Level::Error => tracing::error!(target: "verdict::policy", policy, "{message}"),
-        }
+        self.policy_log(level, message);
     }
 
     fn topic(&mut self) -> String {
@@ -165,14 +184,16 @@ impl Host for HostState {
 /// reported as "memory cap" rather than a bare out-of-bounds or unreachable.
 pub(crate) struct MemoryLimiter {
     cap_bytes: usize,
+    max_core_instances: usize,
     pub(crate) peak_bytes: usize,
     pub(crate) refused: Option<usize>,
 }
 
 impl MemoryLimiter {
-    fn new(cap_bytes: usize) -> Self {
+    fn new(cap_bytes: usize, max_core_instances: usize) -> Self {
         MemoryLimiter {
             cap_bytes,
+            max_core_instances,
             peak_bytes: 0,
             refused: None,
         }
@@ -210,12 +231,13 @@ impl ResourceLimiter for MemoryLimiter {
         Ok(desired <= 100_000)
     }
 
-    // Per store - one policy instance: what a component built against the contract needs
-    // (its module, and the shim and fixup modules `wit-component` adds for the canonical
-    // ABI), no more. The memory cap holds per memory; these keep a component from
-    // multiplying its memories or tables past it, or taking pool slots from other routes.
+    // Per store - one policy instance: one memory and two tables are what every toolchain
+    // needs (a Rust policy's module plus the canonical ABI's shims; CPython's and
+    // SpiderMonkey's libraries share one memory). The memory cap holds per memory; these
+    // keep a component from multiplying its memories or tables past it, or taking pool
+    // slots from other routes. Core instances are a limit (`max_core_instances`).
     fn instances(&self) -> usize {
-        MAX_CORE_INSTANCES
+        self.max_core_instances
     }
 
     fn tables(&self) -> usize {
@@ -227,8 +249,6 @@ impl ResourceLimiter for MemoryLimiter {
     }
 }
 
-/// Core instances one policy instance may create.
-pub(crate) const MAX_CORE_INSTANCES: usize = 4;
 /// Tables one policy instance may create.
 pub(crate) const MAX_TABLES: usize = 2;
 /// Linear memories one policy instance may create.

@@ -31,6 +31,14 @@ fn compatible(name: &str, interface: &str) -> Option<bool> {
     Some(ok)
 }
 
+/// A WASI 0.2 interface the host links as a deterministic stub.
+fn deterministic_wasi(import: &str) -> bool {
+    let version = import.split_once('@').map_or("", |(_, v)| v);
+    crate::wasi::is_wasi(import)
+        && crate::wasi::describe(import).is_some()
+        && semver::Version::parse(version).is_ok_and(|v| v.major == 0 && v.minor == 2)
+}
+
 /// Check `component` against the contract, naming the first offending import or export.
 pub(crate) fn check(
     component: &Component,
@@ -47,6 +55,9 @@ pub(crate) fn check(
         .map(|(name, _)| name.to_string())
         .collect();
     for import in &imports {
+        if deterministic_wasi(import) {
+            continue;
+        }
         match ALLOWED_IMPORTS
             .iter()
             .find_map(|allowed| compatible(import, allowed))
@@ -113,5 +124,15 @@ mod tests {
         );
         assert_eq!(compatible("verdict:policy/decider", DECIDER), Some(false));
         assert_eq!(compatible("wasi:filesystem/types@0.2.0", DECIDER), None);
+    }
+
+    #[test]
+    fn wasi_is_linked_at_0_2_for_the_catalogued_interfaces_only() {
+        assert!(deterministic_wasi("wasi:clocks/wall-clock@0.2.0"));
+        assert!(deterministic_wasi("wasi:io/streams@0.2.9"));
+        assert!(!deterministic_wasi("wasi:io/streams@0.3.0"));
+        assert!(!deterministic_wasi("wasi:io/streams"));
+        assert!(!deterministic_wasi("wasi:http/outgoing-handler@0.2.0"));
+        assert!(!deterministic_wasi("verdict:policy/host@0.1.0"));
     }
 }

@@ -101,7 +101,11 @@ fn engine_config(limits: &Limits) -> Config {
     config.max_wasm_stack(limits.max_wasm_stack_bytes);
     let mut pool = PoolingAllocationConfig::default();
     pool.total_component_instances(limits.pooled_instances)
-        .total_core_instances(limits.pooled_instances)
+        .total_core_instances(
+            limits
+                .pooled_instances
+                .saturating_mul(limits.max_core_instances),
+        )
         .total_memories(limits.pooled_instances)
         .total_tables(limits.pooled_instances)
         .max_memory_size(limits.memory_cap_bytes)
@@ -109,7 +113,7 @@ fn engine_config(limits: &Limits) -> Config {
         // memories or instances is refused at instantiation, on every engine.
         .max_memories_per_component(bindings::MAX_MEMORIES as u32)
         .max_tables_per_component(bindings::MAX_TABLES as u32)
-        .max_core_instances_per_component(bindings::MAX_CORE_INSTANCES as u32);
+        .max_core_instances_per_component(limits.max_core_instances);
     config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
     config
 }
@@ -163,7 +167,7 @@ mod tests {
             // Refused when compiled for the pool already, or at instantiation at the latest.
             let component = wasmtime::component::Component::new(host.engine(), &bytes)?;
             let mut store =
-                wasmtime::Store::new(host.engine(), HostState::new("test".into(), 1 << 20));
+                wasmtime::Store::new(host.engine(), HostState::new("test".into(), 1 << 20, 4));
             store.limiter(|state| &mut state.limiter);
             Linker::<HostState>::new(host.engine())
                 .instantiate(&mut store, &component)

@@ -59,7 +59,7 @@ pub enum LoadError {
     },
     /// It imports something outside the contract.
     #[error(
-        "{origin}: imports `{import}`, which is outside the verdict:policy contract (a policy may import only verdict:policy/host and verdict:policy/types, version {supported}){}",
+        "{origin}: imports `{import}`, which is outside the verdict:policy contract (a policy may import only verdict:policy/host and verdict:policy/types, version {supported}, and the WASI 0.2 interfaces Verdict stubs deterministically){}",
         wasi_hint(import)
     )]
     ForeignImport {
@@ -197,10 +197,15 @@ pub enum Fault {
 /// What to do about a WASI import: it comes from building for a WASI target, whose standard
 /// library imports the system interfaces the sandbox does not grant.
 fn wasi_hint(import: &str) -> &'static str {
-    if import.starts_with("wasi:") {
-        "; a WASI import means the policy was built for a wasm32-wasi* target: build it with \
-         `verdict build <crate>` (wasm32-unknown-unknown), which imports nothing but the contract"
-    } else {
+    if !import.starts_with("wasi:") {
         ""
+    } else if crate::wasi::describe(import).is_some() {
+        "; Verdict stubs this interface at version 0.2.x only: build with a toolchain that \
+         targets WASI 0.2 (`verdict build` does)"
+    } else {
+        "; Verdict links only deterministic stubs of wasi:cli, wasi:clocks, wasi:random, \
+         wasi:io, wasi:filesystem and wasi:sockets, each granting nothing, so a policy cannot \
+         make requests or serve anything (a Rust policy built by `verdict build` imports no \
+         WASI at all)"
     }
 }

@@ -7,6 +7,7 @@ use verdict_types::Verdict;
 use wasmtime::{Store, Trap};
 
 use crate::bindings::HostState;
+use crate::wasi::CallInputs;
 use crate::wit::PolicyBindings;
 use crate::wit::types as wit;
 use crate::{Failure, Fault, Limits, Policy};
@@ -49,11 +50,12 @@ impl Instance {
         let state = HostState::new(
             Arc::from(policy.provenance().name.as_str()),
             limits.memory_cap_bytes,
+            limits.max_core_instances,
         );
         let mut store = Store::new(policy.host().engine(), state);
         store.limiter(|state| &mut state.limiter);
         let budget = Budget::setup(limits);
-        arm(&mut store, limits, budget, None);
+        arm(&mut store, limits, budget, None, CallInputs::default());
         match policy.pre().instantiate(&mut store) {
             Ok(bindings) => Ok(Instance {
                 store,
@@ -73,22 +75,24 @@ impl Instance {
         config: &str,
     ) -> Result<Result<(), String>, Fault> {
         let budget = Budget::setup(limits);
-        arm(&mut self.store, limits, budget, None);
+        arm(&mut self.store, limits, budget, None, CallInputs::default());
         let result = self
             .bindings
             .verdict_policy_decider()
             .call_init(&mut self.store, config);
+        self.store.data_mut().end_call();
         result.map_err(|e| classify(e, &self.store, budget))
     }
 
     /// Call `describe`.
     pub(crate) fn describe(&mut self, limits: &Limits) -> Result<wit::Info, Fault> {
         let budget = Budget::setup(limits);
-        arm(&mut self.store, limits, budget, None);
+        arm(&mut self.store, limits, budget, None, CallInputs::default());
         let result = self
             .bindings
             .verdict_policy_decider()
             .call_describe(&mut self.store);
+        self.store.data_mut().end_call();
         result.map_err(|e| classify(e, &self.store, budget))
     }
 
@@ -96,11 +100,16 @@ impl Instance {
     pub(crate) fn decide(&mut self, limits: &Limits, failure: &Failure) -> Result<Verdict, Fault> {
         self.uses += 1;
         let budget = Budget::decide(limits);
+        let inputs = CallInputs {
+            now_ms: failure.record.now_ms,
+            seed: failure.record.jitter_seed,
+        };
         arm(
             &mut self.store,
             limits,
             budget,
             Some(failure.details.clone()),
+            inputs,
         );
         let result = self
             .bindings
@@ -125,6 +134,7 @@ fn arm(
     limits: &Limits,
     budget: Budget,
     current: Option<Arc<crate::failure::Details>>,
+    inputs: CallInputs,
 ) {
     store.set_epoch_deadline(limits.ticks(budget.timeout_ms));
     if let Some(fuel) = budget.fuel {
@@ -132,7 +142,7 @@ fn arm(
         let _ = store.set_fuel(fuel);
     }
     store.data_mut().limiter.refused = None;
-    store.data_mut().begin_call(current);
+    store.data_mut().begin_call(current, inputs);
 }
 
 /// Turn a Wasmtime error into the fault operators read.
@@ -157,8 +167,14 @@ fn classify(error: wasmtime::Error, store: &Store<HostState>, budget: Budget) ->
         Some(trap) => Fault::Trap {
             message: trap.to_string(),
         },
+        // A host function's own error (a WASI stub refusing a capability, say): its message
+        // is the cause; the Wasm backtrace wrapped around it is for debuggers, not for
+        // logs, metrics and envelopes.
         None => Fault::Trap {
-            message: format!("{error}"),
+            message: crate::text::one_line(
+                &error.root_cause().to_string(),
+                crate::text::MAX_MESSAGE_BYTES,
+            ),
         },
     }
 }

@@ -59,6 +59,7 @@ mod retry_budget;
 mod stats;
 mod stats_window;
 pub mod text;
+mod wasi;
 mod wit;
 
 pub use artifacts::CacheStats;
@@ -76,3 +77,4 @@ pub use retry_budget::{MAX_BUDGET_WINDOW_S, RetryBudget, RetryBudgetWindow};
 pub use stats::{CLASSES, DecisionStats, VerdictCount, class_index, class_name};
 pub use stats_window::{STATS_WINDOW_MS, StatsWindow};
 pub use verdict_types::{Action, AttemptRecord, Class, Severity, SplitMix64, Verdict, jitter_seed};
+pub use wasi::{WASI_INTERFACES, WasiInterface, describe as describe_wasi};

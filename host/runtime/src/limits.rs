@@ -49,6 +49,8 @@ pub struct Limits {
     pub(crate) max_function_blocks: u64,
     /// Most blocks, ifs and trys in all of a component's functions, a loop counting as 16.
     pub(crate) max_blocks: u64,
+    /// Most core module instances one policy instance may create.
+    pub(crate) max_core_instances: u32,
 }
 
 impl Default for Limits {
@@ -64,10 +66,11 @@ impl Default for Limits {
             instance_max_uses: 10_000,
             instance_recycle_bytes: 4 << 20,
             warm_instances: 4,
-            max_component_bytes: 8 << 20,
-            max_functions: 10_000,
+            max_component_bytes: 32 << 20,
+            max_functions: 40_000,
             max_function_blocks: 10_000,
-            max_blocks: 100_000,
+            max_blocks: 1_000_000,
+            max_core_instances: 16,
         }
     }
 }
@@ -142,15 +145,17 @@ impl Limits {
     }
 
     /// Largest component a policy may be, in bytes; a larger file is refused before it is
-    /// read whole or compiled. Default 8 MiB (the shipped policies are under 250 KiB).
+    /// read whole or compiled. Default 32 MiB: a Python policy embeds CPython (about
+    /// 18 MiB), a JavaScript one SpiderMonkey (about 12 MiB); the shipped Rust policies are
+    /// under 250 KiB, so a gateway that runs only Rust policies can set 8 MiB.
     pub fn max_component_bytes(&mut self, bytes: usize) -> &mut Self {
         self.max_component_bytes = bytes;
         self
     }
 
     /// Most functions a component may define, over all its core modules; each costs the
-    /// compiler time and memory of its own. Default 10 000 (the shipped policies define
-    /// under 400).
+    /// compiler time and memory of its own. Default 40 000 (a Python policy defines about
+    /// 12 500, the shipped Rust policies under 400).
     pub fn max_functions(&mut self, count: u32) -> &mut Self {
         self.max_functions = count;
         self
@@ -166,9 +171,20 @@ impl Limits {
 
     /// Most blocks, ifs and trys in all of a component's functions, counted as for
     /// [`max_function_blocks`](Self::max_function_blocks); with it, bounds the compile time
-    /// of many large functions. Default 100 000 (the shipped policies reach 8 232).
+    /// of many large functions. Default 1 000 000 (a Python or JavaScript policy's
+    /// interpreter reaches about 400 000; the shipped Rust policies 8 232, so a gateway that
+    /// runs only Rust policies can set 100 000 and compile nothing slower than a second).
     pub fn max_blocks(&mut self, count: u64) -> &mut Self {
         self.max_blocks = count;
+        self
+    }
+
+    /// Most core module instances one policy instance may create: a Rust policy needs 3
+    /// (its module and the canonical ABI's shims), a Python policy 14 (CPython, libc and
+    /// its dynamically linked libraries). Default 16. Pool slots are sized for every
+    /// pooled instance to reach it.
+    pub fn max_core_instances(&mut self, count: u32) -> &mut Self {
+        self.max_core_instances = count;
         self
     }
 
@@ -183,6 +199,7 @@ impl Limits {
         self.max_functions = other.max_functions;
         self.max_function_blocks = other.max_function_blocks;
         self.max_blocks = other.max_blocks;
+        self.max_core_instances = other.max_core_instances;
         self
     }
 
@@ -255,6 +272,9 @@ impl Limits {
                 ),
             );
         }
+        if self.max_core_instances == 0 {
+            return bad("max_core_instances", "must be at least 1".into());
+        }
         Ok(())
     }
 
@@ -277,7 +297,10 @@ mod tests {
     #[test]
     fn each_bad_limit_names_its_field() {
         type Setter = fn(&mut Limits);
-        let cases: [(&str, Setter); 10] = [
+        let cases: [(&str, Setter); 11] = [
+            ("max_core_instances", |l| {
+                l.max_core_instances(0);
+            }),
             ("epoch_tick_ms", |l| {
                 l.epoch_tick_ms(0);
             }),

@@ -46,9 +46,8 @@ impl Policy {
                 message: format!("{e:#}"),
             })?;
         let surface = contract::check(&component, host.engine(), origin)?;
-        let pre = host
-            .linker()
-            .instantiate_pre(&component)
+        let pre = crate::wasi::linker_for(host.linker(), host.engine(), &component)
+            .and_then(|linker| linker.instantiate_pre(&component))
             .and_then(PolicyBindingsPre::new)
             .map_err(|e| LoadError::Link {
                 origin: origin.into(),

@@ -21,15 +21,15 @@ pub use new::{Scaffold, SdkSource, new_policy};
 pub use policy::{PolicyCommand, policy};
 pub use signal::shutdown_signal;
 
-/// `verdict build`: compile each policy crate to a component; returns the component paths.
-pub fn build(crate_dirs: &[PathBuf], target_dir: Option<&Path>) -> Result<Vec<PathBuf>> {
+/// `verdict build`: build each policy project (a Rust crate, a Python or a JavaScript
+/// project) into a component; returns the component paths.
+pub fn build(dirs: &[PathBuf], target_dir: Option<&Path>) -> Result<Vec<PathBuf>> {
     let options = verdict_componentize::BuildOptions {
         target_dir: target_dir.map(Path::to_path_buf),
         ..Default::default()
     };
-    crate_dirs
-        .iter()
-        .map(|dir| Ok(verdict_componentize::build_crate(dir, &options)?.component))
+    dirs.iter()
+        .map(|dir| Ok(verdict_componentize::build(dir, &options)?.component))
         .collect()
 }
 
@@ -37,8 +37,8 @@ pub fn build(crate_dirs: &[PathBuf], target_dir: Option<&Path>) -> Result<Vec<Pa
 /// release, into the crate's own target dir) to one.
 pub fn bench_policy(path: &Path) -> Result<PathBuf> {
     if path.is_dir() {
-        let built = verdict_componentize::build_crate(path, &Default::default())
-            .with_context(|| format!("--policy {}: building the policy crate", path.display()))?;
+        let built = verdict_componentize::build(path, &Default::default())
+            .with_context(|| format!("--policy {}: building the policy", path.display()))?;
         Ok(built.component)
     } else if path.is_file() {
         Ok(path.to_path_buf())
@@ -65,8 +65,22 @@ pub struct Inspection {
     pub contract: &'static str,
     /// The component's imports.
     pub imports: Vec<String>,
+    /// The WASI interfaces among the imports, each with what its deterministic stub grants
+    /// (empty for a Rust policy, which imports no WASI).
+    pub wasi: Vec<WasiStub>,
     /// The component's exports.
     pub exports: Vec<String>,
+}
+
+/// A WASI import and the deterministic stub the host links for it.
+#[derive(Debug, Serialize)]
+pub struct WasiStub {
+    /// The import as the component names it, with its version.
+    pub import: String,
+    /// Always `deterministic stub`: the host links no real WASI for policies.
+    pub linked_as: &'static str,
+    /// What a call gets.
+    pub grants: &'static str,
 }
 
 /// `verdict inspect`: load (and so check) a component and describe it.
@@ -81,6 +95,17 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
         sha256: p.sha256.clone(),
         contract: SUPPORTED_CONTRACT,
         imports: policy.imports().to_vec(),
+        wasi: policy
+            .imports()
+            .iter()
+            .filter_map(|import| {
+                verdict_runtime::describe_wasi(import).map(|stub| WasiStub {
+                    import: import.clone(),
+                    linked_as: "deterministic stub",
+                    grants: stub.grants,
+                })
+            })
+            .collect(),
         exports: policy.exports().to_vec(),
     })
 }

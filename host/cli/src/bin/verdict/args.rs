@@ -32,12 +32,14 @@ pub enum Command {
         #[arg(long, default_value = "rust", value_parser = ["rust"])]
         lang: String,
     },
-    /// Compile policy crates to WebAssembly components and print each component's path.
+    /// Build policies into WebAssembly components and print each component's path: a Rust
+    /// crate (Cargo.toml) with cargo, a Python project (pyproject.toml) with
+    /// componentize-py, a JavaScript project (package.json) with ComponentizeJS.
     Build {
-        /// Directories of policy crates.
+        /// Directories of policy projects.
         #[arg(required = true)]
         crates: Vec<PathBuf>,
-        /// Cargo target directory (default: the crate's own).
+        /// Build directory (default: the project's own `target/`).
         #[arg(long)]
         target_dir: Option<PathBuf>,
     },

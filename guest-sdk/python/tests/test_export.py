@@ -1,0 +1,194 @@
+"""The export glue, run natively against stand-ins for componentize-py's bindings: results,
+lowering, lazy host details, logging and the panic path (guest-sdk/src/export.rs)."""
+
+from __future__ import annotations
+
+import unittest
+from dataclasses import dataclass
+
+import sdk_support
+from example_policy import Decider as OrdersDecider
+from sdk_support import (
+    Action_DeadLetter,
+    Action_Delay,
+    Action_Discard,
+    Action_Retry,
+    Err,
+    FakeHost,
+    Label,
+    Level,
+    WitClass,
+    WitSeverity,
+    wit_failure,
+)
+import verdict_sdk
+from verdict_sdk import Class, Failure, Severity, Verdict
+
+
+@dataclass
+class NoConfig:
+    pass
+
+
+class Probe(verdict_sdk.Policy):
+    """Reads everything the host offers, then answers what the failure's kind asks for."""
+
+    name = "probe"
+    version = "0.0.1"
+    description = "test policy"
+    Config = NoConfig
+
+    def __init__(self, config: NoConfig) -> None:
+        self.seen: list[Failure] = []
+
+    def decide(self, f: Failure) -> Verdict:
+        self.seen.append(f)
+        for _ in range(2):
+            _ = (f.topic, f.message_id, f.headers, f.payload, f.history, f.published_at_ms)
+        verdict_sdk.info(f"deciding {f.kind}")
+        if f.kind == "boom":
+            raise ZeroDivisionError("division by zero")
+        if f.kind == "none":
+            return None  # type: ignore[return-value]
+        if f.kind == "delay":
+            return Verdict.delay(30_000).alert(Severity.INFO)
+        if f.kind == "discard":
+            return Verdict.discard(Class.PERMANENT).because("duplicate")
+        if f.kind == "badtext":
+            return Verdict.discard(Class.PERMANENT).because("dup\udc80")
+        if f.kind == "dead":
+            return Verdict.dead_letter(Class.POISON).label("a", "1").label("b", "2")
+        return Verdict.retry_after(f.jitter_seed).because(f.topic)
+
+
+class Broken(Probe):
+    def __init__(self, config: NoConfig) -> None:
+        raise KeyError("oops")
+
+
+class ExportTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.host = FakeHost()
+        sdk_support.install_bindings(self.host)
+        self.addCleanup(sdk_support.uninstall_bindings)
+
+    def test_init_returns_config_errors_as_the_result(self) -> None:
+        decider = OrdersDecider()
+        self.assertIsNone(decider.init('{"max_attempts": 3}'))
+        with self.assertRaises(Err) as caught:
+            decider.init('{"max_atempts": 3}')
+        self.assertIn("max_atempts", caught.exception.value)
+        with self.assertRaises(Err) as caught:
+            decider.init('{"max_attempts": 0}')
+        self.assertEqual(caught.exception.value, "config.max_attempts: must be at least 1")
+        # A refused config keeps the policy already configured, as in Rust.
+        verdict = decider.decide(wit_failure("db.timeout", attempt=3))
+        self.assertEqual(verdict.class_, WitClass.EXHAUSTED)
+        self.assertEqual(self.host.logs, [], "a refused config is an answer, not a fault")
+
+    def test_the_policy_is_shared_by_every_decider_object(self) -> None:
+        # componentize-py instantiates `Decider` once per exported function: the object that
+        # answers `decide` is not the one that received `init`.
+        exported = verdict_sdk.export(Probe)
+        exported().init("{}")
+        v = exported().decide(wit_failure("delay"))
+        self.assertEqual(v.action, Action_Delay(30_000))
+
+    def test_describe(self) -> None:
+        info = OrdersDecider().describe()
+        self.assertEqual((info.name, info.version), ("orders", "1.0.0"))
+        self.assertEqual(info.description, "Retries transient order failures, dead-letters the rest.")
+
+    def test_decide_lowers_every_action(self) -> None:
+        decider = verdict_sdk.export(Probe)()
+        decider.init("")
+        v = decider.decide(wit_failure("db.timeout", jitter_seed=2**64 - 1))
+        self.assertEqual(v.action, Action_Retry(2**64 - 1))
+        self.assertEqual((v.class_, v.reason, v.alert, v.labels), (WitClass.TRANSIENT, "orders", WitSeverity.NONE, []))
+        v = decider.decide(wit_failure("delay"))
+        self.assertEqual((v.action, v.alert), (Action_Delay(30_000), WitSeverity.INFO))
+        v = decider.decide(wit_failure("dead"))
+        self.assertEqual(v.action, Action_DeadLetter())
+        self.assertEqual(v.labels, [Label("a", "1"), Label("b", "2")])
+        self.assertEqual(decider.decide(wit_failure("discard")).action, Action_Discard())
+
+    def test_the_failure_is_lifted_with_lazy_host_details(self) -> None:
+        probe_decider = verdict_sdk.export(Probe)()
+        probe_decider.init("{}")
+        probe_decider.decide(
+            wit_failure("db.timeout", attempt=4, deferrals=1, deadline_ms=9_000, now_ms=2_000)
+        )
+        f = probe_decider._policy.seen[-1]
+        self.assertEqual((f.attempt, f.deferrals, f.now_ms, f.deadline_ms, f.first_failed_at_ms), (4, 1, 2_000, 9_000, 100))
+        self.assertEqual((f.stats.window_ms, f.stats.consecutive_failures), (60_000, 2))
+        self.assertEqual(f.headers[0].name, "Trace-Id")
+        self.assertEqual(f.history[0].message, "first")
+        self.assertEqual(f.age_ms, 1_500)
+        for name in ("topic", "message_id", "headers", "payload", "history", "published_at_ms"):
+            self.assertEqual(self.host.calls.get(name), 1, name)
+        self.assertNotIn("consumer_group", self.host.calls)
+        # A new decision fetches afresh: the details belong to one failure.
+        probe_decider.decide(wit_failure("db.timeout"))
+        self.assertEqual(self.host.calls["topic"], 2)
+
+    def test_logging_goes_to_the_host_once_exported(self) -> None:
+        decider = verdict_sdk.export(Probe)()
+        decider.init("{}")
+        decider.decide(wit_failure("db.timeout"))
+        self.assertIn((Level.INFO, "deciding db.timeout"), self.host.logs)
+
+    def test_an_exception_in_decide_is_logged_as_a_panic_then_traps(self) -> None:
+        decider = verdict_sdk.export(Probe)()
+        decider.init("{}")
+        with self.assertRaises(ZeroDivisionError):
+            decider.decide(wit_failure("boom"))
+        level, message = self.host.logs[-1]
+        self.assertEqual(level, Level.ERROR)
+        self.assertTrue(message.startswith("panic: ZeroDivisionError: division by zero"), message)
+        self.assertIn("in decide", message)
+        with self.assertRaises(TypeError):
+            decider.decide(wit_failure("none"))
+        self.assertIn("returned NoneType, not a Verdict", self.host.logs[-1][1])
+
+    def test_decide_before_init_traps_with_a_reason(self) -> None:
+        decider = verdict_sdk.export(Probe)()
+        with self.assertRaises(RuntimeError):
+            decider.decide(wit_failure())
+        self.assertIn("decide called before a successful init", self.host.logs[-1][1])
+
+    def test_a_bug_in_init_traps_instead_of_refusing(self) -> None:
+        decider = verdict_sdk.export(Broken)()
+        with self.assertRaises(KeyError):
+            decider.init("{}")
+        self.assertTrue(self.host.logs[-1][1].startswith("panic: KeyError: 'oops'"))
+
+    def test_a_reason_that_is_not_unicode_is_a_logged_panic(self) -> None:
+        decider = verdict_sdk.export(Probe)()
+        decider.init("{}")
+        with self.assertRaises(UnicodeEncodeError):
+            decider.decide(wit_failure("badtext"))
+        self.assertTrue(self.host.logs[-1][1].startswith("panic: UnicodeEncodeError"))
+
+    def test_export_checks_the_policy_class_at_import(self) -> None:
+        class Nameless:
+            Config = NoConfig
+
+            def decide(self, f: Failure) -> Verdict:
+                return Verdict.retry_now()
+
+        with self.assertRaisesRegex(TypeError, "Nameless.name"):
+            verdict_sdk.export(Nameless)
+        with self.assertRaisesRegex(TypeError, "policy class"):
+            verdict_sdk.export(Probe(NoConfig()))  # type: ignore[arg-type]
+
+
+class NativeTest(unittest.TestCase):
+    def test_the_sdk_imports_and_exports_without_bindings(self) -> None:
+        # example_policy ran `export` at import with no bindings present: only making a
+        # Decider needs them.
+        with self.assertRaises(ImportError):
+            OrdersDecider()
+
+
+if __name__ == "__main__":
+    unittest.main()
