@@ -20,9 +20,10 @@ const GUESTS: [(&str, &str); 5] = [
 ];
 
 /// Policies in other languages: built by their toolchains, which a machine may lack.
-const INTERPRETED: [(&str, &str); 2] = [
+const INTERPRETED: [(&str, &str); 3] = [
     ("RULES_PY", "policies/rules-py"),
     ("RULES_JS", "policies/rules-js"),
+    ("WASI_PROBE_PY", "tests/guests/wasi-probe-py"),
 ];
 
 fn main() {

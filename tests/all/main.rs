@@ -13,6 +13,8 @@ mod dlq_tools;
 mod gateway;
 mod hostile;
 mod invariants;
+mod language_sdks;
+mod languages;
 mod layering;
 mod loading;
 mod operator;
