@@ -468,7 +468,7 @@ fn more_memories_tables_or_instances_than_a_policy_has_are_refused_naming_the_li
             "instances",
             String::new(),
             1_000,
-            "1000 core module instances, which exceeds the configured maximum of 4",
+            "1000 core module instances, which exceeds the configured maximum of 16",
         ),
     ] {
         let component = component_of(&fields, instances);
@@ -514,13 +514,13 @@ fn loop_bombs_are_refused_in_one_function_and_spread_over_many() {
     let (limit, text) = bound(&refused("admission-loops", "loops", &one));
     assert_eq!(limit, "max_function_blocks", "{text}");
     assert!(text.contains(": 320000, past"), "{text}");
-    // Each function under the bound, 40 of them over the component's.
-    let function = format!("(func {})\n", "loop end ".repeat(200));
-    let spread = component_of(&function.repeat(40), 1);
+    // Each function under the bound (9,600), 110 of them over the component's.
+    let function = format!("(func {})\n", "loop end ".repeat(600));
+    let spread = component_of(&function.repeat(110), 1);
     let (limit, text) = bound(&refused("admission-loops-spread", "spread", &spread));
     assert_eq!(limit, "max_blocks", "{text}");
     assert!(
-        text.contains("up to body 31 of core module 0 (a loop counts as 16): 102400, past sandbox.max_blocks = 100000"),
+        text.contains("up to body 104 of core module 0 (a loop counts as 16): 1008000, past sandbox.max_blocks = 1000000"),
         "{text}"
     );
 }
@@ -532,7 +532,7 @@ fn a_component_with_100_000_functions_is_refused_before_compiling() {
     let (limit, text) = bound(&refused("admission-functions", "functions", &component));
     assert_eq!(limit, "max_functions", "{text}");
     assert!(
-        text.contains("functions defined: 100000, past sandbox.max_functions = 10000"),
+        text.contains("functions defined: 100000, past sandbox.max_functions = 40000"),
         "{text}"
     );
 }
@@ -560,13 +560,13 @@ fn a_memory_or_data_segment_past_the_memory_cap_is_refused_before_compiling() {
 
 #[test]
 fn a_component_past_max_component_bytes_is_refused_before_it_is_read_whole() {
-    let data = "x".repeat(32 << 20);
+    let data = "x".repeat(40 << 20);
     let component = component_of(&format!("(memory 1) (data (i32.const 0) \"{data}\")"), 1);
     let (limit, text) = bound(&refused("admission-size", "large", &component));
     assert_eq!(limit, "max_component_bytes", "{text}");
     assert!(
         text.contains(&format!(
-            "size in bytes: {}, past sandbox.max_component_bytes = 8388608",
+            "size in bytes: {}, past sandbox.max_component_bytes = 33554432",
             component.len()
         )),
         "{text}"

@@ -68,8 +68,11 @@ pub fn build_project(
         let tmp = out_dir.join(format!("{}.component.wasm.part", project.name));
         let mut cmd = project.command(&wit_dir, &tmp)?;
         cmd.current_dir(dir).stdin(Stdio::null());
+        // The toolchain's chatter goes to stderr: stdout carries only the component's path.
         if options.quiet {
             cmd.stdout(Stdio::null());
+        } else {
+            cmd.stdout(std::io::stderr());
         }
         let tool = project.tool_name();
         let status = cmd.status().map_err(|source| BuildError::Spawn {
