@@ -172,17 +172,29 @@ vectors = ["{vectors}"]
         js = built(fixtures::RULES_JS),
         vectors = vectors.display(),
     );
-    for (topic, policy) in [
-        ("orders.rs", "rules"),
-        ("orders.py", "rules_py"),
-        ("orders.js", "rules_js"),
-    ] {
-        config += &format!(
-            "[[routes]]\ntopic = \"{topic}\"\npolicy = \"{policy}\"\nconfig = {RULES_CONFIG}\n\
-             consumer = {{ url = \"{}\", timeout_ms = 2000, concurrency = 16 }}\n",
-            consumer.url()
-        );
-    }
+    let routes = |py_policy: &str| {
+        let mut routes = String::new();
+        for (topic, policy) in [
+            ("orders.rs", "rules"),
+            ("orders.py", py_policy),
+            ("orders.js", "rules_js"),
+        ] {
+            routes += &format!(
+                "[[routes]]\ntopic = \"{topic}\"\npolicy = \"{policy}\"\nconfig = {RULES_CONFIG}\n\
+                 consumer = {{ url = \"{}\", timeout_ms = 2000, concurrency = 16 }}\n",
+                consumer.url()
+            );
+            // The Rust route is shadowed by the Python port: every verdict compared.
+            if topic == "orders.rs" {
+                routes += &format!(
+                    "shadow = {{ policy = \"rules_py\", config = {RULES_CONFIG} }}\n"
+                );
+            }
+        }
+        routes
+    };
+    let header = config.clone();
+    config += &routes("rules_py");
     let gw = Gateway::start_on(runtime, &dir, &config, "unused");
     const N: u32 = 60;
     for lang in ["rs", "py", "js"] {
@@ -251,4 +263,23 @@ vectors = ["{vectors}"]
         .map(|e| e.envelope.policy.sha256.as_str())
         .collect();
     assert_eq!(shas.len(), 3, "{shas:?}");
+    // The shadow compared every decision of the Rust route with the Python port's: no
+    // disagreement.
+    let shadow = gw.registry.shadow_report();
+    assert_eq!(shadow.len(), 1, "{shadow:?}");
+    assert!(shadow[0].compared > 0, "{shadow:?}");
+    assert_eq!(shadow[0].disagreements, 0, "{shadow:?}");
+    // A hot reload moves orders.py to the JavaScript port; its decisions name that component.
+    let js_sha = dead
+        .iter()
+        .find(|e| e.topic == "orders.js")
+        .map(|e| e.envelope.policy.sha256.clone())
+        .unwrap();
+    std::fs::write(dir.join("verdict.toml"), header + &routes("rules_js")).unwrap();
+    let reloaded: Value = gw.admin.post("/v1/reload", &json!({})).expect("reload");
+    assert!(reloaded.to_string().contains("generation"), "{reloaded}");
+    let later = failure(json!({"message-id": "x-1", "attempt": 1, "error": {"kind": "http.503"}}));
+    let d = gw.registry.decide("orders.py", &later).unwrap();
+    assert_eq!(d.provenance.sha256, js_sha, "{d:?}");
+    assert!(d.fallback.is_none(), "{d:?}");
 }

@@ -2,8 +2,8 @@
 with the policy (the host bounds their number and length per call); natively, in unit tests,
 they go to stderr.
 
-A policy has no stdout or stderr of its own inside the component (they are not part of the
-contract), so `print` there is lost or traps: log through here instead.
+Inside the component `print` reaches the policy log too (the host turns stdout into info
+lines), but without a level; log through here to say how much a line matters.
 """
 
 from __future__ import annotations

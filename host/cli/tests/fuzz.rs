@@ -698,6 +698,7 @@ const GATEWAY_CONFIG: Kind = Kind::Obj(&[
             ("max_functions", Kind::U32, false),
             ("max_function_blocks", Kind::U64, false),
             ("max_blocks", Kind::U64, false),
+            ("max_core_instances", Kind::U32, false),
         ]),
         false,
     ),

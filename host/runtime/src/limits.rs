@@ -53,6 +53,9 @@ pub struct Limits {
     pub(crate) max_core_instances: u32,
 }
 
+/// The most core instances a component may declare at all (Wasmtime's parser takes no more).
+const MAX_CORE_INSTANCES: u32 = 1_000;
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
@@ -272,8 +275,11 @@ impl Limits {
                 ),
             );
         }
-        if self.max_core_instances == 0 {
-            return bad("max_core_instances", "must be at least 1".into());
+        if self.max_core_instances == 0 || self.max_core_instances > MAX_CORE_INSTANCES {
+            return bad(
+                "max_core_instances",
+                format!("must be between 1 and {MAX_CORE_INSTANCES}"),
+            );
         }
         Ok(())
     }
@@ -299,7 +305,7 @@ mod tests {
         type Setter = fn(&mut Limits);
         let cases: [(&str, Setter); 11] = [
             ("max_core_instances", |l| {
-                l.max_core_instances(0);
+                l.max_core_instances(1_001);
             }),
             ("epoch_tick_ms", |l| {
                 l.epoch_tick_ms(0);
