@@ -102,6 +102,26 @@ fn a_python_policy_sees_the_failures_clock_seeded_randomness_and_nothing_else() 
 }
 
 #[test]
+fn a_python_policys_warm_instance_serves_decision_after_decision() {
+    // An interpreter starts with megabytes of memory; only growth past
+    // `instance_recycle_bytes` retires an instance, not its size, so the same instance (its
+    // module state counting) serves each decision instead of a fresh one per call.
+    let probe = host()
+        .load_file(built(fixtures::WASI_PROBE_PY).as_ref())
+        .unwrap();
+    let decider = probe.configure("{}", Default::default()).unwrap();
+    let counts: Vec<String> = (0..3)
+        .map(|_| {
+            decider
+                .decide(&probe_failure(1, 1, "probe.count"))
+                .verdict
+                .reason
+        })
+        .collect();
+    assert_eq!(counts, ["decisions=1", "decisions=2", "decisions=3"]);
+}
+
+#[test]
 fn wasi_outside_the_catalogue_or_its_version_is_refused_by_name() {
     let host = host();
     let component = |import: &str| {
@@ -186,9 +206,8 @@ vectors = ["{vectors}"]
             );
             // The Rust route is shadowed by the Python port: every verdict compared.
             if topic == "orders.rs" {
-                routes += &format!(
-                    "shadow = {{ policy = \"rules_py\", config = {RULES_CONFIG} }}\n"
-                );
+                routes +=
+                    &format!("shadow = {{ policy = \"rules_py\", config = {RULES_CONFIG} }}\n");
             }
         }
         routes

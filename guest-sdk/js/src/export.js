@@ -1,6 +1,7 @@
 // The glue between the component model and a policy class: what `exportPolicy` returns is
 // the `decider` interface the world exports.
 
+import { SplitMix64 } from './backoff.js';
 import { ConfigError } from './config.js';
 import { Failure } from './failure.js';
 import { boundHost } from './host.js';
@@ -74,6 +75,10 @@ export function exportPolicy(Policy, info) {
 
     decide(record) {
       if (policy === undefined) panic(new Error('decide called before a successful init'));
+      // The engine's own generator keeps its state in the instance, which serves many
+      // decisions: drawn from the failure's jitter seed instead, the same failure gets the
+      // same numbers.
+      Math.random = seededRandom(record.jitterSeed);
       try {
         return lower(policy.decide(Failure.fromRecord(record, boundHost())));
       } catch (e) {
@@ -81,6 +86,16 @@ export function exportPolicy(Policy, info) {
       }
     },
   });
+}
+
+/**
+ * `Math.random` from SplitMix64: uniform in [0, 1) with 53 random bits.
+ * @param {bigint} seed
+ * @returns {() => number}
+ */
+function seededRandom(seed) {
+  const rng = new SplitMix64(BigInt.asUintN(64, BigInt(seed)));
+  return () => Number(rng.nextU64() >> 11n) / 2 ** 53;
 }
 
 /**

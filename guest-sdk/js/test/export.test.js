@@ -136,3 +136,21 @@ test('exportPolicy checks its arguments', () => {
   assert.throws(() => exportPolicy({}, INFO), /must be a class with a decide/);
   assert.throws(() => exportPolicy(Orders, { name: 'x', version: '1' }), /info.description/);
 });
+
+test('Math.random inside decide is drawn from the failure: the same seed, the same numbers', () => {
+  class Dice {
+    static config = s.struct('Config', {}, { default: () => ({}) });
+    decide() {
+      return Verdict.retryAfter(Math.floor(Math.random() * 1_000_000)).because(String(Math.random()));
+    }
+  }
+  const { host } = fakeHost();
+  bindHost(host);
+  const decider = exportPolicy(Dice, INFO);
+  assert.deepEqual(decider.init('{}'), { tag: 'ok', val: undefined });
+  const seeded = (seed) => decider.decide({ ...record('db.timeout'), jitterSeed: seed });
+  const first = seeded(7n);
+  Math.random(); // whatever happens between decisions does not carry over
+  assert.deepEqual(seeded(7n), first);
+  assert.notDeepEqual(seeded(8n), first);
+});

@@ -25,6 +25,7 @@ As in the Rust SDK:
 
 from __future__ import annotations
 
+import random
 from types import SimpleNamespace, TracebackType
 from typing import Any
 
@@ -85,6 +86,9 @@ def export(policy: type[Any]) -> type[Any]:
             try:
                 if self._policy is None:
                     raise RuntimeError("decide called before a successful init")
+                # `random` keeps its state in the instance, which serves many decisions:
+                # reseeded from the failure, it draws the same numbers for the same failure.
+                random.seed(failure.jitter_seed)
                 verdict = self._policy.decide(_lift(failure, _HostDetails(self._wit.host)))
                 if not isinstance(verdict, Verdict):
                     raise TypeError(

@@ -54,6 +54,7 @@ fn failure() -> Failure {
         .to_string(),
     )
     .expect("a valid failure")
+    .into_failure()
 }
 
 /// Resident set size of this process, from /proc (0 where it is not available).

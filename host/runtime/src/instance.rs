@@ -16,6 +16,9 @@ pub(crate) struct Instance {
     store: Store<HostState>,
     bindings: PolicyBindings,
     uses: u32,
+    /// Linear memory right after instantiation: what the policy starts with (a few pages
+    /// for a Rust policy, megabytes for an embedded interpreter). Growth is measured from it.
+    baseline_bytes: usize,
 }
 
 /// The budget of one call.
@@ -58,6 +61,7 @@ impl Instance {
         arm(&mut store, limits, budget, None, CallInputs::default());
         match policy.pre().instantiate(&mut store) {
             Ok(bindings) => Ok(Instance {
+                baseline_bytes: store.data().limiter.peak_bytes,
                 store,
                 bindings,
                 uses: 0,
@@ -122,10 +126,16 @@ impl Instance {
         result
     }
 
-    /// Whether this instance may serve another decision: not worn out, not bloated.
+    /// Whether this instance may serve another decision: not worn out, and its memory not
+    /// grown by more than `instance_recycle_bytes` since it was instantiated.
     pub(crate) fn reusable(&self, limits: &Limits) -> bool {
-        self.uses < limits.instance_max_uses
-            && self.store.data().limiter.peak_bytes <= limits.instance_recycle_bytes
+        let grown = self
+            .store
+            .data()
+            .limiter
+            .peak_bytes
+            .saturating_sub(self.baseline_bytes);
+        self.uses < limits.instance_max_uses && grown <= limits.instance_recycle_bytes
     }
 }
 

@@ -135,7 +135,9 @@ impl Limits {
         self
     }
 
-    /// An instance whose memory grew past this is replaced after its call. Default 4 MiB.
+    /// An instance whose memory grew by more than this since it was instantiated is replaced
+    /// after its call (growth, not size: an embedded interpreter starts with megabytes).
+    /// Default 4 MiB.
     pub fn instance_recycle_bytes(&mut self, bytes: usize) -> &mut Self {
         self.instance_recycle_bytes = bytes;
         self

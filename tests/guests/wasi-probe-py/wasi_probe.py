@@ -3,7 +3,9 @@ stdout, files, the environment, sockets, exit - and reports in its reason what e
 so the host's tests can check that every one is either deterministic or denied.
 
 The error kind picks the probe: `probe.report` answers with what it saw; `probe.socket`,
-`probe.exit` and `probe.file` reach for a capability and let whatever happens happen.
+`probe.exit` and `probe.file` reach for a capability and let whatever happens happen;
+`probe.count` says how many decisions this instance has made (a warm instance keeps counting,
+a fresh one starts at 1).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class Config:
     """No settings."""
 
 
+_decisions = 0
+
+
 class WasiProbe:
     name = "wasi-probe"
     version = "0.1.0"
@@ -33,7 +38,11 @@ class WasiProbe:
         pass
 
     def decide(self, failure: Failure) -> Verdict:
+        global _decisions
+        _decisions += 1
         kind = failure.kind
+        if kind == "probe.count":
+            return Verdict.retry_after(0).because(f"decisions={_decisions}")
         if kind == "probe.socket":
             import socket
 
