@@ -35,9 +35,12 @@ fn host() -> &'static Host {
     })
 }
 
+/// The components loaded so far, by path.
+type Loaded = Vec<(&'static str, Arc<Policy>)>;
+
 /// Each component loaded once.
 fn policy(component: &'static str) -> Result<Arc<Policy>, Failed> {
-    static LOADED: OnceLock<std::sync::Mutex<Vec<(&'static str, Arc<Policy>)>>> = OnceLock::new();
+    static LOADED: OnceLock<std::sync::Mutex<Loaded>> = OnceLock::new();
     let loaded = LOADED.get_or_init(Default::default);
     let mut loaded = loaded.lock().unwrap_or_else(|p| p.into_inner());
     if let Some((_, p)) = loaded.iter().find(|(c, _)| *c == component) {

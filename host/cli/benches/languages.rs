@@ -163,7 +163,7 @@ fn main() {
             x(f.cold_load, rust.cold_load),
             ms(f.cached_load),
             x(f.cached_load, rust.cached_load),
-            ms(f.instantiate),
+            us(f.instantiate),
             x(f.instantiate, rust.instantiate),
             f.rss_per_instance as f64 / 1_048_576.0,
             ratio(f.rss_per_instance as f64, rust.rss_per_instance as f64),

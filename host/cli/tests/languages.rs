@@ -9,40 +9,13 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::{text, verdict};
-
-fn root() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
+use common::{build, text, verdict};
 
 /// `verdict build tests/guests/wasi-probe-py`, once per run, where `tests/build.rs` builds it
 /// (so an unchanged probe is not rebuilt).
 fn probe() -> &'static str {
     static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests");
-        let dir = root().join("tests/guests/wasi-probe-py");
-        let out = verdict(
-            &[
-                "build",
-                "--target-dir",
-                target.to_str().unwrap(),
-                dir.to_str().unwrap(),
-            ],
-            None,
-        );
-        assert!(
-            out.status.success(),
-            "verdict build failed: {}",
-            text(&out.stderr)
-        );
-        let path = text(&out.stdout).trim().to_string();
-        assert!(
-            path.ends_with("wasi_probe.component.wasm") && Path::new(&path).is_file(),
-            "{path}"
-        );
-        path
-    })
+    PATH.get_or_init(|| build("tests/guests/wasi-probe-py", "wasi_probe.component.wasm"))
 }
 
 #[test]

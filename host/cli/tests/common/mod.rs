@@ -32,32 +32,36 @@ pub fn text(bytes: &[u8]) -> String {
 /// `verdict build policies/rules`, once per test run, in a target dir of its own.
 pub fn rules() -> &'static str {
     static PATH: OnceLock<String> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        // Shared with tests/build.rs, so the guest is compiled once per target dir.
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests");
-        let crate_dir = root.join("policies/rules");
-        let out = verdict(
-            &[
-                "build",
-                "--target-dir",
-                target.to_str().unwrap(),
-                crate_dir.to_str().unwrap(),
-            ],
-            None,
-        );
-        assert!(
-            out.status.success(),
-            "verdict build failed: {}",
-            text(&out.stderr)
-        );
-        let path = text(&out.stdout).trim().to_string();
-        assert!(
-            path.ends_with("rules.component.wasm") && Path::new(&path).is_file(),
-            "{path}"
-        );
-        path
-    })
+    PATH.get_or_init(|| build("policies/rules", "rules.component.wasm"))
+}
+
+/// `verdict build <project>` (relative to the workspace root) into the guests' target dir,
+/// shared with tests/build.rs so an unchanged guest is built once; returns the component's
+/// path, checked to end with `component`.
+pub fn build(project: &str, component: &str) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests");
+    let dir = root.join(project);
+    let out = verdict(
+        &[
+            "build",
+            "--target-dir",
+            target.to_str().unwrap(),
+            dir.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "verdict build {project} failed: {}",
+        text(&out.stderr)
+    );
+    let path = text(&out.stdout).trim().to_string();
+    assert!(
+        path.ends_with(component) && Path::new(&path).is_file(),
+        "{path}"
+    );
+    path
 }
 
 pub fn vectors(file: &str) -> String {
