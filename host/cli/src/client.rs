@@ -55,6 +55,10 @@ impl AdminClient {
             .http_status_as_error(false)
             // Activation compiles and runs the admission gate: allow it minutes, not seconds.
             .timeout_global(Some(Duration::from_secs(600)))
+            // A fresh connection per call: the API answers a refused upload before reading
+            // its body and closes the connection, and a pooled connection reused after that
+            // fails the next call with a reset. An operator's client makes few calls.
+            .max_idle_connections(0)
             .build()
             .into();
         AdminClient {

@@ -7,7 +7,7 @@ use wasmtime::component::HasSelf;
 use wasmtime::{ResourceLimiter, Result};
 
 use crate::failure::Details;
-use crate::wasi::{CallInputs, WasiState};
+use crate::wasi::{CallInputs, WasiHost, WasiState};
 
 use crate::wit::generated;
 use crate::wit::generated::verdict::policy::host::Host;
@@ -91,6 +91,16 @@ impl HostState {
 
 pub(crate) fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> Result<()> {
     generated::verdict::policy::host::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+}
+
+impl WasiHost for HostState {
+    fn wasi(&mut self) -> &mut WasiState {
+        &mut self.wasi
+    }
+
+    fn policy_log(&mut self, level: wit::Level, line: String) {
+        HostState::policy_log(self, level, line);
+    }
 }
 
 impl generated::verdict::policy::types::Host for HostState {}

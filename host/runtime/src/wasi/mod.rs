@@ -27,15 +27,22 @@ use wasmtime::Engine;
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker, ResourceType};
 
-use crate::bindings::HostState;
+use crate::wit::types::Level;
+
+/// What the stubs need from a store's data: the per-call WASI state, and the policy log
+/// that stdout and stderr lines go to.
+pub(crate) trait WasiHost: Send + 'static {
+    fn wasi(&mut self) -> &mut WasiState;
+    fn policy_log(&mut self, level: Level, line: String);
+}
 
 /// The linker for one component: the shared contract linker, plus a deterministic stub for
 /// every WASI function the component imports.
-pub(crate) fn linker_for(
-    base: &Linker<HostState>,
+pub(crate) fn linker_for<T: WasiHost>(
+    base: &Linker<T>,
     engine: &Engine,
     component: &Component,
-) -> wasmtime::Result<Linker<HostState>> {
+) -> wasmtime::Result<Linker<T>> {
     let ty = component.component_type();
     let wasi: Vec<_> = ty
         .imports(engine)

@@ -6,9 +6,9 @@ use wasmtime::component::types::{ComponentFunc, Type};
 use wasmtime::component::{ResourceAny, ResourceDynamic, Val};
 use wasmtime::{StoreContextMut, bail};
 
+use super::WasiHost;
 use super::catalogue::resource_id;
 use super::state::take_lines;
-use crate::bindings::HostState;
 use crate::wit::types::Level;
 
 /// Most random bytes one call may ask for (CPython asks for a few KiB at start-up).
@@ -88,9 +88,9 @@ impl Op {
         }
     }
 
-    pub(crate) fn run(
+    pub(crate) fn run<T: WasiHost>(
         self,
-        mut store: StoreContextMut<'_, HostState>,
+        mut store: StoreContextMut<'_, T>,
         ty: &ComponentFunc,
         params: &[Val],
         results: &mut [Val],
@@ -110,7 +110,7 @@ impl Op {
             ),
             Op::Exit => bail!("the policy called {import}"),
             Op::WallNow => {
-                let ns = store.data_mut().wasi.read_clock_ns();
+                let ns = store.data_mut().wasi().read_clock_ns();
                 Val::Record(vec![
                     ("seconds".into(), Val::U64(ns / 1_000_000_000)),
                     ("nanoseconds".into(), Val::U32((ns % 1_000_000_000) as u32)),
@@ -120,7 +120,7 @@ impl Op {
                 ("seconds".into(), Val::U64(0)),
                 ("nanoseconds".into(), Val::U32(1_000)),
             ]),
-            Op::MonoNow => Val::U64(store.data_mut().wasi.read_clock_ns()),
+            Op::MonoNow => Val::U64(store.data_mut().wasi().read_clock_ns()),
             Op::MonoResolution => Val::U64(1_000),
             Op::Pollable => own(&mut store, "pollable", 0)?,
             Op::PollableReady => Val::Bool(true),
@@ -140,12 +140,12 @@ impl Op {
                     bail!("{import}: asked for {len} random bytes (at most {MAX_RANDOM_BYTES})");
                 }
                 let mut bytes = vec![0u8; len as usize];
-                store.data_mut().wasi.fill(&mut bytes);
+                store.data_mut().wasi().fill(&mut bytes);
                 Val::List(bytes.into_iter().map(Val::U8).collect())
             }
-            Op::RandomU64 => Val::U64(store.data_mut().wasi.next_u64()),
+            Op::RandomU64 => Val::U64(store.data_mut().wasi().next_u64()),
             Op::InsecureSeed => {
-                let wasi = &mut store.data_mut().wasi;
+                let wasi = store.data_mut().wasi();
                 Val::Tuple(vec![Val::U64(wasi.next_u64()), Val::U64(wasi.next_u64())])
             }
             Op::Stream(rep) => {
@@ -193,8 +193,8 @@ fn empty(ty: &Type, import: &str) -> wasmtime::Result<Val> {
     })
 }
 
-fn own(
-    store: &mut StoreContextMut<'_, HostState>,
+fn own<T: WasiHost>(
+    store: &mut StoreContextMut<'_, T>,
     resource: &str,
     rep: u32,
 ) -> wasmtime::Result<Val> {
@@ -204,8 +204,8 @@ fn own(
 
 /// Let go of the handles among `params` (a borrow must not outlive the call), returning
 /// the rep of each top-level handle (`None` for a parameter that is not one).
-fn release(
-    store: &mut StoreContextMut<'_, HostState>,
+fn release<T: WasiHost>(
+    store: &mut StoreContextMut<'_, T>,
     params: &[Val],
 ) -> wasmtime::Result<Vec<Option<u32>>> {
     let mut reps = Vec::with_capacity(params.len());
@@ -226,18 +226,22 @@ fn release(
     Ok(reps)
 }
 
-fn rep_of(store: &mut StoreContextMut<'_, HostState>, r: ResourceAny) -> wasmtime::Result<u32> {
+fn rep_of<T: WasiHost>(
+    store: &mut StoreContextMut<'_, T>,
+    r: ResourceAny,
+) -> wasmtime::Result<u32> {
     Ok(ResourceDynamic::try_from_resource_any(r, store)?.rep())
 }
 
 /// Stdout and stderr become policy log lines; anything written to another stream is dropped.
-fn write(state: &mut HostState, rep: u32, bytes: &[u8]) {
+fn write<T: WasiHost>(state: &mut T, rep: u32, bytes: &[u8]) {
     let (pending, level) = match rep {
-        STDOUT => (&mut state.wasi.stdout, Level::Info),
-        STDERR => (&mut state.wasi.stderr, Level::Warn),
+        STDOUT => (&mut state.wasi().stdout, Level::Info),
+        STDERR => (&mut state.wasi().stderr, Level::Warn),
         _ => return,
     };
-    for line in take_lines(pending, bytes) {
+    let lines = take_lines(pending, bytes);
+    for line in lines {
         state.policy_log(level, line);
     }
 }
