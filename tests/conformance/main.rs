@@ -9,11 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use libtest_mimic::{Arguments, Failed, Trial};
-use verdict_registry::conformance::{
-    PropertyOptions, Report, Suite, check_properties, metered_limits, run_suites, vector_schema,
-};
-use verdict_runtime::{Host, TopicSettings};
-use verdict_tests::fixtures;
+use verdict_registry::conformance::{metered_limits, vector_schema};
+use verdict_runtime::Host;
+use verdict_tests::{conformance, fixtures};
 
 const POLICIES: [(&str, &str); 4] = [
     ("rules", fixtures::RULES),
@@ -31,36 +29,17 @@ fn metered_host() -> Host {
 }
 
 fn vector_file(component: &'static str, file: PathBuf) -> Result<(), Failed> {
-    let suite = Suite::load(&file).map_err(|e| e.to_string())?;
-    let host = metered_host();
-    let policy = host
+    let policy = metered_host()
         .load_file(component.as_ref())
         .map_err(|e| e.to_string())?;
-    let results = run_suites(&policy, &[suite]);
-    let report = Report::new((**policy.provenance()).clone(), results, vec![]);
-    if report.failed > 0 || report.passed == 0 {
-        return Err(report.human().into());
-    }
-    Ok(())
+    Ok(conformance::vector_file(&policy, &file)?)
 }
 
 fn properties(component: &'static str) -> Result<(), Failed> {
-    let host = metered_host();
-    let policy = host
+    let policy = metered_host()
         .load_file(component.as_ref())
         .map_err(|e| e.to_string())?;
-    let results = check_properties(
-        &policy,
-        "{}",
-        &TopicSettings::default(),
-        &PropertyOptions::default(),
-    )
-    .map_err(|e| e.to_string())?;
-    let report = Report::new((**policy.provenance()).clone(), vec![], results);
-    if report.failed > 0 {
-        return Err(report.human().into());
-    }
-    Ok(())
+    Ok(conformance::properties(&policy)?)
 }
 
 fn schema_is_current(relative: &str, schema: serde_json::Value) -> Result<(), Failed> {

@@ -12,11 +12,9 @@ use std::sync::{Arc, OnceLock};
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde_json::json;
-use verdict_registry::conformance::{
-    PropertyOptions, Report, Suite, check_properties, metered_limits, run_suites,
-};
+use verdict_registry::conformance::{Suite, metered_limits, run_suites};
 use verdict_runtime::{Decider, FailureSpec, Host, Policy, SplitMix64, TopicSettings, Verdict};
-use verdict_tests::fixtures;
+use verdict_tests::{conformance, fixtures};
 
 /// Failures in the seeded sweep, per config.
 const SWEEP_FAILURES: usize = 400;
@@ -65,33 +63,11 @@ fn vector_files() -> Vec<PathBuf> {
 }
 
 fn vector_file(component: &'static str, file: &Path) -> Result<(), Failed> {
-    let suite = Suite::load(file).map_err(|e| e.to_string())?;
-    let policy = policy(component)?;
-    let report = Report::new(
-        (**policy.provenance()).clone(),
-        run_suites(&policy, &[suite]),
-        vec![],
-    );
-    if report.failed > 0 || report.passed == 0 {
-        return Err(report.human().into());
-    }
-    Ok(())
+    Ok(conformance::vector_file(&policy(component)?, file)?)
 }
 
 fn properties(component: &'static str) -> Result<(), Failed> {
-    let policy = policy(component)?;
-    let results = check_properties(
-        &policy,
-        "{}",
-        &TopicSettings::default(),
-        &PropertyOptions::default(),
-    )
-    .map_err(|e| e.to_string())?;
-    let report = Report::new((**policy.provenance()).clone(), vec![], results);
-    if report.failed > 0 {
-        return Err(report.human().into());
-    }
-    Ok(())
+    Ok(conformance::properties(&policy(component)?)?)
 }
 
 /// A verdict as text, every field included, for a readable diff.
