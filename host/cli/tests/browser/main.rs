@@ -137,14 +137,14 @@ fn an_operator_replays_a_group_from_the_console_in_a_real_browser() {
 
     // One letter, as an operator reads it.
     browser.find("a[href^=\"/letters/\"]").click();
-    assert!(browser.url().contains("/letters/"), "{}", browser.url());
+    browser.wait_for_url(Duration::from_secs(10), |u| u.contains("/letters/"));
     assert!(browser.source().contains("Attempts"));
     browser.screenshot(&shots.join("letter.png"));
 
     // The group, with its forms; an action before logging in is refused.
     browser.open(&format!("{CONSOLE}/"));
     browser.find("a[href^=\"/groups/\"]").click();
-    let group_url = browser.url();
+    let group_url = browser.wait_for_url(Duration::from_secs(10), |u| u.contains("/groups/"));
     let page = browser.source();
     assert!(page.contains(&format!("{dead} dead letters")), "{page}");
     browser.screenshot(&shots.join("group.png"));
@@ -165,7 +165,7 @@ fn an_operator_replays_a_group_from_the_console_in_a_real_browser() {
         .find("input[name=\"name\"]")
         .type_text("browser test");
     browser.find("form.login button").click();
-    assert_eq!(browser.url(), format!("{CONSOLE}/"));
+    browser.wait_for_url(Duration::from_secs(10), |u| u == format!("{CONSOLE}/"));
     let page = browser.source();
     assert!(page.contains("Signed in as"), "{page}");
     assert!(!page.contains(TOKEN), "the token is never in a page");
@@ -173,7 +173,7 @@ fn an_operator_replays_a_group_from_the_console_in_a_real_browser() {
     // A dry run: what the current policy decides now, moving nothing.
     browser.open(&group_url);
     browser.find("form[action$=\"/dry-run\"] button").click();
-    assert!(browser.url().contains("/jobs/"), "{}", browser.url());
+    browser.wait_for_url(Duration::from_secs(10), |u| u.contains("/jobs/"));
     let page = browser.wait_for(Duration::from_secs(60), |p| {
         p.contains("id=\"job-state\">succeeded")
     });
@@ -195,7 +195,7 @@ fn an_operator_replays_a_group_from_the_console_in_a_real_browser() {
         .find("form[action$=\"/replay\"] input[name=\"note\"]")
         .type_text("consumer fixed");
     browser.find("form[action$=\"/replay\"] button").click();
-    assert!(browser.url().contains("/jobs/"), "{}", browser.url());
+    browser.wait_for_url(Duration::from_secs(10), |u| u.contains("/jobs/"));
     let page = browser.wait_for(Duration::from_secs(120), |p| {
         p.contains("id=\"job-state\">succeeded") && p.contains("id=\"job-percent\">100%")
     });

@@ -169,6 +169,20 @@ impl Browser {
         found.as_array().map_or(0, Vec::len)
     }
 
+    /// Wait until `check` holds for the browser's URL: a click that submits a form or
+    /// follows a link returns before the next page is there.
+    pub fn wait_for_url(&self, limit: Duration, check: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let url = self.url();
+            if check(&url) {
+                return url;
+            }
+            assert!(Instant::now() < deadline, "the browser stayed at {url}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Wait until `check` holds for the page's HTML (the page may reload itself meanwhile);
     /// the HTML it held for.
     pub fn wait_for(&self, limit: Duration, check: impl Fn(&str) -> bool) -> String {
