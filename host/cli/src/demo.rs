@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
@@ -74,6 +75,9 @@ type Rule = Arc<dyn Fn(&str) -> Behaviour + Send + Sync>;
 #[derive(Clone)]
 pub struct DemoConsumer {
     seen: Arc<Mutex<Seen>>,
+    /// Per id: when it was last delivered, and the shortest time between two of its
+    /// deliveries (a retry that came before its delay shows here).
+    timing: Arc<Mutex<HashMap<String, (Instant, Option<Duration>)>>>,
     down: Arc<AtomicBool>,
     rule: Rule,
 }
@@ -83,6 +87,7 @@ impl DemoConsumer {
     pub fn new(rule: impl Fn(&str) -> Behaviour + Send + Sync + 'static) -> Self {
         DemoConsumer {
             seen: Arc::default(),
+            timing: Arc::default(),
             down: Arc::default(),
             rule: Arc::new(rule),
         }
@@ -101,6 +106,17 @@ impl DemoConsumer {
             .clone()
     }
 
+    /// The shortest time between two deliveries of one id, and the id: the earliest any
+    /// retry came.
+    pub fn shortest_redelivery_gap(&self) -> Option<(String, Duration)> {
+        self.timing
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(|(id, (_, gap))| Some((id.clone(), (*gap)?)))
+            .min_by_key(|(_, gap)| *gap)
+    }
+
     /// The HTTP routes.
     pub fn router(&self) -> Router {
         let (a, b, c, d) = (self.clone(), self.clone(), self.clone(), self.clone());
@@ -110,7 +126,7 @@ impl DemoConsumer {
                 post(move |headers: HeaderMap| async move {
                     let (response, wait) = a.answer(&headers);
                     if let Some(ms) = wait {
-                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
                     }
                     response
                 }),
@@ -149,6 +165,18 @@ impl DemoConsumer {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
+        {
+            let now = Instant::now();
+            let mut timing = self.timing.lock().unwrap_or_else(PoisonError::into_inner);
+            timing
+                .entry(id.clone())
+                .and_modify(|(last, gap)| {
+                    let since = now - *last;
+                    *gap = Some(gap.map_or(since, |g| g.min(since)));
+                    *last = now;
+                })
+                .or_insert((now, None));
+        }
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         let n = {
             let n = seen.deliveries.entry(id.clone()).or_default();

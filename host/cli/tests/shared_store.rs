@@ -563,3 +563,166 @@ fn store_migrate(server: Server) {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn gateways_whose_clocks_are_30s_apart_on_postgres_neither_duplicate_nor_retry_early() {
+    skewed_clocks(Server::Postgres);
+}
+
+#[test]
+fn gateways_whose_clocks_are_30s_apart_on_mariadb_neither_duplicate_nor_retry_early() {
+    skewed_clocks(Server::Mariadb);
+}
+
+/// Three gateways on one database, one on the true clock, one 30 s ahead and one 30 s
+/// behind (Debian's `faketime`). A healthy consumer taking 2 s per message must see each
+/// message once (a gateway whose clock is ahead must not take its peers' live leases for
+/// expired), and a consumer that always fails must see no retry before its 5 s delay (a
+/// retry scheduled by a gateway whose clock is behind must not fall due early). The store
+/// measures every instant on the database's clock.
+fn skewed_clocks(server: Server) {
+    use verdict_cli::demo::DemoConsumer;
+    let faketime = "faketime";
+    assert!(
+        std::process::Command::new(faketime)
+            .args(["-f", "+0s", "true"])
+            .status()
+            .is_ok_and(|s| s.success()),
+        "this test runs gateways under Debian's `faketime` (apt-get install faketime)"
+    );
+    let dir = scratch(&format!("shared-store-skew-{server:?}"));
+    let db = Database::new(server);
+    // `slow-*` take 1 s and succeed; `fail-*` are answered 503 every time.
+    let app = DemoConsumer::new(|id: &str| {
+        if id.starts_with("fail-") {
+            Behaviour::FailsFirst(u32::MAX)
+        } else {
+            Behaviour::Slow(2_000)
+        }
+    });
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let consumer_url = format!("http://{}", listener.local_addr().unwrap());
+    let router = app.router();
+    runtime.spawn(async move { axum::serve(listener, router).await });
+
+    // The gateway on the true clock starts alone and takes the work; the skewed ones
+    // join while it holds leases on deliveries still running.
+    let verdict_bin = env!("CARGO_BIN_EXE_verdict");
+    let config = |n: u32| skew_config(&dir, n, &db.url(), &consumer_url);
+    let first = spawn(verdict_bin, &["run", "-c", config(1).to_str().unwrap()]);
+    let batch = dir.join("batch.jsonl");
+    let mut lines: Vec<String> = (0..20)
+        .map(|i| format!(r#"{{"id": "slow-{i}", "payload": {{"order": {i}}}}}"#))
+        .collect();
+    lines.extend((0..10).map(|i| format!(r#"{{"id": "fail-{i}", "payload": {{"order": {i}}}}}"#)));
+    std::fs::write(&batch, lines.join("\n")).unwrap();
+    let token = dir.join("gw-1/token");
+    let out = verdict(
+        &[
+            "publish",
+            "--admin",
+            &first.url,
+            "--token-file",
+            token.to_str().unwrap(),
+            "--topic",
+            "orders",
+            "--batch",
+            batch.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(wait_until(Duration::from_secs(20), || app
+        .seen()
+        .deliveries
+        .len()
+        >= 10));
+    let _skewed: Vec<Proc> = ["+30s", "-30s"]
+        .into_iter()
+        .zip(2..)
+        .map(|(skew, n)| {
+            let config = config(n);
+            spawn(
+                faketime,
+                &[
+                    "-f",
+                    skew,
+                    verdict_bin,
+                    "run",
+                    "-c",
+                    config.to_str().unwrap(),
+                ],
+            )
+        })
+        .collect();
+
+    let store = Store::connect(&db.url(), &dir).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(120), || store
+            .counts()
+            .is_ok_and(|c| c.pending() == 0 && c.total() == 30)),
+        "{:?}",
+        store.counts()
+    );
+    let counts = store.counts().unwrap();
+    assert_eq!((counts.delivered, counts.dead), (20, 10), "{counts:?}");
+    let seen = app.seen();
+    assert_eq!(
+        (
+            seen.duplicates(),
+            store.audit_count("lease-expired").unwrap()
+        ),
+        (0, 0),
+        "{server:?}: no fault, yet a message was delivered twice: {:?}",
+        seen.accepted
+    );
+    // Each failing message was delivered 3 times (max_attempts), 5 s apart at least.
+    for i in 0..10 {
+        assert_eq!(
+            seen.deliveries.get(&format!("fail-{i}")),
+            Some(&3),
+            "{seen:?}"
+        );
+    }
+    let (id, gap) = app.shortest_redelivery_gap().unwrap();
+    assert!(
+        gap >= Duration::from_millis(4_500),
+        "{server:?}: a retry of {id} came {gap:?} after the delivery before it; its delay is 5 s"
+    );
+}
+
+/// Gateway `n`: route `orders` retries 503s every 5 s, three attempts in all; leases of
+/// 10 s, kept alive while a delivery runs.
+fn skew_config(dir: &Path, n: u32, store: &str, consumer_url: &str) -> PathBuf {
+    let dir = dir.join(format!("gw-{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    std::fs::write(dir.join("token"), "operator-token\n").unwrap();
+    let config = format!(
+        r#"[admin]
+listen = "127.0.0.1:0"
+token_file = "token"
+[gateway]
+instance = "gw-{n}"
+store = "{store}"
+poll_ms = 10
+lease_ms = 10000
+[policies.rules]
+path = "rules.wasm"
+[[routes]]
+topic = "orders"
+policy = "rules"
+consumer = {{ url = "{consumer_url}/", timeout_ms = 5000 }}
+config = {{ max_attempts = 3, rules = [
+    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
+    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 5000, jitter = "none" }} }},
+] }}
+"#
+    );
+    let path = dir.join("verdict.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}

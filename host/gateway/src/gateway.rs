@@ -116,7 +116,7 @@ async fn start(
         // worker), so the store opens on a blocking thread like every call after.
         tokio::task::spawn_blocking(move || -> Result<(Arc<Store>, u64), StoreError> {
             let store = Arc::new(open_store(&config, &base)?);
-            let recovered = store.recover_leases(now_ms())?;
+            let recovered = store.recover_leases(store.now_ms())?;
             Ok((store, recovered))
         })
         .await
@@ -205,9 +205,10 @@ async fn start(
     })
 }
 
-/// The embedded source, and each broker source some route consumes from. The topics of the
-/// routes on a broker are its subjects/queues as of this start: a reload that moves a route
-/// to another broker takes effect at the next start.
+/// The embedded source, and each broker source some route consumes from at this start. The
+/// NATS source follows its routes across reloads (added, removed, narrowed, widened); the
+/// RabbitMQ source's queues are those of this start, and a broker no route used at start is
+/// consumed from the next start.
 fn sources_of(config: &GatewayConfig, history_key: HistoryKey) -> Vec<Box<dyn Source>> {
     let mut sources: Vec<Box<dyn Source>> =
         vec![Box::new(EmbeddedSource::new(config.storage.retention_ms))];
@@ -219,9 +220,8 @@ fn sources_of(config: &GatewayConfig, history_key: HistoryKey) -> Vec<Box<dyn So
             .map(|r| r.topic.clone())
             .collect()
     };
-    let nats = topics(SourceKind::Nats);
-    if !nats.is_empty() {
-        sources.push(Box::new(NatsSource::new(config.nats.clone(), nats)));
+    if !topics(SourceKind::Nats).is_empty() {
+        sources.push(Box::new(NatsSource::new(config.nats.clone())));
     }
     let rabbitmq = topics(SourceKind::Rabbitmq);
     if !rabbitmq.is_empty() {

@@ -17,7 +17,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
 use super::{AdminState, ApiError, bodies};
-use crate::clock::now_ms;
 use crate::store::Published;
 
 pub(crate) async fn publish(
@@ -49,9 +48,10 @@ pub(crate) async fn publish(
         ));
     }
     let body = body.map_err(|e| ApiError::new(e.status(), "bad_body", e.body_text()))?;
-    let now = now_ms();
-    let messages = bodies::publish(&topic, &body, now)?;
     let store = pipeline.store().clone();
+    // The store's clock: on a shared store, due times are compared on the database's.
+    let now = store.now_ms();
+    let messages = bodies::publish(&topic, &body, now)?;
     let published = tokio::task::spawn_blocking(move || store.publish(&messages, now))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?

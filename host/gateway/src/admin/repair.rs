@@ -18,7 +18,6 @@ use sha2::{Digest, Sha256};
 use super::dlq::gateway;
 use super::handlers::body_bytes;
 use super::{AdminState, ApiError, bodies};
-use crate::pipeline::now_ms;
 use crate::store::Repair;
 
 /// Headers a repaired message may carry.
@@ -244,7 +243,7 @@ pub(crate) async fn apply(
             &note,
         );
         let id = store
-            .dlq_repair(seq, &repair, now_ms(), &detail)
+            .dlq_repair(seq, &repair, store.now_ms(), &detail)
             .map_err(|e| unavailable(&e))?
             .ok_or_else(|| {
                 ApiError::new(

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::clock::now_ms;
 use crate::model::{REPLAY_HEADER, letter_headers};
 use crate::store::{DlqEntry, DlqFilter, DlqStats, Store, StoreError};
 
@@ -257,12 +256,12 @@ impl DeadLetters for Store {
         _token: &str,
     ) -> Result<Vec<String>, DlqError> {
         let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
-        Ok(self.dlq_replay(&seqs, now_ms(), note)?)
+        Ok(self.dlq_replay(&seqs, self.now_ms(), note)?)
     }
 
     fn discard(&self, entries: &[DlqEntry], reason: &str) -> Result<u64, DlqError> {
         let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
-        Ok(self.dlq_discard(&seqs, now_ms(), reason)?)
+        Ok(self.dlq_discard(&seqs, self.now_ms(), reason)?)
     }
 
     fn outcome(&self, ids: &[String], _token: &str) -> Result<CanaryProgress, DlqError> {

@@ -44,6 +44,9 @@ pub enum SettleFault {
     Released,
     /// The message failed to settle too often and was dead-lettered by the gateway itself.
     FallbackDeadLetter,
+    /// No route with a consumer took the message's topic any more (a reload removed it);
+    /// the gateway dead-lettered it with kind `route.removed`.
+    RouteRemoved,
 }
 
 impl SettleFault {
@@ -53,6 +56,7 @@ impl SettleFault {
             SettleFault::Panic => "panic",
             SettleFault::Released => "released",
             SettleFault::FallbackDeadLetter => "fallback-dead-letter",
+            SettleFault::RouteRemoved => "route-removed",
         }
     }
 }

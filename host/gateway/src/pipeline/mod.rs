@@ -108,6 +108,12 @@ impl Pipeline {
         &self.wake
     }
 
+    /// The registry the pipeline decides with (its generation's routes are what the
+    /// sources consume).
+    pub(crate) fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
     /// Broker sources' connection states (what `/readyz` reports).
     pub fn sources(&self) -> Vec<Readiness> {
         self.sources
@@ -154,23 +160,15 @@ impl Pipeline {
             .and_then(|r| Some(self.target(&r.topic, r.consumer.as_ref()?)))
     }
 
-    /// The pattern of the route that takes `topic` now.
-    pub(crate) fn route_of(&self, topic: &str) -> Option<String> {
-        self.registry
-            .current()
-            .route(topic)
-            .map(|r| r.topic.clone())
-    }
-
     /// Deliver `message` to its route's consumer and, when that fails, ask the route's
-    /// policy: what the source must do with it now. Never fails: a message without a route
-    /// (or whose route lost its consumer) is released for later, nothing spent.
+    /// policy: what the source must do with it now. Never fails. A message no route with a
+    /// consumer takes any more - a reload removed its route, or the route's consumer, while
+    /// it waited for a retry - is dead-lettered by the gateway with kind `route.removed`
+    /// (replayable once a route takes its topic again), never held or dropped: every source
+    /// only asks for messages of topics a route took when they were published.
     pub async fn process(&self, message: &Delivery) -> Settlement {
         let Some(target) = self.route_target(&message.topic) else {
-            tracing::warn!(topic = %verdict_runtime::text::Clean(&message.topic), id = %verdict_runtime::text::Clean(&message.id), "no route with a consumer for this topic; holding the message");
-            return Settlement::Release {
-                delay_ms: UNROUTED_RETRY_MS,
-            };
+            return self.route_removed(message);
         };
         let Ok(_slot) = target.slots.acquire().await else {
             return Settlement::Release {
@@ -344,20 +342,62 @@ impl Pipeline {
         }
     }
 
+    /// A message whose route is gone: the gateway's own dead letter, kind `route.removed`.
+    pub(crate) fn route_removed(&self, message: &Delivery) -> Settlement {
+        use verdict_runtime::text::Clean;
+        self.metrics
+            .fault(message.source, SettleFault::RouteRemoved);
+        tracing::warn!(
+            topic = %Clean(&message.topic),
+            id = %Clean(&message.id),
+            "no route with a consumer takes this topic any more (a reload removed it); \
+             dead-lettering the message (kind route.removed) - replay it once a route takes the topic"
+        );
+        let topic = verdict_runtime::text::one_line(&message.topic, 256);
+        self.gateway_dead_letter(
+            message,
+            "route.removed",
+            &format!(
+                "no route with a consumer takes topic `{topic}` any more: its route was removed \
+                 or lost its consumer while the message waited"
+            ),
+            None,
+        )
+    }
+
     /// The dead letter the gateway writes on its own authority when a delivery cannot be
     /// settled the normal way (processing panicked, or settling failed too often): class
     /// `unknown`, kind `gateway.fault`, the cause as the reason, the gateway as the policy.
     /// Never panics: if even the full envelope cannot be built, a minimal JSON one is.
     pub(crate) fn fallback_dead_letter(&self, message: &Delivery, cause: &str) -> Settlement {
-        let now = now_ms();
         let cause =
             verdict_runtime::text::one_line(cause, verdict_runtime::text::MAX_MESSAGE_BYTES);
-        let failed = AttemptRecord {
-            at_ms: now,
-            kind: "gateway.fault".into(),
+        let reason = format!("the gateway could not settle this message: {cause}");
+        let fault = verdict_runtime::Fault::Trap {
             message: cause.clone(),
         };
-        let reason = format!("the gateway could not settle this message: {cause}");
+        self.gateway_dead_letter(message, "gateway.fault", &reason, Some(fault))
+    }
+
+    /// A dead letter of class `unknown` decided by the gateway itself (the gateway as the
+    /// policy): `kind` and `reason` say why. Never panics.
+    fn gateway_dead_letter(
+        &self,
+        message: &Delivery,
+        kind: &str,
+        reason: &str,
+        fault: Option<verdict_runtime::Fault>,
+    ) -> Settlement {
+        let now = now_ms();
+        let reason = reason.to_string();
+        let failed = AttemptRecord {
+            at_ms: now,
+            kind: kind.into(),
+            message: verdict_runtime::text::one_line(
+                &reason,
+                verdict_runtime::text::MAX_MESSAGE_BYTES,
+            ),
+        };
         let decision = Decision {
             verdict: verdict_runtime::Verdict::dead_letter(verdict_runtime::Class::Unknown)
                 .because(reason.clone()),
@@ -367,9 +407,7 @@ impl Pipeline {
                 sha256: String::new(),
             }),
             generation: None,
-            fallback: Some(verdict_runtime::Fault::Trap {
-                message: cause.clone(),
-            }),
+            fallback: fault,
             clamps: Vec::new(),
         };
         let full = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

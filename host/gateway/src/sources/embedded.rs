@@ -29,7 +29,7 @@ use super::{AbortOnDrop, Source};
 use crate::health::Readiness;
 use crate::model::Handled;
 use crate::model::Settlement;
-use crate::pipeline::{Pipeline, RouteTarget, SettleFault, now_ms};
+use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
 use crate::store::{Claimed, Store, StoreError};
 
 /// The source's name in metrics.
@@ -128,7 +128,8 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
         } else {
             let (store, lease_ms) = (store.clone(), settings.lease_ms);
             let wants = planned.wants.clone();
-            match tokio::task::spawn_blocking(move || store.claim(now_ms(), &wants, lease_ms)).await
+            match tokio::task::spawn_blocking(move || store.claim(store.now_ms(), &wants, lease_ms))
+                .await
             {
                 Ok(Ok(claimed)) => claimed,
                 Ok(Err(e)) => {
@@ -206,9 +207,14 @@ const RECHECK: Duration = Duration::from_millis(5);
 /// process on SQLite). A retry due in 200 ms is claimed on time whatever `poll_ms` says.
 async fn until_due(store: &Arc<Store>, poll: Duration) -> Duration {
     let store = store.clone();
-    match tokio::task::spawn_blocking(move || store.next_due_ms()).await {
-        Ok(Ok(Some(due))) => Duration::from_millis(due.saturating_sub(now_ms())).min(poll),
-        Ok(Ok(None)) => poll,
+    // The store's clock, not this machine's: the due time is the store's.
+    match tokio::task::spawn_blocking(move || {
+        Ok::<_, StoreError>((store.next_due_ms()?, store.now_ms()))
+    })
+    .await
+    {
+        Ok(Ok((Some(due), now))) => Duration::from_millis(due.saturating_sub(now)).min(poll),
+        Ok(Ok((None, _))) => poll,
         _ => poll,
     }
 }
@@ -350,7 +356,8 @@ pub async fn maintain(store: Arc<Store>, retention_ms: u64) {
         let task = {
             let store = store.clone();
             tokio::task::spawn_blocking(move || {
-                let pruned = store.prune(now_ms().saturating_sub(retention_ms), PRUNE_BATCH)?;
+                let pruned =
+                    store.prune(store.now_ms().saturating_sub(retention_ms), PRUNE_BATCH)?;
                 store.prune_topics()?;
                 Ok::<_, StoreError>(pruned)
             })
@@ -386,8 +393,12 @@ async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
             continue;
         }
         let store = store.clone();
-        let until = now_ms().saturating_add(lease_ms);
-        match tokio::task::spawn_blocking(move || store.extend_leases(&leases, until)).await {
+        match tokio::task::spawn_blocking(move || {
+            let until = store.now_ms().saturating_add(lease_ms);
+            store.extend_leases(&leases, until)
+        })
+        .await
+        {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "extending leases failed; deliveries that outlive their lease may be delivered twice");
@@ -606,7 +617,7 @@ fn write(store: &Store, batch: Vec<Pending>) {
         .iter()
         .map(|(seq, lease, s, _)| (*seq, *lease, s))
         .collect();
-    match store.settle(&items, now_ms()) {
+    match store.settle(&items, store.now_ms()) {
         Ok(results) => {
             drop(items);
             for ((_, _, _, done), result) in batch.into_iter().zip(results) {

@@ -17,6 +17,7 @@
 
 use std::path::Path;
 
+mod db_clock;
 mod error;
 pub mod mysql;
 mod pool;
@@ -104,6 +105,18 @@ impl Store {
             Store::Sqlite(_) => Ok(None),
             Store::Postgres(s) => s.migrate().map(Some),
             Store::Mysql(s) => s.migrate().map(Some),
+        }
+    }
+
+    /// Now, by the clock every instant in this store is measured with: the database
+    /// server's for a shared store (gateways' wall clocks differ, and a lease or due time
+    /// compared on two clocks is a duplicate or an early retry), the machine's for SQLite.
+    /// Pass this, not the wall clock, wherever a call takes `now_ms` or `until_ms`.
+    pub fn now_ms(&self) -> u64 {
+        match self {
+            Store::Sqlite(_) => crate::clock::now_ms(),
+            Store::Postgres(s) => s.now_ms(),
+            Store::Mysql(s) => s.now_ms(),
         }
     }
 

@@ -160,7 +160,7 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
             ("nats.history_bucket", format!("$KV.{}.>", n.history_bucket)),
         ];
         for (field, subjects) in &own {
-            if let Some(clash) = source.iter().find(|s| overlap(s, subjects)) {
+            if let Some(clash) = source.iter().find(|s| subjects_overlap(s, subjects)) {
                 return Err((
                     (*field).into(),
                     format!(
@@ -170,7 +170,7 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
                 ));
             }
         }
-        if overlap(&own[0].1, &own[1].1) {
+        if subjects_overlap(&own[0].1, &own[1].1) {
             return Err((
                 "nats.audit_subject_prefix".into(),
                 format!("`{}` overlaps the DLQ subjects `{}`", own[1].1, own[0].1),
@@ -224,7 +224,7 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
 }
 
 /// Whether some subject matches both patterns.
-fn overlap(a: &str, b: &str) -> bool {
+pub fn subjects_overlap(a: &str, b: &str) -> bool {
     let (a, b): (Vec<&str>, Vec<&str>) = (a.split('.').collect(), b.split('.').collect());
     let mut i = 0;
     loop {
@@ -263,12 +263,12 @@ mod tests {
 
     #[test]
     fn subjects_overlap_when_one_subject_matches_both() {
-        assert!(overlap("orders.>", "orders.eu"));
-        assert!(overlap("verdict.dlq.>", ">"));
-        assert!(overlap("a.*.c", "a.b.*"));
-        assert!(!overlap("orders.>", "verdict.dlq.>"));
-        assert!(!overlap("a.b", "a.b.c"));
-        assert!(!overlap("a.*", "a.b.c"));
+        assert!(subjects_overlap("orders.>", "orders.eu"));
+        assert!(subjects_overlap("verdict.dlq.>", ">"));
+        assert!(subjects_overlap("a.*.c", "a.b.*"));
+        assert!(!subjects_overlap("orders.>", "verdict.dlq.>"));
+        assert!(!subjects_overlap("a.b", "a.b.c"));
+        assert!(!subjects_overlap("a.*", "a.b.c"));
     }
 
     #[test]

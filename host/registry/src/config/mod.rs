@@ -37,7 +37,7 @@ mod storage;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
 pub use admission::AdmissionConfig;
-pub use brokers::{MAX_DELAY_BUCKET_MS, covers_subject};
+pub use brokers::{MAX_DELAY_BUCKET_MS, covers_subject, subjects_overlap};
 pub use brokers::{NatsConfig, RabbitmqConfig};
 pub use console::ConsoleConfig;
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};

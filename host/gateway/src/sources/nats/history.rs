@@ -22,6 +22,10 @@ pub struct History {
     pub first_failed_at_ms: Option<u64>,
     /// Every failure, oldest first.
     pub attempts: Vec<AttemptRecord>,
+    /// The message's dead letter is written, but terminating the original failed: a
+    /// redelivery is terminated at once, never delivered again.
+    #[serde(default)]
+    pub dead_lettered: bool,
 }
 
 /// The deepest nesting a history read from the bucket may have: a history nests 3 levels;
@@ -44,6 +48,7 @@ impl History {
             deferrals: delivery.deferrals + u32::from(!spend_attempt),
             first_failed_at_ms: Some(delivery.first_failed_at_ms.unwrap_or(failed.at_ms)),
             attempts: delivery.history_with(failed),
+            dead_lettered: false,
         }
     }
 
@@ -158,6 +163,7 @@ mod tests {
                 kind: "http.503".into(),
                 message: "busy".into(),
             }],
+            dead_lettered: false,
         };
         let packed = rmp_serde::to_vec_named(&history).unwrap();
         assert_eq!(History::decode(&packed).unwrap(), history);

@@ -48,6 +48,7 @@ use verdict_runtime::text::Clean;
 
 mod dlq;
 mod history;
+mod ownership;
 mod setup;
 
 pub use dlq::NatsDeadLetters;
@@ -55,26 +56,26 @@ pub use dlq::NatsDeadLetters;
 #[doc(hidden)]
 pub use dlq::replay_headers;
 pub use history::History;
-pub use setup::{Broker, connect};
+use ownership::Ownership;
+pub use setup::{Broker, PullConsumer, connect};
 pub use setup::{route_durable, widest as widest_subjects};
 
 /// The source's name in metrics and `/readyz`.
 pub const NAME: &str = "nats";
 
-/// The routes of one JetStream stream (`[nats]`), consumed as one source.
+/// The routes of one JetStream stream (`[nats]`), consumed as one source: the
+/// `source = "nats"` routes of the running generation, followed across reloads.
 #[derive(Debug)]
 pub struct NatsSource {
     config: NatsConfig,
-    subjects: Vec<String>,
     ready: Readiness,
 }
 
 impl NatsSource {
-    /// A source consuming the routes whose topics are `subjects`.
-    pub fn new(config: NatsConfig, subjects: Vec<String>) -> NatsSource {
+    /// A source consuming the NATS routes of the pipeline's registry.
+    pub fn new(config: NatsConfig) -> NatsSource {
         NatsSource {
             config,
-            subjects,
             ready: Readiness::new(NAME),
         }
     }
@@ -109,14 +110,10 @@ async fn consume(
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let NatsSource {
-        config,
-        subjects,
-        ready,
-    } = source;
+    let NatsSource { config, ready } = source;
     let dlqs = pipeline.broker_dlqs().clone();
     let settings = &pipeline.settings().clone();
-    let (config, ready, dlqs, subjects) = (&config, &ready, &dlqs, &subjects);
+    let (config, ready, dlqs) = (&config, &ready, &dlqs);
     let pipeline = &pipeline;
     let failures = &SettleFailures::default();
     let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
@@ -129,7 +126,7 @@ async fn consume(
             slots,
             failures: failures.clone(),
         };
-        session.run(subjects, shutdown).await
+        session.run(shutdown).await
     };
     super::supervise(
         NAME,
@@ -152,50 +149,108 @@ struct Session<'a> {
     failures: SettleFailures,
 }
 
+/// Why a session's consumers stopped.
+enum Ended {
+    /// The gateway is shutting down.
+    Shutdown,
+    /// A reload changed the NATS routes: consume again, with the new ones.
+    RoutesChanged,
+}
+
 impl Session<'_> {
-    /// One connection's life: set up, then consume every route until shutdown (`Ok`) or
-    /// until one route's consumer fails.
-    async fn run(&self, routes: &[String], shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
-        let broker = connect(self.config, self.settings, routes, Some(self.ready.clone())).await?;
-        let mut consumers = Vec::new();
-        for route in routes {
-            consumers.push((route.as_str(), broker.route_consumer(route).await?));
+    /// Consume the NATS routes of the running generation until shutdown (`Ok`) or until a
+    /// consumer fails; a reload that adds, removes or changes a NATS route starts the
+    /// consumers again on the same connection setup, retiring the ones no route uses.
+    async fn run(&self, shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+        loop {
+            let routes = nats_routes(&self.pipeline);
+            match self.consume(&routes, shutdown.clone()).await? {
+                Ended::Shutdown => return Ok(()),
+                Ended::RoutesChanged => {
+                    tracing::info!("nats source: the NATS routes changed; consuming the new ones");
+                }
+            }
         }
+    }
+
+    /// One set of routes' life: set up, then consume every route (and drain every retired
+    /// consumer) until shutdown, a change of routes, or a consumer's failure.
+    async fn consume(
+        &self,
+        routes: &[String],
+        shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<Ended> {
+        let broker = connect(self.config, self.settings, routes, Some(self.ready.clone())).await?;
+        let (ownership, consumers) = broker.consumers(routes).await?;
+        let ownership = Arc::new(ownership);
         self.ready.set(true);
-        tracing::info!(stream = %self.config.stream, routes = consumers.len(), "nats source: consuming");
+        tracing::info!(
+            stream = %self.config.stream,
+            routes = routes.len(),
+            retired = consumers.len() - routes.len(),
+            "nats source: consuming"
+        );
         let poller = tokio::spawn(poll_dlq_depths(
             broker.clone(),
             self.settings.dlq_naming,
             self.dlqs.clone(),
         ));
         let _poller = AbortOnDrop(poller);
-        let loops = consumers.into_iter().map(|(route, consumer)| {
-            self.consume_route(&broker, routes, route, consumer, shutdown.clone())
-                .boxed()
-        });
-        futures_util::future::try_join_all(loops).await?;
-        Ok(())
+        let loops: Vec<_> = consumers
+            .into_iter()
+            .map(|(durable, consumer)| {
+                self.consume_one(&broker, &ownership, durable, consumer, shutdown.clone())
+                    .boxed()
+            })
+            .collect();
+        let mut shutdown = shutdown;
+        let consuming = async move {
+            futures_util::future::try_join_all(loops).await?;
+            // Every loop ends on shutdown, a retired one also once it is drained.
+            let _ = shutdown.wait_for(|stop| *stop).await;
+            Ok(Ended::Shutdown)
+        };
+        tokio::select! {
+            ended = consuming => ended,
+            () = routes_changed(&self.pipeline, routes) => Ok(Ended::RoutesChanged),
+        }
     }
 
-    /// Take `route`'s messages as it has room - at most its consumer's `concurrency` taken
-    /// and not yet settled - in fetches of exactly that many, so no message waits in a
-    /// client buffer without in-progress acks. A taken message waits for a delivery slot of
-    /// its route and one of `max_in_flight` with its in-progress acks running; an idle route
-    /// holds neither.
-    async fn consume_route(
+    /// Take the consumer `durable`'s messages as it has room - at most its route's
+    /// `concurrency` taken and not yet settled - in fetches of exactly that many, so no
+    /// message waits in a client buffer without in-progress acks. A taken message that
+    /// another consumer owns ([`Ownership`]) is acknowledged here and left to it; one of its
+    /// own waits for a delivery slot of the route that takes its subject now and one of
+    /// `max_in_flight`, with its in-progress acks running. A retired consumer ends once it
+    /// has delivered everything it was responsible for, and is deleted.
+    async fn consume_one(
         &self,
         broker: &Broker,
-        routes: &[String],
-        route: &str,
-        consumer: consumer::Consumer<consumer::pull::Config>,
+        ownership: &Arc<Ownership>,
+        durable: String,
+        consumer: PullConsumer,
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let room = self
-            .pipeline
-            .route_target_of(route)
-            .map_or(1, |t| t.concurrency());
+        let Some(me) = ownership.member(&durable).cloned() else {
+            return Ok(());
+        };
+        let room = if me.active {
+            self.pipeline
+                .route_target_of(&me.filter)
+                .map_or(1, |t| t.concurrency())
+        } else {
+            RETIRED_CONCURRENCY
+        };
         let room = Arc::new(Semaphore::new(room.max(1)));
         loop {
+            if let Some(through) = me.retired_through.filter(|_| !me.active)
+                && drained(&consumer, through).await
+            {
+                let stream = broker.jetstream().get_stream(broker.stream_name()).await?;
+                stream.delete_consumer(&durable).await?;
+                tracing::info!(%durable, "nats source: a retired route consumer delivered all it held; deleted");
+                return Ok(());
+            }
             let first = tokio::select! {
                 permit = room.clone().acquire_owned() => permit?,
                 _ = shutdown.changed() => return Ok(()),
@@ -215,10 +270,10 @@ impl Session<'_> {
                     Err(e) if self.ready.is_up() => {
                         // Connected, yet the consumer cannot be read (deleted, say): the
                         // session is rebuilt, consumers and all.
-                        return Err(anyhow::anyhow!("fetching route `{route}`: {e}"));
+                        return Err(anyhow::anyhow!("fetching on `{durable}`: {e}"));
                     }
                     Err(e) => {
-                        tracing::debug!(error = %e, route, "nats source: fetch failed while disconnected");
+                        tracing::debug!(error = %e, %durable, "nats source: fetch failed while disconnected");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
@@ -235,7 +290,7 @@ impl Session<'_> {
                     Some(Ok(message)) => message,
                     Some(Err(e)) => {
                         // Missed heartbeats while the server restarts, and the like.
-                        tracing::debug!(error = %e, route, "nats source: fetch error");
+                        tracing::debug!(error = %e, %durable, "nats source: fetch error");
                         break;
                     }
                 };
@@ -243,25 +298,62 @@ impl Session<'_> {
                     // JetStream sent more than asked: it comes back after `ack_wait`.
                     break;
                 };
+                let seq = message.info().map_or(0, |i| i.stream_sequence);
                 let job = Job {
                     pipeline: self.pipeline.clone(),
                     broker: broker.clone(),
                     dlqs: self.dlqs.clone(),
                     failures: self.failures.clone(),
                     slots: self.slots.clone(),
-                    // Another NATS route more specific than this one takes its own messages.
-                    more_specific_elsewhere: routes.iter().any(|r| {
-                        r != route
-                            && self
-                                .pipeline
-                                .route_of(&message.subject)
-                                .is_some_and(|best| best == *r)
-                    }),
+                    owned_elsewhere: ownership.owner(&message.subject, seq)
+                        != Some(durable.as_str()),
                 };
                 tokio::spawn(async move {
                     job.handle(message).await;
                     drop(room);
                 });
+            }
+        }
+    }
+}
+
+/// How many messages a retired consumer works on at once (each also waits for a slot of
+/// the route that takes it now).
+const RETIRED_CONCURRENCY: usize = 16;
+
+/// Whether a retired consumer has acknowledged everything up to `through` (an unreadable
+/// consumer is not: the fetch that follows tells why).
+async fn drained(consumer: &PullConsumer, through: u64) -> bool {
+    consumer
+        .get_info()
+        .await
+        .is_ok_and(|i| i.ack_floor.stream_sequence >= through && i.num_ack_pending == 0)
+}
+
+/// The patterns of the running generation's NATS routes, in config order.
+fn nats_routes(pipeline: &Pipeline) -> Vec<String> {
+    pipeline
+        .registry()
+        .current()
+        .config()
+        .routes
+        .iter()
+        .filter(|r| r.source == verdict_registry::SourceKind::Nats)
+        .map(|r| r.topic.clone())
+        .collect()
+}
+
+/// Resolves once a new generation's NATS routes differ from `routes` (checked each time
+/// the generation number changes, looked at twice a second).
+async fn routes_changed(pipeline: &Pipeline, routes: &[String]) {
+    let mut seen = pipeline.registry().current().number;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let number = pipeline.registry().current().number;
+        if number != seen {
+            seen = number;
+            if nats_routes(pipeline) != routes {
+                return;
             }
         }
     }
@@ -279,15 +371,16 @@ struct Job {
     failures: SettleFailures,
     /// The source's `max_in_flight` slots.
     slots: Arc<Semaphore>,
-    more_specific_elsewhere: bool,
+    /// Another consumer of the group delivers this message ([`Ownership`]).
+    owned_elsewhere: bool,
 }
 
 impl Job {
     /// Deliver one message and apply its settlement; nothing that happens here leaves it
     /// unsettled without a bound (see [`SettleFailures`]).
     async fn handle(self, message: jetstream::Message) {
-        if self.more_specific_elsewhere {
-            // Delivered by the more specific route's own consumer; done here.
+        if self.owned_elsewhere {
+            // Delivered by the consumer that owns it; done here.
             if let Err(e) = message.ack().await {
                 tracing::debug!(error = %e, "nats source: acknowledging another route's message failed; it comes back and is skipped again");
             }
@@ -377,6 +470,15 @@ async fn handle(
     } else {
         None
     };
+    if history.as_ref().is_some_and(|h| h.dead_lettered) {
+        // Dead-lettered already; only the term was lost.
+        if let Err(e) = message.double_ack_with(AckKind::Term).await {
+            tracing::debug!(error = %e, seq, "nats source: terminating a dead-lettered message failed; it comes back and is terminated again");
+            return None;
+        }
+        let _ = broker.history().forget(&key).await;
+        return None;
+    }
     let had_history = history.is_some();
     let mut delivery = to_delivery(message, broker.stream_name(), seq, published_at_ms);
     if let Some(h) = &history {
@@ -521,10 +623,31 @@ async fn apply(
         Settlement::DeadLetter { failed, letter } => {
             broker.dead_letter(delivery, &failed, &letter, key).await?;
             dlqs.written(NAME, &letter.dlq, &delivery.topic);
-            message
-                .double_ack_with(AckKind::Term)
+            let Err(e) = message.double_ack_with(AckKind::Term).await else {
+                return Ok(());
+            };
+            // The letter is written: JetStream will deliver the original again, and that
+            // delivery must only terminate it, not reach the consumer a second time.
+            let done = History {
+                dead_lettered: true,
+                ..History::after(delivery, &failed, true)
+            };
+            broker
+                .history()
+                .put(key, &done, delivered)
                 .await
-                .map_err(|e| anyhow::anyhow!("term after dead-lettering: {e}"))
+                .map_err(|put| {
+                    anyhow::anyhow!(
+                        "term after dead-lettering: {e}; marking it dead-lettered: {put}"
+                    )
+                })?;
+            tracing::warn!(
+                id = %Clean(&delivery.id),
+                error = %e,
+                "nats source: the dead letter is written but terminating the original failed; \
+                 its redelivery is terminated without delivering it"
+            );
+            Ok(())
         }
         Settlement::Discard { failed, reason } => {
             broker

@@ -10,12 +10,16 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, consumer, kv};
 
 use super::history::Histories;
+use super::ownership::{Marks, Member, Ownership};
 use super::{consumer_config, stream_config};
 use crate::clock::now_ms;
 use crate::health::Readiness;
 use crate::model::{AttemptRecord, AuditRecord, DeadLetter, Delivery};
-use verdict_registry::config::covers_subject as covers;
+use verdict_registry::config::{covers_subject as covers, subjects_overlap};
 use verdict_registry::{GatewaySection, NatsConfig};
+
+/// A route's durable pull consumer.
+pub type PullConsumer = consumer::Consumer<consumer::pull::Config>;
 
 /// A connection with everything the source writes to.
 #[derive(Clone)]
@@ -74,14 +78,14 @@ pub async fn connect(
             )
         })?;
     let js = jetstream::new(client);
-    let subjects = if config.subjects.is_empty() {
+    if config.subjects.is_empty() {
         // JetStream refuses a stream whose subjects overlap: `orders.>` already captures
         // `orders.vip`.
-        widest(subjects)
+        ensure_stream(&js, &config.stream, widest(subjects), "nats.stream").await?;
+        capture(&js, &config.stream, subjects).await?;
     } else {
-        config.subjects.clone()
-    };
-    ensure_stream(&js, &config.stream, subjects, "nats.stream").await?;
+        ensure_stream(&js, &config.stream, config.subjects.clone(), "nats.stream").await?;
+    }
     let dlq_subjects = vec![format!("{}.>", config.dlq_subject_prefix)];
     ensure_stream(&js, &config.dlq_stream, dlq_subjects, "nats.dlq_stream").await?;
     let audit_subjects = vec![format!("{}.>", config.audit_subject_prefix)];
@@ -174,6 +178,28 @@ async fn history_bucket(js: &jetstream::Context, config: &NatsConfig) -> anyhow:
         .with_context(|| format!("nats.history_bucket = {bucket}"))
 }
 
+/// Make the stream `name` capture every route's subjects: a route added or widened by a
+/// reload must not find its messages refused by the server (no stream for the subject).
+async fn capture(js: &jetstream::Context, name: &str, routes: &[String]) -> anyhow::Result<()> {
+    let mut stream = js.get_stream(name).await?;
+    let mut config = stream.info().await?.config.clone();
+    let missing: Vec<&String> = routes
+        .iter()
+        .filter(|r| !config.subjects.iter().any(|s| covers(s, r)))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut all = config.subjects.clone();
+    all.extend(missing.iter().map(|s| s.to_string()));
+    config.subjects = widest(&all);
+    js.update_stream(&config).await.with_context(|| {
+        format!("nats.stream = {name}: adding the subjects of routes {missing:?} to it")
+    })?;
+    tracing::info!(stream = name, subjects = ?config.subjects, "nats source: the stream now captures every route's subjects");
+    Ok(())
+}
+
 /// Create the stream `name` when missing.
 async fn ensure_stream(
     js: &jetstream::Context,
@@ -226,65 +252,231 @@ impl Broker {
         format!("{}.{seq}", self.inner.history_prefix)
     }
 
-    /// The durable consumer of `route`, filtered to its subjects (created when missing).
-    pub async fn route_consumer(
+    /// The group's durable consumers for `routes` (the NATS routes consumed now), each
+    /// created when missing or brought to the configured settings, and every retired one
+    /// (a route no longer consumed) with the boundary of what it still delivers: the
+    /// [`Ownership`] the session's consumers decide by. Retired consumers that delivered
+    /// everything they were responsible for are deleted, and so is the one durable an
+    /// earlier version shared between routes, once the route consumers took over from it.
+    pub(crate) async fn consumers(
         &self,
-        route: &str,
-    ) -> anyhow::Result<consumer::Consumer<consumer::pull::Config>> {
-        let stream = self.inner.js.get_stream(self.stream_name()).await?;
-        let durable = self.route_durable(route);
-        if let Ok(existing) = stream.get_consumer(&durable).await {
-            return Ok(existing);
-        }
-        let from = self.start_of(&stream, route).await?;
-        stream
-            .get_or_create_consumer(
-                &durable,
-                consumer_config(self.config(), &durable, route, from),
-            )
-            .await
-            .with_context(|| format!("durable consumer `{durable}` of route `{route}`"))
-    }
-
-    /// Where a new consumer for `route` starts. Messages of its subjects were delivered so
-    /// far by the gateway's consumers whose filters cover it (a wider route's, or the one
-    /// durable an earlier version shared): start at the first message the slowest of them
-    /// has not acknowledged, so nothing they held is lost when the new route takes its
-    /// subjects over - what they acknowledged after that comes again (at least once). No
-    /// such consumer: nobody has delivered these subjects, so from the stream's start.
-    async fn start_of(
-        &self,
-        stream: &jetstream::stream::Stream,
-        route: &str,
-    ) -> anyhow::Result<consumer::DeliverPolicy> {
+        routes: &[String],
+    ) -> anyhow::Result<(Ownership, Vec<(String, PullConsumer)>)> {
         use futures_util::TryStreamExt as _;
-        let prefix = format!("{}-", self.durable());
+        let mut stream = self.inner.js.get_stream(self.stream_name()).await?;
+        let last = stream.info().await?.state.last_sequence;
         let infos: Vec<consumer::Info> = stream
             .consumers()
             .try_collect()
             .await
             .context("listing the stream's consumers")?;
+        let ours: Vec<&consumer::Info> = infos
+            .iter()
+            .filter(|i| {
+                !i.config.filter_subject.is_empty()
+                    && i.name == self.route_durable(&i.config.filter_subject)
+            })
+            .collect();
+        let legacy = infos.iter().find(|i| i.name == self.durable());
+
+        // Retire first: a boundary is the furthest any overlapping consumer had been
+        // handed, read before a new consumer moves anything.
+        let mut retired = Vec::new();
+        for info in ours
+            .iter()
+            .filter(|i| !routes.contains(&i.config.filter_subject))
+        {
+            let marks = Marks::parse(info.config.description.as_deref());
+            let through = match marks.retired_through {
+                Some(through) => through,
+                None => {
+                    let through = ours
+                        .iter()
+                        .filter(|o| routes.contains(&o.config.filter_subject))
+                        .filter(|o| {
+                            subjects_overlap(&o.config.filter_subject, &info.config.filter_subject)
+                        })
+                        .map(|o| o.delivered.stream_sequence)
+                        .fold(info.delivered.stream_sequence, u64::max);
+                    let marks = Marks {
+                        retired_through: Some(through),
+                        ..marks
+                    };
+                    self.mark(&stream, info, &marks).await?;
+                    tracing::warn!(
+                        route = %info.config.filter_subject,
+                        durable = %info.name,
+                        through,
+                        "nats source: a route is no longer consumed; its consumer delivers the \
+                         retries it holds on the routes that take their subjects now, then is deleted"
+                    );
+                    through
+                }
+            };
+            if info.ack_floor.stream_sequence >= through && info.num_ack_pending == 0 {
+                stream
+                    .delete_consumer(&info.name)
+                    .await
+                    .with_context(|| format!("deleting the drained consumer `{}`", info.name))?;
+                tracing::info!(durable = %info.name, "nats source: a retired route consumer delivered all it held; deleted");
+                continue;
+            }
+            retired.push((
+                info.config.filter_subject.clone(),
+                info.name.clone(),
+                through,
+            ));
+        }
+
+        let mut members = Vec::new();
+        let mut consumers = Vec::new();
+        for route in routes {
+            let durable = self.route_durable(route);
+            let existing = ours.iter().find(|i| i.name == durable);
+            let (consumer, marks) = match existing {
+                Some(info) => (
+                    self.reconcile(&stream, info).await?,
+                    Marks::parse(info.config.description.as_deref()),
+                ),
+                None => {
+                    let from = self.start_of(&infos, route);
+                    let marks = Marks {
+                        born_after: Some(last),
+                        retired_through: None,
+                    };
+                    let mut config = consumer_config(self.config(), &durable, route, from);
+                    config.description = Some(marks.describe(route));
+                    let consumer = stream.create_consumer(config).await.with_context(|| {
+                        format!("durable consumer `{durable}` of route `{route}`")
+                    })?;
+                    (consumer, marks)
+                }
+            };
+            members.push(Member {
+                durable: durable.clone(),
+                filter: route.clone(),
+                born_after: marks.born_after.unwrap_or(0),
+                retired_through: marks.retired_through,
+                active: true,
+            });
+            consumers.push((durable, consumer));
+        }
+        for (filter, durable, through) in retired {
+            let consumer: PullConsumer = stream
+                .get_consumer(&durable)
+                .await
+                .map_err(|e| anyhow::anyhow!("the retired consumer `{durable}`: {e}"))?;
+            members.push(Member {
+                durable: durable.clone(),
+                filter,
+                born_after: 0,
+                retired_through: Some(through),
+                active: false,
+            });
+            consumers.push((durable, consumer));
+        }
+        if let Some(legacy) = legacy {
+            // Every route's consumer now exists, started where it left off: its takeover
+            // is done, and left behind it would hold back where later routes start.
+            stream
+                .delete_consumer(&legacy.name)
+                .await
+                .with_context(|| {
+                    format!(
+                        "deleting the shared durable `{}` after the route consumers took over",
+                        legacy.name
+                    )
+                })?;
+            tracing::info!(durable = %legacy.name, "nats source: deleted the shared durable of an earlier version; each route has its own");
+        }
+        Ok((Ownership::new(members), consumers))
+    }
+
+    /// Write `marks` into the description of the consumer `info`, nothing else changed.
+    async fn mark(
+        &self,
+        stream: &jetstream::stream::Stream,
+        info: &consumer::Info,
+        marks: &Marks,
+    ) -> anyhow::Result<()> {
+        let mut config = info.config.clone();
+        config.description = Some(marks.describe(&info.config.filter_subject));
+        stream.create_consumer(config).await.with_context(|| {
+            format!(
+                "recording on consumer `{}` what it still delivers",
+                info.name
+            )
+        })?;
+        Ok(())
+    }
+
+    /// An existing route consumer, brought to the configured `ack_wait_ms` and
+    /// `max_ack_pending` and to an unlimited `max_deliver` (the gateway counts attempts):
+    /// a consumer made under other settings would otherwise keep them silently.
+    async fn reconcile(
+        &self,
+        stream: &jetstream::stream::Stream,
+        info: &consumer::Info,
+    ) -> anyhow::Result<PullConsumer> {
+        let want = consumer_config(
+            self.config(),
+            &info.name,
+            &info.config.filter_subject,
+            info.config.deliver_policy,
+        );
+        let drift: Vec<&str> = [
+            ("nats.ack_wait_ms", info.config.ack_wait != want.ack_wait),
+            (
+                "nats.max_ack_pending",
+                info.config.max_ack_pending != want.max_ack_pending,
+            ),
+            ("max_deliver", info.config.max_deliver != want.max_deliver),
+        ]
+        .into_iter()
+        .filter_map(|(name, differs)| differs.then_some(name))
+        .collect();
+        if !drift.is_empty() {
+            let mut config = info.config.clone();
+            config.ack_wait = want.ack_wait;
+            config.max_ack_pending = want.max_ack_pending;
+            config.max_deliver = want.max_deliver;
+            stream.create_consumer(config).await.with_context(|| {
+                format!(
+                    "durable consumer `{}` has other settings than configured ({}) and the \
+                     server refused to update it; delete it (`nats consumer rm`) or set them as it has them",
+                    info.name,
+                    drift.join(", ")
+                )
+            })?;
+            tracing::info!(durable = %info.name, updated = %drift.join(", "), "nats source: a route consumer was brought to the configured settings");
+        }
+        stream
+            .get_consumer(&info.name)
+            .await
+            .map_err(|e| anyhow::anyhow!("durable consumer `{}`: {e}", info.name))
+    }
+
+    /// Where a new consumer for `route` starts. Messages of its subjects were delivered so
+    /// far by the gateway's consumers whose filters overlap it (a wider route's, a narrower
+    /// one it replaces, or the one durable an earlier version shared): start at the first
+    /// message the slowest of them has not acknowledged, so that nothing they held is lost;
+    /// what they delivered before the new consumer was made stays theirs ([`Ownership`]),
+    /// so it is not delivered again. No such consumer: nobody has delivered these subjects,
+    /// so from the stream's start.
+    fn start_of(&self, infos: &[consumer::Info], route: &str) -> consumer::DeliverPolicy {
         let floor = infos
             .iter()
-            .filter(|i| i.name == self.durable() || i.name.starts_with(&prefix))
             .filter(|i| {
                 let filter = &i.config.filter_subject;
-                filter.is_empty() || covers(filter, route)
+                (i.name == self.durable() || i.name == self.route_durable(filter))
+                    && (filter.is_empty() || subjects_overlap(filter, route))
             })
             .map(|i| i.ack_floor.stream_sequence.saturating_add(1))
             .min();
-        Ok(match floor {
+        match floor {
             None => consumer::DeliverPolicy::All,
-            Some(start_sequence) => {
-                tracing::warn!(
-                    route,
-                    start_sequence,
-                    "nats source: a new route consumer takes over subjects other consumers \
-                     delivered until now; messages they acknowledged after its start come again"
-                );
-                consumer::DeliverPolicy::ByStartSequence { start_sequence }
-            }
-        })
+            Some(start_sequence) => consumer::DeliverPolicy::ByStartSequence { start_sequence },
+        }
     }
 
     /// The subject a DLQ's letters are published to.

@@ -103,7 +103,8 @@ impl MysqlStore {
             }
             c.exec_drop(
                 format!(
-                    "UPDATE messages SET lease_until_ms = ?
+                    // Never shortened: the lease it was given holds, whatever the clock did.
+                    "UPDATE messages SET lease_until_ms = GREATEST(lease_until_ms, ?)
                      WHERE state = 'leased' AND (seq, lease) IN ({pairs}) ORDER BY seq"
                 ),
                 args,

@@ -18,6 +18,7 @@ mod retention;
 mod schema;
 mod settle;
 
+use super::db_clock::DbClock;
 use super::pool::Pool;
 use super::{StateCounts, StoreError};
 
@@ -26,6 +27,8 @@ pub struct MysqlStore {
     opts: Opts,
     target: String,
     conns: Pool<Conn>,
+    /// The database's clock: every instant this store compares comes from it.
+    clock: DbClock,
 }
 
 impl std::fmt::Debug for MysqlStore {
@@ -74,12 +77,19 @@ impl MysqlStore {
             opts,
             target,
             conns: Pool::new(),
+            clock: DbClock::default(),
         };
         store.migrate()?;
         Ok(store)
     }
 
-    /// `host:port/database`: never the password.
+    /// Now by the database server's clock (see [`DbClock`]): what every gateway sharing
+    /// this database compares leases, due times and retention with.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// `host:port/database`, for logs and errors: never the password.
     pub fn target(&self) -> &str {
         &self.target
     }
@@ -162,6 +172,18 @@ impl MysqlStore {
                 *guard = Some(conn);
             }
             let conn = guard.as_mut().expect("connected above");
+            if self.clock.stale() {
+                let read = self.clock.read(|| {
+                    conn.query_first::<i64, _>(
+                        "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
+                    )
+                    .map(Option::unwrap_or_default)
+                });
+                if let Err(e) = read {
+                    *guard = None;
+                    return Err(e.into());
+                }
+            }
             match f(conn) {
                 Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,
                 Err(StoreError::Retry(message)) => return Err(StoreError::Database(message)),

@@ -138,7 +138,8 @@ fn apply(
                         deferrals = LEAST(deferrals + ?, 4294967295),
                         first_failed_at_ms = COALESCE(first_failed_at_ms, ?), updated_at_ms = ?",
                 vec![
-                    clamp_ms(failed.at_ms.saturating_add(*delay_ms)).into(),
+                    // Due on the store's clock (the database's), not the failing gateway's.
+                    clamp_ms(now_ms.saturating_add(*delay_ms)).into(),
                     attempt.into(),
                     deferral.into(),
                     at.into(),

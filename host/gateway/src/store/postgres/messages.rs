@@ -166,7 +166,8 @@ impl PostgresStore {
             let s = c.statement(
                 // Rows locked in `seq` order, as a settlement batch locks them: the two
                 // never wait on each other in a cycle.
-                "UPDATE messages m SET lease_until_ms = $3
+                // Never shortened: the lease it was given holds, whatever the clock did.
+                "UPDATE messages m SET lease_until_ms = GREATEST(m.lease_until_ms, $3)
                  FROM (SELECT seq FROM messages
                        WHERE (seq, lease) IN (SELECT * FROM UNNEST($1::BIGINT[], $2::BIGINT[]))
                          AND state = 'leased'

@@ -20,6 +20,7 @@ mod retention;
 mod schema;
 mod settle;
 
+use super::db_clock::DbClock;
 use super::pool::Pool;
 use super::{StateCounts, StoreError};
 
@@ -28,6 +29,8 @@ pub struct PostgresStore {
     config: postgres::Config,
     target: String,
     conns: Pool<Conn>,
+    /// The database's clock: every instant this store compares comes from it.
+    clock: DbClock,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -93,9 +96,16 @@ impl PostgresStore {
             target: target_of(&config),
             config,
             conns: Pool::new(),
+            clock: DbClock::default(),
         };
         store.migrate()?;
         Ok(store)
+    }
+
+    /// Now by the database server's clock (see [`DbClock`]): what every gateway sharing
+    /// this database compares leases, due times and retention with.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
     }
 
     /// `host:port/database`, for logs and errors: never the password.
@@ -267,6 +277,22 @@ impl PostgresStore {
                 });
             }
             let conn = guard.as_mut().expect("connected above");
+            if self.clock.stale() {
+                let read = self.clock.read(|| {
+                    conn.client
+                        .query_one(
+                            "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
+                            &[],
+                        )
+                        .map(|row| row.get::<_, i64>(0))
+                });
+                if let Err(e) = read {
+                    if conn.client.is_closed() {
+                        *guard = None;
+                    }
+                    return Err(e.into());
+                }
+            }
             match f(conn) {
                 // A deadlock victim's transaction was rolled back whole: run it again.
                 Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,

@@ -199,7 +199,8 @@ fn apply(
                 seq,
                 lease,
                 &[
-                    &clamp_ms(failed.at_ms.saturating_add(*delay_ms)),
+                    // Due on the store's clock (the database's), not the failing gateway's.
+                    &clamp_ms(now_ms.saturating_add(*delay_ms)),
                     &attempt,
                     &deferral,
                     &clamp_ms(failed.at_ms),

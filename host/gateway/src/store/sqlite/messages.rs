@@ -168,7 +168,8 @@ impl SqliteStore {
     pub fn extend_leases(&self, held: &[(i64, i64)], until_ms: u64) -> Result<usize, StoreError> {
         self.write(|tx| {
             let mut extend = tx.prepare_cached(
-                "UPDATE messages SET lease_until_ms = ?3
+                // Never shortened: the lease it was given holds, whatever the clock did.
+                "UPDATE messages SET lease_until_ms = MAX(lease_until_ms, ?3)
                  WHERE seq = ?1 AND lease = ?2 AND state = 'leased'",
             )?;
             let mut n = 0;

@@ -53,7 +53,7 @@ fn apply(
             seq,
             lease,
             failed,
-            failed.at_ms.saturating_add(*delay_ms),
+            now_ms.saturating_add(*delay_ms),
             *spend_attempt,
         ),
         Settlement::DeadLetter { failed, letter } => {
