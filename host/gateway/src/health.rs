@@ -2,14 +2,29 @@
 //! source is connected (`/readyz`) and the depths of the brokers' DLQs (`/metrics`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-/// Whether a source is connected to its broker; `/readyz` reads these.
+/// How long `/readyz` shows a warning after it was last seen.
+const WARNING_SHOWN_FOR: Duration = Duration::from_secs(600);
+/// How often a warning that keeps happening is logged again.
+const WARNING_LOGGED_EVERY: Duration = Duration::from_secs(60);
+
+/// Whether a source is connected to its broker, and what it has seen that an operator must
+/// fix though it keeps working (a misconfiguration); `/readyz` reads these.
 #[derive(Debug, Clone)]
 pub struct Readiness {
     name: &'static str,
     up: Arc<AtomicBool>,
+    warning: Arc<Mutex<Option<Warning>>>,
+}
+
+#[derive(Debug)]
+struct Warning {
+    text: String,
+    seen: Instant,
+    logged: Instant,
 }
 
 impl Readiness {
@@ -18,6 +33,7 @@ impl Readiness {
         Readiness {
             name,
             up: Arc::new(AtomicBool::new(false)),
+            warning: Arc::default(),
         }
     }
 
@@ -35,13 +51,44 @@ impl Readiness {
     pub fn set(&self, up: bool) {
         self.up.store(up, Ordering::Relaxed);
     }
+
+    /// Something the operator must fix was seen (again): `/readyz` shows `text` for ten
+    /// minutes after the last time. True when it should be logged now: new text, or a
+    /// minute since it was last logged.
+    pub fn warn(&self, text: String) -> bool {
+        let now = Instant::now();
+        let mut warning = self.warning.lock().unwrap_or_else(PoisonError::into_inner);
+        let log = warning
+            .as_ref()
+            .is_none_or(|w| w.text != text || now.duration_since(w.logged) >= WARNING_LOGGED_EVERY);
+        let logged = match warning.as_ref() {
+            Some(w) if !log => w.logged,
+            _ => now,
+        };
+        *warning = Some(Warning {
+            text,
+            seen: now,
+            logged,
+        });
+        log
+    }
+
+    /// The warning `/readyz` shows, if one was seen in the last ten minutes.
+    pub fn warning(&self) -> Option<String> {
+        self.warning
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .filter(|w| w.seen.elapsed() < WARNING_SHOWN_FOR)
+            .map(|w| w.text.clone())
+    }
 }
 
 /// The dead-letter queues a broker holds, as last read from the broker (refreshed about once
 /// a second by each broker source) plus the dead letters this process wrote to them; the
 /// metrics read this instead of asking the broker on every scrape.
 #[derive(Debug, Clone, Default)]
-pub struct BrokerDlqs(Arc<std::sync::Mutex<BTreeMap<(&'static str, String), BrokerDlq>>>);
+pub struct BrokerDlqs(Arc<Mutex<BTreeMap<(&'static str, String), BrokerDlq>>>);
 
 /// One broker DLQ.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,9 +103,7 @@ pub struct BrokerDlq {
 
 impl BrokerDlqs {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(&'static str, String), BrokerDlq>> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The broker's count for `dlq` of `source`.

@@ -172,10 +172,19 @@ pub(crate) async fn discard(
     Ok(Json(serde_json::json!({ "discarded": discarded })))
 }
 
-pub(crate) async fn ready(State(state): State<AdminState>) -> Result<&'static str, ApiError> {
+pub(crate) async fn ready(State(state): State<AdminState>) -> Result<String, ApiError> {
     let Some(pipeline) = state.gateway.clone() else {
-        return Ok("ready\n");
+        return Ok("ready\n".into());
     };
+    // Ready, with what an operator must fix though the sources keep working.
+    let ready: String = std::iter::once("ready\n".to_string())
+        .chain(
+            pipeline
+                .sources()
+                .iter()
+                .filter_map(|s| Some(format!("warning: {}: {}\n", s.name(), s.warning()?))),
+        )
+        .collect();
     let down: Vec<&str> = pipeline
         .sources()
         .iter()
@@ -203,7 +212,7 @@ pub(crate) async fn ready(State(state): State<AdminState>) -> Result<&'static st
         })
     };
     match tokio::task::spawn_blocking(move || store.counts()).await {
-        Ok(Ok(_)) => Ok("ready\n"),
+        Ok(Ok(_)) => Ok(ready),
         Ok(Err(e)) => Err(unready(&e)),
         Err(e) => Err(unready(&e)),
     }

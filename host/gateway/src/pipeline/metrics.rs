@@ -27,6 +27,7 @@ pub struct PipelineMetrics {
     pub(crate) handling: Family<StaticLabels, Histogram, fn() -> Histogram>,
     pub(crate) faults: Family<StaticLabels, Counter>,
     pub(crate) budget_held: Family<Labels, Counter>,
+    pub(crate) key_mismatches: Family<[(&'static str, &'static str); 1], Counter>,
     totals: Arc<Totals>,
 }
 
@@ -135,12 +136,27 @@ impl Default for PipelineMetrics {
             handling: Family::new_with_constructor(handling_histogram),
             faults: Family::default(),
             budget_held: Family::default(),
+            key_mismatches: Family::default(),
             totals: Arc::default(),
         }
     }
 }
 
 impl PipelineMetrics {
+    /// A copy on `source` signed with another gateway's history key.
+    pub fn history_key_mismatch(&self, source: &'static str) {
+        self.key_mismatches
+            .get_or_create(&[("source", source)])
+            .inc();
+    }
+
+    /// Copies signed with another gateway's history key so far, on every source.
+    pub fn history_key_mismatches(&self) -> u64 {
+        self.key_mismatches
+            .get_or_create(&[("source", "rabbitmq")])
+            .get()
+    }
+
     /// One settlement fault on `source`.
     pub fn fault(&self, source: &'static str, fault: SettleFault) {
         self.faults
@@ -277,6 +293,11 @@ impl PipelineMetrics {
             "verdict_retry_budget_held",
             "Retries held back by their route's retry budget (given back to wait, nothing spent), by route",
             self.budget_held.clone(),
+        );
+        registry.register(
+            "verdict_history_key_mismatches",
+            "Retried copies signed with another gateway's history key, by source: gateways sharing queues must share `[rabbitmq] history_key_file` (attempts are counted from the copy's headers, unverified)",
+            self.key_mismatches.clone(),
         );
         registry.register(
             "verdict_settlement_faults",

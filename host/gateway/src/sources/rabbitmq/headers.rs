@@ -3,9 +3,18 @@
 //! and the delay buckets that copy waits in.
 //!
 //! The history is signed: `x-verdict-signature` is an HMAC-SHA256 of the message id and
-//! every history header, keyed by the gateway group's history key. A producer cannot set a
-//! message's attempts or history: headers without a valid signature are ignored (the
-//! message starts at attempt 0) and never passed on to the consumer.
+//! every history header, keyed by the gateway group's history key. A producer cannot lower
+//! a message's attempts or forge its history: headers without a valid signature are not
+//! trusted, and never passed on to the consumer.
+//!
+//! Every gateway consuming the same queues must share one key (`[rabbitmq]
+//! history_key_file`). A copy also names the key that signed it (`x-verdict-key-id`, a
+//! fingerprint, not the key): one signed by *another* key - a gateway set up with its own -
+//! is a misconfiguration the source reports (log, `verdict_history_key_mismatches_total`,
+//! `/readyz`), and its attempts are still counted: taken from its headers, never fewer than
+//! they say. Counting more attempts than were made can only end a message's retries
+//! sooner, so no forged header can make a message loop; resetting them to zero would let
+//! two gateways with different keys retry a message forever.
 
 use std::collections::BTreeMap;
 
@@ -20,6 +29,7 @@ const FIRST_FAILED: &str = "x-verdict-first-failed-at-ms";
 const PUBLISHED: &str = "x-verdict-published-at-ms";
 const HISTORY: &str = "x-verdict-history";
 const SIGNATURE: &str = "x-verdict-signature";
+const KEY_ID: &str = "x-verdict-key-id";
 
 /// The key that signs and checks history headers; every gateway consuming the same queues
 /// must have the same one.
@@ -62,6 +72,17 @@ impl HistoryKey {
             mac.update(field);
         }
         mac
+    }
+
+    /// The key's fingerprint, as copies name it: 16 hex digits of a SHA-256 of the key
+    /// (it tells keys apart and reveals nothing of them).
+    pub fn id(&self) -> String {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::new()
+            .chain_update(b"verdict history key id\0")
+            .chain_update(&self.0)
+            .finalize();
+        hex(&digest[..8])
     }
 
     fn sign(&self, fields: &Signed) -> String {
@@ -127,10 +148,19 @@ pub fn bucket_ms(delay_ms: u64) -> u64 {
     bucket.min(MAX_BUCKET_MS)
 }
 
-/// The delivery a consumed message stands for: `queue` is its topic; its history comes
-/// from the `x-verdict-*` headers when `key` signed them (else the message starts over at
-/// attempt 0); no `x-verdict-*` header is passed on to the consumer (nor RabbitMQ's own
-/// `x-death`).
+/// How a consumed copy's history headers were read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HistoryCheck {
+    /// No signed history: a first delivery (or a producer's own `x-verdict-*` headers,
+    /// which count for nothing).
+    Unsigned,
+    /// Signed with this gateway's key.
+    Verified,
+    /// Signed with another gateway's key (its id): counted from its headers, unverified.
+    ForeignKey(String),
+}
+
+/// The delivery a consumed message stands for: see [`read_delivery`].
 pub fn to_delivery(
     queue: &str,
     properties: &BasicProperties,
@@ -139,6 +169,22 @@ pub fn to_delivery(
     now_ms: u64,
     key: &HistoryKey,
 ) -> Delivery {
+    read_delivery(queue, properties, payload, redelivered, now_ms, key).0
+}
+
+/// The delivery a consumed message stands for, and how its history was read: `queue` is
+/// its topic; its history comes from the `x-verdict-*` headers when `key` signed them;
+/// when another key did, its counts are taken as they are (never fewer attempts than it
+/// says) and its history bounded; otherwise it starts at attempt 0. No `x-verdict-*`
+/// header is passed on to the consumer (nor RabbitMQ's own `x-death`).
+pub fn read_delivery(
+    queue: &str,
+    properties: &BasicProperties,
+    payload: &[u8],
+    redelivered: bool,
+    now_ms: u64,
+    key: &HistoryKey,
+) -> (Delivery, HistoryCheck) {
     let mut delivery = Delivery {
         id: properties
             .message_id()
@@ -171,14 +217,14 @@ pub fn to_delivery(
         );
     }
     let Some(headers) = properties.headers() else {
-        return delivery;
+        return (delivery, HistoryCheck::Unsigned);
     };
     let mut signed = Signed {
         queue: queue.to_string(),
         id: delivery.id.clone(),
         ..Signed::default()
     };
-    let (mut signature, mut has_published) = (None, false);
+    let (mut signature, mut has_published, mut key_id) = (None, false, None);
     for (name, value) in headers.inner() {
         let name = name.as_str();
         match name {
@@ -191,6 +237,7 @@ pub fn to_delivery(
             }
             HISTORY => signed.history = text(value).unwrap_or_default(),
             SIGNATURE => signature = text(value),
+            KEY_ID => key_id = text(value),
             n if n.starts_with("x-verdict-") || n.starts_with("x-death") => {}
             "x-first-death-exchange"
             | "x-first-death-queue"
@@ -205,16 +252,39 @@ pub fn to_delivery(
             }
         }
     }
-    if signature.is_some_and(|s| key.verify(&signed, &s)) {
-        delivery.attempts_spent = u32::try_from(signed.attempt).unwrap_or(u32::MAX);
-        delivery.deferrals = u32::try_from(signed.deferrals).unwrap_or(u32::MAX);
-        delivery.first_failed_at_ms = signed.first_failed;
-        if has_published {
-            delivery.published_at_ms = signed.published;
+    let check = match (&signature, key_id) {
+        (Some(s), _) if key.verify(&signed, s) => HistoryCheck::Verified,
+        (Some(_), Some(id)) if id != key.id() => {
+            HistoryCheck::ForeignKey(verdict_runtime::text::one_line(&id, 32))
         }
-        delivery.history = serde_json::from_str(&signed.history).unwrap_or_default();
+        _ => return (delivery, HistoryCheck::Unsigned),
+    };
+    delivery.attempts_spent = u32::try_from(signed.attempt).unwrap_or(u32::MAX);
+    delivery.deferrals = u32::try_from(signed.deferrals).unwrap_or(u32::MAX);
+    delivery.first_failed_at_ms = signed.first_failed;
+    if has_published {
+        delivery.published_at_ms = signed.published;
     }
-    delivery
+    let history: Vec<AttemptRecord> = serde_json::from_str(&signed.history).unwrap_or_default();
+    delivery.history = match check {
+        HistoryCheck::Verified => history,
+        // Unverified text: bounded and made one clean line like any outside string.
+        _ => history
+            .into_iter()
+            .rev()
+            .take(MAX_HISTORY)
+            .rev()
+            .map(|a| AttemptRecord {
+                at_ms: a.at_ms,
+                kind: verdict_runtime::text::one_line(&a.kind, 128),
+                message: verdict_runtime::text::one_line(
+                    &a.message,
+                    verdict_runtime::text::MAX_MESSAGE_BYTES,
+                ),
+            })
+            .collect(),
+    };
+    (delivery, check)
 }
 
 /// The properties of the copy that carries `delivery` to its next attempt; with `failed`,
@@ -271,6 +341,10 @@ pub fn next_properties(
     headers.insert(
         SIGNATURE.into(),
         AMQPValue::LongString(LongString::from(key.sign(&signed))),
+    );
+    headers.insert(
+        KEY_ID.into(),
+        AMQPValue::LongString(LongString::from(key.id())),
     );
     let mut properties = BasicProperties::default()
         .with_message_id(ShortString::from(delivery.id.as_str()))
@@ -424,12 +498,27 @@ mod tests {
         let d = to_delivery("orders", &forged, b"", false, 5, &key);
         assert_eq!((d.attempts_spent, d.history.len()), (0, 0));
         assert!(d.headers.is_empty(), "x-verdict-* never reach the consumer");
-        // Signed by another key, or edited after signing: ignored too.
+        // Signed by another gateway's key: a misconfiguration, named, and counted as it
+        // says (never fewer attempts), not reset.
         let other = HistoryKey::new(b"another group".to_vec());
-        assert_eq!(
-            to_delivery("orders", &genuine, b"", false, 5, &other).attempts_spent,
-            0
+        let (d, check) = read_delivery("orders", &genuine, b"", false, 5, &other);
+        assert_eq!(check, HistoryCheck::ForeignKey(key.id()));
+        assert_eq!((d.attempts_spent, d.history.len()), (1, 1));
+        assert_ne!(key.id(), other.id());
+        // A forged key id on headers a producer wrote cannot lower anything: at worst its
+        // own message is counted as further along.
+        let mut claimed = table.clone();
+        claimed.insert(SIGNATURE.into(), AMQPValue::LongString("00".into()));
+        claimed.insert(
+            KEY_ID.into(),
+            AMQPValue::LongString("0123456789abcdef".into()),
         );
+        let claimed = forged.clone().with_headers(claimed);
+        let (d, check) = read_delivery("orders", &claimed, b"", false, 5, &key);
+        assert!(matches!(check, HistoryCheck::ForeignKey(_)));
+        assert_eq!(d.attempts_spent, u32::MAX);
+        assert!(d.history.iter().all(|a| a.kind.len() <= 128));
+        // Edited after signing, with this gateway's key id: ignored.
         let mut edited = genuine.headers().clone().unwrap();
         edited.insert(ATTEMPT.into(), AMQPValue::LongLongInt(0));
         let edited = genuine.clone().with_headers(edited);

@@ -242,6 +242,7 @@ impl Session<'_> {
                 failures: self.failures.clone(),
                 key: self.key.clone(),
                 slots: self.slots.clone(),
+                ready: self.ready.clone(),
             };
             let queue = queue.to_string();
             tokio::spawn(async move { job.handle(&queue, delivery).await });
@@ -273,16 +274,32 @@ struct Job {
     key: HistoryKey,
     /// The source's `max_in_flight` slots.
     slots: Arc<Semaphore>,
+    ready: Readiness,
 }
 
 impl Job {
+    /// A copy signed by another gateway's history key: gateways on these queues do not
+    /// share one. Counted, shown by `/readyz`, logged once a minute.
+    fn foreign_key(&self, theirs: &str) {
+        self.pipeline.metrics().history_key_mismatch(NAME);
+        let ours = self.key.id();
+        let text = format!(
+            "retried copies are signed with another gateway's history key (key id {theirs}, \
+             this gateway's {ours}): every gateway on these queues must use the same \
+             [rabbitmq] history_key_file; attempts are counted from the copies' headers, unverified"
+        );
+        if self.ready.warn(text.clone()) {
+            tracing::warn!(theirs = %theirs, ours = %ours, "rabbitmq source: {text}");
+        }
+    }
+
     /// Deliver one message and apply its settlement. Nothing from outside may leave it
     /// unsettled: a panic dead-letters it through the gateway's fallback, and a settlement
     /// that cannot be applied gives it back (`nack`) at most
     /// [`super::MAX_SETTLE_FAILURES`] times in a row before the gateway dead-letters it.
     async fn handle(self, queue: &str, message: lapin::message::Delivery) {
         let received = Instant::now();
-        let mut delivery = headers::to_delivery(
+        let (mut delivery, check) = headers::read_delivery(
             queue,
             &message.properties,
             &message.data,
@@ -290,6 +307,9 @@ impl Job {
             now_ms(),
             &self.key,
         );
+        if let headers::HistoryCheck::ForeignKey(theirs) = &check {
+            self.foreign_key(theirs);
+        }
         if delivery.id.is_empty() {
             delivery.id = generated_id(queue, &message);
         }

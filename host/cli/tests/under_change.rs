@@ -1,8 +1,14 @@
-//! Reloads that remove, narrow and widen routes while messages wait for a retry, through
-//! the real binary (the config file edited under a running `verdict run`): every waiting
-//! retry is handed to the route that takes its topic now, or dead-lettered with kind
-//! `route.removed` when none does - never acknowledged unseen, never held forever, and what
-//! one route delivered is not delivered again by the route that replaces it.
+//! The delivery invariants under change, through the real binary (`verdict run`):
+//!
+//! - reloads that remove, narrow and widen routes while messages wait for a retry (the
+//!   config file edited under a running gateway): every waiting retry is handed to the route
+//!   that takes its topic now, or dead-lettered with kind `route.removed` when none does -
+//!   never acknowledged unseen, never held forever - and what one route delivered is not
+//!   delivered again by the route that replaces it;
+//! - several gateways on one RabbitMQ queue: attempts are counted across them, never reset;
+//!   gateways set up with different history keys are named (`/readyz`, metric, log).
+//!
+//! (Gateways whose clocks differ on a shared SQL store: `shared_store.rs`.)
 
 mod common;
 
@@ -478,4 +484,249 @@ fn removing_routes_on_the_embedded_store_hands_their_retries_on_or_dead_letters_
         down.deliveries(),
         each_once(&[ids("v", 4), ids("p", 4)].concat())
     );
+}
+
+// ------------------------------------------------------------ several gateways, RabbitMQ
+
+const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// This test's RabbitMQ names (`<prefix>.orders`, its DLQ, the audit queue, the delay
+/// buckets), deleted at the end.
+struct Rabbit {
+    prefix: String,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Rabbit {
+    fn new(name: &str) -> Rabbit {
+        Rabbit {
+            prefix: format!("uc{}{name}", std::process::id()),
+            runtime: tokio::runtime::Runtime::new().unwrap(),
+        }
+    }
+
+    fn queue(&self) -> String {
+        format!("{}.orders", self.prefix)
+    }
+
+    fn channel(&self) -> (lapin::Connection, lapin::Channel) {
+        self.runtime.block_on(async {
+            let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+                .await
+                .expect("RabbitMQ on 127.0.0.1:5672 (.ci/run starts it)");
+            let channel = conn.create_channel().await.unwrap();
+            (conn, channel)
+        })
+    }
+
+    /// Publish `ids` to the route queue, each confirmed.
+    fn publish(&self, ids: &[String]) {
+        use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+        let (_conn, channel) = self.channel();
+        let queue = self.queue();
+        self.runtime.block_on(async {
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .unwrap();
+            for id in ids {
+                let confirm = channel
+                    .basic_publish(
+                        "".into(),
+                        queue.as_str().into(),
+                        BasicPublishOptions::default(),
+                        b"{}",
+                        lapin::BasicProperties::default()
+                            .with_message_id(id.as_str().into())
+                            .with_delivery_mode(2),
+                    )
+                    .await
+                    .unwrap();
+                assert!(confirm.await.unwrap().is_ack());
+            }
+        });
+    }
+
+    /// Messages waiting in `queue` (0 when it does not exist).
+    fn depth(&self, queue: &str) -> u32 {
+        use lapin::options::QueueDeclareOptions;
+        let (_conn, channel) = self.channel();
+        self.runtime.block_on(async {
+            channel
+                .queue_declare(
+                    queue.into(),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    lapin::types::FieldTable::default(),
+                )
+                .await
+                .map_or(0, |q| q.message_count())
+        })
+    }
+
+    fn section(&self) -> String {
+        let p = &self.prefix;
+        format!(
+            r#"[rabbitmq]
+url = "{AMQP}"
+delay_prefix = "{p}.delay"
+audit_queue = "{p}.audit"
+"#
+        )
+    }
+}
+
+impl Drop for Rabbit {
+    fn drop(&mut self) {
+        use verdict_gateway::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
+        let (conn, _channel) = self.channel();
+        let p = self.prefix.clone();
+        let queue = self.queue();
+        self.runtime.block_on(async move {
+            let mut buckets = Vec::new();
+            let mut d = 1;
+            while d <= MAX_BUCKET_MS {
+                let b = bucket_ms(d);
+                buckets.push(format!("{p}.delay.{b}"));
+                d = b + 1;
+            }
+            let queues = [queue.clone(), format!("{queue}.DLQ"), format!("{p}.audit")];
+            // A failed delete closes its channel: one channel each.
+            for q in queues.iter().chain(&buckets) {
+                if let Ok(ch) = conn.create_channel().await {
+                    let _ = ch.queue_delete(q.as_str().into(), Default::default()).await;
+                }
+            }
+            for e in &buckets {
+                if let Ok(ch) = conn.create_channel().await {
+                    let _ = ch
+                        .exchange_delete(e.as_str().into(), Default::default())
+                        .await;
+                }
+            }
+        });
+    }
+}
+
+fn readyz(gw: &Proc) -> String {
+    ureq::get(&format!("{}/readyz", gw.url))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default()
+}
+
+fn metric(gw: &Proc, name: &str) -> u64 {
+    let text = ureq::get(&format!("{}/metrics", gw.url))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Two running gateways and their queues: the gateways stop before the queues are deleted
+/// (fields drop in order), so none declares them again.
+struct TwoGateways {
+    gateways: [Proc; 2],
+    _rabbit: Rabbit,
+}
+
+/// Two gateways on one RabbitMQ queue, a consumer that always fails, three attempts:
+/// `shared_key` gives both the same `history_key_file` (the documented setup), otherwise
+/// each makes its own in its state directory. Returns the deliveries per message and the
+/// two gateways.
+fn two_gateways_on_one_queue(name: &str, shared_key: bool) -> (BTreeMap<String, u32>, TwoGateways) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let down = app(&runtime, Behaviour::FailsFirst(u32::MAX));
+    let rabbit = Rabbit::new(name);
+    let root = scratch(&format!("two-gateways-{name}"));
+    std::fs::write(root.join("shared.key"), b"0123456789abcdef0123456789abcdef").unwrap();
+    let gateways = [1, 2].map(|n| {
+        let dir = root.join(format!("gw-{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+        std::fs::write(dir.join("token"), "operator-token\n").unwrap();
+        let mut section = rabbit.section();
+        if shared_key {
+            section.push_str("history_key_file = \"../shared.key\"\n");
+        }
+        let head = format!("instance = \"gw-{n}\"\n{section}");
+        let routes = route(&rabbit.queue(), "rabbitmq", &down, 100)
+            .replace("max_attempts = 4", "max_attempts = 3");
+        let config = write_config(&dir, &head, &routes);
+        spawn(
+            env!("CARGO_BIN_EXE_verdict"),
+            &["run", "-c", config.to_str().unwrap()],
+        )
+    });
+    assert!(wait_until(Duration::from_secs(30), || gateways
+        .iter()
+        .all(|gw| readyz(gw).starts_with("ready"))));
+    let messages = ids("m", 20);
+    rabbit.publish(&messages);
+    let dlq = format!("{}.DLQ", rabbit.queue());
+    assert!(
+        wait_until(Duration::from_secs(60), || rabbit.depth(&dlq) == 20),
+        "dead-lettered {} of 20; deliveries {:?}",
+        rabbit.depth(&dlq),
+        down.deliveries()
+    );
+    // Past a few retry delays: a message whose count was reset would still be coming.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(rabbit.depth(&dlq), 20);
+    (
+        down.deliveries(),
+        TwoGateways {
+            gateways,
+            _rabbit: rabbit,
+        },
+    )
+}
+
+#[test]
+fn two_rabbitmq_gateways_with_their_own_keys_never_reset_attempts_and_say_what_is_wrong() {
+    let (deliveries, run) = two_gateways_on_one_queue("ownkeys", false);
+    let gateways = &run.gateways;
+    assert_eq!(deliveries.len(), 20);
+    assert!(
+        deliveries.values().all(|n| *n <= 3),
+        "a message was delivered more than max_attempts (3) times: {deliveries:?}"
+    );
+    let warned: Vec<String> = gateways.iter().map(readyz).collect();
+    assert!(
+        warned.iter().any(|r| r.starts_with("ready\n")
+            && r.contains("warning: rabbitmq:")
+            && r.contains("history_key_file")),
+        "/readyz names the mismatch: {warned:?}"
+    );
+    assert!(
+        gateways
+            .iter()
+            .map(|gw| metric(gw, "verdict_history_key_mismatches_total"))
+            .sum::<u64>()
+            > 0
+    );
+}
+
+#[test]
+fn two_rabbitmq_gateways_sharing_a_key_file_count_attempts_together() {
+    let (deliveries, run) = two_gateways_on_one_queue("sharedkey", true);
+    assert_eq!(
+        deliveries,
+        each_once(&ids("m", 20))
+            .into_iter()
+            .map(|(id, _)| (id, 3))
+            .collect()
+    );
+    for gw in &run.gateways {
+        assert_eq!(readyz(gw), "ready\n");
+        assert_eq!(metric(gw, "verdict_history_key_mismatches_total"), 0);
+    }
 }
