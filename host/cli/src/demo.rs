@@ -71,13 +71,16 @@ impl Seen {
 
 type Rule = Arc<dyn Fn(&str) -> Behaviour + Send + Sync>;
 
+/// When an id was last delivered, and the shortest time between two of its deliveries.
+type Timing = (Instant, Option<Duration>);
+
 /// The consumer's state; clone to share.
 #[derive(Clone)]
 pub struct DemoConsumer {
     seen: Arc<Mutex<Seen>>,
     /// Per id: when it was last delivered, and the shortest time between two of its
     /// deliveries (a retry that came before its delay shows here).
-    timing: Arc<Mutex<HashMap<String, (Instant, Option<Duration>)>>>,
+    timing: Arc<Mutex<HashMap<String, Timing>>>,
     down: Arc<AtomicBool>,
     rule: Rule,
 }

@@ -2261,13 +2261,15 @@ fn history() -> BoxedStrategy<History> {
         any::<u32>(),
         prop::option::of(any::<u64>()),
         prop::collection::vec(attempt_spec(), 0..6),
+        any::<bool>(),
     )
         .prop_map(
-            |(attempt, deferrals, first_failed_at_ms, attempts)| History {
+            |(attempt, deferrals, first_failed_at_ms, attempts, dead_lettered)| History {
                 attempt,
                 deferrals,
                 first_failed_at_ms,
                 attempts,
+                dead_lettered,
             },
         )
         .boxed()

@@ -720,13 +720,125 @@ fn two_rabbitmq_gateways_sharing_a_key_file_count_attempts_together() {
     let (deliveries, run) = two_gateways_on_one_queue("sharedkey", true);
     assert_eq!(
         deliveries,
-        each_once(&ids("m", 20))
-            .into_iter()
-            .map(|(id, _)| (id, 3))
-            .collect()
+        ids("m", 20).into_iter().map(|id| (id, 3)).collect()
     );
     for gw in &run.gateways {
         assert_eq!(readyz(gw), "ready\n");
         assert_eq!(metric(gw, "verdict_history_key_mismatches_total"), 0);
     }
+}
+
+// ------------------------------------------------- an operator's hand on RabbitMQ
+
+/// One gateway on a RabbitMQ queue whose consumer always fails (retried after 1 s, three
+/// attempts); returns it with the consumer, once every message was delivered once.
+fn one_rabbit_gateway(
+    rabbit: &Rabbit,
+    runtime: &tokio::runtime::Runtime,
+    name: &str,
+    messages: &[String],
+) -> (Proc, App) {
+    let down = app(runtime, Behaviour::FailsFirst(u32::MAX));
+    let dir = scratch(&format!("operator-{name}"));
+    let head = format!("instance = \"gw-operator\"\n{}", rabbit.section());
+    let routes = route(&rabbit.queue(), "rabbitmq", &down, 1_000)
+        .replace("max_attempts = 4", "max_attempts = 3");
+    let config = write_config(&dir, &head, &routes);
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    assert!(wait_until(Duration::from_secs(30), || readyz(&gw).starts_with("ready")));
+    rabbit.publish(messages);
+    assert!(wait_until(Duration::from_secs(20), || down
+        .deliveries()
+        .len()
+        == messages.len()));
+    (gw, down)
+}
+
+fn rabbitmqctl(args: &[&str]) {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl runs beside the server");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        common::text(&out.stderr)
+    );
+}
+
+/// An operator deletes the delay bucket's exchange while retries wait in it: the next
+/// retry's publish closes the gateway's channel; the session is rebuilt (the exchange
+/// declared again) and every message still ends in the DLQ after its three attempts - at
+/// most one more delivery each for the settlement the closed channel lost.
+#[test]
+fn a_deleted_delay_exchange_is_declared_again_and_loses_nothing() {
+    use verdict_gateway::sources::rabbitmq::headers::bucket_ms;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rabbit = Rabbit::new("exchange");
+    let messages = ids("m", 5);
+    let (gw, down) = one_rabbit_gateway(&rabbit, &runtime, "exchange", &messages);
+    let exchange = format!("{}.delay.{}", rabbit.prefix, bucket_ms(1_000));
+    let (_conn, channel) = rabbit.channel();
+    rabbit
+        .runtime
+        .block_on(channel.exchange_delete(exchange.as_str().into(), Default::default()))
+        .unwrap();
+    let dlq = format!("{}.DLQ", rabbit.queue());
+    assert!(
+        wait_until(Duration::from_secs(60), || rabbit.depth(&dlq) == 5),
+        "dead-lettered {} of 5; deliveries {:?}; /readyz {:?}",
+        rabbit.depth(&dlq),
+        down.deliveries(),
+        readyz(&gw)
+    );
+    let deliveries = down.deliveries();
+    assert!(
+        deliveries.values().all(|n| (3..=4).contains(n)),
+        "{deliveries:?}"
+    );
+    assert!(wait_until(Duration::from_secs(20), || readyz(&gw) == "ready\n"));
+    drop(gw);
+}
+
+/// An operator sets a `reject-publish` length limit of 0 on the delay buckets and the DLQ:
+/// no retry, dead letter or release can be written. Each message is given back to be
+/// delivered again at the bounded rate (three times at once, then 5 s doubling), never in
+/// a requeue loop that calls the consumer without end.
+#[test]
+fn a_broker_refusing_every_write_gets_no_hot_loop() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rabbit = Rabbit::new("refuse");
+    let messages = ids("m", 3);
+    let (gw, down) = one_rabbit_gateway(&rabbit, &runtime, "refuse", &messages);
+    let policy = format!("{}-refuse", rabbit.prefix);
+    let pattern = format!(r"^{}\.(delay\..*|orders\.DLQ)$", rabbit.prefix);
+    rabbitmqctl(&[
+        "set_policy",
+        "--apply-to",
+        "queues",
+        &policy,
+        &pattern,
+        r#"{"max-length": 0, "overflow": "reject-publish"}"#,
+    ]);
+    struct Clear(String);
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("rabbitmqctl")
+                .args(["clear_policy", &self.0])
+                .output();
+        }
+    }
+    let _clear = Clear(policy);
+    std::thread::sleep(Duration::from_secs(25));
+    let deliveries = down.deliveries();
+    // Three attempts, three give-backs at once, then 5 s, 10 s, ...: about ten each in
+    // 25 s; a requeue loop makes thousands.
+    assert!(
+        deliveries.values().all(|n| *n <= 12),
+        "the consumer was called without bound: {deliveries:?}"
+    );
+    drop(gw);
 }

@@ -255,6 +255,29 @@ impl GatewayConfig {
                     ),
                 ));
             }
+            if route.source == SourceKind::Rabbitmq {
+                // A copy waits in a delay bucket; no bucket is longer than a day, and a
+                // longer delay cut to it would come back early.
+                let (field, settings) = match &route.settings {
+                    Some(s) => (format!("routes[{i}].settings.guardrails.max_delay_ms"), s),
+                    None => (
+                        "defaults.guardrails.max_delay_ms".to_string(),
+                        &config.defaults,
+                    ),
+                };
+                let max = settings.guardrails.max_delay_ms;
+                if max > MAX_DELAY_BUCKET_MS {
+                    return Err(err(
+                        field,
+                        format!(
+                            "{max} ms: RabbitMQ route `{}` delays in buckets of at most \
+                             {MAX_DELAY_BUCKET_MS} ms (a day); a longer delay would come back \
+                             early, so cap delays at a day on this route",
+                            route.topic
+                        ),
+                    ));
+                }
+            }
             if let Some(consumer) = &route.consumer {
                 check_consumer(consumer, config.gateway.lease_ms).map_err(|(field, message)| {
                     err(format!("routes[{i}].consumer.{field}"), message)
@@ -425,6 +448,32 @@ mod tests {
             assert!(e.field.starts_with(field), "want {field}, got {e}");
             assert!(e.to_string().starts_with("verdict.toml: "), "{e}");
         }
+    }
+
+    #[test]
+    fn a_rabbitmq_route_may_not_delay_longer_than_its_longest_bucket() {
+        let config = r#"
+        [policies.rules]
+        path = "rules.wasm"
+        [[routes]]
+        topic = "orders"
+        source = "rabbitmq"
+        policy = "rules"
+        consumer = { url = "http://127.0.0.1:1/" }
+        settings = { guardrails = { max_delay_ms = 90000000 } }
+        "#;
+        let e = GatewayConfig::parse(config, "v.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("routes[0].settings.guardrails.max_delay_ms") && e.contains("a day"),
+            "{e}"
+        );
+        let day = config.replace("90000000", "86400000");
+        assert!(GatewayConfig::parse(&day, "v.toml").is_ok());
+        let embedded = config.replace("source = \"rabbitmq\"", "");
+        let embedded = embedded.replace("consumer = { url = \"http://127.0.0.1:1/\" }", "");
+        assert!(GatewayConfig::parse(&embedded, "v.toml").is_ok());
     }
 
     #[test]

@@ -208,8 +208,15 @@ impl Session<'_> {
             self.consume_queue(&topology, queue, consumer, shutdown.clone())
                 .boxed()
         });
-        futures_util::future::try_join_all(loops).await?;
-        Ok(())
+        tokio::select! {
+            done = futures_util::future::try_join_all(loops) => {
+                done?;
+                Ok(())
+            }
+            error = topology.broken() => Err(anyhow::anyhow!(
+                "the publishing channel closed ({error}); rebuilding the session"
+            )),
+        }
     }
 
     /// Take `queue`'s deliveries as the broker hands them (at most `prefetch` unacked per
@@ -322,7 +329,7 @@ impl Job {
             },
             None => None,
         };
-        let Ok(_global) = self.slots.clone().acquire_owned().await else {
+        let Ok(global) = self.slots.clone().acquire_owned().await else {
             return;
         };
         let processing = async {
@@ -391,6 +398,12 @@ impl Job {
                     if self.apply(&message, &delivery, release).await.is_ok() {
                         return;
                     }
+                    // Not even the delay bucket takes it (deleted, full, refusing): wait
+                    // here instead, holding none of the gateway's slots, so the consumer
+                    // is called again at the bounded rate, never in a requeue loop.
+                    drop(held);
+                    drop(global);
+                    tokio::time::sleep(wait).await;
                 }
                 let requeue = BasicNackOptions {
                     requeue: true,

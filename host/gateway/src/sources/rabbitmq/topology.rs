@@ -6,7 +6,12 @@
 //! dead-letter exchange: a copy published there with the origin queue as routing key expires
 //! after exactly its bucket's TTL and is routed back to the origin queue. Every message in a
 //! bucket waits equally long, so the head always expires first. Buckets are declared on first
-//! use.
+//! use, and again after a publish finds one gone (an operator deleted its queue).
+//!
+//! An operator's hand on the broker closes the publishing channel (a publish to an exchange
+//! someone deleted is a channel error): the topology then reports itself broken and the
+//! source rebuilds its session - a new channel, everything declared again - with `/readyz`
+//! answering 503 meanwhile, instead of failing every settlement on a dead channel.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,6 +33,8 @@ pub struct Topology {
     delay_prefix: String,
     audit_queue: String,
     declared: Arc<Mutex<HashSet<String>>>,
+    /// Set (with the error) once the channel closed under a publish.
+    broken: tokio::sync::watch::Sender<Option<String>>,
 }
 
 impl Topology {
@@ -42,7 +49,37 @@ impl Topology {
             delay_prefix: config.delay_prefix.clone(),
             audit_queue: config.audit_queue.clone(),
             declared: Arc::new(Mutex::new(HashSet::new())),
+            broken: tokio::sync::watch::Sender::new(None),
         })
+    }
+
+    /// Resolves once the channel has closed under a publish, with the error that closed it:
+    /// the session must be rebuilt.
+    pub async fn broken(&self) -> String {
+        let mut broken = self.broken.subscribe();
+        let error = match broken.wait_for(Option::is_some).await {
+            Ok(error) => error.clone(),
+            Err(_) => None,
+        };
+        match error {
+            Some(error) => error,
+            // The sender lives as long as `self`: never.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn forget(&self, name: &str) {
+        self.declared
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+
+    /// A publish failed: when the channel is gone with it, say the topology is broken.
+    fn failed(&self, error: &anyhow::Error) {
+        if !self.channel.status().connected() {
+            self.broken.send_replace(Some(format!("{error:#}")));
+        }
     }
 
     fn declared(&self, name: &str) -> bool {
@@ -138,7 +175,12 @@ impl Topology {
         } else {
             self.bucket(bucket_ms).await?
         };
-        self.publish(&exchange, queue, payload, properties).await
+        let published = self.publish(&exchange, queue, payload, properties).await;
+        if published.is_err() && !exchange.is_empty() {
+            // Declared again on the next use: an operator may have deleted it.
+            self.forget(&exchange);
+        }
+        published
     }
 
     /// Publish to `queue` through the default exchange, confirmed.
@@ -149,12 +191,32 @@ impl Topology {
         properties: BasicProperties,
     ) -> anyhow::Result<()> {
         self.queue(queue).await?;
-        self.publish("", queue, payload, properties).await
+        let published = self.publish("", queue, payload, properties).await;
+        if published.is_err() {
+            self.forget(queue);
+        }
+        published
     }
 
     /// Publish and wait for the broker's confirm; an unroutable message (returned) or a
     /// nack is an error.
     async fn publish(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        payload: &[u8],
+        properties: BasicProperties,
+    ) -> anyhow::Result<()> {
+        let published = self
+            .publish_confirmed(exchange, routing_key, payload, properties)
+            .await;
+        if let Err(e) = &published {
+            self.failed(e);
+        }
+        published
+    }
+
+    async fn publish_confirmed(
         &self,
         exchange: &str,
         routing_key: &str,
