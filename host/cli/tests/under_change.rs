@@ -322,6 +322,68 @@ fn removing_an_overlapping_nats_route_hands_its_waiting_retries_to_the_wider_rou
     assert_eq!(healthy.accepted(), each_once(&all), "nothing twice");
 }
 
+/// A route's durable consumer made earlier with other settings (`ack_wait` 1 s, JetStream
+/// giving up after 3 deliveries) is brought to the configured ones when the gateway starts,
+/// not silently reused: `max_deliver` 3 would make JetStream drop a message the gateway
+/// still means to retry.
+#[test]
+fn an_existing_durable_is_brought_to_the_configured_settings() {
+    use async_nats::jetstream::consumer;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let healthy = app(&runtime, Behaviour::Ok);
+    let nats = Nats::new("reconcile");
+    let subject = nats.subject("orders");
+    let durable = verdict_gateway::sources::nats::route_durable(&nats.prefix, &subject);
+    let info = |nats: &Nats| {
+        nats.runtime.block_on(async {
+            let stream = nats.js.get_stream(&nats.prefix).await.unwrap();
+            stream.consumer_info(&durable).await.unwrap()
+        })
+    };
+    nats.runtime.block_on(async {
+        let stream = nats
+            .js
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: nats.prefix.clone(),
+                subjects: vec![subject.clone()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        stream
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some(durable.clone()),
+                filter_subject: subject.clone(),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: Duration::from_secs(1),
+                max_deliver: 3,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    });
+    let dir = scratch("reload-nats-reconcile");
+    let config = write_config(&dir, &nats.head(), &route(&subject, "nats", &healthy, 200));
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || {
+            let c = info(&nats).config;
+            c.ack_wait == Duration::from_secs(5) && c.max_deliver == -1
+        }),
+        "{:?}",
+        info(&nats).config
+    );
+    nats.publish("orders", &ids("m", 3));
+    assert!(wait_until(Duration::from_secs(20), || healthy
+        .accepted()
+        .len()
+        == 3));
+    drop(gw);
+}
+
 /// `orders.>` (always 503, retried after 6 s) holds retries on `orders.us` and
 /// `orders.eu.fr`; it is narrowed to `orders.eu.>` (healthy): the eu retries are delivered
 /// there once, the us ones - which no route takes now - are dead-lettered with kind
@@ -834,6 +896,7 @@ fn a_broker_refusing_every_write_gets_no_hot_loop() {
     let _clear = Clear(policy);
     std::thread::sleep(Duration::from_secs(25));
     let deliveries = down.deliveries();
+    eprintln!("deliveries in 25 s of refused writes: {deliveries:?}");
     // Three attempts, three give-backs at once, then 5 s, 10 s, ...: about ten each in
     // 25 s; a requeue loop makes thousands.
     assert!(
