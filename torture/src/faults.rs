@@ -13,7 +13,8 @@ pub struct Faults {
     pub broker_restarts: u32,
     /// Windows in which the consumer reset every connection.
     pub consumer_outages: u32,
-    /// Config edits the gateway reloaded.
+    /// Config edits the gateway reloaded (the retry delay; on NATS and the store, a
+    /// narrower route added or removed).
     pub reloads: u32,
     /// Rollbacks through the admin API.
     pub rollbacks: u32,
@@ -28,7 +29,8 @@ pub enum Fault {
     BrokerRestart,
     /// The consumer resets every connection for a while.
     ConsumerDown,
-    /// The config edited (the route's retry delay), for the gateway to reload.
+    /// The config edited, for the gateway to reload: the route's retry delay, and on NATS
+    /// and the store a narrower route beside it added or removed.
     Reload,
     /// A rollback to the previous generation through the admin API.
     Rollback,

@@ -203,16 +203,26 @@ ack_wait_ms = 5000"#
     /// (durable name, pending, ack pending) of each of the gateway's consumers.
     fn consumers(&self) -> Vec<(String, u64, usize)> {
         use futures_util::TryStreamExt as _;
-        self.runtime.block_on(async {
-            let Ok(stream) = self.js.get_stream(&self.prefix).await else {
-                return Vec::new();
-            };
-            let infos: Vec<_> = stream.consumers().try_collect().await.unwrap();
-            infos
-                .into_iter()
-                .map(|i| (i.name, i.num_pending, i.num_ack_pending))
-                .collect()
-        })
+        // A listing made while the gateway deletes a consumer can come back malformed:
+        // ask again.
+        for _ in 0..10 {
+            let listed = self.runtime.block_on(async {
+                let Ok(stream) = self.js.get_stream(&self.prefix).await else {
+                    return Ok(Vec::new());
+                };
+                stream.consumers().try_collect::<Vec<_>>().await
+            });
+            match listed {
+                Ok(infos) => {
+                    return infos
+                        .into_iter()
+                        .map(|i| (i.name, i.num_pending, i.num_ack_pending))
+                        .collect();
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        panic!("the stream's consumers could not be listed")
     }
 
     /// Whether the durable consumer of `route` exists.

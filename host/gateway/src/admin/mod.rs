@@ -13,7 +13,7 @@
 //! | GET | `/v1/shadow` | | shadow reports |
 //! | POST | `/v1/decide` | | `{"topic", "failure"}` -> decision |
 //! | POST | `/v1/topics/{topic}/messages` | yes | publish one message or a batch into the store |
-//! | GET | `/readyz` | | 200 once the store answers |
+//! | GET | `/readyz` | | 200 once the store answers and every broker source is connected (with `warning:` lines for what an operator must fix); 503 naming what is not |
 //! | GET | `/v1/dlq`, `/v1/dlq/stats` | | the store's dead letters, a page at a time (query: topic, dlq, class, kind, group, min_age_ms, dead_before_ms, max_repeats, limit, after; the next page's `after` in the `x-verdict-next` header); depths |
 //! | GET | `/v1/dlq?source=nats\|rabbitmq`, `/v1/dlq/stats?source=...` | token | the same, read from a broker (read-only; one kept connection per broker) |
 //! | POST | `/v1/dlq/replay` | token | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
