@@ -101,21 +101,21 @@ fn gateway_config_leasing(
     consumer_url: &str,
     lease_ms: u64,
 ) -> PathBuf {
-    let rules = r#"{ max_attempts = 8, rules = [
+    let policy_config = r#"{ max_attempts = 8, rules = [
     { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
     { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
 ] }"#;
-    gateway_config_with(dir, n, store, consumer_url, lease_ms, rules)
+    gateway_config_with(dir, n, store, consumer_url, lease_ms, policy_config)
 }
 
-/// Gateway `n`'s config with leases of `lease_ms` and the route's policy config `rules`.
+/// Gateway `n`'s config with leases of `lease_ms` and the route's `policy_config`.
 fn gateway_config_with(
     dir: &Path,
     n: u32,
     store: &str,
     consumer_url: &str,
     lease_ms: u64,
-    rules: &str,
+    policy_config: &str,
 ) -> PathBuf {
     let dir = dir.join(format!("gw-{n}"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -136,7 +136,7 @@ path = "rules.wasm"
 topic = "orders"
 policy = "rules"
 consumer = {{ url = "{consumer_url}/", timeout_ms = 5000 }}
-config = {rules}
+config = {policy_config}
 "#
     );
     let path = dir.join("verdict.toml");
@@ -699,9 +699,9 @@ fn skewed_clocks(server: Server) {
 /// Gateway `n`: route `orders` retries 503s every 5 s, three attempts in all; leases of
 /// 10 s, kept alive while a delivery runs.
 fn skew_config(dir: &Path, n: u32, store: &str, consumer_url: &str) -> PathBuf {
-    let rules = r#"{ max_attempts = 3, rules = [
+    let policy_config = r#"{ max_attempts = 3, rules = [
     { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
     { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 5000, jitter = "none" } },
 ] }"#;
-    gateway_config_with(dir, n, store, consumer_url, 10_000, rules)
+    gateway_config_with(dir, n, store, consumer_url, 10_000, policy_config)
 }
