@@ -101,22 +101,6 @@ fn gateway_config_leasing(
     consumer_url: &str,
     lease_ms: u64,
 ) -> PathBuf {
-    let policy_config = r#"{ max_attempts = 8, rules = [
-    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
-    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
-] }"#;
-    gateway_config_with(dir, n, store, consumer_url, lease_ms, policy_config)
-}
-
-/// Gateway `n`'s config with leases of `lease_ms` and the route's `policy_config`.
-fn gateway_config_with(
-    dir: &Path,
-    n: u32,
-    store: &str,
-    consumer_url: &str,
-    lease_ms: u64,
-    policy_config: &str,
-) -> PathBuf {
     let dir = dir.join(format!("gw-{n}"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
@@ -135,8 +119,11 @@ path = "rules.wasm"
 [[routes]]
 topic = "orders"
 policy = "rules"
-consumer = {{ url = "{consumer_url}/", timeout_ms = 5000 }}
-config = {policy_config}
+consumer = {{ url = "{consumer_url}/", timeout_ms = 2000 }}
+config = {{ max_attempts = 8, rules = [
+    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
+    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 20 }} }},
+] }}
 "#
     );
     let path = dir.join("verdict.toml");
@@ -152,17 +139,9 @@ fn gateway(config: &Path) -> Proc {
 }
 
 fn publish(gw: &Proc, dir: &Path, n: u32) {
-    let ids: Vec<String> = (0..n).map(|i| format!("m-{i}")).collect();
-    publish_ids(gw, dir, &ids);
-}
-
-/// Publish a message per id to `orders` through `gw`, with gateway 1's token.
-fn publish_ids(gw: &Proc, dir: &Path, ids: &[String]) {
     let batch = dir.join("batch.jsonl");
-    let lines: Vec<String> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| format!(r#"{{"id": "{id}", "payload": {{"order": {i}}}}}"#))
+    let lines: Vec<String> = (0..n)
+        .map(|i| format!(r#"{{"id": "m-{i}", "payload": {{"order": {i}}}}}"#))
         .collect();
     std::fs::write(&batch, lines.join("\n")).unwrap();
     let token = dir.join("gw-1/token");
@@ -634,9 +613,28 @@ fn skewed_clocks(server: Server) {
     let verdict_bin = env!("CARGO_BIN_EXE_verdict");
     let config = |n: u32| skew_config(&dir, n, &db.url(), &consumer_url);
     let first = spawn(verdict_bin, &["run", "-c", config(1).to_str().unwrap()]);
-    let mut ids: Vec<String> = (0..20).map(|i| format!("slow-{i}")).collect();
-    ids.extend((0..10).map(|i| format!("fail-{i}")));
-    publish_ids(&first, &dir, &ids);
+    let batch = dir.join("batch.jsonl");
+    let mut lines: Vec<String> = (0..20)
+        .map(|i| format!(r#"{{"id": "slow-{i}", "payload": {{"order": {i}}}}}"#))
+        .collect();
+    lines.extend((0..10).map(|i| format!(r#"{{"id": "fail-{i}", "payload": {{"order": {i}}}}}"#)));
+    std::fs::write(&batch, lines.join("\n")).unwrap();
+    let token = dir.join("gw-1/token");
+    let out = verdict(
+        &[
+            "publish",
+            "--admin",
+            &first.url,
+            "--token-file",
+            token.to_str().unwrap(),
+            "--topic",
+            "orders",
+            "--batch",
+            batch.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(wait_until(Duration::from_secs(20), || app
         .seen()
         .deliveries
@@ -699,9 +697,32 @@ fn skewed_clocks(server: Server) {
 /// Gateway `n`: route `orders` retries 503s every 5 s, three attempts in all; leases of
 /// 10 s, kept alive while a delivery runs.
 fn skew_config(dir: &Path, n: u32, store: &str, consumer_url: &str) -> PathBuf {
-    let policy_config = r#"{ max_attempts = 3, rules = [
-    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
-    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 5000, jitter = "none" } },
-] }"#;
-    gateway_config_with(dir, n, store, consumer_url, 10_000, policy_config)
+    let dir = dir.join(format!("gw-{n}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    std::fs::write(dir.join("token"), "operator-token\n").unwrap();
+    let config = format!(
+        r#"[admin]
+listen = "127.0.0.1:0"
+token_file = "token"
+[gateway]
+instance = "gw-{n}"
+store = "{store}"
+poll_ms = 10
+lease_ms = 10000
+[policies.rules]
+path = "rules.wasm"
+[[routes]]
+topic = "orders"
+policy = "rules"
+consumer = {{ url = "{consumer_url}/", timeout_ms = 5000 }}
+config = {{ max_attempts = 3, rules = [
+    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
+    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 5000, jitter = "none" }} }},
+] }}
+"#
+    );
+    let path = dir.join("verdict.toml");
+    std::fs::write(&path, config).unwrap();
+    path
 }

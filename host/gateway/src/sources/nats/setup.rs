@@ -428,7 +428,10 @@ impl Broker {
             ("nats.ack_wait_ms", info.config.ack_wait != want.ack_wait),
             (
                 "nats.max_ack_pending",
-                info.config.max_ack_pending != want.max_ack_pending,
+                // An unlimited value (the default) may come back as the server's own:
+                // compared only when set, or every start would update the consumer under
+                // the other gateways' pulls.
+                want.max_ack_pending > 0 && info.config.max_ack_pending != want.max_ack_pending,
             ),
             ("max_deliver", info.config.max_deliver != want.max_deliver),
         ]
