@@ -13,8 +13,7 @@ pub struct Faults {
     pub broker_restarts: u32,
     /// Windows in which the consumer reset every connection.
     pub consumer_outages: u32,
-    /// Config edits the gateway reloaded (the retry delay; on NATS and the store, a
-    /// narrower route added or removed).
+    /// Config edits the gateway reloaded.
     pub reloads: u32,
     /// Rollbacks through the admin API.
     pub rollbacks: u32,
@@ -29,8 +28,7 @@ pub enum Fault {
     BrokerRestart,
     /// The consumer resets every connection for a while.
     ConsumerDown,
-    /// The config edited, for the gateway to reload: the route's retry delay, and on NATS
-    /// and the store a narrower route beside it added or removed.
+    /// The config edited (the route's retry delay), for the gateway to reload.
     Reload,
     /// A rollback to the previous generation through the admin API.
     Rollback,

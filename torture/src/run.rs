@@ -139,17 +139,9 @@ fn config(
     component: &str,
     consumer: &str,
     delay_ms: u64,
-    narrow: bool,
     p: &Profile,
 ) -> String {
-    let (pattern, topics) = source.topics();
-    let route = |topic: &str| route(source, topic, consumer, delay_ms, p);
-    // A narrower route beside the main one takes a share of the messages; the reload
-    // faults add and remove it, handing its waiting retries back and forth.
-    let narrower = match topics.first() {
-        Some(topic) if narrow => route(topic),
-        _ => String::new(),
-    };
+    let (pattern, _) = source.topics();
     format!(
         r#"# Written by verdict-torture; edited by its reload faults.
 [sandbox]
@@ -166,18 +158,8 @@ lease_ms = {LEASE_MS}
 {section}
 [policies.rules]
 path = "{component}"
-{main}{narrower}"#,
-        name = source.name.as_str(),
-        section = source.section(),
-        main = route(&pattern),
-    )
-}
-
-/// A route of the run's policy and consumer on `topic`.
-fn route(source: &Source, topic: &str, consumer: &str, delay_ms: u64, p: &Profile) -> String {
-    format!(
-        r#"[[routes]]
-topic = "{topic}"
+[[routes]]
+topic = "{pattern}"
 source = "{name}"
 policy = "rules"
 # A retry budget, so its holds (a message given back untouched to wait) meet the kills,
@@ -191,6 +173,7 @@ config = {{ max_attempts = {MAX_ATTEMPTS}, honor_retry_after = false, rules = [
 ], default = {{ retry = {{ strategy = "fixed", delay_ms = {delay_ms} }} }} }}
 "#,
         name = source.name.as_str(),
+        section = source.section(),
         timeout = p.timeout_ms,
         concurrency = p.concurrency,
     )
@@ -234,9 +217,6 @@ struct Run<'a> {
     /// generation had, since an edit that restores the active routes (after a rollback,
     /// say) changes no route and is rightly no reload.
     delay_ms: u64,
-    /// Whether the config has the narrower route (NATS and the store: a RabbitMQ route is
-    /// one queue).
-    narrow: bool,
     rng: Rng,
     windows: Vec<Window>,
     report: Report,
@@ -272,7 +252,6 @@ impl<'a> Run<'a> {
             dir,
             port,
             delay_ms: 200,
-            narrow: false,
             rng: Rng::new(o.seed, 0x4641_554c),
             windows: Vec::new(),
             report: Report {
@@ -328,7 +307,6 @@ impl<'a> Run<'a> {
             &component,
             self.consumer.url(),
             self.delay_ms,
-            self.narrow,
             &self.o.profile,
         );
         let tmp = self.dir.join("verdict.toml.tmp");
@@ -448,9 +426,6 @@ impl<'a> Run<'a> {
     /// A config edit (the next retry delay) the gateway must reload.
     fn reload(&mut self) -> Result<()> {
         self.delay_ms += 10;
-        // On NATS and the store the routes change shape too: a narrower route added or
-        // removed while messages of its subject wait for a retry.
-        self.narrow = !self.narrow && self.name != SourceName::Rabbitmq;
         match admin::reload(&self.admin, || self.write_config())? {
             Ok(()) => self.report.faults.reloads += 1,
             Err(violation) => self.report.violations.push(violation),
