@@ -198,6 +198,7 @@ impl RabbitFixture {
         while d <= MAX_BUCKET_MS {
             let b = bucket_ms(d);
             buckets.push(format!("{}.delay.{b}", self.prefix));
+            buckets.push(format!("{}.delay.qq.{b}", self.prefix));
             d = b + 1;
         }
         queues.extend(buckets.iter().cloned());

@@ -4,14 +4,15 @@
 //! A fault excuses exactly what it can cause, and only for the messages whose life (publish
 //! to last delivery or dead letter) overlaps its window: a gateway kill or a broker restart
 //! may deliver a message again and may cost it an attempt; a consumer outage may cost it
-//! attempts. Nothing excuses a lost message, a second dead letter, a delivery long after a
+//! attempts; writes the source refuses may cost attempts and have the gateway dead-letter a
+//! message itself. Nothing excuses a lost message, a second dead letter, a delivery long after a
 //! dead letter, a dead letter that does not name its policy, or a panic.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::consumer::Request;
 use crate::letters::{Dead, NO_KEY};
-use crate::plan::{Planned, fate};
+use crate::plan::{MAX_ATTEMPTS, Planned, fate};
 use crate::sources::SourceName;
 
 /// What a fault window excuses.
@@ -21,6 +22,10 @@ pub enum Excuse {
     Redelivery,
     /// Attempts lost (the consumer down).
     Attempts,
+    /// The source refusing the gateway's writes (an operator's length limit): messages
+    /// given back and delivered again, and - past the bound on failed settlements - dead-
+    /// lettered by the gateway itself (policy `verdict-gateway`) instead of their policy.
+    Refused,
 }
 
 /// A span of time a fault was acting in (ms since the epoch).
@@ -80,6 +85,9 @@ pub struct Inputs<'a> {
     pub windows: &'a [Window],
 }
 
+/// The name a dead letter decided by the gateway itself gives as its policy.
+const GATEWAY_POLICY: &str = "verdict-gateway";
+
 /// Delivered more than 2 s after its dead letter: the gateway still had it.
 const LATE_MS: u64 = 2_000;
 
@@ -128,8 +136,20 @@ pub fn check(i: &Inputs) -> Findings {
             .chain(died.map(|d| d.at_ms))
             .max()
             .unwrap_or(at);
+        // A message given back and taken again at once, without end, reaches its consumer
+        // hundreds of times; every fault together explains a few deliveries more than
+        // its attempts, never four times as many.
+        let most = u64::from(MAX_ATTEMPTS) * 4 * copies;
+        if mine.len() as u64 > most {
+            f.violations.push(format!(
+                "message {key} reached its consumer {} times, more than {most} ({MAX_ATTEMPTS} \
+                 attempts per copy): a redelivery loop",
+                mine.len()
+            ));
+        }
         let redelivered = overlaps(at, last_seen, Excuse::Redelivery);
-        let attempts_lost = redelivered || overlaps(at, last_seen, Excuse::Attempts);
+        let refused = overlaps(at, last_seen, Excuse::Refused);
+        let attempts_lost = redelivered || refused || overlaps(at, last_seen, Excuse::Attempts);
         match (accepted.first(), died) {
             (None, None) => f.violations.push(format!(
                 "message {key} is lost: neither delivered nor dead-lettered ({} request(s))",
@@ -170,7 +190,7 @@ pub fn check(i: &Inputs) -> Findings {
                 f.violations
                     .push(format!("message {key} has {} dead letters", d.count));
             }
-            if d.policy != "rules" {
+            if d.policy != "rules" && !(refused && d.policy == GATEWAY_POLICY) {
                 f.violations.push(format!(
                     "the dead letter of {key} names policy {:?}, not \"rules\"",
                     d.policy
@@ -346,6 +366,40 @@ mod tests {
         assert!(
             late.violations[0].contains("after it was dead-lettered"),
             "{late:?}"
+        );
+        // The gateway's own dead letter: a violation, unless writes were refused meanwhile.
+        let mut by_gateway = dead_poison(1);
+        by_gateway.get_mut(&poison.key).unwrap().policy = GATEWAY_POLICY.into();
+        let log = [accept(&ok.key, 1_100)];
+        let unexcused = run(&log, &by_gateway, &[]);
+        assert!(
+            unexcused.violations[0].contains("verdict-gateway"),
+            "{unexcused:?}"
+        );
+        let refusal = Window {
+            from_ms: 1_200,
+            to_ms: 1_400,
+            excuse: Excuse::Refused,
+        };
+        let excused = run(&log, &by_gateway, &[refusal]);
+        assert_eq!(excused.violations, Vec::<String>::new());
+        // A redelivery loop, whatever the faults.
+        let looped: Vec<Request> = (0..200).map(|n| accept(&ok.key, 1_100 + n)).collect();
+        let looped: Vec<Request> = looped
+            .into_iter()
+            .map(|r| Request {
+                accepted: false,
+                ..r
+            })
+            .chain([accept(&ok.key, 1_400)])
+            .collect();
+        let looped = run(&looped, &dead_poison(1), &[kill]);
+        assert!(
+            looped
+                .violations
+                .iter()
+                .any(|v| v.contains("redelivery loop")),
+            "{looped:?}"
         );
         // A dead letter that lost its message on the way.
         let mut mangled = dead_poison(1);

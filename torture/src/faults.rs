@@ -13,10 +13,14 @@ pub struct Faults {
     pub broker_restarts: u32,
     /// Windows in which the consumer reset every connection.
     pub consumer_outages: u32,
-    /// Config edits the gateway reloaded.
+    /// Config edits the gateway reloaded (the retry delay; on NATS and the store, a
+    /// narrower route added or removed).
     pub reloads: u32,
     /// Rollbacks through the admin API.
     pub rollbacks: u32,
+    /// An operator's hand on RabbitMQ: a delay exchange deleted, or writes refused by a
+    /// `reject-publish` limit for a moment.
+    pub operator_acts: u32,
 }
 
 /// A fault at a point of the publishing.
@@ -28,10 +32,13 @@ pub enum Fault {
     BrokerRestart,
     /// The consumer resets every connection for a while.
     ConsumerDown,
-    /// The config edited (the route's retry delay), for the gateway to reload.
+    /// The config edited, for the gateway to reload: the route's retry delay, and on NATS
+    /// and the store a narrower route beside it added or removed.
     Reload,
     /// A rollback to the previous generation through the admin API.
     Rollback,
+    /// An operator's hand on RabbitMQ (see [`crate::operator`]).
+    Operator,
 }
 
 /// The faults of a run and where in the publishing they strike: `kinds` placed at seeded
@@ -47,8 +54,9 @@ pub fn schedule(rng: &mut Rng, messages: usize, kinds: &[Fault]) -> BTreeMap<usi
 }
 
 /// `n` faults of every kind the source allows, in turn from a seeded start, so a few
-/// faults already cover every kind.
-pub fn fault_kinds(rng: &mut Rng, n: usize, broker: bool) -> Vec<Fault> {
+/// faults already cover every kind: broker restarts with `broker`, an operator's hand with
+/// `operator` (RabbitMQ).
+pub fn fault_kinds(rng: &mut Rng, n: usize, broker: bool, operator: bool) -> Vec<Fault> {
     let mut kinds = vec![
         Fault::Kill,
         Fault::ConsumerDown,
@@ -57,6 +65,9 @@ pub fn fault_kinds(rng: &mut Rng, n: usize, broker: bool) -> Vec<Fault> {
     ];
     if broker {
         kinds.insert(1, Fault::BrokerRestart);
+    }
+    if operator {
+        kinds.push(Fault::Operator);
     }
     let start = rng.below(kinds.len() as u64) as usize;
     (0..n).map(|i| kinds[(start + i) % kinds.len()]).collect()

@@ -1,6 +1,7 @@
 //! `verdict-torture`: drives the real `verdict` gateway on each source with a seeded hostile
-//! consumer, hostile producers and faults (gateway `kill -9`, consumer outages, hot
-//! reloads, rollbacks), then checks the delivery invariants: nothing lost, at most one dead
+//! consumer, hostile producers and faults (gateway `kill -9`, broker restarts, consumer
+//! outages, hot reloads that reshape the routes, rollbacks, an operator deleting a RabbitMQ
+//! delay exchange or refusing writes), then checks the delivery invariants: nothing lost, at most one dead
 //! letter per message, no delivery after a terminal state, duplicates only as many as the
 //! faults explain, no panic, every dead letter naming its policy.
 //!
@@ -25,6 +26,7 @@ mod consumer;
 mod faults;
 mod gateway;
 mod letters;
+mod operator;
 mod plan;
 mod producer;
 mod progress;
@@ -63,7 +65,8 @@ struct Args {
     no_broker_restarts: bool,
     /// Volume instead of variety: a million messages (unless --messages), every hostile
     /// shape but the slow answers and big payloads rare, 5 gateway kills and 2 broker
-    /// restarts (besides 2 consumer outages, 2 reloads and a rollback) per run.
+    /// restarts (besides 2 consumer outages, 2 reloads, a rollback and, on RabbitMQ, an
+    /// operator's hand) per run.
     #[arg(long)]
     soak: bool,
     /// Publish no further while this many messages are not terminal yet (default: no limit;
@@ -135,6 +138,7 @@ fn real_main() -> Result<bool> {
             ConsumerDown,
             Reload,
             Kill,
+            Operator,
         ];
         (run::Profile::soak(), Some(soak))
     } else {
@@ -263,7 +267,7 @@ fn build_rules(bin: &std::path::Path) -> Result<PathBuf> {
 
 fn table(reports: &[run::Report]) -> String {
     let mut out = format!(
-        "{:<9} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>9} {:>6}\n",
+        "{:<9} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>9} {:>6}\n",
         "SOURCE",
         "SEED",
         "MSGS",
@@ -277,12 +281,13 @@ fn table(reports: &[run::Report]) -> String {
         "OUTAGE",
         "RELOADS",
         "ROLLBACK",
+        "OPERATOR",
         "MAX-TERM",
         "RESULT"
     );
     for r in reports {
         out += &format!(
-            "{:<9} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>7}ms {:>6}\n",
+            "{:<9} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>7}ms {:>6}\n",
             r.source,
             r.seed,
             r.messages,
@@ -296,6 +301,7 @@ fn table(reports: &[run::Report]) -> String {
             r.faults.consumer_outages,
             r.faults.reloads,
             r.faults.rollbacks,
+            r.faults.operator_acts,
             r.max_publish_to_terminal_ms,
             if r.violations.is_empty() {
                 "ok"

@@ -19,7 +19,7 @@ use crate::plan::{self, MAX_ATTEMPTS};
 use crate::progress::Progress;
 use crate::rng::Rng;
 use crate::sources::{Source, SourceName};
-use crate::{admin, broker, producer};
+use crate::{admin, broker, operator, producer};
 
 /// The NATS config's `ack_wait_ms`: a redelivery after a broker restart comes this late.
 const ACK_WAIT_MS: u64 = 3_000;
@@ -139,9 +139,17 @@ fn config(
     component: &str,
     consumer: &str,
     delay_ms: u64,
+    narrow: bool,
     p: &Profile,
 ) -> String {
-    let (pattern, _) = source.topics();
+    let (pattern, topics) = source.topics();
+    let route = |topic: &str| route(source, topic, consumer, delay_ms, p);
+    // A narrower route beside the main one takes a share of the messages; the reload
+    // faults add and remove it, handing its waiting retries back and forth.
+    let narrower = match topics.first() {
+        Some(topic) if narrow => route(topic),
+        _ => String::new(),
+    };
     format!(
         r#"# Written by verdict-torture; edited by its reload faults.
 [sandbox]
@@ -158,8 +166,18 @@ lease_ms = {LEASE_MS}
 {section}
 [policies.rules]
 path = "{component}"
-[[routes]]
-topic = "{pattern}"
+{main}{narrower}"#,
+        name = source.name.as_str(),
+        section = source.section(),
+        main = route(&pattern),
+    )
+}
+
+/// A route of the run's policy and consumer on `topic`.
+fn route(source: &Source, topic: &str, consumer: &str, delay_ms: u64, p: &Profile) -> String {
+    format!(
+        r#"[[routes]]
+topic = "{topic}"
 source = "{name}"
 policy = "rules"
 # A retry budget, so its holds (a message given back untouched to wait) meet the kills,
@@ -173,7 +191,6 @@ config = {{ max_attempts = {MAX_ATTEMPTS}, honor_retry_after = false, rules = [
 ], default = {{ retry = {{ strategy = "fixed", delay_ms = {delay_ms} }} }} }}
 "#,
         name = source.name.as_str(),
-        section = source.section(),
         timeout = p.timeout_ms,
         concurrency = p.concurrency,
     )
@@ -217,6 +234,9 @@ struct Run<'a> {
     /// generation had, since an edit that restores the active routes (after a rollback,
     /// say) changes no route and is rightly no reload.
     delay_ms: u64,
+    /// Whether the config has the narrower route (NATS and the store: a RabbitMQ route is
+    /// one queue).
+    narrow: bool,
     rng: Rng,
     windows: Vec<Window>,
     report: Report,
@@ -252,6 +272,7 @@ impl<'a> Run<'a> {
             dir,
             port,
             delay_ms: 200,
+            narrow: false,
             rng: Rng::new(o.seed, 0x4641_554c),
             windows: Vec::new(),
             report: Report {
@@ -284,11 +305,13 @@ impl<'a> Run<'a> {
                 .iter()
                 .copied()
                 .filter(|k| *k != Fault::BrokerRestart || self.name != SourceName::Embedded)
+                .filter(|k| *k != Fault::Operator || self.name == SourceName::Rabbitmq)
                 .collect(),
             None => fault_kinds(
                 &mut self.rng,
                 o.faults,
                 self.name != SourceName::Embedded && o.broker_restarts,
+                self.name == SourceName::Rabbitmq,
             ),
         };
         let points = schedule(&mut self.rng, o.messages, &kinds);
@@ -307,6 +330,7 @@ impl<'a> Run<'a> {
             &component,
             self.consumer.url(),
             self.delay_ms,
+            self.narrow,
             &self.o.profile,
         );
         let tmp = self.dir.join("verdict.toml.tmp");
@@ -395,6 +419,24 @@ impl<'a> Run<'a> {
                 self.report.faults.consumer_outages += 1;
             }
             Fault::Reload => self.reload()?,
+            Fault::Operator => {
+                let act =
+                    operator::strike(self.runtime, self.source, self.delay_ms, &mut self.rng)?;
+                self.progress.note(&format!("operator: {act:?}"));
+                // A deleted exchange closes the gateway's channel under a settlement (that
+                // message comes again); a refused write gives its message back, to come
+                // again at the bounded rate (at once three times, then after 5 s, 10 s),
+                // and past the bound the gateway dead-letters it itself.
+                match act {
+                    operator::Act::DeleteExchange => {
+                        self.excuse(from_ms, now_ms() + ACK_WAIT_MS, Excuse::Redelivery);
+                    }
+                    operator::Act::RefuseWrites(_) => {
+                        self.excuse(from_ms, now_ms() + 16_000, Excuse::Refused);
+                    }
+                }
+                self.report.faults.operator_acts += 1;
+            }
             Fault::Rollback => {
                 // A rollback needs an earlier generation: a fresh gateway gets one first.
                 if admin::generation(&self.admin)? < 2 {
@@ -426,6 +468,9 @@ impl<'a> Run<'a> {
     /// A config edit (the next retry delay) the gateway must reload.
     fn reload(&mut self) -> Result<()> {
         self.delay_ms += 10;
+        // On NATS and the store the routes change shape too: a narrower route added or
+        // removed while messages of its subject wait for a retry.
+        self.narrow = !self.narrow && self.name != SourceName::Rabbitmq;
         match admin::reload(&self.admin, || self.write_config())? {
             Ok(()) => self.report.faults.reloads += 1,
             Err(violation) => self.report.violations.push(violation),
@@ -499,13 +544,15 @@ impl<'a> Run<'a> {
         report.max_publish_to_terminal_ms = found.max_publish_to_terminal_ms;
         // The store counts what it may deliver twice (leases recovered at a start, outcomes
         // fenced off); a broker redelivers what was unacknowledged at a kill or a restart:
-        // at most the route's concurrency, and on a restart the prefetch window too.
+        // at most the route's concurrency, and on a restart (or a channel an operator's hand
+        // closed) the prefetch window too.
         let concurrency = self.o.profile.concurrency;
         report.duplicates_allowed = if self.name == SourceName::Embedded {
             self.gw.counted_redeliveries()
         } else {
             u64::from(report.faults.gateway_kills) * concurrency
-                + u64::from(report.faults.broker_restarts) * (concurrency + PREFETCH)
+                + u64::from(report.faults.broker_restarts + report.faults.operator_acts)
+                    * (concurrency + PREFETCH)
         };
         if report.duplicates > report.duplicates_allowed {
             report.violations.push(format!(

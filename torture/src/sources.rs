@@ -342,7 +342,7 @@ impl Source {
         let mut d = 1;
         while d <= verdict_gateway::sources::rabbitmq::headers::MAX_BUCKET_MS {
             let b = verdict_gateway::sources::rabbitmq::headers::bucket_ms(d);
-            queues.push(format!("{p}.delay.{b}"));
+            queues.push(format!("{p}.delay.qq.{b}"));
             d = b + 1;
         }
         queues
@@ -375,6 +375,28 @@ impl Source {
     }
 
     /// Delete what a run of this prefix leaves on the broker.
+    /// This run's names start with it.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Delete the RabbitMQ exchange `name` (an operator's hand): the gateway's next publish
+    /// there is a channel error.
+    pub async fn delete_exchange(&self, name: &str) -> Result<()> {
+        let mut held = self.rabbit.lock().await;
+        if held.as_ref().is_none_or(|(c, _)| !c.status().connected()) {
+            *held = Some(rabbit_connect().await.context("reconnecting to RabbitMQ")?);
+        }
+        let (conn, _) = held.as_ref().expect("connected above");
+        let channel = conn.create_channel().await?;
+        channel
+            .exchange_delete(ShortString::from(name), Default::default())
+            .await
+            .with_context(|| format!("deleting exchange `{name}`"))?;
+        let _ = channel.close(200, ShortString::from("deleted")).await;
+        Ok(())
+    }
+
     pub async fn clean(&self) {
         let p = &self.prefix;
         if let Some(js) = &self.nats {

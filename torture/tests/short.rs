@@ -1,6 +1,7 @@
 //! The short torture profile the test command runs: every source, two seeds, 150 hostile
-//! messages and five faults each (a gateway kill, a broker restart, a consumer outage, a
-//! hot reload and a rollback), through the real `verdict` binary. The
+//! messages and six faults each (a gateway kill, a broker restart, a consumer outage, a
+//! hot reload that reshapes the routes, a rollback and, on RabbitMQ, an operator deleting a
+//! delay exchange or refusing writes), through the real `verdict` binary. The
 //! long runs (`--soak`, more seeds) are run by hand; see RELIABILITY.md.
 
 use std::process::Command;
@@ -19,7 +20,7 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
             "--messages",
             "150",
             "--faults",
-            "5",
+            "6",
             "--duration",
             "90",
             "--json",
@@ -45,7 +46,7 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
             r["dead_lettered"].as_u64().unwrap() > 0,
             "poison and exhausted ones: {r}"
         );
-        // Five faults take every kind in turn: each run had each kind its source allows.
+        // Six faults take every kind in turn: each run had each kind its source allows.
         let faults = &r["faults"];
         for kind in ["gateway_kills", "consumer_outages", "reloads", "rollbacks"] {
             assert!(faults[kind].as_u64().unwrap() >= 1, "{kind}: {r}");
@@ -54,6 +55,11 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
         assert_eq!(
             faults["broker_restarts"].as_u64().unwrap() >= 1,
             broker,
+            "{r}"
+        );
+        assert_eq!(
+            faults["operator_acts"].as_u64().unwrap() >= 1,
+            r["source"] == "rabbitmq",
             "{r}"
         );
     }

@@ -475,6 +475,7 @@ consumer = {{ url = "{}/", timeout_ms = 2000 }}
         while d <= MAX_BUCKET_MS {
             let b = bucket_ms(d);
             buckets.push(format!("{prefix}.delay.{b}"));
+            buckets.push(format!("{prefix}.delay.qq.{b}"));
             d = b + 1;
         }
         let queues = [queue.clone(), dlq.clone(), format!("{prefix}.audit")];

@@ -965,7 +965,7 @@ fn check_config(config: &GatewayConfig) -> Result<(), TestCaseError> {
                 .gateway
                 .dlq_naming
                 .dlq_for(&route.topic, &config.gateway.global_dlq);
-            let bucket = format!("{}.{}", config.rabbitmq.delay_prefix, rabbit::MAX_BUCKET_MS);
+            let bucket = config.rabbitmq.bucket_name(rabbit::MAX_BUCKET_MS);
             for name in [&route.topic, &dlq, &bucket, &config.rabbitmq.audit_queue] {
                 prop_assert!(name.len() <= 255, "a RabbitMQ name of {} bytes", name.len());
             }

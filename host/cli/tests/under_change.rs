@@ -593,6 +593,16 @@ impl Rabbit {
 
     /// Publish `ids` to the route queue, each confirmed.
     fn publish(&self, ids: &[String]) {
+        let properties = ids.iter().map(|id| {
+            lapin::BasicProperties::default()
+                .with_message_id(id.as_str().into())
+                .with_delivery_mode(2)
+        });
+        self.publish_each(properties.collect());
+    }
+
+    /// Publish one `{}` message per entry of `properties` to the route queue, confirmed.
+    fn publish_each(&self, properties: Vec<lapin::BasicProperties>) {
         use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
         let (_conn, channel) = self.channel();
         let queue = self.queue();
@@ -601,16 +611,14 @@ impl Rabbit {
                 .confirm_select(ConfirmSelectOptions::default())
                 .await
                 .unwrap();
-            for id in ids {
+            for p in properties {
                 let confirm = channel
                     .basic_publish(
                         "".into(),
                         queue.as_str().into(),
                         BasicPublishOptions::default(),
                         b"{}",
-                        lapin::BasicProperties::default()
-                            .with_message_id(id.as_str().into())
-                            .with_delivery_mode(2),
+                        p,
                     )
                     .await
                     .unwrap();
@@ -662,6 +670,7 @@ impl Drop for Rabbit {
             while d <= MAX_BUCKET_MS {
                 let b = bucket_ms(d);
                 buckets.push(format!("{p}.delay.{b}"));
+                buckets.push(format!("{p}.delay.qq.{b}"));
                 d = b + 1;
             }
             let queues = [queue.clone(), format!("{queue}.DLQ"), format!("{p}.audit")];
@@ -852,7 +861,7 @@ fn a_deleted_delay_exchange_is_declared_again_and_loses_nothing() {
     let rabbit = Rabbit::new("exchange");
     let messages = ids("m", 5);
     let (gw, down) = one_rabbit_gateway(&rabbit, &runtime, "exchange", &messages);
-    let exchange = format!("{}.delay.{}", rabbit.prefix, bucket_ms(1_000));
+    let exchange = format!("{}.delay.qq.{}", rabbit.prefix, bucket_ms(1_000));
     let (_conn, channel) = rabbit.channel();
     rabbit
         .runtime
@@ -913,5 +922,119 @@ fn a_broker_refusing_every_write_gets_no_hot_loop() {
         deliveries.values().all(|n| *n <= 12),
         "the consumer was called without bound: {deliveries:?}"
     );
+    drop(gw);
+}
+
+/// Five identical messages published without a `message_id`, a consumer that fails each id
+/// once: each message gets an id of its own, kept by its retry - so each is delivered twice
+/// and accepted once. (Ids made from the content alone gave all five one id: the consumer
+/// saw one message accepted five times, as a consumer deduplicating by id would drop four.)
+#[test]
+fn identical_messages_without_an_id_get_ids_of_their_own() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rabbit = Rabbit::new("noid");
+    let flaky = app(&runtime, Behaviour::FailsFirst(1));
+    let dir = scratch("operator-noid");
+    let head = format!("instance = \"gw-noid\"\n{}", rabbit.section());
+    let config = write_config(
+        &dir,
+        &head,
+        &route(&rabbit.queue(), "rabbitmq", &flaky, 100),
+    );
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    assert!(wait_until(Duration::from_secs(30), || readyz(&gw).starts_with("ready")));
+    let no_id = lapin::BasicProperties::default().with_delivery_mode(2);
+    rabbit.publish_each(vec![no_id; 5]);
+    assert!(
+        wait_until(Duration::from_secs(30), || flaky.accepted().len() == 5),
+        "accepted {:?}; deliveries {:?}",
+        flaky.accepted(),
+        flaky.deliveries()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        flaky.accepted().values().all(|n| *n == 1),
+        "{:?}",
+        flaky.accepted()
+    );
+    assert!(
+        flaky.deliveries().values().all(|n| *n == 2),
+        "{:?}",
+        flaky.deliveries()
+    );
+    let ids: Vec<String> = flaky.deliveries().into_keys().collect();
+    assert!(
+        ids.iter().all(|id| id.starts_with(&rabbit.queue())),
+        "{ids:?}"
+    );
+    drop(gw);
+}
+
+/// Retries wait in quorum buckets that move them back with at-least-once dead-lettering:
+/// an operator deletes the route queue while five retries wait (the gateway stopped, so
+/// nothing declares it again), the retries expire into nowhere - and are kept, not dropped.
+/// Once a gateway declares the queue again, every one arrives and is accepted - when the
+/// broker next tries to move them, about three minutes later. (Classic buckets dropped all
+/// five: the hop back was at most once.)
+#[test]
+fn retries_expiring_while_their_route_queue_is_gone_are_kept_not_dropped() {
+    use lapin::options::QueueDeleteOptions;
+    use verdict_gateway::sources::rabbitmq::headers::bucket_ms;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rabbit = Rabbit::new("hop");
+    let flaky = app(&runtime, Behaviour::FailsFirst(1));
+    let dir = scratch("operator-hop");
+    let head = format!("instance = \"gw-hop\"\n{}", rabbit.section());
+    let config = write_config(
+        &dir,
+        &head,
+        &route(&rabbit.queue(), "rabbitmq", &flaky, 2_000),
+    );
+    let start = || {
+        let gw = spawn(
+            env!("CARGO_BIN_EXE_verdict"),
+            &["run", "-c", config.to_str().unwrap()],
+        );
+        assert!(wait_until(Duration::from_secs(30), || readyz(&gw).starts_with("ready")));
+        gw
+    };
+    let gw = start();
+    let messages = ids("m", 5);
+    rabbit.publish(&messages);
+    let bucket = format!("{}.delay.qq.{}", rabbit.prefix, bucket_ms(2_000));
+    assert!(
+        wait_until(Duration::from_secs(20), || rabbit.depth(&bucket) == 5),
+        "five retries wait in `{bucket}`: {}; deliveries {:?}",
+        rabbit.depth(&bucket),
+        flaky.deliveries()
+    );
+    drop(gw);
+    let (_conn, channel) = rabbit.channel();
+    rabbit
+        .runtime
+        .block_on(channel.queue_delete(
+            rabbit.queue().as_str().into(),
+            QueueDeleteOptions::default(),
+        ))
+        .unwrap();
+    // Past the retry delay: each retry expires while its route queue does not exist.
+    std::thread::sleep(Duration::from_secs(4));
+    let gw = start();
+    let waited = std::time::Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(300), || flaky.accepted().len() == 5),
+        "accepted {:?} of 5 after {:?}; deliveries {:?}",
+        flaky.accepted(),
+        waited.elapsed(),
+        flaky.deliveries()
+    );
+    eprintln!(
+        "the kept retries arrived {:?} after the route queue came back",
+        waited.elapsed()
+    );
+    assert_eq!(flaky.accepted(), each_once(&messages));
     drop(gw);
 }

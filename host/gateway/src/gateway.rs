@@ -181,7 +181,11 @@ async fn start(
         token,
     )
     .with_gateway(pipeline.clone())
-    .with_dlq_history(sample_dlqs(store.clone(), stopped.clone()));
+    .with_dlq_history(sample_dlqs(store.clone(), stopped.clone()))
+    .with_allowed_hosts(admin::host_check::AllowedHosts::new(
+        admin,
+        &config.admin.allowed_hosts,
+    ));
     let router = admin::router(state, config.admin.max_body_bytes);
     let mut stopped_admin = stopped;
     let server = tokio::spawn(admin::serve(listener, router, async move {

@@ -17,6 +17,14 @@ use verdict_registry::Registry;
 /// The `/metrics` page of a gateway: the registry's collector plus whatever else registers.
 pub struct Metrics {
     registry: prometheus_client::registry::Registry,
+    admin: AdminCounters,
+}
+
+/// What the admin listener counts about the requests it refuses.
+#[derive(Debug, Clone, Default)]
+pub struct AdminCounters {
+    /// Requests naming a host the listener does not answer to (421).
+    pub misdirected_requests: prometheus_client::metrics::counter::Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -33,7 +41,21 @@ impl Metrics {
     pub fn new(registry: Arc<Registry>) -> Self {
         let mut metrics = prometheus_client::registry::Registry::default();
         metrics.register_collector(Box::new(RegistryCollector(registry)));
-        Metrics { registry: metrics }
+        let admin = AdminCounters::default();
+        metrics.register(
+            "verdict_admin_misdirected_requests",
+            "Admin requests refused (421) because their Host named no address this listener answers to (a DNS rebinding attempt, or a proxy missing from [admin] allowed_hosts)",
+            admin.misdirected_requests.clone(),
+        );
+        Metrics {
+            registry: metrics,
+            admin,
+        }
+    }
+
+    /// The admin listener's counters.
+    pub fn admin(&self) -> &AdminCounters {
+        &self.admin
     }
 
     /// Add the gateway's: deliveries and verdicts applied, and the store's message states and

@@ -37,9 +37,9 @@ mod routing;
 mod shadow;
 
 pub use config::{
-    AdminConfig, AdmissionConfig, ConsoleConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DlqFormat,
-    DlqNaming, GatewayConfig, GatewayConfigError, GatewaySection, NatsConfig, PolicyConfig,
-    RabbitmqConfig, RouteConfig, ShadowConfig, SourceKind, StorageConfig,
+    AdminConfig, AdmissionConfig, ConsoleConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DelayQueues,
+    DlqFormat, DlqNaming, GatewayConfig, GatewayConfigError, GatewaySection, NatsConfig,
+    PolicyConfig, RabbitmqConfig, RouteConfig, ShadowConfig, SourceKind, StorageConfig,
 };
 pub use registry::{ActiveRoute, Generation, Registry, RegistryError, ReloadStatus, Upload};
 pub use reload::{ConfigWatcher, WatchError};

@@ -403,9 +403,14 @@ fn broker_objects(config: &verdict_registry::GatewayConfig) -> Vec<String> {
             ));
         }
         out.push(format!("rabbitmq queue `{}`", config.rabbitmq.audit_queue));
+        let kind = match config.rabbitmq.delay_queues {
+            verdict_registry::DelayQueues::Quorum => "quorum",
+            verdict_registry::DelayQueues::Classic => "classic",
+        };
+        let zero = config.rabbitmq.bucket_name(0);
+        let pattern = zero.strip_suffix('0').unwrap_or(&zero);
         out.push(format!(
-            "rabbitmq delay exchanges and queues `{}.<ms>`, as delays need them",
-            config.rabbitmq.delay_prefix
+            "rabbitmq delay exchanges and {kind} queues `{pattern}<ms>`, as delays need them"
         ));
     }
     out

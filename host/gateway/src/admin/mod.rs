@@ -29,7 +29,9 @@
 //! | POST | `/v1/shadow` | token | `{"topic", "policy"?, "config"?}`: shadow on (or off) |
 //! | POST | `/v1/reload` | token | re-read the config file |
 //!
-//! Errors are JSON with a status a client can act on (see [`ApiError`]). The same listener
+//! Before any of that, a request whose `Host` names no address the listener answers to gets
+//! 421 (see [`host_check`]: DNS rebinding). Errors are JSON with a status a client can act
+//! on (see [`ApiError`]). The same listener
 //! serves the operator console (`/`, `/groups/{id}`, `/jobs/{id}`, `/letters/{seq}`,
 //! `/policies`, `/login`): its pages are open like the API's reads; its forms act only for
 //! an operator logged in with the admin token, through a session cookie and a CSRF token.
@@ -55,6 +57,7 @@ mod dlq;
 mod error;
 mod groups;
 mod handlers;
+pub mod host_check;
 mod jobs;
 mod publish;
 pub mod repair;
@@ -79,6 +82,7 @@ pub struct AdminState {
     jobs: Arc<crate::dlq::Jobs>,
     dlq_history: Arc<crate::dlq::DlqHistory>,
     sessions: Arc<session::Sessions>,
+    hosts: Arc<host_check::AllowedHosts>,
 }
 
 impl AdminState {
@@ -100,7 +104,20 @@ impl AdminState {
             jobs: Arc::default(),
             dlq_history: Arc::default(),
             sessions: Arc::default(),
+            hosts: Arc::new(host_check::AllowedHosts::loopback()),
         }
+    }
+
+    /// Answer only to `hosts` (by default: loopback names on any port); see
+    /// [`host_check`].
+    pub fn with_allowed_hosts(mut self, hosts: host_check::AllowedHosts) -> Self {
+        self.hosts = Arc::new(hosts);
+        self
+    }
+
+    /// The names the listener answers to.
+    pub(crate) fn allowed_hosts(&self) -> &host_check::AllowedHosts {
+        &self.hosts
     }
 
     /// Serve the gateway's endpoints too: publishing into the store.
@@ -126,8 +143,13 @@ impl AdminState {
     }
 }
 
-/// The API's routes. `max_body_bytes` bounds every request body (an upload is one).
+/// The API's routes. `max_body_bytes` bounds every request body (an upload is one). Every
+/// request is checked for a `Host` the listener answers to before it is routed.
 pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
+    let host_check = host_check::HostCheck {
+        hosts: state.hosts.clone(),
+        counters: state.metrics.admin().clone(),
+    };
     let changes = Router::new()
         .route("/v1/policies/{name}/component", put(handlers::upload))
         .route("/v1/policies/{name}/activate", post(handlers::activate))
@@ -163,6 +185,10 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .merge(console::router())
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            host_check,
+            host_check::require_known_host,
+        ))
         .with_state(state)
 }
 

@@ -24,6 +24,31 @@ pub struct AdminConfig {
     pub token_file: Option<PathBuf>,
     /// Largest request body (an uploaded component is one).
     pub max_body_bytes: usize,
+    /// Names the listener answers to besides its listen address and `localhost`,
+    /// `127.0.0.1`, `[::1]` with its port: `host` (any port) or `host:port`, such as the name
+    /// of a proxy in front. A request whose `Host` is none of them gets 421 - a web page that
+    /// rebinds its own name to this machine (DNS rebinding) reads nothing.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl AdminConfig {
+    /// Why an `allowed_hosts` entry cannot be one (`None` when it can).
+    pub fn allowed_host_error(entry: &str) -> Option<&'static str> {
+        if entry.is_empty() {
+            Some("is empty")
+        } else if entry.contains("://") {
+            Some("is a URL: name the host (and port) only, as a Host header would")
+        } else if entry
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || matches!(c, '/' | '@' | '?' | '#'))
+        {
+            Some("holds a space, `/`, `@`, `?` or `#`: name the host (and port) only")
+        } else if entry.len() > 255 {
+            Some("is longer than 255 bytes")
+        } else {
+            None
+        }
+    }
 }
 
 /// The admin API's default port.
@@ -37,6 +62,7 @@ impl Default for AdminConfig {
             token_env: "VERDICT_ADMIN_TOKEN".into(),
             token_file: None,
             max_body_bytes: 32 << 20,
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -74,8 +74,15 @@ pub struct RabbitmqConfig {
     pub url: String,
     /// Deliveries unacknowledged at once per queue (the consumer's `basic.qos`).
     pub prefetch: u16,
-    /// Prefix of the delay exchanges and queues (`<prefix>.<ms>`), one per delay bucket.
+    /// Prefix of the delay exchanges and queues, one per delay bucket: `<prefix>.qq.<ms>`
+    /// (quorum buckets) or `<prefix>.<ms>` (classic).
     pub delay_prefix: String,
+    /// The kind of queue a retry waits in. `quorum` (the default): at its expiry the broker
+    /// moves it back to its route's queue with at-least-once dead-lettering - kept and moved
+    /// again later when the route queue is missing or refusing, never dropped (RabbitMQ 3.10
+    /// or later). `classic`: lighter, but that hop is at-most-once - a retry expiring while
+    /// its route queue is deleted or full is lost.
+    pub delay_queues: DelayQueues,
     /// The queue audit records (discards) are published to; declared durable.
     pub audit_queue: String,
     /// The key that signs the attempt history a retried message carries in its headers
@@ -85,12 +92,35 @@ pub struct RabbitmqConfig {
     pub history_key_file: std::path::PathBuf,
 }
 
+/// The kind of queue RabbitMQ retries wait in (`[rabbitmq] delay_queues`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DelayQueues {
+    /// Quorum queues moving expired retries with at-least-once dead-lettering.
+    Quorum,
+    /// Classic queues: an expired retry is moved at most once.
+    Classic,
+}
+
+impl RabbitmqConfig {
+    /// The name of the delay bucket of `bucket_ms` (its exchange and its queue). Quorum and
+    /// classic buckets have names of their own: a queue's kind cannot change, and buckets
+    /// left by a gateway set the other way drain on their own.
+    pub fn bucket_name(&self, bucket_ms: u64) -> String {
+        match self.delay_queues {
+            DelayQueues::Quorum => format!("{}.qq.{bucket_ms}", self.delay_prefix),
+            DelayQueues::Classic => format!("{}.{bucket_ms}", self.delay_prefix),
+        }
+    }
+}
+
 impl Default for RabbitmqConfig {
     fn default() -> Self {
         RabbitmqConfig {
             url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             prefetch: 64,
             delay_prefix: "verdict.delay".into(),
+            delay_queues: DelayQueues::Quorum,
             audit_queue: "verdict.audit".into(),
             history_key_file: std::path::PathBuf::new(),
         }
@@ -189,7 +219,7 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
         // Declared by name as AMQP short strings (255 bytes): a longer one panics in the
         // client when the first delay or audit record needs it, long after startup.
         let r = &config.rabbitmq;
-        let longest_bucket = format!("{}.{}", r.delay_prefix, MAX_DELAY_BUCKET_MS);
+        let longest_bucket = r.bucket_name(MAX_DELAY_BUCKET_MS);
         for (field, name) in [
             ("rabbitmq.delay_prefix", &longest_bucket),
             ("rabbitmq.audit_queue", &r.audit_queue),
@@ -237,8 +267,9 @@ pub fn subjects_overlap(a: &str, b: &str) -> bool {
     }
 }
 
-/// The longest RabbitMQ delay bucket (a day): the gateway names bucket queues
-/// `<delay_prefix>.<ms>`, so this sets the longest queue name the config must allow.
+/// The longest RabbitMQ delay bucket (a day): bucket queues are named after their delay
+/// ([`RabbitmqConfig::bucket_name`]), so this sets the longest queue name the config must
+/// allow.
 pub const MAX_DELAY_BUCKET_MS: u64 = 24 * 3_600_000;
 
 /// Whether every subject `narrow` matches, `wide` matches too.

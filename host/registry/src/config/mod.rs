@@ -37,8 +37,8 @@ mod storage;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
 pub use admission::AdmissionConfig;
+pub use brokers::{DelayQueues, NatsConfig, RabbitmqConfig};
 pub use brokers::{MAX_DELAY_BUCKET_MS, covers_subject, subjects_overlap};
-pub use brokers::{NatsConfig, RabbitmqConfig};
 pub use console::ConsoleConfig;
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};
 pub use source_kind::SourceKind;
@@ -293,6 +293,14 @@ impl GatewayConfig {
                     config.admin.listen
                 ),
             ));
+        }
+        for (i, entry) in config.admin.allowed_hosts.iter().enumerate() {
+            if let Some(why) = AdminConfig::allowed_host_error(entry) {
+                return Err(err(
+                    format!("admin.allowed_hosts[{i}]"),
+                    format!("`{}` {why}", verdict_runtime::text::one_line(entry, 64)),
+                ));
+            }
         }
         if config.admission.fuel_per_decision == 0 {
             return Err(err(

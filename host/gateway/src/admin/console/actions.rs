@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 
 use super::html::message_page;
 use super::letter::Editable;
+use crate::admin::host_check::AllowedHosts;
 use crate::admin::session::{Session, Viewer};
 use crate::admin::{AdminState, ApiError, auth, bodies, groups, handlers, jobs, repair};
 use crate::dlq::ReplayOptions;
@@ -48,21 +49,16 @@ impl CarriesCsrf for CsrfForm {
 pub(super) type Refusal = Box<Response>;
 
 /// Whether the request's `Origin` (when it has one) is this listener: a form on another
-/// site's page posts with that site's origin, or `null` from a sandboxed frame.
-pub(super) fn same_origin(headers: &HeaderMap) -> bool {
+/// site's page posts with that site's origin, or `null` from a sandboxed frame. Compared
+/// with the names the listener answers to, never with the request's own `Host` - a page
+/// that rebinds its name to this machine sends its own name in both.
+pub(super) fn same_origin(hosts: &AllowedHosts, headers: &HeaderMap) -> bool {
     let Some(origin) = headers.get(header::ORIGIN) else {
         // Browsers send `Origin` with every form post; a client without one is not a
         // page, and still needs the session and its CSRF token.
         return true;
     };
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
-    match (origin.to_str().ok(), host) {
-        (Some(origin), Some(host)) => {
-            origin.strip_prefix("http://") == Some(host)
-                || origin.strip_prefix("https://") == Some(host)
-        }
-        _ => false,
-    }
+    origin.to_str().is_ok_and(|o| hosts.allows_origin(o))
 }
 
 /// The guard every action passes (see the module's doc): the session and the parsed form.
@@ -75,7 +71,7 @@ pub(super) fn checked<T: CarriesCsrf>(
     let refuse = |status: StatusCode, title: &str, message: &str| -> Refusal {
         Box::new(message_page(status, title, &viewer, message))
     };
-    if !same_origin(headers) {
+    if !same_origin(state.allowed_hosts(), headers) {
         return Err(refuse(
             StatusCode::FORBIDDEN,
             "Refused",
@@ -493,9 +489,10 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    fn headers(origin: Option<&str>, host: &str) -> HeaderMap {
+    fn origin(origin: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_str(host).unwrap());
+        // The request's `Host` plays no part: under rebinding it is the attacker's too.
+        h.insert(header::HOST, HeaderValue::from_static("evil.example:9474"));
         if let Some(o) = origin {
             h.insert(header::ORIGIN, HeaderValue::from_str(o).unwrap());
         }
@@ -504,20 +501,16 @@ mod tests {
 
     #[test]
     fn only_the_consoles_own_origin_may_post() {
-        assert!(same_origin(&headers(
-            Some("http://127.0.0.1:9474"),
-            "127.0.0.1:9474"
-        )));
-        assert!(same_origin(&headers(None, "127.0.0.1:9474")));
-        assert!(!same_origin(&headers(
-            Some("http://evil.example"),
-            "127.0.0.1:9474"
-        )));
-        assert!(!same_origin(&headers(Some("null"), "127.0.0.1:9474")));
-        assert!(!same_origin(&headers(
-            Some("http://127.0.0.1:9475"),
-            "127.0.0.1:9474"
-        )));
+        let hosts = AllowedHosts::new("127.0.0.1:9474".parse().unwrap(), &[]);
+        assert!(same_origin(&hosts, &origin(Some("http://127.0.0.1:9474"))));
+        assert!(same_origin(&hosts, &origin(None)));
+        assert!(!same_origin(&hosts, &origin(Some("http://evil.example"))));
+        assert!(!same_origin(
+            &hosts,
+            &origin(Some("http://evil.example:9474"))
+        ));
+        assert!(!same_origin(&hosts, &origin(Some("null"))));
+        assert!(!same_origin(&hosts, &origin(Some("http://127.0.0.1:9475"))));
     }
 
     fn form(payload: Option<&str>, content_type: &str, headers: &str) -> RepairForm {

@@ -62,7 +62,7 @@ pub(super) async fn login(
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
     let viewer = state.viewer(headers);
-    if !same_origin(headers) {
+    if !same_origin(state.allowed_hosts(), headers) {
         return message_page(
             StatusCode::FORBIDDEN,
             "Refused",

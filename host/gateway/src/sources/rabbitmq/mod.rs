@@ -257,19 +257,45 @@ impl Session<'_> {
     }
 }
 
-/// The id of a message published without a `message_id`: a digest of what it carries, so
-/// every redelivery of it has the same one (its settlement failures are counted together),
-/// carried by its retry copies; at most 100 bytes (an AMQP short string holds 255).
-fn generated_id(queue: &str, message: &lapin::message::Delivery) -> String {
+/// The id of a message published without a `message_id`: this process's random prefix and a
+/// counter, so two identical messages never share one (a consumer deduplicating by id would
+/// drop the second). Its retry copies carry it as their `message_id`; only a first delivery
+/// that a crash or a failed settlement hands out again gets a new one - a duplicate the
+/// fault explains, never a loss. At most 100 bytes (an AMQP short string holds 255).
+fn generated_id(queue: &str) -> String {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(process_prefix);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name: String = queue.chars().take(64).collect();
+    format!("{name}-{prefix}{n:x}")
+}
+
+/// 64 random bits from the system; without a random source, the pid and the start time
+/// (the prefix only has to differ between processes, it guards nothing).
+fn process_prefix() -> String {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 8];
+    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    let value = match random {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => (u64::from(std::process::id()) << 32) ^ now_ms(),
+    };
+    format!("{value:016x}-")
+}
+
+/// What identifies a message published without a `message_id` across its redeliveries (its
+/// id does not): a digest of what it carries. Its settlement failures are counted under it,
+/// so their bound holds even though each redelivery gets a new id; identical messages share
+/// a count, which only makes the bound come sooner.
+fn content_digest(queue: &str, message: &lapin::message::Delivery) -> String {
     use sha2::Digest as _;
     let mut digest = sha2::Sha256::new();
     digest.update(queue.as_bytes());
     digest.update(format!("{:?}", message.properties).as_bytes());
     digest.update(&message.data);
     let hash = digest.finalize();
-    let short: String = hash[..12].iter().map(|b| format!("{b:02x}")).collect();
-    let name: String = queue.chars().take(64).collect();
-    format!("{name}-{short}")
+    hash[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// What one delivery's task needs.
@@ -317,9 +343,14 @@ impl Job {
         if let headers::HistoryCheck::ForeignKey(theirs) = &check {
             self.foreign_key(theirs);
         }
-        if delivery.id.is_empty() {
-            delivery.id = generated_id(queue, &message);
-        }
+        // Settlement failures are counted per message: by its id, or for one published
+        // without an id (whose id is new at every redelivery) by its content.
+        let failure_key = if delivery.id.is_empty() {
+            delivery.id = generated_id(queue);
+            format!("{queue}\u{0}#{}", content_digest(queue, &message))
+        } else {
+            format!("{queue}\u{0}{}", delivery.id)
+        };
         // A slot of the route and one of `max_in_flight`, held until the settlement is
         // applied (none when no route takes the queue now: the pipeline releases it).
         let held = match self.pipeline.route_target(queue) {
@@ -351,11 +382,10 @@ impl Job {
             }
         };
         let handled = settlement.handled();
-        let failure_key = || format!("{queue}\u{0}{}", delivery.id);
         match self.apply(&message, &delivery, settlement).await {
             Ok(()) => {
                 if self.failures.any() {
-                    self.failures.settled(&failure_key());
+                    self.failures.settled(&failure_key);
                 }
                 self.pipeline
                     .metrics()
@@ -363,7 +393,6 @@ impl Job {
             }
             Err(e) => {
                 let cause = format!("{e:#}");
-                let failure_key = failure_key();
                 let failed = self.failures.failed(&failure_key);
                 if failed >= super::MAX_SETTLE_FAILURES {
                     let letter = self.pipeline.fallback_dead_letter(&delivery, &cause);

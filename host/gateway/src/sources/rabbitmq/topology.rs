@@ -2,11 +2,17 @@
 //!
 //! Delays: per-message TTL only expires at a queue's head, so one queue with mixed delays
 //! would hold a 1 s retry behind a 1 h one. Each delay bucket gets its own fanout exchange
-//! and queue `<delay_prefix>.<ms>` with `x-message-ttl = ms` and the default exchange as its
-//! dead-letter exchange: a copy published there with the origin queue as routing key expires
-//! after exactly its bucket's TTL and is routed back to the origin queue. Every message in a
-//! bucket waits equally long, so the head always expires first. Buckets are declared on first
-//! use, and again after a publish finds one gone (an operator deleted its queue).
+//! and queue ([`RabbitmqConfig::bucket_name`]) with `x-message-ttl = ms` and the default
+//! exchange as its dead-letter exchange: a copy published there with the origin queue as
+//! routing key expires after exactly its bucket's TTL and is routed back to the origin queue.
+//! Every message in a bucket waits equally long, so the head always expires first. Buckets
+//! are declared on first use, and again after a publish finds one gone (an operator deleted
+//! its queue).
+//!
+//! The hop back is the broker's dead-lettering. Quorum buckets (the default) use its
+//! at-least-once strategy: an expired retry stays in its bucket until the route queue has
+//! confirmed it - an operator deleting the route queue, or a length limit refusing it,
+//! delays the retry instead of dropping it. Classic buckets dead-letter at most once.
 //!
 //! An operator's hand on the broker closes the publishing channel (a publish to an exchange
 //! someone deleted is a channel error): the topology then reports itself broken and the
@@ -24,14 +30,14 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, ExchangeKind};
 
-use verdict_registry::RabbitmqConfig;
+use verdict_registry::{DelayQueues, RabbitmqConfig};
 
 /// A channel in confirm mode, and what has been declared on it.
 #[derive(Clone)]
 pub struct Topology {
     channel: Channel,
-    delay_prefix: String,
-    audit_queue: String,
+    /// Names the buckets and says their kind.
+    config: Arc<RabbitmqConfig>,
     declared: Arc<Mutex<HashSet<String>>>,
     /// Set (with the error) once the channel closed under a publish.
     broken: tokio::sync::watch::Sender<Option<String>>,
@@ -46,8 +52,7 @@ impl Topology {
             .context("enabling publisher confirms")?;
         Ok(Topology {
             channel,
-            delay_prefix: config.delay_prefix.clone(),
-            audit_queue: config.audit_queue.clone(),
+            config: Arc::new(config.clone()),
             declared: Arc::new(Mutex::new(HashSet::new())),
             broken: tokio::sync::watch::Sender::new(None),
         })
@@ -115,7 +120,7 @@ impl Topology {
 
     /// Declare the delay bucket of `bucket_ms` (once per connection); its exchange's name.
     async fn bucket(&self, bucket_ms: u64) -> anyhow::Result<String> {
-        let name = format!("{}.{bucket_ms}", self.delay_prefix);
+        let name = self.config.bucket_name(bucket_ms);
         if self.declared(&name) {
             return Ok(name);
         }
@@ -140,6 +145,13 @@ impl Topology {
             "x-dead-letter-exchange".into(),
             AMQPValue::LongString(LongString::from("")),
         );
+        if self.config.delay_queues == DelayQueues::Quorum {
+            let text = |s: &str| AMQPValue::LongString(LongString::from(s));
+            args.insert("x-queue-type".into(), text("quorum"));
+            args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
+            // The strategy's condition: without it the broker falls back to at most once.
+            args.insert("x-overflow".into(), text("reject-publish"));
+        }
         self.channel
             .queue_declare(
                 ShortString::from(name.as_str()),
@@ -256,7 +268,7 @@ impl Topology {
         let properties = BasicProperties::default()
             .with_content_type(ShortString::from("application/json"))
             .with_delivery_mode(2);
-        let queue = self.audit_queue.clone();
+        let queue = self.config.audit_queue.clone();
         self.to_queue(&queue, &serde_json::to_vec(record)?, properties)
             .await
     }

@@ -1,0 +1,212 @@
+//! The admin surface beside a browser, through the real binary (`verdict run`): requests are
+//! sent raw, with the headers a web page that rebinds its own name to 127.0.0.1 would send.
+
+mod common;
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Proc, rules, spawn, wait_until};
+
+/// A gateway on the embedded store with one route to a consumer that is down, and a dead
+/// letter whose payload holds a card number.
+fn gateway_with_a_letter(name: &str, admin_extra: &str) -> (Proc, PathBuf) {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    std::fs::write(dir.join("token"), "operator-token\n").unwrap();
+    let config = dir.join("verdict.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[admin]
+listen = "127.0.0.1:0"
+token_file = "token"
+{admin_extra}
+[gateway]
+poll_ms = 10
+[policies.rules]
+path = "rules.wasm"
+[[routes]]
+topic = "orders"
+policy = "rules"
+consumer = {{ url = "http://127.0.0.1:9/hook", timeout_ms = 500 }}
+config = {{ max_attempts = 1 }}
+"#
+        ),
+    )
+    .unwrap();
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    let published = ureq::post(&format!("{}/v1/topics/orders/messages", gw.url))
+        .header("Authorization", "Bearer operator-token")
+        .send_json(serde_json::json!({"id": "card-1", "payload": {"card": "4111111111111111"}}));
+    assert!(published.is_ok(), "{published:?}");
+    assert!(
+        wait_until(Duration::from_secs(20), || raw(
+            &gw,
+            "GET",
+            "/v1/dlq",
+            &host(&gw)
+        )
+        .1
+        .contains("4111111111111111")),
+        "the letter reached the DLQ"
+    );
+    (gw, dir)
+}
+
+/// `host:port` of the gateway's listener.
+fn host(gw: &Proc) -> String {
+    gw.url.trim_start_matches("http://").to_string()
+}
+
+/// Send one request with exactly `host_header` as its `Host`; (status, body).
+fn raw(gw: &Proc, method: &str, path: &str, host_header: &str) -> (u16, String) {
+    raw_with(gw, method, path, &format!("Host: {host_header}\r\n"))
+}
+
+fn raw_with(gw: &Proc, method: &str, path: &str, headers: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(host(gw)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\n{headers}Connection: close\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn metric(gw: &Proc, name: &str) -> u64 {
+    let (_, text) = raw(gw, "GET", "/metrics", &host(gw));
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// DNS rebinding: a page on `evil.example` points its name at 127.0.0.1 and asks the
+/// listener for the dead letters. Every request naming a foreign host gets 421 and nothing
+/// of interest - whatever the path, open or not - and is counted; the listener's own names
+/// still work.
+#[test]
+fn a_request_naming_a_foreign_host_gets_421_and_nothing_else() {
+    let (gw, _dir) = gateway_with_a_letter("security-host", "");
+    let port = host(&gw).rsplit_once(':').unwrap().1.to_string();
+    for path in [
+        "/v1/dlq",
+        "/",
+        "/v1/status",
+        "/metrics",
+        "/healthz",
+        "/nowhere",
+    ] {
+        for foreign in [
+            format!("evil.example:{port}"),
+            "evil.example".to_string(),
+            format!("127.0.0.1.evil.example:{port}"),
+            "localhost".to_string(),
+        ] {
+            let (status, body) = raw(&gw, "GET", path, &foreign);
+            assert_eq!(status, 421, "GET {path} with Host {foreign}: {body}");
+            assert!(!body.contains("4111"), "{body}");
+            assert!(!body.contains("orders"), "{body}");
+        }
+    }
+    // No Host at all (HTTP/1.0): refused too.
+    let (status, _) = raw_with(&gw, "GET", "/v1/dlq", "");
+    assert_eq!(status, 421);
+    // A change with the right token but a foreign name: refused before authorisation.
+    let (status, _) = raw_with(
+        &gw,
+        "POST",
+        "/v1/reload",
+        &format!("Host: evil.example:{port}\r\nAuthorization: Bearer operator-token\r\n"),
+    );
+    assert_eq!(status, 421);
+    assert!(metric(&gw, "verdict_admin_misdirected_requests_total") >= 26);
+    for own in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LOCALHOST:{port}"),
+    ] {
+        let (status, body) = raw(&gw, "GET", "/healthz", &own);
+        assert_eq!((status, body.as_str()), (200, "ok\n"), "Host {own}");
+    }
+}
+
+/// A proxy in front names the gateway by its own name: `[admin] allowed_hosts` lets exactly
+/// those names in.
+#[test]
+fn allowed_hosts_let_a_proxys_name_in() {
+    let (gw, _dir) = gateway_with_a_letter(
+        "security-proxy",
+        r#"allowed_hosts = ["verdict.internal", "proxy.example:8443"]"#,
+    );
+    assert_eq!(raw(&gw, "GET", "/healthz", "verdict.internal").0, 200);
+    assert_eq!(raw(&gw, "GET", "/healthz", "verdict.internal:443").0, 200);
+    assert_eq!(raw(&gw, "GET", "/healthz", "proxy.example:8443").0, 200);
+    assert_eq!(raw(&gw, "GET", "/healthz", "proxy.example:8080").0, 421);
+    assert_eq!(raw(&gw, "GET", "/healthz", "evil.verdict.internal").0, 421);
+}
+
+/// The console's forms compare `Origin` with the listener's names, not with `Host`: a
+/// login posted by a rebinding page (both headers its own name) never reaches the form.
+#[test]
+fn a_console_form_from_a_rebound_page_is_refused() {
+    let (gw, _dir) = gateway_with_a_letter("security-origin", "");
+    let port = host(&gw).rsplit_once(':').unwrap().1.to_string();
+    let (status, _) = raw_with(
+        &gw,
+        "POST",
+        "/login",
+        &format!("Host: evil.example:{port}\r\nOrigin: http://evil.example:{port}\r\n"),
+    );
+    assert_eq!(status, 421);
+    let (status, body) = raw_with(
+        &gw,
+        "POST",
+        "/login",
+        &format!("Host: 127.0.0.1:{port}\r\nOrigin: http://evil.example:{port}\r\n"),
+    );
+    assert_eq!(status, 403, "{body}");
+}
+
+/// A config naming a URL (or a path) as an allowed host is refused, naming the entry.
+#[test]
+fn an_allowed_host_that_is_not_a_host_is_refused_by_check() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("security-check");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let config = dir.join("verdict.toml");
+    std::fs::write(
+        &config,
+        "[admin]\nallowed_hosts = [\"verdict.internal\", \"https://proxy.example/\"]\n\
+         [policies.rules]\npath = \"rules.wasm\"\n[[routes]]\ntopic = \"orders\"\npolicy = \"rules\"\n",
+    )
+    .unwrap();
+    let out = common::verdict(&["check", "-c", config.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let stderr = common::text(&out.stderr);
+    assert!(stderr.contains("admin.allowed_hosts[1]"), "{stderr}");
+    assert!(stderr.contains("is a URL"), "{stderr}");
+}
