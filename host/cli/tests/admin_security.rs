@@ -210,3 +210,125 @@ fn an_allowed_host_that_is_not_a_host_is_refused_by_check() {
     assert!(stderr.contains("admin.allowed_hosts[1]"), "{stderr}");
     assert!(stderr.contains("is a URL"), "{stderr}");
 }
+
+/// A consumer URL carrying credentials (userinfo and an `api_key` query value) to a
+/// consumer that is down: the HTTP client's error quotes the URL, and that text reaches the
+/// attempt history, the envelope, the policy (`host.error-message` is the same text), the
+/// console and the log. None of them shows either secret; the path and host stay, so the
+/// error still says where.
+#[test]
+fn a_consumer_urls_credentials_reach_no_answer_letter_or_log_line() {
+    const PASSWORD: &str = "PA55WORD-CANARY";
+    const KEY: &str = "SUPERSECRET123";
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("security-canary");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    std::fs::write(dir.join("token"), "operator-token\n").unwrap();
+    let config = dir.join("verdict.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[admin]
+listen = "127.0.0.1:0"
+token_file = "token"
+[gateway]
+poll_ms = 10
+[policies.rules]
+path = "rules.wasm"
+[[routes]]
+topic = "orders"
+policy = "rules"
+consumer = {{ url = "http://ops:{PASSWORD}@127.0.0.1:9/hook?api_key={KEY}", timeout_ms = 500 }}
+config = {{ max_attempts = 2, rules = [
+    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
+    {{ match = ["transport.*"], retry = {{ strategy = "fixed", delay_ms = 50 }} }},
+] }}
+"#
+        ),
+    )
+    .unwrap();
+    let log_path = dir.join("gateway.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["run", "-c", config.to_str().unwrap()])
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        // Everything the gateway says, not only what an operator sees by default (the
+        // compiler's own chatter aside).
+        .env(
+            "VERDICT_LOG",
+            "debug,wasmtime=warn,wasmtime_internal_cranelift=warn,cranelift_codegen=warn",
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    assert!(wait_until(Duration::from_secs(30), || {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        match text
+            .split_whitespace()
+            .find(|w| w.starts_with("http://127.0.0.1:"))
+        {
+            Some(found) => {
+                url = found.trim_end_matches(';').to_string();
+                true
+            }
+            None => false,
+        }
+    }));
+    let gw = Proc { child, url };
+    let admin = |path: &str| {
+        raw_with(
+            &gw,
+            "GET",
+            path,
+            &format!(
+                "Host: {}\r\nAuthorization: Bearer operator-token\r\n",
+                host(&gw)
+            ),
+        )
+    };
+    ureq::post(&format!("{}/v1/topics/orders/messages", gw.url))
+        .header("Authorization", "Bearer operator-token")
+        .send_json(serde_json::json!({"id": "m-1", "payload": {"order": 1}}))
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || admin("/v1/dlq")
+            .1
+            .contains("m-1")),
+        "the message reached the DLQ"
+    );
+    let (_, letters) = admin("/v1/dlq");
+    let letters: serde_json::Value = serde_json::from_str(&letters).unwrap();
+    let seq = letters[0]["seq"].as_u64().unwrap();
+    // The error still says where it went, without what let it in.
+    assert!(
+        letters.to_string().contains("127.0.0.1:9/hook"),
+        "{letters}"
+    );
+    let mut answers = vec![letters.to_string()];
+    for path in [
+        "/v1/dlq/groups".to_string(),
+        "/v1/dlq/stats".into(),
+        "/v1/status".into(),
+        "/v1/routes".into(),
+        "/readyz".into(),
+        "/metrics".into(),
+        "/".into(),
+        format!("/letters/{seq}"),
+        "/policies".into(),
+    ] {
+        let (status, body) = admin(&path);
+        assert_eq!(status, 200, "{path}: {body}");
+        answers.push(body);
+    }
+    drop(gw);
+    answers.push(std::fs::read_to_string(&log_path).unwrap());
+    for (i, text) in answers.iter().enumerate() {
+        for secret in [PASSWORD, KEY] {
+            assert!(!text.contains(secret), "answer {i} shows {secret}: {text}");
+        }
+    }
+}

@@ -92,6 +92,61 @@ pub fn without_secrets(text: &str, urls: &[&str]) -> String {
     out
 }
 
+/// `text` with every URL in it stripped of what may be a credential: its user information
+/// (`https://***@host/`) and the values of its query (`?api_key=***&sig=***`). An error from
+/// an HTTP client quotes the URL it was given, and a consumer URL may carry an API key or a
+/// signed token in either place; the text then goes to envelopes, attempt histories,
+/// policies, pages and logs. Paths and hosts stay, so the error still says where.
+pub fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        out.push_str(&rest[..at + 3]);
+        rest = &rest[at + 3..];
+        let end = rest
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '>' | '`' | ']'))
+            .unwrap_or(rest.len());
+        out.push_str(&redact_url_tail(&rest[..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A URL after its `://`, redacted as [`redact_urls`] says.
+fn redact_url_tail(url: &str) -> String {
+    let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+    let (authority, path) = url.split_at(authority_end);
+    let mut out = match authority.rfind('@') {
+        Some(at) => format!("***{}", &authority[at..]),
+        None => authority.to_string(),
+    };
+    let (before_fragment, fragment) = match path.find('#') {
+        Some(at) => path.split_at(at),
+        None => (path, ""),
+    };
+    match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) => format!("{name}=***"),
+                    None if pair.is_empty() => String::new(),
+                    None => "***".to_string(),
+                })
+                .collect();
+            out.push_str(&pairs.join("&"));
+        }
+        None => out.push_str(before_fragment),
+    }
+    if !fragment.is_empty() {
+        out.push_str("#***");
+    }
+    out
+}
+
 /// The password in a URL's user information, if it has one.
 fn password_of(url: &str) -> Option<&str> {
     let rest = &url[url.find("://")? + 3..];
@@ -158,6 +213,30 @@ mod tests {
         let error = "connecting to nats://app:hunter22@10.0.0.1:4222: refused (hunter22)";
         let clean = without_secrets(error, &["nats://app:hunter22@10.0.0.1:4222", "x"]);
         assert!(!clean.contains("hunter22"), "{clean}");
+    }
+
+    #[test]
+    fn credentials_in_quoted_urls_are_removed_where_they_are_found() {
+        let error = "error sending request for url (http://ops:pa55@127.0.0.1:9669/hook?api_key=SUPERSECRET123&v=2): connection refused";
+        let clean = redact_urls(error);
+        assert_eq!(
+            clean,
+            "error sending request for url (http://***@127.0.0.1:9669/hook?api_key=***&v=***): connection refused"
+        );
+        assert_eq!(
+            redact_urls("see https://h/x?TOKEN#frag and ftp://h2/y"),
+            "see https://h/x?***#*** and ftp://h2/y"
+        );
+        assert_eq!(redact_urls("no url at all"), "no url at all");
+        assert_eq!(
+            redact_urls("http://host:8080/path"),
+            "http://host:8080/path"
+        );
+        assert_eq!(redact_urls("`amqp://u:p@h/%2f`"), "`amqp://***@h/%2f`");
+        // Whatever the text, no panic on a boundary.
+        for odd in ["://", "x://@", "é://ü?=&", "a://b?c=d=e&&"] {
+            let _ = redact_urls(odd);
+        }
     }
 
     #[test]

@@ -111,7 +111,10 @@ pub async fn deliver(
         Err(e) => {
             return Err(DeliveryError {
                 kind: "transport.error".into(),
-                message: format!("the consumer URL `{}` is invalid: {e}", consumer.config.url),
+                message: verdict_runtime::text::redact_urls(&format!(
+                    "the consumer URL `{}` is invalid: {e}",
+                    consumer.config.url
+                )),
                 retry_after_ms: None,
                 rejected: false,
             });
@@ -190,7 +193,8 @@ fn transport(e: &reqwest::Error) -> DeliveryError {
     };
     DeliveryError {
         kind: kind.into(),
-        message: error_chain(e),
+        // The client quotes the consumer's URL, whose userinfo or query may hold a key.
+        message: verdict_runtime::text::redact_urls(&error_chain(e)),
         retry_after_ms: None,
         rejected: false,
     }

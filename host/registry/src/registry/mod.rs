@@ -401,7 +401,9 @@ impl Registry {
             }
             Err(e) => {
                 status.refused += 1;
-                status.last_error = Some(e.to_string());
+                // Open to read (`/v1/status`): a URL quoted from the config loses its
+                // credentials first.
+                status.last_error = Some(verdict_runtime::text::redact_urls(&e.to_string()));
             }
         }
     }

@@ -33,7 +33,11 @@ fn main() -> ExitCode {
     match run(Args::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // A config error may quote a consumer or broker URL: never its credentials.
+            eprintln!(
+                "error: {}",
+                verdict_runtime::text::redact_urls(&format!("{e:#}"))
+            );
             ExitCode::FAILURE
         }
     }
