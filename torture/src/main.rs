@@ -63,6 +63,13 @@ struct Args {
     /// rollbacks): for a machine whose NATS or RabbitMQ others are using.
     #[arg(long)]
     no_broker_restarts: bool,
+    /// Let the operator's hand on RabbitMQ also refuse writes to the delay buckets for a
+    /// moment (a `reject-publish` length limit of 0), besides deleting the delay exchange.
+    /// Off by default: the broker re-elects a quorum bucket's leader when the policy
+    /// changes, and retries that expire across it may wait out its dead-letter retry (about
+    /// three minutes) - longer than a run settles.
+    #[arg(long)]
+    refuse_writes: bool,
     /// Volume instead of variety: a million messages (unless --messages), every hostile
     /// shape but the slow answers and big payloads rare, 5 gateway kills and 2 broker
     /// restarts (besides 2 consumer outages, 2 reloads, a rollback and, on RabbitMQ, an
@@ -153,6 +160,7 @@ fn real_main() -> Result<bool> {
                 faults: args.faults,
                 fault_kinds: fault_kinds.clone(),
                 broker_restarts: !args.no_broker_restarts,
+                refuse_writes: args.refuse_writes,
                 profile: profile.clone(),
                 settle: Duration::from_secs(args.duration.unwrap_or(if args.soak {
                     900
@@ -201,7 +209,7 @@ fn real_main() -> Result<bool> {
             eprintln!("  files: {dir}");
         }
         eprintln!(
-            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}",
+            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}",
             r.source,
             r.seed,
             messages,
@@ -212,6 +220,11 @@ fn real_main() -> Result<bool> {
             },
             if args.no_broker_restarts {
                 " --no-broker-restarts"
+            } else {
+                ""
+            },
+            if args.refuse_writes {
+                " --refuse-writes"
             } else {
                 ""
             }

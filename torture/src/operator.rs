@@ -1,6 +1,6 @@
 //! An operator's hand on RabbitMQ while a run delivers: the delay exchange the route's
-//! retries are published to deleted, or every retry the gateway writes refused for a moment
-//! by a `reject-publish` length limit of 0 on the delay buckets. The gateway must neither
+//! retries are published to deleted, or (`--refuse-writes`) every retry the gateway writes
+//! refused for a moment by a `reject-publish` length limit of 0 on the delay buckets. The gateway must neither
 //! lose a message nor call its consumer in a hot loop: a closed channel rebuilds the session
 //! (declaring the exchange again), a refused write gives the message back at the bounded
 //! rate.
@@ -29,15 +29,17 @@ pub enum Act {
     RefuseWrites(Duration),
 }
 
-/// Do one of the acts, drawn from `rng`; `delay_ms` is the route's retry delay now.
+/// Do one of the acts, drawn from `rng` (the exchange deleted, or - with `refuse_writes` -
+/// as often writes refused); `delay_ms` is the route's retry delay now.
 pub fn strike(
     runtime: &tokio::runtime::Runtime,
     source: &Source,
     delay_ms: u64,
+    refuse_writes: bool,
     rng: &mut Rng,
 ) -> Result<Act> {
     let p = source.prefix();
-    if rng.percent(50) {
+    if !refuse_writes || rng.percent(50) {
         // The quorum bucket the retries wait in (`[rabbitmq] delay_queues`' default).
         let exchange = format!("{p}.delay.qq.{}", bucket_ms(delay_ms));
         runtime.block_on(source.delete_exchange(&exchange))?;

@@ -75,6 +75,8 @@ pub struct Options {
     pub fault_kinds: Option<Vec<Fault>>,
     /// Restart the broker among the faults (NATS and RabbitMQ).
     pub broker_restarts: bool,
+    /// An operator's hand may also refuse writes to the delay buckets (RabbitMQ).
+    pub refuse_writes: bool,
     /// The consumer's and the route's shape.
     pub profile: Profile,
     /// How long to wait, after publishing, for every message to become terminal.
@@ -420,8 +422,13 @@ impl<'a> Run<'a> {
             }
             Fault::Reload => self.reload()?,
             Fault::Operator => {
-                let act =
-                    operator::strike(self.runtime, self.source, self.delay_ms, &mut self.rng)?;
+                let act = operator::strike(
+                    self.runtime,
+                    self.source,
+                    self.delay_ms,
+                    self.o.refuse_writes,
+                    &mut self.rng,
+                )?;
                 self.progress.note(&format!("operator: {act:?}"));
                 // A deleted exchange closes the gateway's channel under a settlement (that
                 // message comes again); a refused write gives its message back, to come

@@ -1,7 +1,7 @@
 //! The short torture profile the test command runs: every source, two seeds, 150 hostile
 //! messages and six faults each (a gateway kill, a broker restart, a consumer outage, a
-//! hot reload that reshapes the routes, a rollback and, on RabbitMQ, an operator deleting a
-//! delay exchange or refusing writes), through the real `verdict` binary. The
+//! hot reload that reshapes the routes, a rollback and, on RabbitMQ, an operator deleting the
+//! delay exchange of the waiting retries), through the real `verdict` binary. The
 //! long runs (`--soak`, more seeds) are run by hand; see RELIABILITY.md.
 
 use std::process::Command;

@@ -332,3 +332,75 @@ config = {{ max_attempts = 2, rules = [
         }
     }
 }
+
+/// Guessing is slow and seen: 200 wrong bearer tokens in a row and 40 wrong console
+/// logins at once. Past ten wrong credentials within a second every credential gets 429
+/// (the right one too, for the rest of that second), each wrong one checked is counted, and
+/// the burst is a warning in the log naming the peer. A second later the right token works.
+#[test]
+fn wrong_credentials_past_ten_a_second_get_429_and_are_counted() {
+    let (gw, _dir) = gateway_with_a_letter("security-guessing", "");
+    let own = host(&gw);
+    let statuses: Vec<u16> = (0..200)
+        .map(|i| {
+            raw_with(
+                &gw,
+                "POST",
+                "/v1/reload",
+                &format!("Host: {own}\r\nAuthorization: Bearer guess-{i}\r\n"),
+            )
+            .0
+        })
+        .collect();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    let refused = statuses.iter().filter(|s| **s == 401).count();
+    assert_eq!(limited + refused, 200, "{statuses:?}");
+    assert!(limited >= 150, "{limited} of 200 got 429: {statuses:?}");
+    let logins: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..40)
+            .map(|i| {
+                let gw = &gw;
+                let own = own.clone();
+                scope.spawn(move || {
+                    let body = format!("token=guess-{i}&name=mallory");
+                    let mut stream = TcpStream::connect(&own).unwrap();
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(10)))
+                        .unwrap();
+                    write!(
+                        stream,
+                        "POST /login HTTP/1.1\r\nHost: {own}\r\nOrigin: {}\r\n\
+                         Content-Type: application/x-www-form-urlencoded\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        gw.url,
+                        body.len()
+                    )
+                    .unwrap();
+                    let mut answer = String::new();
+                    let _ = stream.read_to_string(&mut answer);
+                    answer
+                        .split(' ')
+                        .nth(1)
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(logins.iter().all(|s| *s == 401 || *s == 429), "{logins:?}");
+    let counted = metric(&gw, "verdict_admin_auth_failures_total");
+    assert!(
+        counted >= refused as u64 && counted < 120,
+        "{counted} wrong credentials counted; {refused} bearer tokens were checked"
+    );
+    std::thread::sleep(Duration::from_millis(1_100));
+    let (status, body) = raw_with(
+        &gw,
+        "GET",
+        "/v1/dlq?source=nats",
+        &format!("Host: {own}\r\nAuthorization: Bearer operator-token\r\n"),
+    );
+    assert_ne!(status, 429, "{body}");
+    assert_ne!(status, 401, "{body}");
+}

@@ -25,6 +25,8 @@ pub struct Metrics {
 pub struct AdminCounters {
     /// Requests naming a host the listener does not answer to (421).
     pub misdirected_requests: prometheus_client::metrics::counter::Counter,
+    /// Wrong credentials presented (bearer tokens and console logins).
+    pub auth_failures: prometheus_client::metrics::counter::Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -46,6 +48,11 @@ impl Metrics {
             "verdict_admin_misdirected_requests",
             "Admin requests refused (421) because their Host named no address this listener answers to (a DNS rebinding attempt, or a proxy missing from [admin] allowed_hosts)",
             admin.misdirected_requests.clone(),
+        );
+        metrics.register(
+            "verdict_admin_auth_failures",
+            "Wrong admin credentials presented (bearer tokens and console logins); past 10 a second every credential gets 429 for the rest of it",
+            admin.auth_failures.clone(),
         );
         Metrics {
             registry: metrics,

@@ -95,7 +95,7 @@ pub(super) fn broker_read(
 ) -> Result<(), ApiError> {
     match source {
         None | Some(SourceKind::Embedded) => Ok(()),
-        Some(_) => super::auth::authorized(state, headers, "reading a broker's DLQ"),
+        Some(_) => super::auth::authorized(state, headers, None, "reading a broker's DLQ"),
     }
 }
 

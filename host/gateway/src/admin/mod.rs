@@ -49,6 +49,7 @@ use crate::pipeline::Pipeline;
 use verdict_registry::Registry;
 
 mod auth;
+mod auth_limit;
 #[doc(hidden)]
 pub mod bodies;
 mod broker_connections;
@@ -83,6 +84,7 @@ pub struct AdminState {
     dlq_history: Arc<crate::dlq::DlqHistory>,
     sessions: Arc<session::Sessions>,
     hosts: Arc<host_check::AllowedHosts>,
+    auth_failures: Arc<auth_limit::AuthFailures>,
 }
 
 impl AdminState {
@@ -94,6 +96,9 @@ impl AdminState {
         config_path: Option<PathBuf>,
         token: Option<String>,
     ) -> Self {
+        let auth_failures = Arc::new(auth_limit::AuthFailures::new(
+            metrics.admin().auth_failures.clone(),
+        ));
         AdminState {
             registry,
             metrics,
@@ -105,6 +110,7 @@ impl AdminState {
             dlq_history: Arc::default(),
             sessions: Arc::default(),
             hosts: Arc::new(host_check::AllowedHosts::loopback()),
+            auth_failures,
         }
     }
 
@@ -192,13 +198,17 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
-/// Serve the API on `listener` until `shutdown` completes.
+/// Serve the API on `listener` until `shutdown` completes. Each request knows its peer
+/// (for the warning a burst of wrong credentials logs).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

@@ -58,6 +58,7 @@ pub(super) struct LoginForm {
 
 pub(super) async fn login(
     state: &AdminState,
+    peer: Option<std::net::SocketAddr>,
     headers: &HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
@@ -85,7 +86,16 @@ pub(super) async fn login(
              admin.token_file, and restart it.",
         );
     };
+    if !state.auth_failures.admits() {
+        let mut r = render(
+            &viewer,
+            Some("Too many wrong tokens within a second: try again in a moment."),
+        );
+        *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+        return r;
+    }
     if !auth::same(form.token.trim(), token) {
+        state.auth_failures.failed(peer, "console login");
         tracing::warn!(
             name = %verdict_runtime::text::one_line(&form.name, MAX_NAME_CHARS),
             "a console login gave a wrong admin token"

@@ -136,10 +136,12 @@ async fn login_page(State(state): State<AdminState>, headers: HeaderMap) -> Resp
 
 async fn login(
     State(state): State<AdminState>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     form: Result<Form<login::LoginForm>, FormRejection>,
 ) -> Response {
-    login::login(&state, &headers, form).await
+    let peer = peer.map(|axum::Extension(info)| info.0);
+    login::login(&state, peer, &headers, form).await
 }
 
 async fn logout(
