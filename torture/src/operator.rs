@@ -40,8 +40,11 @@ pub fn strike(
 ) -> Result<Act> {
     let p = source.prefix();
     if !refuse_writes || rng.percent(50) {
-        // The quorum bucket the retries wait in (`[rabbitmq] delay_queues`' default).
-        let exchange = format!("{p}.delay.qq.{}", bucket_ms(delay_ms));
+        // The bucket the retries wait in: classic (`[rabbitmq] delay_queues`' default), or
+        // quorum in a run that refuses writes (a length limit drops what a classic queue
+        // holds).
+        let kind = if refuse_writes { "delay.qq" } else { "delay" };
+        let exchange = format!("{p}.{kind}.{}", bucket_ms(delay_ms));
         runtime.block_on(source.delete_exchange(&exchange))?;
         return Ok(Act::DeleteExchange);
     }

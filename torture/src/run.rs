@@ -335,6 +335,12 @@ impl<'a> Run<'a> {
             self.narrow,
             &self.o.profile,
         );
+        // Refused writes need quorum buckets: a length limit drops what a classic queue holds.
+        let text = if self.o.refuse_writes {
+            text.replace("[rabbitmq]\n", "[rabbitmq]\ndelay_queues = \"quorum\"\n")
+        } else {
+            text
+        };
         let tmp = self.dir.join("verdict.toml.tmp");
         std::fs::write(&tmp, text)?;
         std::fs::rename(&tmp, self.dir.join("verdict.toml"))

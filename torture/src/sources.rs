@@ -342,6 +342,7 @@ impl Source {
         let mut d = 1;
         while d <= verdict_gateway::sources::rabbitmq::headers::MAX_BUCKET_MS {
             let b = verdict_gateway::sources::rabbitmq::headers::bucket_ms(d);
+            queues.push(format!("{p}.delay.{b}"));
             queues.push(format!("{p}.delay.qq.{b}"));
             d = b + 1;
         }

@@ -861,7 +861,7 @@ fn a_deleted_delay_exchange_is_declared_again_and_loses_nothing() {
     let rabbit = Rabbit::new("exchange");
     let messages = ids("m", 5);
     let (gw, down) = one_rabbit_gateway(&rabbit, &runtime, "exchange", &messages);
-    let exchange = format!("{}.delay.qq.{}", rabbit.prefix, bucket_ms(1_000));
+    let exchange = format!("{}.delay.{}", rabbit.prefix, bucket_ms(1_000));
     let (_conn, channel) = rabbit.channel();
     rabbit
         .runtime
@@ -973,7 +973,8 @@ fn identical_messages_without_an_id_get_ids_of_their_own() {
     drop(gw);
 }
 
-/// Retries wait in quorum buckets that move them back with at-least-once dead-lettering:
+/// With `delay_queues = "quorum"`, retries wait in buckets that move them back with
+/// at-least-once dead-lettering:
 /// an operator deletes the route queue while five retries wait (the gateway stopped, so
 /// nothing declares it again), the retries expire into nowhere - and are kept, not dropped.
 /// Once a gateway declares the queue again, every one arrives and is accepted - when the
@@ -987,7 +988,10 @@ fn retries_expiring_while_their_route_queue_is_gone_are_kept_not_dropped() {
     let rabbit = Rabbit::new("hop");
     let flaky = app(&runtime, Behaviour::FailsFirst(1));
     let dir = scratch("operator-hop");
-    let head = format!("instance = \"gw-hop\"\n{}", rabbit.section());
+    let head = format!(
+        "instance = \"gw-hop\"\n{}delay_queues = \"quorum\"\n",
+        rabbit.section()
+    );
     let config = write_config(
         &dir,
         &head,

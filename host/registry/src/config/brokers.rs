@@ -74,14 +74,14 @@ pub struct RabbitmqConfig {
     pub url: String,
     /// Deliveries unacknowledged at once per queue (the consumer's `basic.qos`).
     pub prefetch: u16,
-    /// Prefix of the delay exchanges and queues, one per delay bucket: `<prefix>.qq.<ms>`
-    /// (quorum buckets) or `<prefix>.<ms>` (classic).
+    /// Prefix of the delay exchanges and queues, one per delay bucket: `<prefix>.<ms>`
+    /// (classic buckets) or `<prefix>.qq.<ms>` (quorum).
     pub delay_prefix: String,
-    /// The kind of queue a retry waits in. `quorum` (the default): at its expiry the broker
-    /// moves it back to its route's queue with at-least-once dead-lettering - kept and moved
-    /// again later when the route queue is missing or refusing, never dropped (RabbitMQ 3.10
-    /// or later). `classic`: lighter, but that hop is at-most-once - a retry expiring while
-    /// its route queue is deleted or full is lost.
+    /// The kind of queue a retry waits in. `classic` (the default): at its expiry the broker
+    /// moves it back to its route's queue at most once - a retry expiring while its route
+    /// queue is deleted or full is lost. `quorum`: moved with at-least-once dead-lettering,
+    /// kept and moved again later when the route queue is missing or refusing (RabbitMQ 3.10
+    /// or later; see the README for a broker fault to know about first).
     pub delay_queues: DelayQueues,
     /// The queue audit records (discards) are published to; declared durable.
     pub audit_queue: String,
@@ -120,7 +120,7 @@ impl Default for RabbitmqConfig {
             url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             prefetch: 64,
             delay_prefix: "verdict.delay".into(),
-            delay_queues: DelayQueues::Quorum,
+            delay_queues: DelayQueues::Classic,
             audit_queue: "verdict.audit".into(),
             history_key_file: std::path::PathBuf::new(),
         }
