@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use common::{Proc, rules, spawn, wait_until};
 
-/// A gateway on the embedded store with one route to a consumer that is down, and a dead
-/// letter whose payload holds a card number.
-fn gateway_with_a_letter(name: &str, admin_extra: &str) -> (Proc, PathBuf) {
+/// A scratch directory with the rules component, the token file and a config of one route,
+/// `orders`, to the consumer at `consumer_url` (`admin_extra` goes into `[admin]`, `retry`
+/// into the route's policy config); returns the config's path.
+fn write_config(name: &str, admin_extra: &str, consumer_url: &str, retry: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -33,12 +34,25 @@ path = "rules.wasm"
 [[routes]]
 topic = "orders"
 policy = "rules"
-consumer = {{ url = "http://127.0.0.1:9/hook", timeout_ms = 500 }}
-config = {{ max_attempts = 1 }}
+consumer = {{ url = "{consumer_url}", timeout_ms = 500 }}
+config = {{ {retry} }}
 "#
         ),
     )
     .unwrap();
+    config
+}
+
+/// A gateway on the embedded store with one route to a consumer that is down, and a dead
+/// letter whose payload holds a card number.
+fn gateway_with_a_letter(name: &str, admin_extra: &str) -> (Proc, PathBuf) {
+    let config = write_config(
+        name,
+        admin_extra,
+        "http://127.0.0.1:9/hook",
+        "max_attempts = 1",
+    );
+    let dir = config.parent().unwrap().to_path_buf();
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
@@ -220,34 +234,16 @@ fn an_allowed_host_that_is_not_a_host_is_refused_by_check() {
 fn a_consumer_urls_credentials_reach_no_answer_letter_or_log_line() {
     const PASSWORD: &str = "PA55WORD-CANARY";
     const KEY: &str = "SUPERSECRET123";
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("security-canary");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
-    std::fs::write(dir.join("token"), "operator-token\n").unwrap();
-    let config = dir.join("verdict.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[admin]
-listen = "127.0.0.1:0"
-token_file = "token"
-[gateway]
-poll_ms = 10
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "orders"
-policy = "rules"
-consumer = {{ url = "http://ops:{PASSWORD}@127.0.0.1:9/hook?api_key={KEY}", timeout_ms = 500 }}
-config = {{ max_attempts = 2, rules = [
-    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
-    {{ match = ["transport.*"], retry = {{ strategy = "fixed", delay_ms = 50 }} }},
-] }}
-"#
-        ),
-    )
-    .unwrap();
+    let config = write_config(
+        "security-canary",
+        "",
+        &format!("http://ops:{PASSWORD}@127.0.0.1:9/hook?api_key={KEY}"),
+        r#"max_attempts = 2, rules = [
+    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+    { match = ["transport.*"], retry = { strategy = "fixed", delay_ms = 50 } },
+]"#,
+    );
+    let dir = config.parent().unwrap().to_path_buf();
     let log_path = dir.join("gateway.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
