@@ -9,7 +9,7 @@
 //! Origin checks compare against the same names, never against the request's own `Host`,
 //! which under rebinding the attacker controls as much as `Origin`.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -39,12 +39,12 @@ impl AllowedHosts {
             .map(|h| format!("{h}:{port}"))
             .collect();
         if !listen.ip().is_unspecified() {
-            exact.push(authority(listen.ip(), port));
+            exact.push(listen.to_string());
         }
         let mut any_port = Vec::new();
         for entry in extra {
             let entry = normalise(entry);
-            if has_port(&entry) {
+            if split_port(&entry).is_some() {
                 exact.push(entry);
             } else {
                 any_port.push(entry);
@@ -69,17 +69,7 @@ impl AllowedHosts {
         if self.exact.contains(&authority) {
             return true;
         }
-        let host = match authority.rsplit_once(':') {
-            // `[::1]` alone has colons inside its brackets, not a port.
-            Some((host, port))
-                if !port.is_empty()
-                    && port.bytes().all(|b| b.is_ascii_digit())
-                    && (!host.starts_with('[') || host.ends_with(']')) =>
-            {
-                host
-            }
-            _ => authority.as_str(),
-        };
+        let host = split_port(&authority).map_or(authority.as_str(), |(host, _)| host);
         self.any_port.iter().any(|h| h == host)
     }
 
@@ -92,33 +82,21 @@ impl AllowedHosts {
     }
 }
 
-fn authority(ip: IpAddr, port: u16) -> String {
-    match ip {
-        IpAddr::V4(v4) => format!("{v4}:{port}"),
-        IpAddr::V6(v6) => format!("[{v6}]:{port}"),
-    }
-}
-
 /// Lowercase, without a trailing dot on the name (`localhost.` is `localhost`).
 fn normalise(authority: &str) -> String {
     let lower = authority.trim().to_ascii_lowercase();
-    match lower.rsplit_once(':') {
-        Some((host, port)) if host.ends_with('.') && port.bytes().all(|b| b.is_ascii_digit()) => {
-            format!("{}:{port}", host.trim_end_matches('.'))
-        }
-        _ => lower.trim_end_matches('.').to_string(),
+    match split_port(&lower) {
+        Some((host, port)) => format!("{}:{port}", host.trim_end_matches('.')),
+        None => lower.trim_end_matches('.').to_string(),
     }
 }
 
-fn has_port(authority: &str) -> bool {
-    match authority.rsplit_once(':') {
-        Some((host, port)) => {
-            !port.is_empty()
-                && port.bytes().all(|b| b.is_ascii_digit())
-                && (!host.starts_with('[') || host.ends_with(']'))
-        }
-        None => false,
-    }
+/// `host:port` as its host and port; `None` without a port (`[::1]` alone has colons
+/// inside its brackets, not a port).
+fn split_port(authority: &str) -> Option<(&str, &str)> {
+    let (host, port) = authority.rsplit_once(':')?;
+    let is_port = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+    (is_port && (!host.starts_with('[') || host.ends_with(']'))).then_some((host, port))
 }
 
 /// What the check needs: the names, and where to count a refusal.
