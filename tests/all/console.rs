@@ -11,13 +11,15 @@ use verdict_tests::{fixtures, scratch_dir, wait_for};
 use super::gateway::RULES_CONFIG;
 
 /// A page: its status, its headers and its body.
-fn get(gw: &Gateway, path: &str) -> (u16, ureq::http::HeaderMap, String) {
-    let mut response = ureq::get(&format!("{}{path}", gw.url))
+fn get(gw: &Gateway, path: &str, cookie: Option<&str>) -> (u16, ureq::http::HeaderMap, String) {
+    let mut request = ureq::get(&format!("{}{path}", gw.url))
         .config()
         .http_status_as_error(false)
-        .build()
-        .call()
-        .unwrap();
+        .build();
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    let mut response = request.call().unwrap();
     let headers = response.headers().clone();
     let body = response.body_mut().read_to_string().unwrap();
     (response.status().as_u16(), headers, body)
@@ -61,11 +63,32 @@ consumer = {{ url = "{url}", timeout_ms = 2000 }}
         )
         .unwrap();
     assert!(wait_for(Duration::from_secs(30), || {
-        gw.anonymous.get::<Vec<Value>>("/v1/dlq").unwrap().len() == 1
+        gw.admin.get::<Vec<Value>>("/v1/dlq").unwrap().len() == 1
     }));
 
-    // The overview: the route, the cause, the sample - escaped.
-    let (status, headers, page) = get(&gw, "/");
+    // Without a login: the routes and the charts, no message content.
+    let (status, _, page) = get(&gw, "/", None);
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<code>orders</code>"), "{page}");
+    assert!(
+        !page.contains("alert(") && !page.contains("schema.unknown-version"),
+        "{page}"
+    );
+    assert!(page.contains("to see the dead letters by cause"), "{page}");
+
+    // The overview, logged in: the route, the cause, the sample - escaped.
+    let login = ureq::post(&format!("{}/login", gw.url))
+        .config()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .send_form([("token", "console-token")])
+        .unwrap();
+    assert_eq!(login.status().as_u16(), 303);
+    let cookie = login.headers()["set-cookie"].to_str().unwrap();
+    let cookie = cookie.split(';').next().unwrap().to_string();
+    let me = Some(cookie.as_str());
+    let (status, headers, page) = get(&gw, "/", me);
     assert_eq!(status, 200, "{page}");
     assert!(
         headers["content-type"]
@@ -94,11 +117,14 @@ consumer = {{ url = "{url}", timeout_ms = 2000 }}
     assert!(page.contains("<figcaption>Ingress per 10 s"), "{page}");
 
     // The letter: headers, the payload pretty-printed, the attempt timeline - escaped.
-    let seq = gw.anonymous.get::<Vec<Value>>("/v1/dlq").unwrap()[0]["seq"]
+    let seq = gw.admin.get::<Vec<Value>>("/v1/dlq").unwrap()[0]["seq"]
         .as_i64()
         .unwrap();
     assert!(page.contains(&format!("href=\"/letters/{seq}\"")), "{page}");
-    let (status, _, letter) = get(&gw, &format!("/letters/{seq}"));
+    let (status, _, anonymous) = get(&gw, &format!("/letters/{seq}"), None);
+    assert_eq!(status, 401, "{anonymous}");
+    assert!(!anonymous.contains("bold"), "{anonymous}");
+    let (status, _, letter) = get(&gw, &format!("/letters/{seq}"), me);
     assert_eq!(status, 200, "{letter}");
     assert!(
         letter.contains("&quot;&gt;&lt;img src=x onerror=alert(1)&gt;"),
@@ -119,7 +145,7 @@ consumer = {{ url = "{url}", timeout_ms = 2000 }}
     assert!(letter.contains("schema v9 is unknown"), "{letter}");
 
     // The policies: what is loaded, the generation history, the shadow report.
-    let (status, _, policies) = get(&gw, "/policies");
+    let (status, _, policies) = get(&gw, "/policies", None);
     assert_eq!(status, 200, "{policies}");
     assert!(policies.contains("<td>rules</td>"), "{policies}");
     assert!(
@@ -137,11 +163,11 @@ consumer = {{ url = "{url}", timeout_ms = 2000 }}
 
     // What is not there says so.
     for path in ["/letters/999999", "/letters/not-a-number"] {
-        let (status, _, body) = get(&gw, path);
+        let (status, _, body) = get(&gw, path, me);
         assert_eq!(status, 404, "{path}: {body}");
         assert!(body.contains("<h1>Not found</h1>"), "{body}");
     }
-    let (status, headers, css) = get(&gw, "/console.css");
+    let (status, headers, css) = get(&gw, "/console.css", None);
     assert_eq!(status, 200);
     assert!(
         headers["content-type"]

@@ -1,6 +1,6 @@
 //! The console's actions, posted as a browser posts them, to a running gateway: nothing
-//! changes without a login with the admin token, a live session, the session's CSRF token
-//! and the console's own origin; a group replayed from the console is a job with a canary
+//! changes without a login with a token whose identity has the action's role, a live
+//! session, the session's CSRF token and the console's own origin; a group replayed from the console is a job with a canary
 //! and a cut-off, audited with who did it; a repair is refused unless `[console]` allows
 //! edits on the topic, and is audited with who changed what; one letter is replayed by
 //! itself; a session unused for `session_idle_s` acts no more.
@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use verdict_gateway::admin::identity::{Role, tokens_file_line};
 use verdict_tests::consumer::{Behaviour, Consumer};
 use verdict_tests::gateway::Gateway;
 use verdict_tests::{fixtures, scratch_dir, wait_for};
@@ -17,6 +18,23 @@ use verdict_tests::{fixtures, scratch_dir, wait_for};
 use super::gateway::RULES_CONFIG;
 
 const TOKEN: &str = "console-actions-token";
+
+/// The identities of the tokens file: each one's token is `token-of-<name>`.
+const IDENTITIES: [(&str, Role); 3] = [
+    ("rita", Role::Read),
+    ("ada", Role::Operate),
+    ("grace", Role::Edit),
+];
+
+/// Start a gateway on `config` with [`IDENTITIES`] in its tokens file.
+fn start(runtime: tokio::runtime::Runtime, dir: &std::path::Path, config: &str) -> Gateway {
+    let lines: Vec<String> = IDENTITIES
+        .iter()
+        .map(|(name, role)| tokens_file_line(name, *role, &format!("token-of-{name}")))
+        .collect();
+    std::fs::write(dir.join("tokens"), lines.join("\n")).unwrap();
+    Gateway::start_on(runtime, dir, config, TOKEN)
+}
 
 /// `orders` and `invoices` to one consumer; `console` goes into `[console]`.
 fn config(consumer_url: &str, console: &str) -> String {
@@ -32,6 +50,7 @@ fn config(consumer_url: &str, console: &str) -> String {
 listen = "127.0.0.1:0"
 token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
 token_file = "token"
+tokens_file = "tokens"
 [gateway]
 poll_ms = 10
 [console]
@@ -129,9 +148,10 @@ impl<'a> Browser<'a> {
         Self::answer(request.send_form(form.iter().copied()).unwrap())
     }
 
-    /// Log in as `name`; the session cookie is kept.
+    /// Log in as the identity `name` (with its token); the session cookie is kept.
     fn log_in(&mut self, name: &str) -> Answer {
-        let answer = self.post("/login", &[("token", TOKEN), ("name", name)]);
+        let token = format!("token-of-{name}");
+        let answer = self.post("/login", &[("token", &token)]);
         assert_eq!(answer.status, 303, "{}", answer.body);
         let pair = answer.set_cookie.split(';').next().unwrap().to_string();
         self.cookie = Some(pair);
@@ -147,12 +167,12 @@ impl<'a> Browser<'a> {
 }
 
 fn depth(gw: &Gateway) -> usize {
-    gw.anonymous.get::<Vec<Value>>("/v1/dlq").unwrap().len()
+    gw.admin.get::<Vec<Value>>("/v1/dlq").unwrap().len()
 }
 
 fn job(gw: &Gateway, location: &str) -> Value {
     let id = location.strip_prefix("/jobs/").expect("a job page");
-    gw.anonymous.get(&format!("/v1/jobs/{id}")).unwrap()
+    gw.admin.get(&format!("/v1/jobs/{id}")).unwrap()
 }
 
 fn ended(gw: &Gateway, location: &str) -> Value {
@@ -172,23 +192,25 @@ fn a_group_is_replayed_from_the_console_only_by_a_logged_in_operator_from_its_ow
     let dir = scratch_dir("console-actions");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, fixed) = consumer(&runtime);
-    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), ""), TOKEN);
+    let gw = start(runtime, &dir, &config(&consumer.url(), ""));
     let batch: Vec<Value> = (0..4)
         .map(|i| json!({"id": format!("order-{i}"), "payload": {"n": i}}))
         .collect();
     let _: Value = gw.admin.post("/v1/topics/orders/messages", &batch).unwrap();
     assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 4));
-    let groups: Vec<Value> = gw.anonymous.get("/v1/dlq/groups").unwrap();
+    let groups: Vec<Value> = gw.admin.get("/v1/dlq/groups").unwrap();
     assert_eq!(groups.len(), 1, "{groups:?}");
     let group = groups[0]["id"].as_str().unwrap().to_string();
     let dry_run = format!("/groups/{group}/dry-run");
 
-    // Reading is open; the group's page shows its forms and asks for a login.
+    // The group's page shows message content: not without a login.
     let mut browser = Browser::new(&gw);
-    let page = browser.get(&format!("/groups/{group}")).body;
+    let page = browser.get(&format!("/groups/{group}"));
+    assert_eq!(page.status, 401, "{}", page.body);
     assert!(
-        page.contains("4 dead letters") && page.contains("Log in to act"),
-        "{page}"
+        page.body.contains("This page needs a login") && !page.body.contains("order-0"),
+        "{}",
+        page.body
     );
 
     // Anonymous: refused, nothing started.
@@ -201,13 +223,27 @@ fn a_group_is_replayed_from_the_console_only_by_a_logged_in_operator_from_its_ow
     );
 
     // A wrong token: refused, no cookie.
-    let wrong = browser.post("/login", &[("token", "guess"), ("name", "mallory")]);
+    let wrong = browser.post("/login", &[("token", "guess")]);
     assert_eq!(wrong.status, 401);
-    assert!(wrong.body.contains("That is not the admin token."));
+    assert!(wrong.body.contains("That token belongs to no identity."));
     assert!(wrong.set_cookie.is_empty(), "{}", wrong.set_cookie);
 
+    // A reader sees the group but may not act on it: 403 naming the role, nothing started.
+    browser.log_in("rita");
+    let page = browser.get(&format!("/groups/{group}")).body;
+    assert!(page.contains("4 dead letters"), "{page}");
+    let csrf = browser.csrf(&format!("/groups/{group}"));
+    let not_yours = browser.post(&dry_run, &[("csrf", &csrf)]);
+    assert_eq!(not_yours.status, 403, "{}", not_yours.body);
+    assert!(
+        not_yours.body.contains("this needs the role operate")
+            && not_yours.body.contains("rita has the role read"),
+        "{}",
+        not_yours.body
+    );
+
     // The login: an HttpOnly, SameSite=Strict cookie; the token never in a page.
-    let login = browser.log_in("<b>ada</b>");
+    let login = browser.log_in("ada");
     assert_eq!(login.location, "/");
     assert!(
         login.set_cookie.contains("HttpOnly") && login.set_cookie.contains("SameSite=Strict"),
@@ -216,10 +252,10 @@ fn a_group_is_replayed_from_the_console_only_by_a_logged_in_operator_from_its_ow
     );
     let page = browser.get(&format!("/groups/{group}")).body;
     assert!(
-        page.contains("Signed in as <strong>&lt;b&gt;ada&lt;/b&gt;</strong>"),
+        page.contains("Signed in as <strong>ada</strong> (operate)"),
         "{page}"
     );
-    assert!(!page.contains(TOKEN));
+    assert!(!page.contains("token-of-ada"));
     let csrf = browser.csrf(&format!("/groups/{group}"));
     assert_eq!(csrf.len(), 64);
 
@@ -231,10 +267,7 @@ fn a_group_is_replayed_from_the_console_only_by_a_logged_in_operator_from_its_ow
     assert_eq!(elsewhere.status, 403, "{}", elsewhere.body);
     browser.origin = gw.url.trim_end_matches('/').to_string();
     assert!(
-        gw.anonymous
-            .get::<Vec<Value>>("/v1/jobs")
-            .unwrap()
-            .is_empty(),
+        gw.admin.get::<Vec<Value>>("/v1/jobs").unwrap().is_empty(),
         "a refused action starts nothing"
     );
 
@@ -273,15 +306,12 @@ fn a_group_is_replayed_from_the_console_only_by_a_logged_in_operator_from_its_ow
     assert_eq!(done["state"], "succeeded", "{done}");
     assert_eq!(done["percent"], 100, "{done}");
     assert_eq!(done["canary"]["passed"], true, "{done}");
-    assert_eq!(done["note"], "schema fixed (by <b>ada</b>, console)");
+    assert_eq!(done["note"], "schema fixed (by ada, console)");
     assert!(done["filter"]["dead_before_ms"].is_u64(), "cut off: {done}");
     assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 0));
     let page = browser.get(&started.location).body;
     assert!(page.contains("Canary passed: 1 of 1 delivered"), "{page}");
-    assert!(
-        page.contains("schema fixed (by &lt;b&gt;ada&lt;/b&gt;, console)"),
-        "{page}"
-    );
+    assert!(page.contains("schema fixed (by ada, console)"), "{page}");
 
     // Logging out ends the session: the old cookie acts no more.
     let out = browser.post("/logout", &[("csrf", &csrf)]);
@@ -298,7 +328,7 @@ fn a_repair_from_the_console_is_audited_and_refused_where_edits_are_off() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, fixed) = consumer(&runtime);
     let console = "allow_edit_topics = [\"orders\"]";
-    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), console), TOKEN);
+    let gw = start(runtime, &dir, &config(&consumer.url(), console));
     let _: Value = gw
         .admin
         .post(
@@ -314,13 +344,28 @@ fn a_repair_from_the_console_is_audited_and_refused_where_edits_are_off() {
         )
         .unwrap();
     assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 2));
-    let entries: Vec<Value> = gw.anonymous.get("/v1/dlq").unwrap();
+    let entries: Vec<Value> = gw.admin.get("/v1/dlq").unwrap();
     let seq_of = |topic: &str| {
         entries.iter().find(|e| e["topic"] == topic).unwrap()["seq"]
             .as_i64()
             .unwrap()
     };
     let (order, invoice) = (seq_of("orders"), seq_of("invoices"));
+
+    // An operator replays and discards; changing a letter's content needs `edit`.
+    let mut operator = Browser::new(&gw);
+    operator.log_in("ada");
+    let csrf = operator.csrf(&format!("/letters/{order}"));
+    let refused = operator.post(
+        &format!("/letters/{order}/repair"),
+        &[("csrf", csrf.as_str()), ("payload", "{\"schema\": 2}")],
+    );
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.body.contains("needs the role edit"),
+        "{}",
+        refused.body
+    );
 
     let mut browser = Browser::new(&gw);
     browser.log_in("grace");
@@ -403,11 +448,10 @@ fn a_session_idle_past_session_idle_s_acts_no_more() {
     let dir = scratch_dir("console-idle");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, _) = consumer(&runtime);
-    let gw = Gateway::start_on(
+    let gw = start(
         runtime,
         &dir,
         &config(&consumer.url(), "session_idle_s = 1"),
-        TOKEN,
     );
     let _: Value = gw
         .admin
@@ -417,7 +461,7 @@ fn a_session_idle_past_session_idle_s_acts_no_more() {
         )
         .unwrap();
     assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 1));
-    let seq = gw.anonymous.get::<Vec<Value>>("/v1/dlq").unwrap()[0]["seq"]
+    let seq = gw.admin.get::<Vec<Value>>("/v1/dlq").unwrap()[0]["seq"]
         .as_i64()
         .unwrap();
     let mut browser = Browser::new(&gw);

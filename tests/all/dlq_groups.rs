@@ -74,18 +74,18 @@ fn ids(prefix: &str, range: std::ops::Range<u32>) -> Vec<String> {
 }
 
 fn depth(gw: &Gateway) -> usize {
-    gw.anonymous.get::<Vec<Value>>("/v1/dlq").unwrap().len()
+    gw.admin.get::<Vec<Value>>("/v1/dlq").unwrap().len()
 }
 
 fn groups(gw: &Gateway) -> Vec<Value> {
-    gw.anonymous.get("/v1/dlq/groups").unwrap()
+    gw.admin.get("/v1/dlq/groups").unwrap()
 }
 
 /// Wait for job `id` to end; its last view.
 fn finished(gw: &Gateway, id: &str) -> Value {
     let mut last = Value::Null;
     let ended = wait_for(Duration::from_secs(60), || {
-        last = gw.anonymous.get(&format!("/v1/jobs/{id}")).unwrap();
+        last = gw.admin.get(&format!("/v1/jobs/{id}")).unwrap();
         last["state"] != "running"
     });
     assert!(ended, "job {id} still running: {last}");
@@ -136,7 +136,7 @@ fn dead_letters_group_by_cause_and_a_group_is_replayed_by_a_job_with_a_cut_off()
     assert!(orders.contains(&group["sample"]["message_id"].as_str().unwrap().to_string()));
     let id = group["id"].as_str().unwrap().to_string();
     assert_eq!(id.len(), 16);
-    let members: Vec<Value> = gw.anonymous.get(&format!("/v1/dlq?group={id}")).unwrap();
+    let members: Vec<Value> = gw.admin.get(&format!("/v1/dlq?group={id}")).unwrap();
     assert_eq!(members.len(), 6);
     assert!(members.iter().all(|m| m["topic"] == "orders"));
 
@@ -208,13 +208,13 @@ fn dead_letters_group_by_cause_and_a_group_is_replayed_by_a_job_with_a_cut_off()
             .all(|o| gw.store.state_of(o).unwrap().as_deref() == Some("delivered"))
     }));
     assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 5));
-    let left: Vec<Value> = gw.anonymous.get(&format!("/v1/dlq?group={id}")).unwrap();
+    let left: Vec<Value> = gw.admin.get(&format!("/v1/dlq?group={id}")).unwrap();
     let left: HashSet<&str> = left
         .iter()
         .map(|e| e["message_id"].as_str().unwrap())
         .collect();
     assert_eq!(left, late.iter().map(String::as_str).collect());
-    let listed: Vec<Value> = gw.anonymous.get("/v1/jobs").unwrap();
+    let listed: Vec<Value> = gw.admin.get("/v1/jobs").unwrap();
     assert_eq!(listed[0]["id"], json!(job_id), "newest first");
 
     // A job cancelled while it runs stops; what it did stays done.
@@ -240,7 +240,7 @@ fn dead_letters_group_by_cause_and_a_group_is_replayed_by_a_job_with_a_cut_off()
         (409, "job_ended".to_string())
     );
     assert_eq!(
-        status_of(gw.anonymous.get::<Value>("/v1/jobs/job-999")),
+        status_of(gw.admin.get::<Value>("/v1/jobs/job-999")),
         (404, "no_such_job".to_string())
     );
 }
@@ -267,7 +267,7 @@ fn a_letter_that_keeps_coming_back_is_parked_and_left_out_of_bulk_replays() {
     for round in 1..=2 {
         assert_eq!(bulk(&gw)["replayed"], 2, "round {round}");
         assert!(wait_for(Duration::from_secs(30), || {
-            let entries: Vec<Value> = gw.anonymous.get("/v1/dlq").unwrap();
+            let entries: Vec<Value> = gw.admin.get("/v1/dlq").unwrap();
             entries.len() == 2 && entries.iter().all(|e| e["repeats"] == round)
         }));
     }
@@ -294,7 +294,7 @@ fn a_letter_that_keeps_coming_back_is_parked_and_left_out_of_bulk_replays() {
     assert_eq!(depth(&gw), 2);
 
     // One by one, by its number, a parked letter is replayed.
-    let entries: Vec<Value> = gw.anonymous.get("/v1/dlq").unwrap();
+    let entries: Vec<Value> = gw.admin.get("/v1/dlq").unwrap();
     let seq = entries[0]["seq"].as_i64().unwrap();
     let one: Value = gw
         .admin
@@ -305,7 +305,7 @@ fn a_letter_that_keeps_coming_back_is_parked_and_left_out_of_bulk_replays() {
         (Some(1), Some(1))
     );
     assert!(wait_for(Duration::from_secs(30), || {
-        let entries: Vec<Value> = gw.anonymous.get("/v1/dlq").unwrap();
+        let entries: Vec<Value> = gw.admin.get("/v1/dlq").unwrap();
         entries.len() == 2 && entries.iter().any(|e| e["repeats"] == 3)
     }));
 }
@@ -324,7 +324,7 @@ fn a_repair_is_refused_unless_allowed_and_is_audited_with_who_changed_what() {
     publish(&gw, "orders", &ids("order", 0..1));
     publish(&gw, "invoices", &ids("invoice", 0..1));
     assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 2));
-    let entries: Vec<Value> = gw.anonymous.get("/v1/dlq").unwrap();
+    let entries: Vec<Value> = gw.admin.get("/v1/dlq").unwrap();
     let seq_of = |topic: &str| {
         entries.iter().find(|e| e["topic"] == topic).unwrap()["seq"]
             .as_i64()
@@ -374,7 +374,7 @@ fn a_repair_is_refused_unless_allowed_and_is_audited_with_who_changed_what() {
     let done: Value = gw.admin.post(&path(invoice), &fix).unwrap();
     assert_eq!(done["message_id"], "invoice-0");
     let audit = done["audit"].as_str().unwrap();
-    assert!(audit.starts_with("by the admin API: payload "), "{audit}");
+    assert!(audit.starts_with("by admin (api): payload "), "{audit}");
     assert!(
         audit.contains("headers set: x-schema; removed: none"),
         "{audit}"

@@ -209,9 +209,7 @@ fn the_dlq_tools_work_on_jetstream() {
         format!("{refused:?}").contains("expected embedded, nats, rabbitmq or all"),
         "{refused:?}"
     );
-    let refused = gw
-        .anonymous
-        .get::<serde_json::Value>("/v1/dlq?source=kafka");
+    let refused = gw.admin.get::<serde_json::Value>("/v1/dlq?source=kafka");
     assert!(format!("{refused:?}").contains("400"), "{refused:?}");
     round_trip(&dlqs, &consumer, &topic);
     let audit: Vec<String> = nats

@@ -291,15 +291,13 @@ fn the_dlq_over_the_admin_api_lists_dry_runs_replays_and_discards() {
     publish(&gw, 0..4);
     assert_eq!(drained(&gw, Duration::from_secs(30)).dead, 4);
 
-    let (listed, next): (Vec<Value>, _) = gw
-        .anonymous
-        .get_page("/v1/dlq?topic=orders&limit=3")
-        .unwrap();
+    let (listed, next): (Vec<Value>, _) =
+        gw.admin.get_page("/v1/dlq?topic=orders&limit=3").unwrap();
     assert_eq!(listed.len(), 3);
     // The next page starts where this one ended: the fourth, and no page after it.
     let next = next.expect("a fourth dead letter follows");
     let (rest, after): (Vec<Value>, _) = gw
-        .anonymous
+        .admin
         .get_page(&format!("/v1/dlq?topic=orders&limit=3&after={next}"))
         .unwrap();
     assert_eq!((rest.len(), after), (1, None));
@@ -317,7 +315,7 @@ fn the_dlq_over_the_admin_api_lists_dry_runs_replays_and_discards() {
     );
     let stats: Vec<Value> = gw.anonymous.get("/v1/dlq/stats").unwrap();
     assert_eq!(stats[0]["depth"], 4);
-    let none: Vec<Value> = gw.anonymous.get("/v1/dlq?class=exhausted").unwrap();
+    let none: Vec<Value> = gw.admin.get("/v1/dlq?class=exhausted").unwrap();
     assert!(none.is_empty());
 
     // Changes need the token; a discard needs a reason.

@@ -61,12 +61,16 @@ fn gateway_with_a_letter(name: &str, admin_extra: &str) -> (Proc, PathBuf) {
         .header("Authorization", "Bearer operator-token")
         .send_json(serde_json::json!({"id": "card-1", "payload": {"card": "4111111111111111"}}));
     assert!(published.is_ok(), "{published:?}");
+    let with_token = format!(
+        "Host: {}\r\nAuthorization: Bearer operator-token\r\n",
+        host(&gw)
+    );
     assert!(
-        wait_until(Duration::from_secs(20), || raw(
+        wait_until(Duration::from_secs(20), || raw_with(
             &gw,
             "GET",
             "/v1/dlq",
-            &host(&gw)
+            &with_token
         )
         .1
         .contains("4111111111111111")),
@@ -107,6 +111,20 @@ fn raw_with(gw: &Proc, method: &str, path: &str, headers: &str) -> (u16, String)
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+/// Log in to the console with `token`; the session cookie (`name=value`).
+fn log_in(gw: &Proc, token: &str) -> String {
+    let answer = ureq::post(&format!("{}/login", gw.url))
+        .config()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .send_form([("token", token)])
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 303, "login with {token}");
+    let cookie = answer.headers()["set-cookie"].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_string()
 }
 
 fn metric(gw: &Proc, name: &str) -> u64 {
@@ -275,13 +293,15 @@ fn a_consumer_urls_credentials_reach_no_answer_letter_or_log_line() {
         }
     }));
     let gw = Proc { child, url };
+    let cookie = log_in(&gw, "operator-token");
+    // The token for the API, the login for the console's pages.
     let admin = |path: &str| {
         raw_with(
             &gw,
             "GET",
             path,
             &format!(
-                "Host: {}\r\nAuthorization: Bearer operator-token\r\n",
+                "Host: {}\r\nAuthorization: Bearer operator-token\r\nCookie: {cookie}\r\n",
                 host(&gw)
             ),
         )
@@ -399,4 +419,156 @@ fn wrong_credentials_past_ten_a_second_get_429_and_are_counted() {
     );
     assert_ne!(status, 429, "{body}");
     assert_ne!(status, 401, "{body}");
+}
+
+/// `verdict admin token new NAME --role ROLE`: the printed token and tokens-file line.
+fn new_identity(name: &str, role: &str) -> (String, String) {
+    let out = common::verdict(&["admin", "token", "new", name, "--role", role], None);
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let stdout = common::text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#')).collect();
+    let [token, line] = lines[..] else {
+        panic!("{stdout}")
+    };
+    assert!(
+        !line.contains(token),
+        "the file line holds a digest, never the token"
+    );
+    (token.to_string(), line.to_string())
+}
+
+/// Message content needs a credential, and each action the role it names: tokens made by
+/// `verdict admin token new`, a reader, an operator and the admin token, against the real
+/// binary. Summaries stay open until `open_reads = "none"` closes them on a reload.
+#[test]
+fn message_content_needs_a_credential_and_every_action_its_role() {
+    let config = write_config(
+        "security-roles",
+        "tokens_file = \"tokens\"",
+        "http://127.0.0.1:9/hook",
+        "max_attempts = 1",
+    );
+    let dir = config.parent().unwrap().to_path_buf();
+    let (reader, reader_line) = new_identity("rita", "read");
+    let (operator, operator_line) = new_identity("ada", "operate");
+    std::fs::write(
+        dir.join("tokens"),
+        format!("{reader_line}\n{operator_line}\n"),
+    )
+    .unwrap();
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    let own = host(&gw);
+    let as_who = |method: &str, path: &str, token: Option<&str>| {
+        let auth = token
+            .map(|t| format!("Authorization: Bearer {t}\r\n"))
+            .unwrap_or_default();
+        raw_with(&gw, method, path, &format!("Host: {own}\r\n{auth}"))
+    };
+    ureq::post(&format!("{}/v1/topics/orders/messages", gw.url))
+        .header("Authorization", &format!("Bearer {operator}"))
+        .send_json(serde_json::json!({"id": "card-1", "payload": {"card": "4111111111111111"}}))
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || as_who(
+            "GET",
+            "/v1/dlq",
+            Some(&reader)
+        )
+        .1
+        .contains("4111111111111111")),
+        "the letter reached the DLQ, and a reader reads it"
+    );
+
+    // Without a credential: no message content anywhere, summaries and health open.
+    for path in ["/v1/dlq", "/v1/dlq/groups", "/v1/jobs", "/letters/1"] {
+        let (status, body) = as_who("GET", path, None);
+        assert_eq!(status, 401, "GET {path}: {body}");
+        assert!(!body.contains("4111"), "{path}: {body}");
+    }
+    for path in [
+        "/",
+        "/v1/routes",
+        "/v1/status",
+        "/v1/dlq/stats",
+        "/policies",
+        "/healthz",
+        "/metrics",
+    ] {
+        let (status, body) = as_who("GET", path, None);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        assert!(!body.contains("4111"), "{path}: {body}");
+    }
+
+    // A reader reads, and is refused every action with the role it needs named.
+    let (status, groups) = as_who("GET", "/v1/dlq/groups", Some(&reader));
+    assert_eq!(status, 200, "{groups}");
+    let groups: serde_json::Value = serde_json::from_str(&groups).unwrap();
+    let group = groups[0]["id"].as_str().unwrap().to_string();
+    let replay = format!("/v1/dlq/groups/{group}/replay");
+    let (status, body) = as_who("POST", &replay, Some(&reader));
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("needs the role `operate`") && body.contains("`rita` has `read`"),
+        "{body}"
+    );
+
+    // An operator acts, and the job's note names them; policies and config stay the admin's.
+    let (status, job) = as_who("POST", &replay, Some(&operator));
+    assert_eq!(status, 202, "{job}");
+    let job: serde_json::Value = serde_json::from_str(&job).unwrap();
+    assert_eq!(
+        job["note"],
+        "group replayed through the admin API (by ada, api)"
+    );
+    for (method, path) in [
+        ("POST", "/v1/reload"),
+        ("PUT", "/v1/policies/rules/component"),
+    ] {
+        let (status, body) = as_who(method, path, Some(&operator));
+        assert_eq!(status, 403, "{method} {path}: {body}");
+        assert!(body.contains("needs the role `admin`"), "{body}");
+    }
+    assert_eq!(as_who("GET", "/v1/dlq", Some("vdt_guess")).0, 401);
+
+    // A revoked identity is refused within a second of the edit, without a restart.
+    std::fs::write(dir.join("tokens"), format!("{operator_line}\n")).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(5), || as_who(
+            "GET",
+            "/v1/dlq",
+            Some(&reader)
+        )
+        .0 == 401),
+        "rita's token still reads after her line was removed"
+    );
+
+    // `open_reads = "none"`: after a reload, only health, readiness and metrics are open.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("[admin]\n", "[admin]\nopen_reads = \"none\"\n"),
+    )
+    .unwrap();
+    let (status, body) = as_who("POST", "/v1/reload", Some("operator-token"));
+    assert_eq!(status, 200, "{body}");
+    for path in [
+        "/v1/routes",
+        "/v1/status",
+        "/v1/dlq/stats",
+        "/",
+        "/policies",
+    ] {
+        assert_eq!(as_who("GET", path, None).0, 401, "GET {path}");
+        assert_eq!(
+            as_who("GET", path, Some(&operator)).0,
+            if path.starts_with("/v1") { 200 } else { 401 },
+            "GET {path} with a token"
+        );
+    }
+    for path in ["/healthz", "/readyz", "/metrics"] {
+        assert_eq!(as_who("GET", path, None).0, 200, "GET {path}");
+    }
 }

@@ -43,6 +43,9 @@ pub enum GatewayError {
         #[source]
         source: std::io::Error,
     },
+    /// `admin.tokens_file` could not be read or parsed, or collides with the admin token.
+    #[error(transparent)]
+    Credentials(#[from] crate::admin::credentials::CredentialsError),
     /// The first generation was refused (a policy that does not load or pass the gate, a
     /// route that does not resolve).
     #[error(transparent)]

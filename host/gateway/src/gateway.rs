@@ -95,11 +95,19 @@ async fn start(
             source,
         }
     })?;
-    let token = admin_token(&config.admin, &base)?;
-    if token.is_none() {
+    let credentials = admin::credentials::Credentials::load(
+        admin_token(&config.admin, &base)?,
+        config
+            .admin
+            .tokens_file
+            .as_ref()
+            .map(|file| base.join(file)),
+    )?;
+    if credentials.current().is_empty() {
         tracing::warn!(
             env = %config.admin.token_env,
-            "no admin token configured: the admin API is read-only"
+            "no admin token and no tokens file: the admin API and the console show summaries \
+             only and change nothing"
         );
     }
     let registry = {
@@ -178,7 +186,7 @@ async fn start(
         registry.clone(),
         metrics,
         Some(PathBuf::from(config_path)),
-        token,
+        credentials,
     )
     .with_gateway(pipeline.clone())
     .with_dlq_history(sample_dlqs(store.clone(), stopped.clone()))
@@ -255,22 +263,25 @@ fn history_key(
     Ok(HistoryKey::new(key))
 }
 
-/// The bearer token: from the environment variable, else the token file.
+/// The admin token: from the environment variable, else the token file. The one redactor
+/// learns it, so no answer or log line shows it.
 fn admin_token(admin: &AdminConfig, base: &Path) -> Result<Option<String>, GatewayError> {
-    if let Ok(token) = std::env::var(&admin.token_env)
-        && !token.trim().is_empty()
-    {
-        return Ok(Some(token.trim().to_string()));
+    let token = match std::env::var(&admin.token_env) {
+        Ok(token) if !token.trim().is_empty() => Some(token.trim().to_string()),
+        _ => match &admin.token_file {
+            Some(file) => {
+                let path = base.join(file);
+                let token = std::fs::read_to_string(&path)
+                    .map_err(|source| GatewayError::TokenFile { path, source })?;
+                Some(token.trim().to_string()).filter(|t| !t.is_empty())
+            }
+            None => None,
+        },
+    };
+    if let Some(token) = &token {
+        verdict_runtime::redact::remember(token);
     }
-    match &admin.token_file {
-        Some(file) => {
-            let path = base.join(file);
-            let token = std::fs::read_to_string(&path)
-                .map_err(|source| GatewayError::TokenFile { path, source })?;
-            Ok(Some(token.trim().to_string()).filter(|t| !t.is_empty()))
-        }
-        None => Ok(None),
-    }
+    Ok(token)
 }
 
 /// The store `[gateway] store` names, or the SQLite file `[storage] dir`/`[gateway]

@@ -38,7 +38,7 @@ mod shadow;
 
 pub use config::{
     AdminConfig, AdmissionConfig, ConsoleConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DelayQueues,
-    DlqFormat, DlqNaming, GatewayConfig, GatewayConfigError, GatewaySection, NatsConfig,
+    DlqFormat, DlqNaming, GatewayConfig, GatewayConfigError, GatewaySection, NatsConfig, OpenReads,
     PolicyConfig, RabbitmqConfig, RouteConfig, ShadowConfig, SourceKind, StorageConfig,
 };
 pub use registry::{ActiveRoute, Generation, Registry, RegistryError, ReloadStatus, Upload};

@@ -89,7 +89,7 @@ impl ConfigWatcher {
                         tracing::info!(generation, config = %path.display(), "reloaded");
                     }
                     Err(error) => {
-                        let error = verdict_runtime::text::redact_urls(&error.to_string());
+                        let error = verdict_runtime::redact::redact(&error.to_string());
                         tracing::warn!(config = %path.display(), %error, "reload refused; the active generation stays");
                     }
                 }

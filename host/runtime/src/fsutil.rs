@@ -60,16 +60,21 @@ pub fn private_state_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Fill `buf` from the system's random source (`/dev/urandom`): session ids, tokens, keys.
+pub fn random_bytes(buf: &mut [u8]) -> std::io::Result<()> {
+    use std::io::Read as _;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
 /// The secret kept at `path`: 32 random bytes, created (mode 0600) when missing. Two
 /// processes creating it at once agree on the first one written.
 pub fn secret(path: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read as _;
     if !path.exists() {
         if let Some(dir) = path.parent() {
             create_private_dir(dir)?;
         }
         let mut key = [0_u8; 32];
-        std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+        random_bytes(&mut key)?;
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
         #[cfg(unix)]

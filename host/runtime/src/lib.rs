@@ -55,6 +55,7 @@ mod guardrails;
 mod instance;
 mod limits;
 mod policy;
+pub mod redact;
 mod retry_budget;
 mod stats;
 mod stats_window;

@@ -1,5 +1,18 @@
-//! Bearer-token authorisation of changes. Reads stay open on the (loopback) listen address;
-//! every change needs the token, and with no token configured changes are refused outright.
+//! Who may do what: every request past the `Host` check is sorted by what it reads or
+//! changes, and the ones that need a credential get it checked here.
+//!
+//! | what | needs |
+//! |---|---|
+//! | `/healthz`, `/readyz`, `/metrics` | nothing |
+//! | summaries without message content (status, routes, policies, generations, shadow reports, DLQ depths, decide) | nothing with `[admin] open_reads = "summary"` (the default); `read` with `"none"` |
+//! | message content: dead letters, their groups, jobs | `read` |
+//! | replay, discard, jobs, rollback, shadow, publish | `operate` |
+//! | repair | `edit` |
+//! | upload, activate, reload | `admin` |
+//!
+//! A credential is `Authorization: Bearer <token>` naming an identity of
+//! [`super::identity`]; the identity rides on the request (an [`Identity`] extension) so
+//! handlers can name it in audit notes.
 
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -8,17 +21,78 @@ use axum::response::Response;
 use std::net::SocketAddr;
 
 use sha2::{Digest, Sha256};
+use verdict_registry::OpenReads;
 
+use super::identity::{Identity, Role};
 use super::{AdminState, ApiError};
 
-/// Let the request through only with `Authorization: Bearer <token>`.
-pub(crate) async fn require_token(
+/// Summaries: open unless `[admin] open_reads = "none"`.
+pub(crate) async fn require_summary(
     State(state): State<AdminState>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
+    if state.open_reads() == OpenReads::Summary {
+        return Ok(next.run(request).await);
+    }
+    require(&state, Role::Read, request, next).await
+}
+
+/// Message content.
+pub(crate) async fn require_read(
+    State(state): State<AdminState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    require(&state, Role::Read, request, next).await
+}
+
+/// Acting on messages and generations.
+pub(crate) async fn require_operate(
+    State(state): State<AdminState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    require(&state, Role::Operate, request, next).await
+}
+
+/// Changing a message's content.
+pub(crate) async fn require_edit(
+    State(state): State<AdminState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    require(&state, Role::Edit, request, next).await
+}
+
+/// Policies and config.
+pub(crate) async fn require_admin(
+    State(state): State<AdminState>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    require(&state, Role::Admin, request, next).await
+}
+
+async fn require(
+    state: &AdminState,
+    needed: Role,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
     let peer = peer_of(request.extensions());
-    authorized(&state, request.headers(), peer, "this changes the gateway")?;
+    let identity = authorized(state, request.headers(), peer, needed)?;
+    if needed >= Role::Operate {
+        // Changes are rare and each one is the operator's to answer for: one line each,
+        // naming who (notes of DLQ actions name them in the audit log too).
+        tracing::info!(
+            identity = %identity.name,
+            method = %request.method(),
+            path = %verdict_runtime::text::one_line(request.uri().path(), 200),
+            "admin change"
+        );
+    }
+    request.extensions_mut().insert(identity);
     Ok(next.run(request).await)
 }
 
@@ -29,48 +103,67 @@ pub(crate) fn peer_of(extensions: &axum::http::Extensions) -> Option<SocketAddr>
         .map(|c| c.0)
 }
 
-/// Whether `headers` carry the admin token; the error says what needs it (`what`). A wrong
+/// The identity whose bearer token `headers` carry, if it has `needed` (or a stronger
+/// role): 401 without a token or with an unknown one, 403 naming the role needed. A wrong
 /// token counts against the limiter on wrong credentials (see [`super::auth_limit`]), and
 /// past its limit no token is checked: 429.
 pub(crate) fn authorized(
     state: &AdminState,
     headers: &axum::http::HeaderMap,
     peer: Option<SocketAddr>,
-    what: &str,
-) -> Result<(), ApiError> {
-    let Some(token) = &state.token else {
+    needed: Role,
+) -> Result<Identity, ApiError> {
+    let identities = state.credentials.current();
+    if identities.is_empty() {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             format!(
-                "{what}, and no admin token is configured (set the variable named by \
-                 admin.token_env, VERDICT_ADMIN_TOKEN by default, or admin.token_file)"
+                "this needs the role `{needed}`, and the gateway knows no identity: set the \
+                 variable named by admin.token_env (VERDICT_ADMIN_TOKEN by default) or \
+                 admin.token_file for the admin token, or list identities in \
+                 admin.tokens_file (`verdict admin token new`)"
             ),
         ));
-    };
+    }
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
-    if presented.is_some() && !state.auth_failures.admits() {
-        return Err(too_many_failures());
-    }
-    match presented {
-        Some(p) if same(p.trim(), token) => Ok(()),
-        Some(_) => {
-            state.auth_failures.failed(peer, "bearer token");
-            Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "the bearer token is not the admin token",
-            ))
-        }
-        None => Err(ApiError::new(
+    let Some(presented) = presented else {
+        return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            format!("{what}: send `Authorization: Bearer <admin token>`"),
-        )),
+            format!("this needs the role `{needed}`: send `Authorization: Bearer <token>`"),
+        ));
+    };
+    if !state.auth_failures.admits() {
+        return Err(too_many_failures());
     }
+    let Some(identity) = identities.find(presented) else {
+        state.auth_failures.failed(peer, "bearer token");
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the bearer token is no identity's token",
+        ));
+    };
+    if !identity.may(needed) {
+        return Err(forbidden(identity, needed));
+    }
+    Ok(identity.clone())
+}
+
+/// The answer to `identity` asking for what needs `needed`.
+pub(crate) fn forbidden(identity: &Identity, needed: Role) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "this needs the role `{needed}` (or a stronger one); `{}` has `{}`",
+            identity.name, identity.role
+        ),
+    )
 }
 
 /// The answer to a credential presented past the limiter's limit.
@@ -85,9 +178,9 @@ pub(crate) fn too_many_failures() -> ApiError {
     )
 }
 
-/// Compare digests, so the time taken does not reveal how much of the token matched.
-pub(crate) fn same(presented: &str, token: &str) -> bool {
-    let (a, b) = (Sha256::digest(presented), Sha256::digest(token));
+/// Compare digests, so the time taken does not reveal how much of a secret matched.
+pub(crate) fn same(presented: &str, secret: &str) -> bool {
+    let (a, b) = (Sha256::digest(presented), Sha256::digest(secret));
     a.iter()
         .zip(b.iter())
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))

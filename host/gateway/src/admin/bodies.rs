@@ -282,6 +282,13 @@ struct GroupActionRequest {
 /// The longest note or reason an action keeps: it goes into the audit log.
 pub const MAX_NOTE_CHARS: usize = 500;
 
+/// `text` with who did it and through what (`console`, `api`), for the audit log: on one
+/// line, and bounded before who is added, so a long note never cuts off who wrote it.
+pub fn attributed(text: &str, who: &str, via: &str) -> String {
+    let text = verdict_runtime::text::one_line(text.trim(), MAX_NOTE_CHARS - 100);
+    format!("{text} (by {who}, {via})")
+}
+
 /// `POST /v1/dlq/groups/{id}/{action}` (`replay`, `discard`, `dry-run`): the source and
 /// how. A discard needs a `reason`; `rate_per_s`, `canary` and `canary_timeout_ms` are a
 /// replay's. An empty body is `{}`.

@@ -20,10 +20,12 @@ pub struct ApiError {
 
 impl ApiError {
     pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        // Every answer's message passes the one redactor: an error from a driver or a
+        // client may quote a URL or a password.
         ApiError {
             status,
             code,
-            message: message.into(),
+            message: verdict_runtime::redact::redact(&message.into()),
         }
     }
 

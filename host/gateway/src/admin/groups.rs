@@ -1,17 +1,19 @@
 //! Dead letters grouped by cause over HTTP: `GET /v1/dlq/groups` lists the groups of one
 //! source's DLQs (`?source=all`: the store's and every broker's a route uses, folded
-//! together; a broker's need the token), and `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (token) starts a
+//! together; role `read`), and `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (role
+//! `operate`) starts a
 //! job on one group, cut off at the instant it starts (see [`crate::dlq::Jobs`]). A
 //! replay leaves parked letters out; the job answers at once (202) and runs on.
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 
 use super::dlq::{broker_read, gateway, with_dlqs};
 use super::handlers::body_bytes;
+use super::identity::Identity;
 use super::{AdminState, ApiError, bodies};
 use serde::Deserialize;
 
@@ -86,11 +88,19 @@ pub(crate) async fn list(
 
 pub(crate) async fn act(
     State(state): State<AdminState>,
+    Extension(identity): Extension<Identity>,
     Path((group, action)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<JobView>), ApiError> {
     check_group_id(&group)?;
-    let (source, action) = bodies::group_action(&action, &body_bytes(body)?)?;
+    let (source, mut action) = bodies::group_action(&action, &body_bytes(body)?)?;
+    match &mut action {
+        JobAction::Replay(options) => {
+            options.note = bodies::attributed(&options.note, &identity.name, "api");
+        }
+        JobAction::Discard(reason) => *reason = bodies::attributed(reason, &identity.name, "api"),
+        JobAction::DryRun => {}
+    }
     let view = start(&state, group, source, action)?;
     Ok((StatusCode::ACCEPTED, Json(view)))
 }

@@ -2,39 +2,44 @@
 //! registry of a running gateway, and what consumers in any language use to ask for a
 //! verdict (`POST /v1/decide`).
 //!
-//! | method | path | auth | what |
+//! | method | path | role | what |
 //! |---|---|---|---|
 //! | GET | `/healthz` | | liveness |
 //! | GET | `/metrics` | | Prometheus (OpenMetrics text) |
-//! | GET | `/v1/status` | | generation, changes applied/refused, artifact cache |
-//! | GET | `/v1/routes` | | routes with component, config, counts, shadow |
-//! | GET | `/v1/policies` | | policies with component, loaded-at, fault counts, uploads |
-//! | GET | `/v1/generations` | | the active generation and those kept for rollback |
-//! | GET | `/v1/shadow` | | shadow reports |
-//! | POST | `/v1/decide` | | `{"topic", "failure"}` -> decision |
-//! | POST | `/v1/topics/{topic}/messages` | yes | publish one message or a batch into the store |
 //! | GET | `/readyz` | | 200 once the store answers and every broker source is connected (with `warning:` lines for what an operator must fix); 503 naming what is not |
-//! | GET | `/v1/dlq`, `/v1/dlq/stats` | | the store's dead letters, a page at a time (query: topic, dlq, class, kind, group, min_age_ms, dead_before_ms, max_repeats, limit, after; the next page's `after` in the `x-verdict-next` header); depths |
-//! | GET | `/v1/dlq?source=nats\|rabbitmq`, `/v1/dlq/stats?source=...` | token | the same, read from a broker (read-only; one kept connection per broker) |
-//! | POST | `/v1/dlq/replay` | token | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
-//! | POST | `/v1/dlq/discard` | token | `{"filter", "reason"}` (reason required, audited) |
-//! | GET | `/v1/dlq/groups` | (token for `?source=` a broker or `all`) | dead letters grouped by topic, class, kind and normalised reason: count, first/last seen, sources, policy versions, parked, a sample |
-//! | POST | `/v1/dlq/groups/{id}/replay`, `.../discard`, `.../dry-run` | token | a job on one group, cut off at its start (`{"source", "rate_per_s", "canary", "canary_timeout_ms", "note"}`; a discard needs `"reason"`); 202 with the job |
-//! | POST | `/v1/dlq/{seq}/repair` | token | `{"payload" \| "payload_base64", "content_type", "headers", "note"}`: edit one dead letter of the store and put it back (only with `[console] allow_edit`; audited as `repaired` with who changed what) |
-//! | GET | `/v1/jobs`, `/v1/jobs/{id}` | | DLQ jobs, newest first: state, done/total, canary, dry-run decisions |
-//! | POST | `/v1/jobs/{id}/cancel` | token | stop a running job at its next step |
-//! | PUT | `/v1/policies/{name}/component` | token | upload a component (body: bytes) |
-//! | POST | `/v1/policies/{name}/activate` | token | `{"sha256"}`: activate an upload |
-//! | POST | `/v1/rollback` | token | `{"topic"?}`: previous generation, for one route or all |
-//! | POST | `/v1/shadow` | token | `{"topic", "policy"?, "config"?}`: shadow on (or off) |
-//! | POST | `/v1/reload` | token | re-read the config file |
+//! | GET | `/v1/status` | summary | generation, changes applied/refused, artifact cache |
+//! | GET | `/v1/routes` | summary | routes with component, config, counts, shadow |
+//! | GET | `/v1/policies` | summary | policies with component, loaded-at, fault counts, uploads |
+//! | GET | `/v1/generations` | summary | the active generation and those kept for rollback |
+//! | GET | `/v1/shadow` | summary | shadow reports |
+//! | POST | `/v1/decide` | summary | `{"topic", "failure"}` -> decision |
+//! | GET | `/v1/dlq/stats` | summary (`read` for `?source=` a broker) | DLQ depths |
+//! | GET | `/v1/dlq` | read | the dead letters, a page at a time (query: source, topic, dlq, class, kind, group, min_age_ms, dead_before_ms, max_repeats, limit, after; the next page's `after` in the `x-verdict-next` header) |
+//! | GET | `/v1/dlq/groups` | read | dead letters grouped by topic, class, kind and normalised reason (`?source=` one source or `all`): count, first/last seen, sources, policy versions, parked, a sample |
+//! | GET | `/v1/jobs`, `/v1/jobs/{id}` | read | DLQ jobs, newest first: state, done/total, canary, dry-run decisions |
+//! | POST | `/v1/topics/{topic}/messages` | operate | publish one message or a batch into the store |
+//! | POST | `/v1/dlq/replay` | operate | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
+//! | POST | `/v1/dlq/discard` | operate | `{"filter", "reason"}` (reason required, audited) |
+//! | POST | `/v1/dlq/groups/{id}/replay`, `.../discard`, `.../dry-run` | operate | a job on one group, cut off at its start (`{"source", "rate_per_s", "canary", "canary_timeout_ms", "note"}`; a discard needs `"reason"`); 202 with the job |
+//! | POST | `/v1/jobs/{id}/cancel` | operate | stop a running job at its next step |
+//! | POST | `/v1/rollback` | operate | `{"topic"?}`: previous generation, for one route or all |
+//! | POST | `/v1/shadow` | operate | `{"topic", "policy"?, "config"?}`: shadow on (or off) |
+//! | POST | `/v1/dlq/{seq}/repair` | edit | `{"payload" \| "payload_base64", "content_type", "headers", "note"}`: edit one dead letter of the store and put it back (only with `[console] allow_edit`; audited as `repaired` with who changed what) |
+//! | PUT | `/v1/policies/{name}/component` | admin | upload a component (body: bytes) |
+//! | POST | `/v1/policies/{name}/activate` | admin | `{"sha256"}`: activate an upload |
+//! | POST | `/v1/reload` | admin | re-read the config file |
+//!
+//! "summary" is open with `[admin] open_reads = "summary"` (the default) and needs `read`
+//! with `"none"`; every role includes the weaker ones (see [`identity`] and [`auth`]).
+//! Audit notes of actions name the identity that asked.
 //!
 //! Before any of that, a request whose `Host` names no address the listener answers to gets
 //! 421 (see [`host_check`]: DNS rebinding). Errors are JSON with a status a client can act
 //! on (see [`ApiError`]). The same listener
 //! serves the operator console (`/`, `/groups/{id}`, `/jobs/{id}`, `/letters/{seq}`,
-//! `/policies`, `/login`): its pages are open like the API's reads; its forms act only for
-//! an operator logged in with the admin token, through a session cookie and a CSRF token.
+//! `/policies`, `/login`): its pages need what the API's reads of the same data need, its
+//! forms the role of the API's action, through a login with a token, a session cookie and
+//! a CSRF token.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -54,11 +59,13 @@ mod auth_limit;
 pub mod bodies;
 mod broker_connections;
 mod console;
+pub mod credentials;
 mod dlq;
 mod error;
 mod groups;
 mod handlers;
 pub mod host_check;
+pub mod identity;
 mod jobs;
 mod publish;
 pub mod repair;
@@ -77,7 +84,7 @@ pub struct AdminState {
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     config_path: Option<PathBuf>,
-    token: Option<Arc<str>>,
+    credentials: Arc<credentials::Credentials>,
     gateway: Option<Arc<Pipeline>>,
     broker_connections: Arc<broker_connections::BrokerConnections>,
     jobs: Arc<crate::dlq::Jobs>,
@@ -89,12 +96,13 @@ pub struct AdminState {
 
 impl AdminState {
     /// The API over `registry`. `config_path` is what `POST /v1/reload` re-reads (none: the
-    /// endpoint answers 409); `token` authorises changes (none: every change gets 401).
+    /// endpoint answers 409); `credentials` are the identities it accepts (none: everything
+    /// that needs a role gets 401).
     pub fn new(
         registry: Arc<Registry>,
         metrics: Arc<Metrics>,
         config_path: Option<PathBuf>,
-        token: Option<String>,
+        credentials: credentials::Credentials,
     ) -> Self {
         let auth_failures = Arc::new(auth_limit::AuthFailures::new(
             metrics.admin().auth_failures.clone(),
@@ -103,7 +111,7 @@ impl AdminState {
             registry,
             metrics,
             config_path,
-            token: token.filter(|t| !t.is_empty()).map(Arc::from),
+            credentials: Arc::new(credentials),
             gateway: None,
             broker_connections: Arc::default(),
             jobs: Arc::default(),
@@ -138,9 +146,16 @@ impl AdminState {
         self
     }
 
-    /// Who sent `headers`: a logged-in operator of the console, or not.
+    /// Who sent `headers`: a logged-in operator of the console (with the role their
+    /// identity has now), or not.
     pub(crate) fn viewer(&self, headers: &axum::http::HeaderMap) -> session::Viewer {
-        self.sessions.viewer(headers, self.session_idle())
+        self.sessions
+            .viewer(headers, self.session_idle(), &self.credentials.current())
+    }
+
+    /// What is open without a credential (`[admin] open_reads`, as the config is now).
+    pub(crate) fn open_reads(&self) -> verdict_registry::OpenReads {
+        self.registry.current().config().admin.open_reads
     }
 
     /// How long a console login lasts without use (`[console] session_idle_s`).
@@ -156,38 +171,62 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         hosts: state.hosts.clone(),
         counters: state.metrics.admin().clone(),
     };
-    let changes = Router::new()
-        .route("/v1/policies/{name}/component", put(handlers::upload))
-        .route("/v1/policies/{name}/activate", post(handlers::activate))
-        .route("/v1/rollback", post(handlers::rollback))
-        .route("/v1/shadow", post(handlers::shadow))
-        .route("/v1/reload", post(handlers::reload))
-        .route("/v1/dlq/replay", post(dlq::replay))
-        .route("/v1/dlq/discard", post(dlq::discard))
-        .route("/v1/dlq/groups/{group}/{action}", post(groups::act))
-        .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
-        .route("/v1/dlq/{seq}/repair", post(repair::repair))
-        .route("/v1/topics/{topic}/messages", post(publish::publish))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_token,
-        ));
-    Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(dlq::ready))
-        .route("/v1/dlq", get(dlq::list))
+    let summaries = Router::new()
         .route("/v1/dlq/stats", get(dlq::stats))
-        .route("/v1/dlq/groups", get(groups::list))
-        .route("/v1/jobs", get(jobs::list))
-        .route("/v1/jobs/{id}", get(jobs::get))
-        .route("/metrics", get(handlers::metrics))
         .route("/v1/status", get(handlers::status))
         .route("/v1/routes", get(handlers::routes))
         .route("/v1/policies", get(handlers::policies))
         .route("/v1/generations", get(handlers::generations))
         .route("/v1/shadow", get(handlers::shadow_report))
         .route("/v1/decide", post(handlers::decide))
-        .merge(changes)
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_summary,
+        ));
+    let reads = Router::new()
+        .route("/v1/dlq", get(dlq::list))
+        .route("/v1/dlq/groups", get(groups::list))
+        .route("/v1/jobs", get(jobs::list))
+        .route("/v1/jobs/{id}", get(jobs::get))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_read,
+        ));
+    let operations = Router::new()
+        .route("/v1/rollback", post(handlers::rollback))
+        .route("/v1/shadow", post(handlers::shadow))
+        .route("/v1/dlq/replay", post(dlq::replay))
+        .route("/v1/dlq/discard", post(dlq::discard))
+        .route("/v1/dlq/groups/{group}/{action}", post(groups::act))
+        .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+        .route("/v1/topics/{topic}/messages", post(publish::publish))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_operate,
+        ));
+    let edits = Router::new()
+        .route("/v1/dlq/{seq}/repair", post(repair::repair))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_edit,
+        ));
+    let administration = Router::new()
+        .route("/v1/policies/{name}/component", put(handlers::upload))
+        .route("/v1/policies/{name}/activate", post(handlers::activate))
+        .route("/v1/reload", post(handlers::reload))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_admin,
+        ));
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(dlq::ready))
+        .route("/metrics", get(handlers::metrics))
+        .merge(summaries)
+        .merge(reads)
+        .merge(operations)
+        .merge(edits)
+        .merge(administration)
         .merge(console::router())
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))

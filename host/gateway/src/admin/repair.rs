@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::{Extension, Json};
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::Value;
@@ -17,6 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::dlq::gateway;
 use super::handlers::body_bytes;
+use super::identity::Identity;
 use super::{AdminState, ApiError, bodies};
 use crate::store::Repair;
 
@@ -187,13 +188,20 @@ fn list(names: &[&str]) -> String {
 
 pub(crate) async fn repair(
     State(state): State<AdminState>,
+    Extension(identity): Extension<Identity>,
     Path(seq): Path<i64>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (repair, note) = parse(&body_bytes(body)?)?;
-    apply(&state, seq, repair, note, "the admin API")
-        .await
-        .map(Json)
+    apply(
+        &state,
+        seq,
+        repair,
+        note,
+        &format!("{} (api)", identity.name),
+    )
+    .await
+    .map(Json)
 }
 
 /// Apply `repair` to dead letter `seq` of the store and put it back for delivery, if

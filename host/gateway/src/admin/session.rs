@@ -1,19 +1,22 @@
-//! Console logins. An operator proves they hold the admin token once, on the login form;
-//! the gateway answers with a session: a random id in an `HttpOnly; SameSite=Strict`
-//! cookie (no script can read it, no other site's page can send it) and a CSRF token that
-//! every form of the console carries and every action checks. The admin token itself never
-//! reaches a URL, a page or a cookie.
+//! Console logins. An operator proves once, on the login form, that they hold the token of
+//! an identity; the gateway answers with a session: a random id in an `HttpOnly;
+//! SameSite=Strict` cookie (no script can read it, no other site's page can send it) and a
+//! CSRF token that every form of the console carries and every action checks. The token
+//! itself never reaches a URL, a page or a cookie. A session keeps only the identity's
+//! name: its role is looked up on every request, so an identity removed from the tokens
+//! file (or given another role) is logged out (or limited) at once.
 //!
 //! Sessions live in the gateway's memory: a restart logs everyone out. A session unused for
 //! `[console] session_idle_s` is gone; at most [`MAX_SESSIONS`] exist, the least recently
 //! used giving way to a new one.
 
 use std::collections::HashMap;
-use std::io::Read as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue, header};
+
+use super::identity::{Identities, Identity, Role};
 
 /// The cookie that carries the session id.
 pub(crate) const COOKIE: &str = "verdict_session";
@@ -21,14 +24,13 @@ pub(crate) const COOKIE: &str = "verdict_session";
 /// Sessions kept at once.
 pub(crate) const MAX_SESSIONS: usize = 64;
 
-/// Longest name an operator may give at login (it goes into audit notes).
-pub(crate) const MAX_NAME_CHARS: usize = 64;
-
 /// One login, as a handler sees it.
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
-    /// The name the operator gave at login, bounded and on one line: who, in audit notes.
+    /// The identity's name: who, in audit notes.
     pub(crate) who: Arc<str>,
+    /// Its role, as the identities are now.
+    pub(crate) role: Role,
     /// What every form of this session carries, and every action checks.
     pub(crate) csrf: Arc<str>,
 }
@@ -52,6 +54,12 @@ impl Viewer {
             _ => None,
         }
     }
+
+    /// Whether this viewer may do what `needed` allows (logged in with that role or a
+    /// stronger one).
+    pub(crate) fn may(&self, needed: Role) -> bool {
+        self.session().is_some_and(|s| s.role >= needed)
+    }
 }
 
 struct Entry {
@@ -66,12 +74,13 @@ pub(crate) struct Sessions {
 }
 
 impl Sessions {
-    /// A new session for `who`; its id (the cookie's value). `None` when the system's
+    /// A new session for `identity`; its id (the cookie's value). `None` when the system's
     /// random source cannot be read: better no login than a guessable one.
-    pub(crate) fn create(&self, who: &str) -> Option<(String, Session)> {
+    pub(crate) fn create(&self, identity: &Identity) -> Option<(String, Session)> {
         let id = random_hex()?;
         let session = Session {
-            who: Arc::from(name(who)),
+            who: identity.name.clone(),
+            role: identity.role,
             csrf: Arc::from(random_hex()?),
         };
         let mut sessions = self.by_id.lock().unwrap_or_else(PoisonError::into_inner);
@@ -94,17 +103,28 @@ impl Sessions {
     }
 
     /// Who sent `headers`: the session named by its cookie, if it is still live (using it
-    /// keeps it live for another `idle`).
-    pub(crate) fn viewer(&self, headers: &HeaderMap, idle: Duration) -> Viewer {
+    /// keeps it live for another `idle`) and its identity is still one of `identities`
+    /// (with the role it has there now).
+    pub(crate) fn viewer(
+        &self,
+        headers: &HeaderMap,
+        idle: Duration,
+        identities: &Identities,
+    ) -> Viewer {
         let Some(id) = cookie(headers) else {
             return Viewer::Anonymous;
         };
         let mut sessions = self.by_id.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        sessions.retain(|_, e| now.duration_since(e.last_used) < idle);
+        sessions.retain(|_, e| {
+            now.duration_since(e.last_used) < idle && identities.named(&e.session.who).is_some()
+        });
         match sessions.get_mut(id) {
             Some(entry) => {
                 entry.last_used = now;
+                if let Some(identity) = identities.named(&entry.session.who) {
+                    entry.session.role = identity.role;
+                }
                 Viewer::Operator(entry.session.clone())
             }
             None => Viewer::Expired,
@@ -146,27 +166,16 @@ fn cookie(headers: &HeaderMap) -> Option<&str> {
         .filter(|v| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// An operator's name for audit notes: one line, bounded, `operator` when blank.
-fn name(who: &str) -> String {
-    let who = verdict_runtime::text::one_line(who.trim(), MAX_NAME_CHARS);
-    if who.trim().is_empty() {
-        "operator".into()
-    } else {
-        who
-    }
-}
-
 /// 32 random bytes from the system, as hex.
 fn random_hex() -> Option<String> {
     let mut bytes = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .ok()?;
+    verdict_runtime::fsutil::random_bytes(&mut bytes).ok()?;
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::identity::tokens_file_line;
     use super::*;
 
     fn with_cookie(value: &str) -> HeaderMap {
@@ -175,61 +184,96 @@ mod tests {
         headers
     }
 
+    fn identities(lines: &[(&str, Role)]) -> Identities {
+        let text: Vec<String> = lines
+            .iter()
+            .map(|(name, role)| tokens_file_line(name, *role, &format!("token-of-{name}")))
+            .collect();
+        Identities::parse(&text.join("\n")).unwrap()
+    }
+
+    fn ada() -> Identity {
+        Identity {
+            name: Arc::from("ada"),
+            role: Role::Operate,
+        }
+    }
+
     #[test]
     fn a_session_is_found_by_its_cookie_and_only_by_it() {
+        let known = identities(&[("ada", Role::Operate)]);
         let sessions = Sessions::default();
-        let (id, session) = sessions.create("  ada\nlovelace ").unwrap();
+        let (id, session) = sessions.create(&ada()).unwrap();
         assert_eq!(id.len(), 64);
         assert_ne!(&*session.csrf, id.as_str());
         let idle = Duration::from_secs(60);
-        let found = sessions.viewer(&with_cookie(&format!("a=b; {COOKIE}={id}")), idle);
-        assert_eq!(&*found.session().unwrap().who, "ada lovelace");
+        let found = sessions.viewer(&with_cookie(&format!("a=b; {COOKIE}={id}")), idle, &known);
+        assert_eq!(&*found.session().unwrap().who, "ada");
+        assert!(found.may(Role::Operate) && !found.may(Role::Edit));
         assert!(matches!(
-            sessions.viewer(&HeaderMap::new(), idle),
+            sessions.viewer(&HeaderMap::new(), idle, &known),
             Viewer::Anonymous
         ));
         assert!(matches!(
-            sessions.viewer(&with_cookie(&format!("{COOKIE}=<script>")), idle),
+            sessions.viewer(&with_cookie(&format!("{COOKIE}=<script>")), idle, &known),
             Viewer::Anonymous
         ));
         let forged = "0".repeat(64);
         assert!(matches!(
-            sessions.viewer(&with_cookie(&format!("{COOKIE}={forged}")), idle),
+            sessions.viewer(&with_cookie(&format!("{COOKIE}={forged}")), idle, &known),
             Viewer::Expired
         ));
         sessions.end(&with_cookie(&format!("{COOKIE}={id}")));
         assert!(matches!(
-            sessions.viewer(&with_cookie(&format!("{COOKIE}={id}")), idle),
+            sessions.viewer(&with_cookie(&format!("{COOKIE}={id}")), idle, &known),
             Viewer::Expired
         ));
     }
 
     #[test]
-    fn an_idle_session_expires_and_the_oldest_gives_way() {
+    fn a_session_follows_its_identity_out_of_the_tokens_file() {
         let sessions = Sessions::default();
-        let (id, _) = sessions.create("").unwrap();
+        let (id, _) = sessions.create(&ada()).unwrap();
+        let cookie = with_cookie(&format!("{COOKIE}={id}"));
+        let idle = Duration::from_secs(60);
+        let demoted = sessions.viewer(&cookie, idle, &identities(&[("ada", Role::Read)]));
+        assert!(demoted.may(Role::Read) && !demoted.may(Role::Operate));
+        let gone = sessions.viewer(&cookie, idle, &identities(&[("bob", Role::Admin)]));
+        assert!(matches!(gone, Viewer::Expired));
+        let back = sessions.viewer(&cookie, idle, &identities(&[("ada", Role::Admin)]));
+        assert!(
+            matches!(back, Viewer::Expired),
+            "a removed identity's login is over"
+        );
+    }
+
+    #[test]
+    fn an_idle_session_expires_and_the_oldest_gives_way() {
+        let known = identities(&[("ada", Role::Operate)]);
+        let sessions = Sessions::default();
+        let (id, _) = sessions.create(&ada()).unwrap();
         std::thread::sleep(Duration::from_millis(20));
         assert!(matches!(
             sessions.viewer(
                 &with_cookie(&format!("{COOKIE}={id}")),
-                Duration::from_millis(5)
+                Duration::from_millis(5),
+                &known
             ),
             Viewer::Expired
         ));
-        let first = sessions.create("first").unwrap().0;
+        let first = sessions.create(&ada()).unwrap().0;
         std::thread::sleep(Duration::from_millis(2));
         for _ in 0..MAX_SESSIONS {
-            sessions.create("later").unwrap();
+            sessions.create(&ada()).unwrap();
         }
         assert!(matches!(
             sessions.viewer(
                 &with_cookie(&format!("{COOKIE}={first}")),
-                Duration::from_secs(60)
+                Duration::from_secs(60),
+                &known
             ),
             Viewer::Expired
         ));
-        let (_, blank) = sessions.create(" \t").unwrap();
-        assert_eq!(&*blank.who, "operator");
     }
 
     #[test]

@@ -111,7 +111,7 @@ pub async fn deliver(
         Err(e) => {
             return Err(DeliveryError {
                 kind: "transport.error".into(),
-                message: verdict_runtime::text::redact_urls(&format!(
+                message: verdict_runtime::redact::redact(&format!(
                     "the consumer URL `{}` is invalid: {e}",
                     consumer.config.url
                 )),
@@ -194,7 +194,7 @@ fn transport(e: &reqwest::Error) -> DeliveryError {
     DeliveryError {
         kind: kind.into(),
         // The client quotes the consumer's URL, whose userinfo or query may hold a key.
-        message: verdict_runtime::text::redact_urls(&error_chain(e)),
+        message: verdict_runtime::redact::redact(&error_chain(e)),
         retry_after_ms: None,
         rejected: false,
     }

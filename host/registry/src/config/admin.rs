@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-/// The admin API. Reads (routes, policies, history, shadow reports, decisions) are open on
-/// the listen address; every change needs `Authorization: Bearer <token>`.
+/// The admin API and the console. Health, readiness and metrics are open; summaries
+/// without message content (routes, policies, counts) are open unless `open_reads =
+/// "none"`; message content and every change need `Authorization: Bearer <token>` of an
+/// identity whose role allows it (the admin token is the identity `admin`, role `admin`).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
@@ -17,11 +19,19 @@ pub struct AdminConfig {
     pub listen: SocketAddr,
     /// Allow a non-loopback `listen` address (put TLS and a firewall in front of it).
     pub allow_remote: bool,
-    /// Environment variable holding the bearer token.
+    /// Environment variable holding the admin token (the identity `admin`, role `admin`).
     pub token_env: String,
-    /// File holding the bearer token (relative to the config file); read when the
+    /// File holding the admin token (relative to the config file); read when the
     /// environment variable is unset.
     pub token_file: Option<PathBuf>,
+    /// File of named identities (relative to the config file): one per line, `NAME ROLE
+    /// sha256:DIGEST`, roles `read`, `operate`, `edit`, `admin`. `verdict admin token new
+    /// NAME --role ROLE` makes a token and its line. Edits take effect within a second.
+    pub tokens_file: Option<PathBuf>,
+    /// What is open without a credential besides health, readiness and metrics:
+    /// `"summary"` (routes, policies, generations, shadow reports, DLQ depths, decide) or
+    /// `"none"`. Message content always needs the role `read`.
+    pub open_reads: OpenReads,
     /// Largest request body (an uploaded component is one).
     pub max_body_bytes: usize,
     /// Names the listener answers to besides its listen address and `localhost`,
@@ -29,6 +39,17 @@ pub struct AdminConfig {
     /// of a proxy in front. A request whose `Host` is none of them gets 421 - a web page that
     /// rebinds its own name to this machine (DNS rebinding) reads nothing.
     pub allowed_hosts: Vec<String>,
+}
+
+/// What the admin listener answers without a credential.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum OpenReads {
+    /// Summaries without message content.
+    #[default]
+    Summary,
+    /// Only health, readiness and metrics.
+    None,
 }
 
 impl AdminConfig {
@@ -61,6 +82,8 @@ impl Default for AdminConfig {
             allow_remote: false,
             token_env: "VERDICT_ADMIN_TOKEN".into(),
             token_file: None,
+            tokens_file: None,
+            open_reads: OpenReads::Summary,
             max_body_bytes: 32 << 20,
             allowed_hosts: Vec::new(),
         }

@@ -35,7 +35,7 @@ mod gateway;
 mod source_kind;
 mod storage;
 
-pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT};
+pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT, OpenReads};
 pub use admission::AdmissionConfig;
 pub use brokers::{DelayQueues, NatsConfig, RabbitmqConfig};
 pub use brokers::{MAX_DELAY_BUCKET_MS, covers_subject, subjects_overlap};
@@ -192,6 +192,19 @@ impl GatewayConfig {
         Self::parse(&text, &file)
     }
 
+    /// Tell the one redactor ([`verdict_runtime::redact`]) what in this config is secret:
+    /// the passwords and query values of the broker, store and consumer URLs.
+    pub fn remember_secrets(&self) {
+        let consumers = self.routes.iter().filter_map(|r| r.consumer.as_ref());
+        let urls = [self.nats.url.as_str(), self.rabbitmq.url.as_str()]
+            .into_iter()
+            .chain(self.gateway.store.as_deref())
+            .chain(consumers.map(|c| c.url.as_str()));
+        for url in urls {
+            verdict_runtime::redact::remember_url(url);
+        }
+    }
+
     /// Parse and validate TOML; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<GatewayConfig, GatewayConfigError> {
         let err = |field: String, message: String| GatewayConfigError {
@@ -208,6 +221,9 @@ impl GatewayConfig {
                 e.inner().message().to_string(),
             )
         })?;
+        // Before anything can fail quoting them: the one redactor learns this config's
+        // secrets, so no error, answer or log line of this process shows them.
+        config.remember_secrets();
         config
             .sandbox
             .validate()

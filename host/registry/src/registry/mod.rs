@@ -375,8 +375,16 @@ impl Registry {
         });
         match result {
             // Nothing a decision depends on changed (an editor touched the file, a reload of
-            // the same text): no new generation, nothing to roll back to.
-            Ok(generation) if generation.same_routes(&current) => Ok(current.number),
+            // the same text, a setting outside the routes): no new generation, nothing to
+            // roll back to - but the file's other settings (`[admin]`, `[console]`) do take
+            // effect, under the current number and cause.
+            Ok(mut generation) if generation.same_routes(&current) => {
+                generation.number = current.number;
+                generation.activated_at = current.activated_at;
+                generation.cause = current.cause.clone();
+                self.current.store(Arc::new(generation));
+                Ok(current.number)
+            }
             Ok(generation) => {
                 *next += 1;
                 let number = self.swap_in(Arc::new(generation));
@@ -403,7 +411,7 @@ impl Registry {
                 status.refused += 1;
                 // Open to read (`/v1/status`): a URL quoted from the config loses its
                 // credentials first.
-                status.last_error = Some(verdict_runtime::text::redact_urls(&e.to_string()));
+                status.last_error = Some(verdict_runtime::redact::redact(&e.to_string()));
             }
         }
     }

@@ -131,6 +131,12 @@ pub enum Command {
         #[command(subcommand)]
         command: StoreCommand,
     },
+    /// Identities of the admin API and the console: `verdict admin token new NAME --role
+    /// ROLE` makes a token and the line for `[admin] tokens_file`.
+    Admin {
+        #[command(subcommand)]
+        command: AdminCommand,
+    },
     /// The dead-letter queues of a gateway (in its store, or on its broker with --source).
     Dlq {
         /// The gateway config (`verdict.toml`).
@@ -354,6 +360,34 @@ impl BenchArgs {
         options.stall_timeout = std::time::Duration::from_millis(self.stall_timeout_ms);
         Ok(options)
     }
+}
+
+/// `verdict admin` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Tokens of named identities.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+/// `verdict admin token` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a fresh token for NAME and print it once (stdout), with the line to add to the
+    /// file `[admin] tokens_file` names (stderr explains). The token is not kept anywhere:
+    /// give it to its holder now.
+    New {
+        /// The identity's name: letters, digits, `.`, `_`, `-` (audit notes and the console
+        /// show it).
+        name: String,
+        /// What it may do: `read` (message content), `operate` (replay, discard, jobs,
+        /// rollback, shadow), `edit` (repair), `admin` (everything). Each includes the
+        /// ones before it.
+        #[arg(long, value_parser = ["read", "operate", "edit", "admin"])]
+        role: String,
+    },
 }
 
 /// `verdict store` subcommands.

@@ -21,7 +21,9 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_env("VERDICT_LOG")
                 .unwrap_or_else(|_| "warn".into()),
         )
-        .with_writer(std::io::stderr)
+        // The last line of defence: no log line carries a URL's credentials or a
+        // configured secret, whatever a call site put in it.
+        .with_writer(|| verdict_runtime::redact::RedactingWriter::new(std::io::stderr()))
         // Colour only for a person at a terminal, not in files or a journal.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // Structured logs for collectors: VERDICT_LOG_FORMAT=json.
@@ -36,7 +38,7 @@ fn main() -> ExitCode {
             // A config error may quote a consumer or broker URL: never its credentials.
             eprintln!(
                 "error: {}",
-                verdict_runtime::text::redact_urls(&format!("{e:#}"))
+                verdict_runtime::redact::redact(&format!("{e:#}"))
             );
             ExitCode::FAILURE
         }
@@ -160,6 +162,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             let status = cli::store::migrate(&config)?;
             emit(&(serde_json::to_string_pretty(&status)? + "\n"))?;
         }
+        Command::Admin {
+            command:
+                args::AdminCommand::Token {
+                    command: args::TokenCommand::New { name, role },
+                },
+        } => emit(&cli::admin_token::new_token(&name, &role)?)?,
         Command::Dlq {
             config,
             json,

@@ -4,11 +4,13 @@
 //! 1. the request comes from the console's own pages (`Origin`, when the browser sends
 //!    one, names this listener; another site's page is refused with 403);
 //! 2. it carries a live session (401 otherwise: "log in", or "your login expired");
-//! 3. its form parses (400, naming the field);
-//! 4. its CSRF token is the session's (403 otherwise).
+//! 3. the session's identity has the role the action needs - the role the admin API asks
+//!    for the same action (403 otherwise, naming it);
+//! 4. its form parses (400, naming the field);
+//! 5. its CSRF token is the session's (403 otherwise).
 //!
 //! Then the action runs through the same code as the admin API's (jobs, replays, discards,
-//! repairs, rollbacks), with the operator's login name in the audit note.
+//! repairs, rollbacks), with the identity's name in the audit note.
 
 use axum::Form;
 use axum::extract::rejection::FormRejection;
@@ -20,6 +22,7 @@ use serde_json::{Map, Value, json};
 use super::html::message_page;
 use super::letter::Editable;
 use crate::admin::host_check::AllowedHosts;
+use crate::admin::identity::Role;
 use crate::admin::session::{Session, Viewer};
 use crate::admin::{AdminState, ApiError, auth, bodies, groups, handlers, jobs, repair};
 use crate::dlq::ReplayOptions;
@@ -61,11 +64,13 @@ pub(super) fn same_origin(hosts: &AllowedHosts, headers: &HeaderMap) -> bool {
     origin.to_str().is_ok_and(|o| hosts.allows_origin(o))
 }
 
-/// The guard every action passes (see the module's doc): the session and the parsed form.
+/// The guard every action passes (see the module's doc), for an action that needs
+/// `needed`: the session and the parsed form.
 pub(super) fn checked<T: CarriesCsrf>(
     state: &AdminState,
     headers: &HeaderMap,
     form: Result<Form<T>, FormRejection>,
+    needed: Role,
 ) -> Result<(Session, T), Refusal> {
     let viewer = state.viewer(headers);
     let refuse = |status: StatusCode, title: &str, message: &str| -> Refusal {
@@ -84,17 +89,28 @@ pub(super) fn checked<T: CarriesCsrf>(
             return Err(refuse(
                 StatusCode::UNAUTHORIZED,
                 "Your login expired",
-                "Nothing was changed. Log in again with the admin token, then repeat the action.",
+                "Nothing was changed. Log in again with your token, then repeat the action.",
             ));
         }
         Viewer::Anonymous => {
             return Err(refuse(
                 StatusCode::UNAUTHORIZED,
                 "This needs a login",
-                "Nothing was changed. Reading is open; acting needs a login with the admin token.",
+                "Nothing was changed: acting needs a login with a token.",
             ));
         }
     };
+    if session.role < needed {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "Not your role",
+            &format!(
+                "Nothing was changed: this needs the role {needed} (or a stronger one); {} has \
+                 the role {}.",
+                session.who, session.role
+            ),
+        ));
+    }
     let Form(form) = form.map_err(|e| {
         refuse(
             StatusCode::BAD_REQUEST,
@@ -125,10 +141,7 @@ fn failed(state: &AdminState, headers: &HeaderMap, e: ApiError) -> Response {
 /// `text` with who did it, for the audit log; `default` when the operator wrote nothing.
 fn by(text: &str, who: &str, default: &str) -> String {
     let text = text.trim();
-    let text = if text.is_empty() { default } else { text };
-    // Bounded before who is added, so a long note never cuts off who wrote it.
-    let text = verdict_runtime::text::one_line(text, bodies::MAX_NOTE_CHARS - 100);
-    format!("{text} (by {who}, console)")
+    bodies::attributed(if text.is_empty() { default } else { text }, who, "console")
 }
 
 /// A group action's form: a replay's rate, canary and note, or a discard's reason.
@@ -204,7 +217,7 @@ pub(super) async fn group(
     action: &str,
     form: Result<Form<GroupForm>, FormRejection>,
 ) -> Response {
-    let (session, form) = match checked(state, headers, form) {
+    let (session, form) = match checked(state, headers, form, Role::Operate) {
         Ok(ok) => ok,
         Err(refusal) => return *refusal,
     };
@@ -225,9 +238,11 @@ pub(super) async fn cancel_job(
     id: &str,
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
-    if let Err(refusal) = checked(state, headers, form) {
-        return *refusal;
-    }
+    let (session, _) = match checked(state, headers, form, Role::Operate) {
+        Ok(ok) => ok,
+        Err(refusal) => return *refusal,
+    };
+    tracing::info!(identity = %session.who, job = %verdict_runtime::text::one_line(id, 64), "job cancelled from the console");
     match jobs::cancel_job(state, id) {
         Ok(job) => Redirect::to(&format!("/jobs/{}", job.id)).into_response(),
         Err(e) => failed(state, headers, e),
@@ -259,7 +274,7 @@ pub(super) async fn letter(
     action: &str,
     form: Result<Form<LetterForm>, FormRejection>,
 ) -> Response {
-    let (session, form) = match checked(state, headers, form) {
+    let (session, form) = match checked(state, headers, form, Role::Operate) {
         Ok(ok) => ok,
         Err(refusal) => return *refusal,
     };
@@ -351,7 +366,7 @@ pub(super) async fn repair(
     seq: i64,
     form: Result<Form<RepairForm>, FormRejection>,
 ) -> Response {
-    let (session, form) = match checked(state, headers, form) {
+    let (session, form) = match checked(state, headers, form, Role::Edit) {
         Ok(ok) => ok,
         Err(refusal) => return *refusal,
     };
@@ -464,7 +479,7 @@ pub(super) async fn rollback(
     headers: &HeaderMap,
     form: Result<Form<RollbackForm>, FormRejection>,
 ) -> Response {
-    let (session, form) = match checked(state, headers, form) {
+    let (session, form) = match checked(state, headers, form, Role::Operate) {
         Ok(ok) => ok,
         Err(refusal) => return *refusal,
     };
@@ -473,7 +488,7 @@ pub(super) async fn rollback(
     match handlers::roll_back(state, topic).await {
         Ok(generation) => {
             tracing::warn!(
-                operator = %session.who,
+                identity = %session.who,
                 route = %verdict_runtime::text::one_line(&what, 128),
                 generation,
                 "rolled back from the console"

@@ -20,6 +20,9 @@ use crate::store::{DlqEntry, DlqFilter};
 const SHOWN_LETTERS: usize = 200;
 
 pub(super) async fn render(state: &AdminState, viewer: &Viewer, id: String) -> Response {
+    if let Some(login) = super::html::unless_reader(viewer) {
+        return login;
+    }
     if let Err(e) = crate::admin::groups::check_group_id(&id) {
         return message_page(e.status, "Not a group", viewer, &e.message);
     }

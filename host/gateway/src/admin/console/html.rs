@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::admin::identity::Role;
 use crate::admin::session::{Session, Viewer};
 
 /// The stylesheet, served at [`STYLESHEET_PATH`].
@@ -59,14 +60,43 @@ pub(crate) fn message_page(
     response
 }
 
+/// The page a viewer gets instead of one that shows message content (or, with
+/// `[admin] open_reads = "none"`, any page) without a login: 401, saying why and where to
+/// log in. `None` when `viewer` may read.
+pub(crate) fn unless_reader(viewer: &Viewer) -> Option<Response> {
+    if viewer.may(Role::Read) {
+        return None;
+    }
+    let (title, why) = match viewer {
+        Viewer::Expired => ("Your login expired", "Log in again with your token."),
+        _ => (
+            "This page needs a login",
+            "It shows message content (or this gateway opens nothing without a login): log \
+             in with a token of the role read or a stronger one.",
+        ),
+    };
+    let mut response = page(
+        title,
+        viewer,
+        &format!(
+            "<h1>{}</h1><p>{}</p><p><a href=\"/login\">Log in</a></p>",
+            escape(title),
+            escape(why)
+        ),
+    );
+    *response.status_mut() = StatusCode::UNAUTHORIZED;
+    Some(response)
+}
+
 fn frame(title: &str, viewer: &Viewer, head: &str, body: &str) -> Response {
     let who = match viewer.session() {
         Some(s) => format!(
-            "<span class=\"who\">Signed in as <strong>{}</strong></span>{}",
+            "<span class=\"who\">Signed in as <strong>{}</strong> ({})</span>{}",
             escape(&s.who),
+            s.role,
             form("/logout", Some(s), "inline", "", "Log out")
         ),
-        None => "<a class=\"who\" href=\"/login\">Log in to act</a>".into(),
+        None => "<a class=\"who\" href=\"/login\">Log in</a>".into(),
     };
     let html = format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\

@@ -15,6 +15,9 @@ use crate::dlq::{JobState, JobView};
 use crate::envelope::rfc3339;
 
 pub(super) fn render(state: &AdminState, viewer: &Viewer, id: &str) -> Response {
+    if let Some(login) = super::html::unless_reader(viewer) {
+        return login;
+    }
     let Some(job) = state.jobs.get(id) else {
         let e = crate::admin::jobs::no_such_job(id);
         return message_page(StatusCode::NOT_FOUND, "No such job", viewer, &e.message);

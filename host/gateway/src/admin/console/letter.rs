@@ -17,6 +17,9 @@ use crate::store::DlqEntry;
 const HEX_BYTES: usize = 4_096;
 
 pub(super) async fn render(state: &AdminState, viewer: &Viewer, seq: &str) -> Response {
+    if let Some(login) = super::html::unless_reader(viewer) {
+        return login;
+    }
     let Ok(seq) = seq.parse::<i64>() else {
         return message_page(
             StatusCode::NOT_FOUND,

@@ -1,6 +1,7 @@
-//! `/login` and `/logout`. Logging in proves the operator holds the admin token; the name
-//! they give goes into the audit notes of what they do. A wrong token is logged as a
-//! warning and answered after a pause, so guessing it through the form is slow and seen.
+//! `/login` and `/logout`. Logging in proves the operator holds the token of an identity;
+//! its name goes into the audit notes of what they do, its role bounds what they may. A
+//! wrong token is counted, logged as a warning and answered after a pause, so guessing one
+//! through the form is slow and seen.
 
 use std::time::Duration;
 
@@ -12,8 +13,9 @@ use serde::Deserialize;
 
 use super::actions::{CsrfForm, checked, same_origin};
 use super::html::{escape, message_page, page};
-use crate::admin::session::{self, MAX_NAME_CHARS, Viewer};
-use crate::admin::{AdminState, auth};
+use crate::admin::AdminState;
+use crate::admin::identity::Role;
+use crate::admin::session::{self, Viewer};
 
 /// How long a wrong token waits for its answer.
 const WRONG_TOKEN_DELAY: Duration = Duration::from_millis(300);
@@ -26,9 +28,10 @@ pub(super) fn render(viewer: &Viewer, error: Option<&str>) -> Response {
         .session()
         .map(|s| {
             format!(
-                "<p class=\"muted\">You are signed in as {}; logging in again starts a new \
-                 login.</p>",
-                escape(&s.who)
+                "<p class=\"muted\">You are signed in as {} (role {}); logging in again \
+                 starts a new login.</p>",
+                escape(&s.who),
+                s.role
             )
         })
         .unwrap_or_default();
@@ -37,14 +40,15 @@ pub(super) fn render(viewer: &Viewer, error: Option<&str>) -> Response {
         viewer,
         &format!(
             "<h1>Log in</h1>{signed_in}{error}<form method=\"post\" action=\"/login\" \
-             class=\"login\"><label>Admin token <input type=\"password\" name=\"token\" \
+             class=\"login\"><label>Token <input type=\"password\" name=\"token\" \
              autocomplete=\"current-password\" required autofocus></label>\
-             <label>Your name, for the audit log <input name=\"name\" maxlength=\"{MAX_NAME_CHARS}\" \
-             autocomplete=\"username\" placeholder=\"operator\"></label>\
              <button type=\"submit\">Log in</button></form>\
-             <p class=\"muted\">The token is the gateway's admin token (the variable named by \
-             <code>admin.token_env</code>, or <code>admin.token_file</code>). It is checked \
-             once and never kept in the page or a cookie.</p>"
+             <p class=\"muted\">Your token names you in the audit log and decides what you \
+             may do: <code>read</code> shows dead letters, <code>operate</code> replays and \
+             discards them, <code>edit</code> repairs them, <code>admin</code> does \
+             everything. Tokens come from <code>verdict admin token new</code> (listed in \
+             <code>admin.tokens_file</code>), or it is the gateway's admin token. It is \
+             checked once and never kept in the page or a cookie.</p>"
         ),
     )
 }
@@ -52,8 +56,6 @@ pub(super) fn render(viewer: &Viewer, error: Option<&str>) -> Response {
 #[derive(Deserialize)]
 pub(super) struct LoginForm {
     token: String,
-    #[serde(default)]
-    name: String,
 }
 
 pub(super) async fn login(
@@ -72,20 +74,21 @@ pub(super) async fn login(
         );
     }
     let Ok(Form(form)) = form else {
-        let mut r = render(&viewer, Some("Give the admin token."));
+        let mut r = render(&viewer, Some("Give your token."));
         *r.status_mut() = StatusCode::BAD_REQUEST;
         return r;
     };
-    let Some(token) = &state.token else {
+    let identities = state.credentials.current();
+    if identities.is_empty() {
         return message_page(
             StatusCode::UNAUTHORIZED,
-            "No admin token",
+            "No identities",
             &viewer,
-            "This gateway has no admin token, so nothing can be changed through it: set the \
-             variable named by admin.token_env (VERDICT_ADMIN_TOKEN by default) or \
-             admin.token_file, and restart it.",
+            "This gateway knows no identity, so no one can log in: set the variable named by \
+             admin.token_env (VERDICT_ADMIN_TOKEN by default) or admin.token_file for the \
+             admin token, or list identities in admin.tokens_file (verdict admin token new).",
         );
-    };
+    }
     if !state.auth_failures.admits() {
         let mut r = render(
             &viewer,
@@ -94,19 +97,16 @@ pub(super) async fn login(
         *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
         return r;
     }
-    if !auth::same(form.token.trim(), token) {
+    let Some(identity) = identities.find(&form.token) else {
         state.auth_failures.failed(peer, "console login");
-        tracing::warn!(
-            name = %verdict_runtime::text::one_line(&form.name, MAX_NAME_CHARS),
-            "a console login gave a wrong admin token"
-        );
+        tracing::warn!("a console login gave a token that is no identity's");
         tokio::time::sleep(WRONG_TOKEN_DELAY).await;
-        let mut r = render(&viewer, Some("That is not the admin token."));
+        let mut r = render(&viewer, Some("That token belongs to no identity."));
         *r.status_mut() = StatusCode::UNAUTHORIZED;
         return r;
-    }
+    };
     state.sessions.end(headers);
-    let Some((id, session)) = state.sessions.create(&form.name) else {
+    let Some((id, session)) = state.sessions.create(identity) else {
         return message_page(
             StatusCode::SERVICE_UNAVAILABLE,
             "No login",
@@ -114,7 +114,7 @@ pub(super) async fn login(
             "The system's random source could not be read, so no session id could be made.",
         );
     };
-    tracing::info!(operator = %session.who, "console login");
+    tracing::info!(identity = %session.who, role = %session.role, "console login");
     let mut response = Redirect::to("/").into_response();
     response
         .headers_mut()
@@ -127,7 +127,7 @@ pub(super) async fn logout(
     headers: &HeaderMap,
     form: Result<Form<CsrfForm>, FormRejection>,
 ) -> Response {
-    if let Err(refusal) = checked(state, headers, form) {
+    if let Err(refusal) = checked(state, headers, form, Role::Read) {
         return *refusal;
     }
     state.sessions.end(headers);

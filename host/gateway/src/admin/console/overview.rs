@@ -6,6 +6,7 @@ use axum::response::Response;
 
 use super::chart;
 use super::html::{escape, page, table};
+use crate::admin::identity::Role;
 use crate::admin::session::Viewer;
 use crate::admin::{AdminState, views};
 use crate::dlq::{DlqGroup, JobView, groups};
@@ -14,6 +15,11 @@ use crate::pipeline::now_ms;
 use crate::store::DlqFilter;
 
 pub(super) async fn render(state: &AdminState, viewer: &Viewer) -> Response {
+    if state.open_reads() == verdict_registry::OpenReads::None
+        && let Some(login) = super::html::unless_reader(viewer)
+    {
+        return login;
+    }
     let generation = state.registry.current();
     let mut body = format!(
         "<h1>Gateway <span class=\"pill\">generation {}</span></h1>",
@@ -32,6 +38,12 @@ pub(super) async fn render(state: &AdminState, viewer: &Viewer) -> Response {
         &ingress,
     );
     body += "<h2>Dead letters by cause</h2>";
+    // Causes carry the policies' reasons and samples, which may quote message content.
+    if !viewer.may(Role::Read) {
+        body += "<p class=\"muted\"><a href=\"/login\">Log in</a> (role read or stronger) \
+                 to see the dead letters by cause and the jobs.</p>";
+        return page("Gateway", viewer, &body);
+    }
     body += &match dead_letter_groups(state).await {
         Ok(groups) => groups_table(&groups),
         Err(e) => format!("<p class=\"bad\">{}</p>", escape(&e)),

@@ -10,6 +10,11 @@ use crate::admin::{AdminState, views};
 use crate::envelope::rfc3339;
 
 pub(super) fn render(state: &AdminState, viewer: &Viewer) -> Response {
+    if state.open_reads() == verdict_registry::OpenReads::None
+        && let Some(login) = super::html::unless_reader(viewer)
+    {
+        return login;
+    }
     let mut body = String::from("<h1>Policies</h1>");
     let policies = views::policies(&state.registry);
     let rows: Vec<Vec<String>> = policies

@@ -274,10 +274,8 @@ fn generated_id(queue: &str) -> String {
 /// 64 random bits from the system; without a random source, the pid and the start time
 /// (the prefix only has to differ between processes, it guards nothing).
 fn process_prefix() -> String {
-    use std::io::Read as _;
     let mut bytes = [0u8; 8];
-    let random = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
-    let value = match random {
+    let value = match verdict_runtime::fsutil::random_bytes(&mut bytes) {
         Ok(()) => u64::from_le_bytes(bytes),
         Err(_) => (u64::from(std::process::id()) << 32) ^ now_ms(),
     };
