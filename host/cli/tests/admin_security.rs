@@ -572,3 +572,135 @@ fn message_content_needs_a_credential_and_every_action_its_role() {
         assert_eq!(as_who("GET", path, None).0, 200, "GET {path}");
     }
 }
+
+/// `curl` against the TLS listener, trusting `ca`: (exit success, headers and body).
+fn curl(ca: &Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "10", "--cacert"])
+        .arg(ca)
+        .args(args)
+        .output()
+        .expect("curl runs");
+    (
+        out.status.success(),
+        common::text(&out.stdout) + &common::text(&out.stderr),
+    )
+}
+
+/// `[admin] tls_cert` / `tls_key`: the listener speaks HTTPS only, the console's cookie is
+/// `Secure`, answers carry HSTS; plain HTTP to it gets no answer. A certificate file that
+/// holds no certificate stops the start naming the field.
+#[test]
+fn the_admin_listener_serves_https_with_a_secure_cookie_and_hsts() {
+    let config = write_config(
+        "security-tls",
+        "tls_cert = \"cert.pem\"\ntls_key = \"key.pem\"",
+        "http://127.0.0.1:9/hook",
+        "max_attempts = 1",
+    );
+    let dir = config.parent().unwrap().to_path_buf();
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.pem",
+        ])
+        .current_dir(&dir)
+        .output()
+        .expect("openssl runs");
+    assert!(made.status.success(), "{}", common::text(&made.stderr));
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    assert!(gw.url.starts_with("https://"), "{}", gw.url);
+    let ca = dir.join("cert.pem");
+    let (ok, answer) = curl(&ca, &[&format!("{}/healthz", gw.url)]);
+    assert!(ok, "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("strict-transport-security: max-age=31536000"),
+        "{answer}"
+    );
+    let (ok, answer) = curl(
+        &ca,
+        &["-d", "token=operator-token", &format!("{}/login", gw.url)],
+    );
+    assert!(ok, "{answer}");
+    let cookie = answer
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("{answer}"));
+    assert!(
+        cookie.contains("HttpOnly") && cookie.trim_end().ends_with("; Secure"),
+        "{cookie}"
+    );
+    // Plain HTTP on the same port: no HTTP answer at all.
+    let plain = gw.url.replace("https://", "http://");
+    let plain = ureq::get(&format!("{plain}/v1/routes")).call();
+    assert!(plain.is_err(), "{plain:?}");
+    drop(gw);
+
+    // A certificate file without a certificate: the start fails, naming the field.
+    std::fs::write(dir.join("cert.pem"), "not a certificate\n").unwrap();
+    let out = common::verdict(&["run", "-c", config.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let stderr = common::text(&out.stderr);
+    assert!(
+        stderr.contains("admin.tls_cert") && stderr.contains("no PEM certificate"),
+        "{stderr}"
+    );
+}
+
+/// Beyond loopback without TLS, `verdict check` refuses the config, naming the setting and
+/// what would make it safe.
+#[test]
+fn a_remote_admin_listener_without_tls_is_refused() {
+    let config = write_config(
+        "security-remote",
+        "allow_remote = true",
+        "http://127.0.0.1:9/hook",
+        "max_attempts = 1",
+    );
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("listen = \"127.0.0.1:0\"", "listen = \"0.0.0.0:0\"");
+    std::fs::write(&config, &text).unwrap();
+    let out = common::verdict(&["check", "-c", config.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let stderr = common::text(&out.stderr);
+    assert!(
+        stderr.contains("admin.allow_remote") && stderr.contains("tls_cert"),
+        "{stderr}"
+    );
+    std::fs::write(
+        &config,
+        text.replace(
+            "allow_remote = true",
+            "allow_remote = true\nallow_remote_plaintext = true",
+        ),
+    )
+    .unwrap();
+    let out = common::verdict(&["check", "-c", config.to_str().unwrap()], None);
+    let stderr = common::text(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("admin.allowed_hosts"),
+        "{stderr}"
+    );
+}

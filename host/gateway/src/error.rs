@@ -46,6 +46,9 @@ pub enum GatewayError {
     /// `admin.tokens_file` could not be read or parsed, or collides with the admin token.
     #[error(transparent)]
     Credentials(#[from] crate::admin::credentials::CredentialsError),
+    /// The admin listener's certificate or key could not be used.
+    #[error(transparent)]
+    AdminTls(#[from] crate::admin::tls::TlsError),
     /// The first generation was refused (a policy that does not load or pass the gate, a
     /// route that does not resolve).
     #[error(transparent)]

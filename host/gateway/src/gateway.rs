@@ -37,6 +37,8 @@ pub struct Gateway {
     pub pipeline: Arc<Pipeline>,
     /// The admin API's address.
     pub admin: SocketAddr,
+    /// The admin API's base URL: `https://` when `[admin]` has a certificate.
+    pub admin_url: String,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     deliveries: Vec<tokio::task::JoinHandle<()>>,
     _watcher: ConfigWatcher,
@@ -174,6 +176,24 @@ async fn start(
             SHUTDOWN_GRACE,
         )));
     }
+    // Read before binding, so a bad certificate stops the start with its file named.
+    let tls = match (&config.admin.tls_cert, &config.admin.tls_key) {
+        (Some(cert), Some(key)) => Some(admin::tls::server_config(
+            &base.join(cert),
+            &base.join(key),
+        )?),
+        _ => None,
+    };
+    if config.admin.allow_remote_plaintext
+        && tls.is_none()
+        && !config.admin.listen.ip().is_loopback()
+    {
+        tracing::warn!(
+            listen = %config.admin.listen,
+            "the admin listener serves plain HTTP beyond loopback (allow_remote_plaintext): \
+             only a TLS proxy on a private network may reach it"
+        );
+    }
     let listen = |source| GatewayError::Listen {
         address: config.admin.listen,
         source,
@@ -194,9 +214,13 @@ async fn start(
         admin,
         &config.admin.allowed_hosts,
     ));
+    let (state, admin_url) = match tls {
+        Some(_) => (state.with_tls(), format!("https://{admin}")),
+        None => (state, format!("http://{admin}")),
+    };
     let router = admin::router(state, config.admin.max_body_bytes);
     let mut stopped_admin = stopped;
-    let server = tokio::spawn(admin::serve(listener, router, async move {
+    let server = tokio::spawn(admin::serve(listener, tls, router, async move {
         let _ = stopped_admin.wait_for(|stop| *stop).await;
     }));
     let generation = registry.current();
@@ -211,6 +235,7 @@ async fn start(
         store,
         pipeline,
         admin,
+        admin_url,
         server,
         deliveries,
         _watcher: watcher,

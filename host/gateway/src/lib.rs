@@ -16,7 +16,7 @@
 //!     let _ = tokio::signal::ctrl_c().await;
 //! })
 //! .await?;
-//! println!("admin API on http://{}", gateway.admin);
+//! println!("admin API on {}", gateway.admin_url);
 //! gateway.wait().await
 //! # }
 //! ```

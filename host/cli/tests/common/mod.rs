@@ -112,7 +112,8 @@ impl Drop for Proc {
     }
 }
 
-/// Start `program args`, wait for the `http://` address it prints on stderr.
+/// Start `program args`, wait for the `http://` (or `https://`) address it prints on
+/// stderr.
 pub fn spawn(program: &str, args: &[&str]) -> Proc {
     let mut child = Command::new(program)
         .args(args)
@@ -128,7 +129,7 @@ pub fn spawn(program: &str, args: &[&str]) -> Proc {
             .next()
             .unwrap_or_else(|| panic!("{program} exited before printing its address"))
             .unwrap();
-        if let Some(at) = line.find("http://") {
+        if let Some(at) = line.find("http://").or_else(|| line.find("https://")) {
             break line[at..]
                 .split_whitespace()
                 .next()

@@ -99,8 +99,8 @@ async fn require(
 /// Who sent a request, when the listener recorded it.
 pub(crate) fn peer_of(extensions: &axum::http::Extensions) -> Option<SocketAddr> {
     extensions
-        .get::<axum::extract::ConnectInfo<SocketAddr>>()
-        .map(|c| c.0)
+        .get::<axum::extract::ConnectInfo<super::Peer>>()
+        .map(|c| c.0.0)
 }
 
 /// The identity whose bearer token `headers` carry, if it has `needed` (or a stronger

@@ -70,6 +70,7 @@ mod jobs;
 mod publish;
 pub mod repair;
 mod session;
+pub mod tls;
 mod views;
 
 pub use error::ApiError;
@@ -92,6 +93,7 @@ pub struct AdminState {
     sessions: Arc<session::Sessions>,
     hosts: Arc<host_check::AllowedHosts>,
     auth_failures: Arc<auth_limit::AuthFailures>,
+    tls: bool,
 }
 
 impl AdminState {
@@ -119,7 +121,14 @@ impl AdminState {
             sessions: Arc::default(),
             hosts: Arc::new(host_check::AllowedHosts::loopback()),
             auth_failures,
+            tls: false,
         }
+    }
+
+    /// The listener serves HTTPS: the session cookie is `Secure`, answers carry HSTS.
+    pub fn with_tls(mut self) -> Self {
+        self.tls = true;
+        self
     }
 
     /// Answer only to `hosts` (by default: loopback names on any port); see
@@ -167,6 +176,7 @@ impl AdminState {
 /// The API's routes. `max_body_bytes` bounds every request body (an upload is one). Every
 /// request is checked for a `Host` the listener answers to before it is routed.
 pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
+    let tls = state.tls;
     let host_check = host_check::HostCheck {
         hosts: state.hosts.clone(),
         counters: state.metrics.admin().clone(),
@@ -230,6 +240,19 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .merge(console::router())
         .fallback(handlers::not_found)
         .layer(DefaultBodyLimit::max(max_body_bytes))
+        .layer(middleware::map_response(
+            move |mut response: axum::response::Response| async move {
+                if tls {
+                    // A browser that reached the console over HTTPS never tries plain HTTP
+                    // for it again (a year; no subdomains: the name may be shared).
+                    response.headers_mut().insert(
+                        axum::http::header::STRICT_TRANSPORT_SECURITY,
+                        axum::http::HeaderValue::from_static("max-age=31536000"),
+                    );
+                }
+                response
+            },
+        ))
         .layer(middleware::from_fn_with_state(
             host_check,
             host_check::require_known_host,
@@ -237,17 +260,47 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .with_state(state)
 }
 
-/// Serve the API on `listener` until `shutdown` completes. Each request knows its peer
-/// (for the warning a burst of wrong credentials logs).
+/// Who is at the other end of a connection (for the warning a burst of wrong credentials
+/// logs), over plain TCP or TLS alike.
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub std::net::SocketAddr);
+
+impl
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
+    for Peer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tls::TlsListener>>
+    for Peer
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, tls::TlsListener>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// Serve the API on `listener` until `shutdown` completes: HTTPS with `tls`, plain HTTP
+/// without. Each request knows its peer.
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    let app = router.into_make_service_with_connect_info::<Peer>();
+    match tls {
+        None => {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        Some(config) => {
+            axum::serve(tls::TlsListener::new(listener, config)?, app)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }

@@ -142,10 +142,14 @@ impl Sessions {
     }
 }
 
-/// The `Set-Cookie` value that hands out session `id`.
-pub(crate) fn set_cookie(id: &str) -> HeaderValue {
-    HeaderValue::from_str(&format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict"))
-        .unwrap_or_else(|_| clear_cookie())
+/// The `Set-Cookie` value that hands out session `id`; `secure` (the listener serves
+/// HTTPS) keeps the browser from ever sending it over plain HTTP.
+pub(crate) fn set_cookie(id: &str, secure: bool) -> HeaderValue {
+    let secure = if secure { "; Secure" } else { "" };
+    HeaderValue::from_str(&format!(
+        "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict{secure}"
+    ))
+    .unwrap_or_else(|_| clear_cookie())
 }
 
 /// The `Set-Cookie` value that removes the session cookie.
@@ -278,12 +282,14 @@ mod tests {
 
     #[test]
     fn the_cookie_is_http_only_and_same_site_strict() {
-        let set = set_cookie(&"a".repeat(64));
+        let set = set_cookie(&"a".repeat(64), false);
         let set = set.to_str().unwrap();
         assert!(
-            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            set.contains("HttpOnly") && set.contains("SameSite=Strict") && !set.contains("Secure"),
             "{set}"
         );
+        let secure = set_cookie(&"a".repeat(64), true);
+        assert!(secure.to_str().unwrap().ends_with("; Secure"));
         assert!(clear_cookie().to_str().unwrap().contains("Max-Age=0"));
     }
 }

@@ -105,7 +105,12 @@ impl TlsListener {
         let acceptor = TlsAcceptor::from(config);
         tokio::spawn(async move {
             loop {
-                let (tcp, peer) = match listener.accept().await {
+                // Ends with the listener: the port is free once the server stops.
+                let accepted = tokio::select! {
+                    () = done.closed() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                let (tcp, peer) = match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors and the like: pause rather than spin.
@@ -114,11 +119,11 @@ impl TlsListener {
                         continue;
                     }
                 };
-                let (acceptor, done) = (acceptor.clone(), done.clone());
+                let (acceptor, handed) = (acceptor.clone(), done.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
-                            let _ = done.send((stream, peer)).await;
+                            let _ = handed.send((stream, peer)).await;
                         }
                         Ok(Err(e)) => {
                             tracing::debug!(%peer, error = %e, "admin listener: TLS handshake failed");
@@ -128,9 +133,6 @@ impl TlsListener {
                         }
                     }
                 });
-                if done.is_closed() {
-                    return;
-                }
             }
         });
         Ok(TlsListener { ready, local })

@@ -17,8 +17,17 @@ pub struct AdminConfig {
     /// `allow_remote` is set.
     #[schemars(with = "String")]
     pub listen: SocketAddr,
-    /// Allow a non-loopback `listen` address (put TLS and a firewall in front of it).
+    /// Allow a non-loopback `listen` address. Needs TLS (`tls_cert` and `tls_key`), or
+    /// `allow_remote_plaintext` when a TLS proxy terminates in front.
     pub allow_remote: bool,
+    /// With `allow_remote`, serve plain HTTP beyond loopback: only behind a TLS proxy on a
+    /// network no one else reaches, and then `allowed_hosts` must name the proxy's host.
+    pub allow_remote_plaintext: bool,
+    /// PEM certificate chain (leaf first) for HTTPS on `listen` (relative to the config
+    /// file); with it, the console's session cookie is `Secure` and answers carry HSTS.
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of `tls_cert` (PKCS#8, PKCS#1 or SEC1).
+    pub tls_key: Option<PathBuf>,
     /// Environment variable holding the admin token (the identity `admin`, role `admin`).
     pub token_env: String,
     /// File holding the admin token (relative to the config file); read when the
@@ -53,6 +62,59 @@ pub enum OpenReads {
 }
 
 impl AdminConfig {
+    /// Whether the listener serves HTTPS.
+    pub fn tls(&self) -> bool {
+        self.tls_cert.is_some() && self.tls_key.is_some()
+    }
+
+    /// Why the listener's address, TLS and names do not fit together (`(field, problem)`),
+    /// or `None`.
+    pub fn exposure_error(&self) -> Option<(&'static str, String)> {
+        let loopback = self.listen.ip().is_loopback();
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            let field = if self.tls_cert.is_some() {
+                "admin.tls_key"
+            } else {
+                "admin.tls_cert"
+            };
+            return Some((
+                field,
+                "TLS needs both admin.tls_cert and admin.tls_key".into(),
+            ));
+        }
+        if !self.allow_remote && !loopback {
+            return Some((
+                "admin.listen",
+                format!(
+                    "{} is not a loopback address; set admin.allow_remote = true (with TLS) to \
+                     listen beyond this machine",
+                    self.listen
+                ),
+            ));
+        }
+        if !loopback && !self.tls() && !self.allow_remote_plaintext {
+            return Some((
+                "admin.allow_remote",
+                format!(
+                    "{} is reachable beyond this machine without TLS: tokens and dead letters \
+                     would cross the network in plain text. Set admin.tls_cert and \
+                     admin.tls_key, or admin.allow_remote_plaintext = true if a TLS proxy in \
+                     front terminates it",
+                    self.listen
+                ),
+            ));
+        }
+        if self.allow_remote_plaintext && !self.tls() && self.allowed_hosts.is_empty() {
+            return Some((
+                "admin.allowed_hosts",
+                "admin.allow_remote_plaintext needs the name the TLS proxy in front reaches \
+                 the listener by, in admin.allowed_hosts"
+                    .into(),
+            ));
+        }
+        None
+    }
+
     /// Why an `allowed_hosts` entry cannot be one (`None` when it can).
     pub fn allowed_host_error(entry: &str) -> Option<&'static str> {
         if entry.is_empty() {
@@ -80,6 +142,9 @@ impl Default for AdminConfig {
         AdminConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], DEFAULT_ADMIN_PORT)),
             allow_remote: false,
+            allow_remote_plaintext: false,
+            tls_cert: None,
+            tls_key: None,
             token_env: "VERDICT_ADMIN_TOKEN".into(),
             token_file: None,
             tokens_file: None,

@@ -300,15 +300,8 @@ impl GatewayConfig {
                 })?;
             }
         }
-        if !config.admin.allow_remote && !config.admin.listen.ip().is_loopback() {
-            return Err(err(
-                "admin.listen".into(),
-                format!(
-                    "{} is not a loopback address; set admin.allow_remote = true to listen \
-                     beyond this machine",
-                    config.admin.listen
-                ),
-            ));
+        if let Some((field, problem)) = config.admin.exposure_error() {
+            return Err(err(field.into(), problem));
         }
         for (i, entry) in config.admin.allowed_hosts.iter().enumerate() {
             if let Some(why) = AdminConfig::allowed_host_error(entry) {
@@ -408,11 +401,29 @@ mod tests {
         let e = GatewayConfig::parse(&remote, "verdict.toml").unwrap_err();
         assert_eq!(e.field, "admin.listen");
         assert!(e.message.contains("allow_remote"), "{e}");
-        let allowed = remote.replace("[admin]\n", "[admin]\nallow_remote = true\n");
-        let c = GatewayConfig::parse(&allowed, "verdict.toml").unwrap();
-        assert!(!c.admin.listen.ip().is_loopback());
         let v6 = format!("[admin]\nlisten = \"[::1]:9474\"\n{GOOD}");
         assert!(GatewayConfig::parse(&v6, "verdict.toml").is_ok());
+    }
+
+    #[test]
+    fn the_admin_api_beyond_loopback_needs_tls_or_a_named_proxy() {
+        let admin = |lines: &str| {
+            let text = format!("[admin]\nlisten = \"0.0.0.0:9474\"\n{lines}\n{GOOD}");
+            GatewayConfig::parse(&text, "verdict.toml").map(|c| c.admin)
+        };
+        let e = admin("allow_remote = true").unwrap_err();
+        assert_eq!(e.field, "admin.allow_remote");
+        assert!(e.message.contains("without TLS"), "{e}");
+        let with_tls = admin("allow_remote = true\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"");
+        assert!(with_tls.unwrap().tls());
+        let half = admin("allow_remote = true\ntls_cert = \"c.pem\"").unwrap_err();
+        assert_eq!(half.field, "admin.tls_key");
+        let e = admin("allow_remote = true\nallow_remote_plaintext = true").unwrap_err();
+        assert_eq!(e.field, "admin.allowed_hosts");
+        let proxied = admin(
+            "allow_remote = true\nallow_remote_plaintext = true\nallowed_hosts = [\"verdict.internal\"]",
+        );
+        assert!(!proxied.unwrap().tls());
     }
 
     #[test]

@@ -121,9 +121,9 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             runtime.block_on(async {
                 let running = Gateway::start(&config, cli::shutdown_signal()).await?;
                 eprintln!(
-                    "verdict: generation {} active; admin API on http://{}",
+                    "verdict: generation {} active; admin API on {}",
                     running.registry.current().number,
-                    running.admin
+                    running.admin_url
                 );
                 running.wait().await
             })?;

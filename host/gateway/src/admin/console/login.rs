@@ -118,7 +118,7 @@ pub(super) async fn login(
     let mut response = Redirect::to("/").into_response();
     response
         .headers_mut()
-        .insert(header::SET_COOKIE, session::set_cookie(&id));
+        .insert(header::SET_COOKIE, session::set_cookie(&id, state.tls));
     response
 }
 

@@ -136,11 +136,11 @@ async fn login_page(State(state): State<AdminState>, headers: HeaderMap) -> Resp
 
 async fn login(
     State(state): State<AdminState>,
-    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<crate::admin::Peer>>>,
     headers: HeaderMap,
     form: Result<Form<login::LoginForm>, FormRejection>,
 ) -> Response {
-    let peer = peer.map(|axum::Extension(info)| info.0);
+    let peer = peer.map(|axum::Extension(info)| info.0.0);
     login::login(&state, peer, &headers, form).await
 }
 
