@@ -263,36 +263,7 @@ fn a_consumer_urls_credentials_reach_no_answer_letter_or_log_line() {
     );
     let dir = config.parent().unwrap().to_path_buf();
     let log_path = dir.join("gateway.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["run", "-c", config.to_str().unwrap()])
-        .env_remove("VERDICT_ADMIN_TOKEN")
-        // Everything the gateway says, not only what an operator sees by default (the
-        // compiler's own chatter aside).
-        .env(
-            "VERDICT_LOG",
-            "debug,wasmtime=warn,wasmtime_internal_cranelift=warn,cranelift_codegen=warn",
-        )
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let mut url = String::new();
-    assert!(wait_until(Duration::from_secs(30), || {
-        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
-        match text
-            .split_whitespace()
-            .find(|w| w.starts_with("http://127.0.0.1:"))
-        {
-            Some(found) => {
-                url = found.trim_end_matches(';').to_string();
-                true
-            }
-            None => false,
-        }
-    }));
-    let gw = Proc { child, url };
+    let gw = common::run_logged(&config, &log_path);
     let cookie = log_in(&gw, "operator-token");
     // The token for the API, the login for the console's pages.
     let admin = |path: &str| {

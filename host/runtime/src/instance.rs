@@ -57,6 +57,10 @@ impl Instance {
         );
         let mut store = Store::new(policy.host().engine(), state);
         store.limiter(|state| &mut state.limiter);
+        // What one call from the guest may make the host allocate (strings and lists lifted
+        // into host values): no more than the guest may hold itself, instead of wasmtime's
+        // 128 MiB default, so a policy capped at 16 MiB cannot make each call cost 128.
+        store.set_hostcall_fuel(limits.memory_cap_bytes);
         let budget = Budget::setup(limits);
         arm(&mut store, limits, budget, None, CallInputs::default());
         match policy.pre().instantiate(&mut store) {

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod nats;
+
 use std::io::Write;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -150,6 +152,43 @@ pub fn spawn(program: &str, args: &[&str]) -> Proc {
             }
         }
     });
+    Proc { child, url }
+}
+
+/// `verdict run -c config` with everything it says at `debug` (the compiler's chatter
+/// aside) written to `log`; waits for the admin URL it prints there.
+pub fn run_logged(config: &Path, log: &Path) -> Proc {
+    let file = std::fs::File::create(log).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["run", "-c", config.to_str().unwrap()])
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .env(
+            "VERDICT_LOG",
+            "debug,wasmtime=warn,wasmtime_internal_cranelift=warn,cranelift_codegen=warn",
+        )
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    let printed = wait_until(Duration::from_secs(60), || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("verdict run exited ({status}):\n{text}");
+        }
+        match text
+            .split_whitespace()
+            .find(|w| w.starts_with("http://127.0.0.1:"))
+        {
+            Some(found) => {
+                url = found.trim_end_matches(';').to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    assert!(printed, "no admin URL in {}", log.display());
     Proc { child, url }
 }
 

@@ -11,8 +11,9 @@ use super::catalogue::resource_id;
 use super::state::take_lines;
 use crate::wit::types::Level;
 
-/// Most random bytes one call may ask for (CPython asks for a few KiB at start-up).
-const MAX_RANDOM_BYTES: u64 = 1 << 20;
+/// Most random bytes one call may ask for (CPython asks for a few KiB at start-up; the
+/// answer is a list of values on the host, tens of bytes each, so the bound is small).
+const MAX_RANDOM_BYTES: u64 = 64 << 10;
 /// What `check-write` allows at once: one line of the policy log.
 const WRITE_BUDGET_BYTES: u64 = 4 << 10;
 
@@ -162,10 +163,15 @@ impl Op {
                     bail!("{import}: expected a stream");
                 };
                 let bytes: Vec<u8> = match params.get(1) {
-                    Some(Val::List(items)) => items
-                        .iter()
-                        .filter_map(|v| if let Val::U8(b) = v { Some(*b) } else { None })
-                        .collect(),
+                    Some(Val::List(items)) => {
+                        // WASI lets a writer send only what `check-write` allowed; more is
+                        // refused before it is copied again.
+                        within_write_budget(import, items.len())?;
+                        items
+                            .iter()
+                            .filter_map(|v| if let Val::U8(b) = v { Some(*b) } else { None })
+                            .collect()
+                    }
                     _ => bail!("{import}: expected bytes"),
                 };
                 write(store.data_mut(), rep, &bytes);
@@ -179,6 +185,17 @@ impl Op {
         }
         Ok(())
     }
+}
+
+/// A write of `len` bytes is refused past what `check-write` allowed.
+fn within_write_budget(import: &str, len: usize) -> wasmtime::Result<()> {
+    if len as u64 > WRITE_BUDGET_BYTES {
+        bail!(
+            "{import}: wrote {len} bytes at once, more than check-write allowed \
+             ({WRITE_BUDGET_BYTES})"
+        );
+    }
+    Ok(())
 }
 
 /// The empty value of `ty`: what a stub answers when the honest answer is "nothing".
@@ -249,6 +266,16 @@ fn write<T: WasiHost>(state: &mut T, rep: u32, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_past_check_write_is_refused_before_it_is_copied() {
+        assert!(within_write_budget("w", WRITE_BUDGET_BYTES as usize).is_ok());
+        let e = within_write_budget("wasi:io/streams.write", 16 << 20).unwrap_err();
+        assert!(
+            e.to_string().contains("more than check-write allowed"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn capabilities_are_denied_and_the_deterministic_parts_are_served() {

@@ -1,0 +1,152 @@
+//! This test's corner of the NATS server on loopback (127.0.0.1:4222, JetStream): streams,
+//! a history bucket and durable consumers under one prefix, removed at the end.
+
+use std::time::Duration;
+
+/// This test's corner of the NATS server on loopback: its stream, DLQ and audit streams,
+/// history bucket and durable consumers, removed at the end.
+pub struct Nats {
+    /// The prefix of every name.
+    pub prefix: String,
+    /// JetStream, for what a test asks beyond these helpers.
+    pub js: async_nats::jetstream::Context,
+    /// The runtime the client runs on.
+    pub runtime: tokio::runtime::Runtime,
+}
+
+impl Nats {
+    /// This test's corner, named after `name`; whatever a crashed run left is removed.
+    pub fn new(name: &str) -> Nats {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let js = runtime
+            .block_on(async {
+                async_nats::connect("nats://127.0.0.1:4222")
+                    .await
+                    .map(async_nats::jetstream::new)
+            })
+            .expect("NATS with JetStream on 127.0.0.1:4222 (.ci/run starts it)");
+        let nats = Nats {
+            prefix: format!("rl{}{name}", std::process::id()),
+            js,
+            runtime,
+        };
+        nats.clean();
+        nats
+    }
+
+    /// The `[gateway]` lines and the `[nats]` section of a gateway on this corner.
+    pub fn head(&self) -> String {
+        self.head_at("nats://127.0.0.1:4222")
+    }
+
+    /// The same, connecting to `url`.
+    pub fn head_at(&self, url: &str) -> String {
+        let p = &self.prefix;
+        format!(
+            r#"instance = "gw-reload"
+consumer_group = "{p}"
+[nats]
+url = "{url}"
+stream = "{p}"
+dlq_stream = "{p}_DLQ"
+dlq_subject_prefix = "{p}dlq"
+audit_stream = "{p}_AUDIT"
+audit_subject_prefix = "{p}audit"
+history_bucket = "{p}-history"
+ack_wait_ms = 5000"#
+        )
+    }
+
+    pub fn subject(&self, topic: &str) -> String {
+        format!("{}.{topic}", self.prefix)
+    }
+
+    /// Publish `ids` to `topic`, each confirmed by the stream.
+    pub fn publish(&self, topic: &str, ids: &[String]) {
+        let subject = self.subject(topic);
+        self.runtime.block_on(async {
+            for id in ids {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", id.as_str());
+                self.js
+                    .publish_with_headers(subject.clone(), headers, b"{}".to_vec().into())
+                    .await
+                    .expect("publish")
+                    .await
+                    .unwrap_or_else(|e| panic!("no stream confirmed {id} on {subject}: {e}"));
+            }
+        });
+    }
+
+    /// (error kind, original id) of every dead letter.
+    pub fn dead_letters(&self) -> Vec<(String, String)> {
+        self.runtime.block_on(async {
+            let Ok(mut stream) = self.js.get_stream(format!("{}_DLQ", self.prefix)).await else {
+                return Vec::new();
+            };
+            let state = stream.info().await.unwrap().state.clone();
+            let mut out = Vec::new();
+            for seq in state.first_sequence..=state.last_sequence {
+                if let Ok(m) = stream.get_raw_message(seq).await {
+                    let kind = m
+                        .headers
+                        .get("verdict-kind")
+                        .map(|v| v.to_string())
+                        .unwrap_or_default();
+                    let e: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+                    out.push((kind, e["original"]["id"].as_str().unwrap().to_string()));
+                }
+            }
+            out.sort();
+            out
+        })
+    }
+
+    /// (durable name, pending, ack pending) of each of the gateway's consumers.
+    pub fn consumers(&self) -> Vec<(String, u64, usize)> {
+        use futures_util::TryStreamExt as _;
+        // A listing made while the gateway deletes a consumer can come back malformed:
+        // ask again.
+        for _ in 0..10 {
+            let listed = self.runtime.block_on(async {
+                let Ok(stream) = self.js.get_stream(&self.prefix).await else {
+                    return Ok(Vec::new());
+                };
+                stream.consumers().try_collect::<Vec<_>>().await
+            });
+            match listed {
+                Ok(infos) => {
+                    return infos
+                        .into_iter()
+                        .map(|i| (i.name, i.num_pending, i.num_ack_pending))
+                        .collect();
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        panic!("the stream's consumers could not be listed")
+    }
+
+    /// Whether the durable consumer of `route` exists.
+    pub fn has_consumer_of(&self, topic: &str) -> bool {
+        let name =
+            verdict_gateway::sources::nats::route_durable(&self.prefix, &self.subject(topic));
+        self.consumers().iter().any(|(n, _, _)| *n == name)
+    }
+
+    fn clean(&self) {
+        let p = self.prefix.clone();
+        self.runtime.block_on(async {
+            for name in [p.clone(), format!("{p}_DLQ"), format!("{p}_AUDIT")] {
+                let _ = self.js.delete_stream(&name).await;
+            }
+            let _ = self.js.delete_key_value(format!("{p}-history")).await;
+        });
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.clean();
+    }
+}
