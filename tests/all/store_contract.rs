@@ -595,6 +595,24 @@ fn dlq_filters_for_group_actions(b: &dyn Backend) {
         }),
         ["g1", "g2"]
     );
+    // Retention prunes g0's replayed first letter; its repeat count is kept with the
+    // message, so the letter stays out of what a bulk replay takes.
+    let pruned = store.prune(10_000, 100).unwrap();
+    assert_eq!(pruned.dlq, 1, "{pruned:?}");
+    let g0 = store
+        .dlq_list(&DlqFilter::default(), 10_000)
+        .unwrap()
+        .into_iter()
+        .find(|e| e.message_id == "g0")
+        .unwrap();
+    assert_eq!(g0.repeats, 1, "a pruned row does not unpark a letter");
+    assert_eq!(
+        list(DlqFilter {
+            max_repeats: Some(0),
+            ..DlqFilter::default()
+        }),
+        ["g1", "g2"]
+    );
 
     // A group is matched in memory, page by page, through the DLQ tools.
     use verdict_gateway::dlq::{DeadLetters, Fingerprint};

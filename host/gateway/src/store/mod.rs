@@ -340,8 +340,15 @@ pub(crate) fn dlq_conditions(
 
 /// How often the dead letter in the current `dlq` row was dead-lettered before: its
 /// message's earlier DLQ rows (each one replayed, or it could not have come back).
-pub(crate) const REPEATS: &str = "(SELECT COUNT(*) FROM dlq earlier
-      WHERE earlier.message_seq = dlq.message_seq AND earlier.seq < dlq.seq)";
+pub(crate) const REPEATS: &str = "dlq.repeats";
+
+/// A dead letter's repeats as it is written: how often its message was dead-lettered
+/// before. Read from the message's own counter (`dead_letterings`, raised by the same
+/// transaction just before), never counted from earlier DLQ rows, which retention prunes -
+/// a parked letter stays parked however old its history. Binds the message's `seq`.
+pub(crate) fn repeats_of(seq_placeholder: &str) -> String {
+    format!("(SELECT dead_letterings - 1 FROM messages WHERE seq = {seq_placeholder})")
+}
 
 /// A value bound to a DLQ filter's condition.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -104,8 +104,8 @@ pub struct DlqEntry {
     /// The envelope, decoded whatever the stored format.
     pub envelope: crate::envelope::Envelope,
     /// How often this message was dead-lettered before, replayed, and failed again. Kept
-    /// by the store (its earlier DLQ rows, until retention prunes them); a broker's DLQ
-    /// does not keep it and says 0.
+    /// by the store with the message, so retention pruning its earlier DLQ rows does not
+    /// lower it; a broker's DLQ does not keep it and says 0.
     #[serde(default)]
     pub repeats: u32,
 }

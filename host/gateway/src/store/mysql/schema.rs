@@ -4,7 +4,7 @@
 //! recorded once it has run, under a named lock so that two gateways never run one twice.
 
 /// Migration `n` is `MIGRATIONS[n - 1]`, one statement per element. Append, never edit.
-pub(super) const MIGRATIONS: &[&[&str]] = &[V1];
+pub(super) const MIGRATIONS: &[&[&str]] = &[V1, V2];
 
 const V1: &[&str] = &[
     "CREATE TABLE messages (
@@ -83,4 +83,17 @@ const V1: &[&str] = &[
         SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
                FROM_UNIXTIME(created_at_ms / 1000) AS dead_lettered_at
         FROM dlq WHERE state = 'dead'",
+];
+
+/// Repeat counts kept with the message (`dead_letterings`) and written into each DLQ row
+/// (`repeats`), counted once here from the rows still there: retention pruning old DLQ rows
+/// no longer unparks a letter.
+const V2: &[&str] = &[
+    "ALTER TABLE messages ADD COLUMN dead_letterings BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE dlq ADD COLUMN repeats BIGINT NOT NULL DEFAULT 0",
+    "UPDATE dlq d JOIN (SELECT a.seq, COUNT(b.seq) AS n FROM dlq a
+         JOIN dlq b ON b.message_seq = a.message_seq AND b.seq < a.seq GROUP BY a.seq) c
+         ON c.seq = d.seq SET d.repeats = c.n",
+    "UPDATE messages m JOIN (SELECT message_seq, COUNT(*) AS n FROM dlq GROUP BY message_seq) c
+         ON c.message_seq = m.seq SET m.dead_letterings = c.n",
 ];

@@ -187,6 +187,7 @@ fn dead_letter(
         seq,
         lease,
         "UPDATE messages SET state = 'dead', lease_until_ms = NULL,
+                dead_letterings = dead_letterings + 1,
                 attempt = LEAST(attempt + 1, 4294967295),
                 first_failed_at_ms = COALESCE(first_failed_at_ms, ?), updated_at_ms = ?",
         vec![at.into(), at.into()],
@@ -194,7 +195,7 @@ fn dead_letter(
     record_attempt(tx, seq, failed)?;
     // The attempt the `UPDATE` above counted.
     let attempt = row.attempt.saturating_add(1).min(4_294_967_295);
-    let args: Vec<Value> = vec![
+    let mut args: Vec<Value> = vec![
         seq.into(),
         row.id.as_str().into(),
         row.topic.as_str().into(),
@@ -207,10 +208,14 @@ fn dead_letter(
         letter.format.into(),
         letter.envelope.as_slice().into(),
     ];
+    args.push(seq.into());
     tx.exec_drop(
-        "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
-                          created_at_ms, format, envelope, state)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'dead')",
+        format!(
+            "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
+                              created_at_ms, format, envelope, state, repeats)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'dead', {})",
+            crate::store::repeats_of("?")
+        ),
         Params::Positional(args),
     )?;
     audit(

@@ -4,7 +4,7 @@
 
 /// Migration `n` is `MIGRATIONS[n - 1]`; `verdict_schema` records each one applied.
 /// Append, never edit: a gateway at version `n` applies only what comes after.
-pub(super) const MIGRATIONS: &[&str] = &[V1];
+pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
 
 const V1: &str = "
 CREATE TABLE messages (
@@ -81,4 +81,17 @@ CREATE VIEW dead AS
     SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
            to_timestamp(created_at_ms / 1000.0) AS dead_lettered_at
     FROM dlq WHERE state = 'dead';
+";
+
+/// Repeat counts kept with the message (`dead_letterings`) and written into each DLQ row
+/// (`repeats`), counted once here from the rows still there: retention pruning old DLQ rows
+/// no longer unparks a letter.
+const V2: &str = "
+ALTER TABLE messages ADD COLUMN dead_letterings BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE dlq ADD COLUMN repeats BIGINT NOT NULL DEFAULT 0;
+UPDATE dlq d SET repeats = (SELECT COUNT(*) FROM dlq e
+    WHERE e.message_seq = d.message_seq AND e.seq < d.seq);
+UPDATE messages m SET dead_letterings = c.n
+    FROM (SELECT message_seq, COUNT(*) AS n FROM dlq GROUP BY message_seq) c
+    WHERE c.message_seq = m.seq;
 ";

@@ -46,11 +46,14 @@ const RELEASED: &str =
      WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
 const DEAD: &str = "UPDATE messages SET state = 'dead', lease_until_ms = NULL,
             attempt = LEAST(attempt + 1, 4294967295),
+            dead_letterings = dead_letterings + 1,
             first_failed_at_ms = COALESCE(first_failed_at_ms, $3), updated_at_ms = $3
      WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
+/// `repeats` as [`crate::store::repeats_of`] says, spelled out for a `const`.
 const LETTER: &str = "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason,
-                                 attempts, created_at_ms, format, envelope, state)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'dead')";
+                                 attempts, created_at_ms, format, envelope, state, repeats)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'dead',
+             (SELECT dead_letterings - 1 FROM messages WHERE seq = $1))";
 const ATTEMPT: &str =
     "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES ($1, $2, $3, $4)";
 const AUDIT: &str =

@@ -382,15 +382,19 @@ pub(super) fn dead_letter_in(
         lease,
         "UPDATE messages SET state = 'dead', lease_until_ms = NULL,
                 attempt = MIN(attempt + 1, 4294967295),
+                dead_letterings = dead_letterings + 1,
                 first_failed_at_ms = COALESCE(first_failed_at_ms, ?3), updated_at_ms = ?3
          WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
         &[&at],
     )?;
     record_attempt(tx, seq, failed)?;
     tx.execute(
-        "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
-                          created_at_ms, format, envelope, state)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'dead')",
+        &format!(
+            "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
+                              created_at_ms, format, envelope, state, repeats)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'dead', {})",
+            crate::store::repeats_of("?1")
+        ),
         params![
             seq,
             id,

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS messages (
     lease INTEGER NOT NULL DEFAULT 0,
     published_at_ms INTEGER NOT NULL,
     first_failed_at_ms INTEGER,
-    updated_at_ms INTEGER NOT NULL
+    updated_at_ms INTEGER NOT NULL,
+    dead_letterings INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_due ON messages (state, next_at_ms);
 CREATE INDEX IF NOT EXISTS messages_lease ON messages (state, lease_until_ms);
@@ -62,7 +63,8 @@ CREATE TABLE IF NOT EXISTS dlq (
     created_at_ms INTEGER NOT NULL,
     format TEXT NOT NULL,
     envelope BLOB NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('dead', 'replayed', 'discarded'))
+    state TEXT NOT NULL CHECK (state IN ('dead', 'replayed', 'discarded')),
+    repeats INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS dlq_state ON dlq (state, dlq);
 CREATE TABLE IF NOT EXISTS audit (
@@ -192,7 +194,8 @@ impl SqliteStore {
 }
 
 /// Bring a store written by an earlier version up to [`SCHEMA`]: the lease fence column, the
-/// topic list the per-route claim reads, and the state counters (counted once, here).
+/// topic list the per-route claim reads, the state counters (counted once, here), and the
+/// kept repeat counts (counted once from the DLQ rows still there).
 fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
     let has_messages: bool = conn.query_row(
         "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'messages'",
@@ -230,8 +233,26 @@ fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
              COMMIT;",
         )?;
     }
+    let has_repeats: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('dlq') WHERE name = 'repeats'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_repeats {
+        conn.execute_batch(REPEATS_KEPT)?;
+    }
     Ok(())
 }
+
+/// The migration to kept repeat counts.
+const REPEATS_KEPT: &str = "BEGIN IMMEDIATE;
+    ALTER TABLE messages ADD COLUMN dead_letterings INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE dlq ADD COLUMN repeats INTEGER NOT NULL DEFAULT 0;
+    UPDATE dlq SET repeats = (SELECT COUNT(*) FROM dlq earlier
+        WHERE earlier.message_seq = dlq.message_seq AND earlier.seq < dlq.seq);
+    UPDATE messages SET dead_letterings = (SELECT COUNT(*) FROM dlq
+        WHERE dlq.message_seq = messages.seq);
+    COMMIT;";
 
 fn audit(
     tx: &Connection,
@@ -246,4 +267,53 @@ fn audit(
     )?
     .execute(rusqlite::params![at_ms, message_id, topic, event, detail])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store written before repeat counts were kept: opening it counts them once, from
+    /// the DLQ rows it still has.
+    #[test]
+    fn an_earlier_store_gets_its_repeat_counts_counted_once() {
+        let dir =
+            std::env::temp_dir().join(format!("verdict-sqlite-repeats-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            let earlier = SCHEMA
+                .replace(",\n    dead_letterings INTEGER NOT NULL DEFAULT 0", "")
+                .replace(",\n    repeats INTEGER NOT NULL DEFAULT 0", "");
+            assert!(!earlier.contains("repeats") && !earlier.contains("dead_letterings"));
+            conn.execute_batch(&earlier).unwrap();
+            conn.execute_batch(
+                "INSERT INTO messages (seq, id, topic, headers, payload, state, next_at_ms,
+                                       published_at_ms, updated_at_ms)
+                 VALUES (1, 'm', 't', '{}', x'', 'dead', 0, 0, 0);
+                 INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason,
+                                  attempts, created_at_ms, format, envelope, state)
+                 VALUES (1, 'm', 't', 't.DLQ', 'poison', 'k', 'r', 1, 1, 'json', x'', 'replayed'),
+                        (1, 'm', 't', 't.DLQ', 'poison', 'k', 'r', 1, 2, 'json', x'', 'dead');",
+            )
+            .unwrap();
+        }
+        drop(SqliteStore::open(&path).unwrap());
+        let conn = Connection::open(&path).unwrap();
+        let repeats: Vec<i64> = conn
+            .prepare("SELECT repeats FROM dlq ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(repeats, [0, 1]);
+        let kept: i64 = conn
+            .query_row("SELECT dead_letterings FROM messages", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
