@@ -316,7 +316,7 @@ fn warnings_show_without_asking() {
     let _ = child.wait();
     assert!(
         seen.iter()
-            .any(|l| l.contains("WARN") && l.contains("no admin token configured")),
+            .any(|l| l.contains("WARN") && l.contains("no admin token and no tokens file")),
         "{seen:#?}"
     );
 }
