@@ -28,6 +28,8 @@ pub struct PipelineMetrics {
     pub(crate) faults: Family<StaticLabels, Counter>,
     pub(crate) budget_held: Family<Labels, Counter>,
     pub(crate) key_mismatches: Family<[(&'static str, &'static str); 1], Counter>,
+    /// Topics whose delivery statistics are kept (bounded: see `TopicWindows`).
+    pub(crate) topics_tracked: prometheus_client::metrics::gauge::Gauge,
     totals: Arc<Totals>,
 }
 
@@ -137,6 +139,7 @@ impl Default for PipelineMetrics {
             faults: Family::default(),
             budget_held: Family::default(),
             key_mismatches: Family::default(),
+            topics_tracked: prometheus_client::metrics::gauge::Gauge::default(),
             totals: Arc::default(),
         }
     }
@@ -298,6 +301,11 @@ impl PipelineMetrics {
             "verdict_history_key_mismatches",
             "Retried copies signed with another gateway's history key, by source: gateways sharing queues must share `[rabbitmq] history_key_file` (attempts are counted from the copy's headers, unverified)",
             self.key_mismatches.clone(),
+        );
+        registry.register(
+            "verdict_topics_tracked",
+            "Topics whose recent delivery statistics the gateway keeps for policies (at most 10,000: idle ones are forgotten first)",
+            self.topics_tracked.clone(),
         );
         registry.register(
             "verdict_settlement_faults",

@@ -69,6 +69,7 @@ impl Pipeline {
         registry: Arc<Registry>,
         settings: GatewaySection,
     ) -> Result<Pipeline, reqwest::Error> {
+        let metrics = PipelineMetrics::default();
         Ok(Pipeline {
             store,
             registry,
@@ -78,8 +79,8 @@ impl Pipeline {
             client: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()?,
-            stats: TopicWindows::default(),
-            metrics: PipelineMetrics::default(),
+            stats: TopicWindows::new(metrics.topics_tracked.clone()),
+            metrics,
             wake: Notify::new(),
             routes: Mutex::new(HashMap::new()),
             sources: Mutex::new(Vec::new()),

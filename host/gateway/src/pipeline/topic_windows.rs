@@ -16,9 +16,19 @@ pub(crate) const MAX_TOPICS: usize = 10_000;
 pub(crate) struct TopicWindows {
     /// Each topic's window and when it was last delivered (ms).
     topics: Mutex<HashMap<String, (StatsWindow, u64)>>,
+    /// How many there are, for `/metrics`.
+    tracked: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl TopicWindows {
+    /// Windows whose number is shown by `tracked`.
+    pub(crate) fn new(tracked: prometheus_client::metrics::gauge::Gauge) -> Self {
+        TopicWindows {
+            topics: Mutex::default(),
+            tracked,
+        }
+    }
+
     /// Count one delivery of `topic` and return the stats including it.
     pub(crate) fn record(&self, topic: &str, now_ms: u64, failed: bool) -> StatsSpec {
         let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
@@ -33,7 +43,10 @@ impl TopicWindows {
         let (window, _) = topics
             .entry(topic.to_string())
             .or_insert_with(|| (StatsWindow::default(), now_ms));
-        window.record(now_ms, failed)
+        let stats = window.record(now_ms, failed);
+        self.tracked
+            .set(i64::try_from(topics.len()).unwrap_or(i64::MAX));
+        stats
     }
 
     /// Topics tracked now.
