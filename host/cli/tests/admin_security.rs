@@ -113,28 +113,6 @@ fn raw_with(gw: &Proc, method: &str, path: &str, headers: &str) -> (u16, String)
     (status, body)
 }
 
-/// Log in to the console with `token`; the session cookie (`name=value`).
-fn log_in(gw: &Proc, token: &str) -> String {
-    let answer = ureq::post(&format!("{}/login", gw.url))
-        .config()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build()
-        .send_form([("token", token)])
-        .unwrap();
-    assert_eq!(answer.status().as_u16(), 303, "login with {token}");
-    let cookie = answer.headers()["set-cookie"].to_str().unwrap();
-    cookie.split(';').next().unwrap().to_string()
-}
-
-fn metric(gw: &Proc, name: &str) -> u64 {
-    let (_, text) = raw(gw, "GET", "/metrics", &host(gw));
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 /// DNS rebinding: a page on `evil.example` points its name at 127.0.0.1 and asks the
 /// listener for the dead letters. Every request naming a foreign host gets 421 and nothing
 /// of interest - whatever the path, open or not - and is counted; the listener's own names
@@ -174,7 +152,7 @@ fn a_request_naming_a_foreign_host_gets_421_and_nothing_else() {
         &format!("Host: evil.example:{port}\r\nAuthorization: Bearer operator-token\r\n"),
     );
     assert_eq!(status, 421);
-    assert!(metric(&gw, "verdict_admin_misdirected_requests_total") >= 26);
+    assert!(common::metric_at(&gw.url, "verdict_admin_misdirected_requests_total") >= 26);
     for own in [
         format!("127.0.0.1:{port}"),
         format!("localhost:{port}"),
@@ -264,7 +242,7 @@ fn a_consumer_urls_credentials_reach_no_answer_letter_or_log_line() {
     let dir = config.parent().unwrap().to_path_buf();
     let log_path = dir.join("gateway.log");
     let gw = common::run_logged(&config, &log_path);
-    let cookie = log_in(&gw, "operator-token");
+    let cookie = common::log_in(&gw.url, "operator-token");
     // The token for the API, the login for the console's pages.
     let admin = |path: &str| {
         raw_with(
@@ -376,7 +354,7 @@ fn wrong_credentials_past_ten_a_second_get_429_and_are_counted() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(logins.iter().all(|s| *s == 401 || *s == 429), "{logins:?}");
-    let counted = metric(&gw, "verdict_admin_auth_failures_total");
+    let counted = common::metric_at(&gw.url, "verdict_admin_auth_failures_total");
     assert!(
         counted >= refused as u64 && counted < 120,
         "{counted} wrong credentials counted; {refused} bearer tokens were checked"

@@ -23,19 +23,6 @@ fn rss_kb(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The value of the metric line starting with `name` (summed over its series).
-fn metric(url: &str, name: &str) -> u64 {
-    let text = ureq::get(&format!("{url}/metrics"))
-        .call()
-        .ok()
-        .and_then(|mut r| r.body_mut().read_to_string().ok())
-        .unwrap_or_default();
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
-
 #[test]
 fn ever_new_subjects_under_a_wildcard_route_keep_statistics_for_at_most_10_000_topics() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -69,7 +56,7 @@ fn ever_new_subjects_under_a_wildcard_route_keep_statistics_for_at_most_10_000_t
     let pid = gw.child.id();
     let delivered = |n: usize| {
         wait_until(Duration::from_secs(120), || {
-            metric(&gw.url, "verdict_deliveries_total{") >= n as u64
+            common::metric_at(&gw.url, "verdict_deliveries_total{") >= n as u64
         })
     };
 
@@ -83,7 +70,7 @@ fn ever_new_subjects_under_a_wildcard_route_keep_statistics_for_at_most_10_000_t
     }
     assert!(delivered(SUBJECTS), "the {SUBJECTS} were not delivered");
     let late_kb = rss_kb(pid);
-    let tracked = metric(&gw.url, "verdict_topics_tracked ");
+    let tracked = common::metric_at(&gw.url, "verdict_topics_tracked ");
     eprintln!(
         "{SUBJECTS} subjects: statistics kept for {tracked} topics; RSS {early_kb} kB after \
          1,000, {late_kb} kB after {SUBJECTS}"

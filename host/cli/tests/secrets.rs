@@ -109,16 +109,7 @@ fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
 
     let log = dir.join("gateway.log");
     let gw = common::run_logged(&config, &log);
-    let login = ureq::post(&format!("{}/login", gw.url))
-        .config()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build()
-        .send_form([("token", token)])
-        .unwrap();
-    assert_eq!(login.status().as_u16(), 303);
-    let cookie = login.headers()["set-cookie"].to_str().unwrap();
-    let cookie = cookie.split(';').next().unwrap().to_string();
+    let cookie = common::log_in(&gw.url, token);
     let get = |path: &str| get(&gw.url, path, token, &cookie);
 
     // A dead letter on the store and one on NATS, each after a consumer that is down.

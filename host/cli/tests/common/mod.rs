@@ -192,6 +192,33 @@ pub fn run_logged(config: &Path, log: &Path) -> Proc {
     Proc { child, url }
 }
 
+/// Log in to the console at `url` with `token`; the session cookie (`name=value`).
+pub fn log_in(url: &str, token: &str) -> String {
+    let answer = ureq::post(&format!("{url}/login"))
+        .config()
+        .http_status_as_error(false)
+        .max_redirects(0)
+        .build()
+        .send_form([("token", token)])
+        .unwrap();
+    assert_eq!(answer.status().as_u16(), 303, "login with {token}");
+    let cookie = answer.headers()["set-cookie"].to_str().unwrap();
+    cookie.split(';').next().unwrap().to_string()
+}
+
+/// The sum of the `/metrics` lines at `url` that start with `name` (0 when unreachable).
+pub fn metric_at(url: &str, name: &str) -> u64 {
+    let text = ureq::get(&format!("{url}/metrics"))
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_to_string().ok())
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 pub fn consumer(listen: &str, permanent: u32) -> Proc {
     spawn(
         env!("CARGO_BIN_EXE_verdict-demo-consumer"),
