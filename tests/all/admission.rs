@@ -572,3 +572,85 @@ fn a_component_past_max_component_bytes_is_refused_before_it_is_read_whole() {
         "{text}"
     );
 }
+
+/// `contract_module` whose `decide` first runs `call`, with `imports` (core imports of WASI
+/// functions) and the WIT packages `wit` declaring them added to the policy's world.
+fn calling_wasi(wit: &[&str], world_imports: &str, imports: &str, call: &str) -> Vec<u8> {
+    let module = contract_module(b"caller", "")
+        .replacen("(module", &format!("(module\n  {imports}"), 1)
+        .replacen(
+            "(result i32)\n    (i32.const 1088))",
+            &format!("(result i32)\n    {call}\n    (i32.const 1088))"),
+            1,
+        );
+    assert!(module.contains(call), "the call was spliced in");
+    let mut resolve = wit_parser::Resolve::default();
+    resolve
+        .push_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/policy.wit"))
+        .unwrap();
+    for package in wit {
+        resolve.push_str("wasi.wit", package).unwrap();
+    }
+    let caller = resolve
+        .push_str(
+            "caller.wit",
+            &format!(
+                "package test:caller;\nworld caller {{\n  include verdict:policy/policy@0.1.0;\n  {world_imports}\n}}\n"
+            ),
+        )
+        .unwrap();
+    let world = resolve.select_world(&[caller], Some("caller")).unwrap();
+    let mut module = wat::parse_str(&module).unwrap();
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+        false,
+    )
+    .unwrap();
+    verdict_componentize::componentize(&module).unwrap()
+}
+
+/// A policy asking the random stub for 100 MiB in one call is refused before the host
+/// allocates any of it (the stub's bound is 64 KiB), and the old generation keeps deciding.
+#[test]
+fn a_policy_asking_for_100_mib_of_random_bytes_is_refused_before_the_host_allocates() {
+    let component = calling_wasi(
+        &[
+            "package wasi:random@0.2.0;\ninterface random {\n  get-random-bytes: func(len: u64) -> list<u8>;\n}\n",
+        ],
+        "import wasi:random/random@0.2.0;",
+        r#"(import "wasi:random/random@0.2.0" "get-random-bytes" (func $random (param i64 i32)))"#,
+        "(call $random (i64.const 104857600) (i32.const 2048))",
+    );
+    let err = refused("admission-random-flood", "randomflood", &component).to_string();
+    assert!(err.contains("random bytes (at most 65536)"), "{err}");
+}
+
+/// A policy writing 2 MiB to stdout in one call - 32 times what `check-write` allows - is
+/// refused by the hostcall fuel while its bytes are lifted: a guest capped at 16 MiB cannot
+/// make one call cost the host more than that (wasmtime's default would lift these 2 MiB
+/// into about 64 MiB of host values before the stub saw them).
+#[test]
+fn a_policy_writing_2_mib_in_one_call_runs_out_of_hostcall_fuel() {
+    let io_error = "package wasi:io@0.2.0;\ninterface error {\n  resource error;\n}\n\
+        interface streams {\n  use error.{error};\n  variant stream-error {\n    \
+        last-operation-failed(error),\n    closed,\n  }\n  resource output-stream {\n    \
+        write: func(contents: list<u8>) -> result<_, stream-error>;\n  }\n}\n";
+    let stdout = "package wasi:cli@0.2.0;\ninterface stdout {\n  \
+        use wasi:io/streams@0.2.0.{output-stream};\n  get-stdout: func() -> output-stream;\n}\n";
+    let component = calling_wasi(
+        &[io_error, stdout],
+        "import wasi:cli/stdout@0.2.0;",
+        r#"(import "wasi:cli/stdout@0.2.0" "get-stdout" (func $stdout (result i32)))
+  (import "wasi:io/streams@0.2.0" "[method]output-stream.write" (func $write (param i32 i32 i32 i32)))"#,
+        "(drop (memory.grow (i32.const 40)))\n    \
+         (call $write (call $stdout) (i32.const 0) (i32.const 2097152) (i32.const 2048))",
+    );
+    let err = refused("admission-write-flood", "writeflood", &component).to_string();
+    assert!(
+        err.contains("fuel allocated for hostcalls has been exhausted"),
+        "{err}"
+    );
+}
