@@ -186,3 +186,35 @@ fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
         }
     }
 }
+
+/// A database that refuses the configured password (MariaDB's root has none here): the
+/// gateway does not start, and what it says names the store without the password.
+#[test]
+fn a_database_refusing_its_password_is_named_without_it() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("secrets-mariadb");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let config = dir.join("verdict.toml");
+    std::fs::write(
+        &config,
+        "[admin]\nlisten = \"127.0.0.1:0\"\n[gateway]\n\
+         store = \"mysql://root:MARIA-PASSWORD-CANARY@127.0.0.1:3306/verdict_refused\"\n\
+         [policies.rules]\npath = \"rules.wasm\"\n\
+         [[routes]]\ntopic = \"orders\"\npolicy = \"rules\"\n",
+    )
+    .unwrap();
+    for args in [
+        vec!["run", "-c", config.to_str().unwrap()],
+        vec!["store", "migrate", "-c", config.to_str().unwrap()],
+    ] {
+        let out = common::verdict(&args, None);
+        let said = common::text(&out.stdout) + &common::text(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {said}");
+        assert!(
+            said.contains("127.0.0.1:3306"),
+            "{args:?} names the store: {said}"
+        );
+        assert!(!said.contains("MARIA-PASSWORD-CANARY"), "{args:?}: {said}");
+    }
+}
