@@ -306,10 +306,19 @@ fn componentize(core_wat: &str) -> Vec<u8> {
         .push_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/policy.wit"))
         .unwrap();
     let world = resolve.select_world(&[package], Some("policy")).unwrap();
+    componentize_for(core_wat, &resolve, world)
+}
+
+/// `core_wat` wrapped into a component of `world`.
+fn componentize_for(
+    core_wat: &str,
+    resolve: &wit_parser::Resolve,
+    world: wit_parser::WorldId,
+) -> Vec<u8> {
     let mut module = wat::parse_str(core_wat).unwrap();
     wit_component::embed_component_metadata(
         &mut module,
-        &resolve,
+        resolve,
         world,
         wit_component::StringEncoding::UTF8,
         false,
@@ -600,16 +609,7 @@ fn calling_wasi(wit: &[&str], world_imports: &str, imports: &str, call: &str) ->
         )
         .unwrap();
     let world = resolve.select_world(&[caller], Some("caller")).unwrap();
-    let mut module = wat::parse_str(&module).unwrap();
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-        false,
-    )
-    .unwrap();
-    verdict_componentize::componentize(&module).unwrap()
+    componentize_for(&module, &resolve, world)
 }
 
 /// A policy asking the random stub for 100 MiB in one call is refused before the host

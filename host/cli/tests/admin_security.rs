@@ -8,16 +8,13 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Proc, rules, spawn, wait_until};
+use common::{Proc, spawn, wait_until};
 
 /// A scratch directory with the rules component, the token file and a config of one route,
 /// `orders`, to the consumer at `consumer_url` (`admin_extra` goes into `[admin]`, `retry`
 /// into the route's policy config); returns the config's path.
 fn write_config(name: &str, admin_extra: &str, consumer_url: &str, retry: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let dir = common::scratch_with_rules(name);
     std::fs::write(dir.join("token"), "operator-token\n").unwrap();
     let config = dir.join("verdict.toml");
     std::fs::write(
@@ -203,10 +200,7 @@ fn a_console_form_from_a_rebound_page_is_refused() {
 /// A config naming a URL (or a path) as an allowed host is refused, naming the entry.
 #[test]
 fn an_allowed_host_that_is_not_a_host_is_refused_by_check() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("security-check");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let dir = common::scratch_with_rules("security-check");
     let config = dir.join("verdict.toml");
     std::fs::write(
         &config,

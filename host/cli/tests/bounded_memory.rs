@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::nats::Nats;
-use common::{rules, wait_until};
+use common::wait_until;
 use verdict_cli::demo::{Behaviour, DemoConsumer};
 
 /// Distinct subjects published: more than the gateway keeps statistics for.
@@ -35,10 +35,7 @@ fn ever_new_subjects_under_a_wildcard_route_keep_statistics_for_at_most_10_000_t
     runtime.spawn(async move { axum::serve(listener, router).await });
 
     let nats = Nats::new("memory");
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bounded-memory");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let dir = common::scratch_with_rules("bounded-memory");
     let config = dir.join("verdict.toml");
     std::fs::write(
         &config,

@@ -8,11 +8,10 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
 use common::nats::Nats;
-use common::{rules, wait_until};
+use common::wait_until;
 
 const CANARIES: [&str; 6] = [
     "CONSUMER-PASSWORD-CANARY",
@@ -65,10 +64,7 @@ fn get(url: &str, path: &str, token: &str, cookie: &str) -> (u16, String) {
 
 #[test]
 fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("secrets-canary");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let dir = common::scratch_with_rules("secrets-canary");
     let token = "ADMIN-TOKEN-CANARY-7f3a";
     std::fs::write(dir.join("token"), format!("{token}\n")).unwrap();
     let database = Database::new();
@@ -191,10 +187,7 @@ fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
 /// gateway does not start, and what it says names the store without the password.
 #[test]
 fn a_database_refusing_its_password_is_named_without_it() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("secrets-mariadb");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    let dir = common::scratch_with_rules("secrets-mariadb");
     let config = dir.join("verdict.toml");
     std::fs::write(
         &config,

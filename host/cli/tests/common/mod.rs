@@ -155,6 +155,15 @@ pub fn spawn(program: &str, args: &[&str]) -> Proc {
     Proc { child, url }
 }
 
+/// A fresh scratch directory `name` in the test target dir, holding `rules.wasm`.
+pub fn scratch_with_rules(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    dir
+}
+
 /// `verdict run -c config` with everything it says at `debug` (the compiler's chatter
 /// aside) written to `log`; waits for the admin URL it prints there.
 pub fn run_logged(config: &Path, log: &Path) -> Proc {
