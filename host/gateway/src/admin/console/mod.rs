@@ -1,7 +1,8 @@
 //! The operator console: pages served by the admin listener, rendered on the server from
-//! the same data the admin API returns, with forms for the actions. Reading is open, as
-//! the API's reads are; every action needs a login with the admin token (see
-//! [`actions`] for the guard every form passes).
+//! the same data the admin API returns, with forms for the actions. A page needs what the
+//! API's read of the same data needs (summaries open unless `open_reads = "none"`, message
+//! content the role `read`); every action needs a login whose identity has the action's
+//! role (see [`actions`] for the guard every form passes).
 //!
 //! | path | page |
 //! |---|---|
@@ -10,7 +11,7 @@
 //! | `/jobs/{id}` | one job: progress (the page reloads itself while it runs), cut-off, canary, dry-run decisions, cancel |
 //! | `/letters/{seq}` | one dead letter: the original (headers, payload pretty-printed as JSON, hex for binary), the attempt timeline, the verdict and the policy that gave it; replay or discard it alone; repair and resubmit it when `[console]` allows |
 //! | `/policies` | the policies (component, loaded, routes, decisions, faults, uploads), the generations kept with the rollback form, the shadow report |
-//! | `/login`, `/logout` | a login with the admin token (an `HttpOnly`, `SameSite=Strict` session cookie) |
+//! | `/login`, `/logout` | a login with an identity's token (an `HttpOnly`, `SameSite=Strict` session cookie; `Secure` over TLS) |
 //! | `/console.css` | the stylesheet |
 //!
 //! Actions post to the page's path plus the action: `/groups/{id}/{dry-run|replay|discard}`,
