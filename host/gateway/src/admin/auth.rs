@@ -38,40 +38,13 @@ pub(crate) async fn require_summary(
     require(&state, Role::Read, request, next).await
 }
 
-/// Message content.
-pub(crate) async fn require_read(
-    State(state): State<AdminState>,
+/// What needs a role: the role rides in the middleware's state beside the admin state.
+pub(crate) async fn require_role(
+    State((state, needed)): State<(AdminState, Role)>,
     request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    require(&state, Role::Read, request, next).await
-}
-
-/// Acting on messages and generations.
-pub(crate) async fn require_operate(
-    State(state): State<AdminState>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    require(&state, Role::Operate, request, next).await
-}
-
-/// Changing a message's content.
-pub(crate) async fn require_edit(
-    State(state): State<AdminState>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    require(&state, Role::Edit, request, next).await
-}
-
-/// Policies and config.
-pub(crate) async fn require_admin(
-    State(state): State<AdminState>,
-    request: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    require(&state, Role::Admin, request, next).await
+    require(&state, needed, request, next).await
 }
 
 async fn require(

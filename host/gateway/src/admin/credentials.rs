@@ -81,10 +81,7 @@ impl Credentials {
                 let (identities, stamp) = read(path, admin_token.as_deref())?;
                 (identities, Some(stamp))
             }
-            None => (
-                with_admin(Identities::default(), admin_token.as_deref()),
-                None,
-            ),
+            None => (admin_only(admin_token.as_deref()), None),
         };
         Ok(Credentials {
             admin_token,
@@ -129,10 +126,7 @@ impl Credentials {
                     "admin.tokens_file cannot be used: its identities are refused until it \
                      is mended (the admin token still works)"
                 );
-                loaded.identities = Arc::new(with_admin(
-                    Identities::default(),
-                    self.admin_token.as_deref(),
-                ));
+                loaded.identities = Arc::new(admin_only(self.admin_token.as_deref()));
                 loaded.stamp = stamp;
             }
         }
@@ -178,15 +172,11 @@ fn read(
     Ok((identities, stamp))
 }
 
-fn with_admin(identities: Identities, admin_token: Option<&str>) -> Identities {
-    match admin_token {
-        // An empty set cannot hold a conflicting name or digest.
-        Some(token) => identities
-            .clone()
-            .with_admin_token(token)
-            .unwrap_or(identities),
-        None => identities,
-    }
+/// The admin token alone (an empty set cannot hold a conflicting name or digest).
+fn admin_only(admin_token: Option<&str>) -> Identities {
+    admin_token
+        .and_then(|token| Identities::default().with_admin_token(token).ok())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

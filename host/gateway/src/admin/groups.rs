@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 
-use super::dlq::{broker_read, gateway, with_dlqs};
+use super::dlq::{gateway, with_dlqs};
 use super::handlers::body_bytes;
 use super::identity::Identity;
 use super::{AdminState, ApiError, bodies};
@@ -40,7 +40,6 @@ pub(crate) struct GroupsQuery {
 
 pub(crate) async fn list(
     State(state): State<AdminState>,
-    headers: axum::http::HeaderMap,
     query: Result<Query<GroupsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<DlqGroup>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
@@ -75,7 +74,6 @@ pub(crate) async fn list(
     let park_after = gateway(&state)?.settings().park_after_repeats;
     let mut all = Grouping::default();
     for source in sources {
-        broker_read(&state, &headers, Some(source))?;
         let filter = filter.clone();
         let found = with_dlqs(&state, Some(source), move |d| {
             groups(&[(source.name(), d)], &filter, park_after, now_ms())

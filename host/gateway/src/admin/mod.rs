@@ -199,8 +199,8 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_read,
+            (state.clone(), identity::Role::Read),
+            auth::require_role,
         ));
     let operations = Router::new()
         .route("/v1/rollback", post(handlers::rollback))
@@ -211,22 +211,22 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
         .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
         .route("/v1/topics/{topic}/messages", post(publish::publish))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_operate,
+            (state.clone(), identity::Role::Operate),
+            auth::require_role,
         ));
     let edits = Router::new()
         .route("/v1/dlq/{seq}/repair", post(repair::repair))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_edit,
+            (state.clone(), identity::Role::Edit),
+            auth::require_role,
         ));
     let administration = Router::new()
         .route("/v1/policies/{name}/component", put(handlers::upload))
         .route("/v1/policies/{name}/activate", post(handlers::activate))
         .route("/v1/reload", post(handlers::reload))
         .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_admin,
+            (state.clone(), identity::Role::Admin),
+            auth::require_role,
         ));
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -49,11 +49,15 @@ const DEAD: &str = "UPDATE messages SET state = 'dead', lease_until_ms = NULL,
             dead_letterings = dead_letterings + 1,
             first_failed_at_ms = COALESCE(first_failed_at_ms, $3), updated_at_ms = $3
      WHERE seq = $1 AND lease = $2 AND state = 'leased' RETURNING id, topic, attempt";
-/// `repeats` as [`crate::store::repeats_of`] says, spelled out for a `const`.
-const LETTER: &str = "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason,
-                                 attempts, created_at_ms, format, envelope, state, repeats)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'dead',
-             (SELECT dead_letterings - 1 FROM messages WHERE seq = $1))";
+/// Built once: prepared statements are cached by their `'static` text.
+static LETTER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason,
+                          attempts, created_at_ms, format, envelope, state, repeats)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'dead', {})",
+        crate::store::repeats_of("$1")
+    )
+});
 const ATTEMPT: &str =
     "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES ($1, $2, $3, $4)";
 const AUDIT: &str =
@@ -90,7 +94,7 @@ impl PostgresStore {
                 discarded: c.statement(DISCARDED)?,
                 released: c.statement(RELEASED)?,
                 dead: c.statement(DEAD)?,
-                letter: c.statement(LETTER)?,
+                letter: c.statement(LETTER.as_str())?,
                 attempt: c.statement(ATTEMPT)?,
                 audit: c.statement(AUDIT)?,
             };
