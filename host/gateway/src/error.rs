@@ -48,7 +48,7 @@ pub enum GatewayError {
     Credentials(#[from] crate::admin::credentials::CredentialsError),
     /// The admin listener's certificate or key could not be used.
     #[error(transparent)]
-    AdminTls(#[from] crate::admin::tls::TlsError),
+    AdminTls(#[from] verdict_tls::TlsError),
     /// The first generation was refused (a policy that does not load or pass the gate, a
     /// route that does not resolve).
     #[error(transparent)]

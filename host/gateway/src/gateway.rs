@@ -178,9 +178,11 @@ async fn start(
     }
     // Read before binding, so a bad certificate stops the start with its file named.
     let tls = match (&config.admin.tls_cert, &config.admin.tls_key) {
-        (Some(cert), Some(key)) => Some(admin::tls::server_config(
+        (Some(cert), Some(key)) => Some(verdict_tls::server_config(
+            "admin",
             &base.join(cert),
             &base.join(key),
+            None,
         )?),
         _ => None,
     };

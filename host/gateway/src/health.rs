@@ -18,6 +18,9 @@ pub struct Readiness {
     name: &'static str,
     up: Arc<AtomicBool>,
     warning: Arc<Mutex<Option<Warning>>>,
+    /// Whether `warning` may hold one: clearing is a load, not a lock, when it does not
+    /// (a consumer's health is cleared on every delivery).
+    warned: Arc<AtomicBool>,
 }
 
 #[derive(Debug)]
@@ -34,6 +37,7 @@ impl Readiness {
             name,
             up: Arc::new(AtomicBool::new(false)),
             warning: Arc::default(),
+            warned: Arc::default(),
         }
     }
 
@@ -58,6 +62,7 @@ impl Readiness {
     pub fn warn(&self, text: String) -> bool {
         let now = Instant::now();
         let mut warning = self.warning.lock().unwrap_or_else(PoisonError::into_inner);
+        self.warned.store(true, Ordering::Relaxed);
         let log = warning
             .as_ref()
             .is_none_or(|w| w.text != text || now.duration_since(w.logged) >= WARNING_LOGGED_EVERY);
@@ -71,6 +76,13 @@ impl Readiness {
             logged,
         });
         log
+    }
+
+    /// What was wrong is right again (a delivery went through): no warning to show.
+    pub fn clear_warning(&self) {
+        if self.warned.load(Ordering::Relaxed) && self.warned.swap(false, Ordering::Relaxed) {
+            *self.warning.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        }
     }
 
     /// The warning `/readyz` shows, if one was seen in the last ten minutes.

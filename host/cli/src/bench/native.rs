@@ -186,11 +186,11 @@ async fn consume(
         dropped: AtomicU64::new(0),
     });
     counters.metrics.observe(counters.exact.clone());
-    let http = reqwest::Client::builder().build()?;
     let target = Arc::new(Consumer::new(&ConsumerConfig {
         url: consumer_url.to_string(),
         timeout_ms: 10_000,
         concurrency: options.concurrency,
+        tls: None,
     }));
     let slots = Arc::new(Semaphore::new(options.concurrency));
     let delay = Duration::from_millis(options.retry_delay_ms);
@@ -215,9 +215,9 @@ async fn consume(
                 }
                 None => anyhow::bail!("the pull stream ended"),
             };
-            let (http, target, counters) = (http.clone(), target.clone(), counters.clone());
+            let (target, counters) = (target.clone(), counters.clone());
             tokio::spawn(async move {
-                handle(&http, &target, &counters, message, max, delay).await;
+                handle(&target, &counters, message, max, delay).await;
                 drop(permit);
             });
         }
@@ -256,7 +256,6 @@ async fn consume(
 /// One delivery: POST, then `ack` or `nak` with the delay; past `MaxDeliver` the server
 /// drops it.
 async fn handle(
-    http: &reqwest::Client,
     target: &Consumer,
     counters: &Counters,
     message: jetstream::Message,
@@ -280,7 +279,7 @@ async fn handle(
         payload: message.payload.to_vec(),
         ..Delivery::default()
     };
-    let ok = deliver(http, target, &delivery, delivered).await.is_ok();
+    let ok = deliver(target, &delivery, delivered).await.is_ok();
     let kind = if ok {
         AckKind::Ack
     } else {

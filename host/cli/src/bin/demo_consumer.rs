@@ -3,6 +3,7 @@
 
 use clap::Parser;
 use verdict_cli::demo::{DemoConsumer, by_percent};
+use verdict_gateway::admin::tls::TlsListener;
 
 /// A consumer that fails some messages transiently and some permanently, by message id.
 #[derive(Parser)]
@@ -17,6 +18,15 @@ struct Args {
     /// Percent of messages that always fail (422, `schema.unknown-version`).
     #[arg(long, default_value_t = 5)]
     permanent: u32,
+    /// Serve HTTPS with this PEM certificate chain (needs `--tls-key`).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Accept only clients presenting a certificate this PEM CA issued (mutual TLS).
+    #[arg(long, requires = "tls_cert")]
+    client_ca: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -24,17 +34,43 @@ fn main() -> anyhow::Result<()> {
     let consumer = DemoConsumer::new(by_percent(args.transient, args.permanent));
     tokio::runtime::Runtime::new()?.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
+        let address = listener.local_addr()?;
+        let shutdown = async {
+            let _ = tokio::signal::ctrl_c().await;
+        };
+        let tls = match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(verdict_tls::server_config(
+                "--tls",
+                cert,
+                key,
+                args.client_ca.as_deref(),
+            )?),
+            _ => None,
+        };
         eprintln!(
-            "verdict-demo-consumer: http://{} ({}% transient, {}% permanent failures)",
-            listener.local_addr()?,
+            "verdict-demo-consumer: {}://{address} ({}% transient, {}% permanent failures{})",
+            if tls.is_some() { "https" } else { "http" },
             args.transient,
-            args.permanent
+            args.permanent,
+            if args.client_ca.is_some() {
+                ", client certificates required"
+            } else {
+                ""
+            }
         );
-        axum::serve(listener, consumer.router())
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await?;
+        match tls {
+            Some(tls) => {
+                let listener = TlsListener::new(listener, tls)?;
+                axum::serve(listener, consumer.router())
+                    .with_graceful_shutdown(shutdown)
+                    .await?;
+            }
+            None => {
+                axum::serve(listener, consumer.router())
+                    .with_graceful_shutdown(shutdown)
+                    .await?;
+            }
+        }
         Ok(())
     })
 }

@@ -186,6 +186,12 @@ pub(crate) async fn ready(State(state): State<AdminState>) -> Result<String, Api
                 .iter()
                 .filter_map(|s| Some(format!("warning: {}: {}\n", s.name(), s.warning()?))),
         )
+        .chain(
+            pipeline
+                .consumer_warnings()
+                .into_iter()
+                .map(|w| format!("warning: consumer: {w}\n")),
+        )
         .collect();
     let down: Vec<&str> = pipeline
         .sources()

@@ -1,6 +1,7 @@
-//! TLS on the admin listener (`[admin] tls_cert` / `tls_key`): rustls with its safe
-//! defaults (TLS 1.2 and 1.3, no client certificates), the certificate chain and key read
-//! once at start from PEM files.
+//! TLS on the admin listener (`[admin] tls_cert` / `tls_key`): the server config from the
+//! one TLS stack ([`verdict_tls::server_config`]: TLS 1.2 and 1.3, no client
+//! certificates, the chain and key read once at start), and a listener that handshakes
+//! each connection apart from the others.
 //!
 //! Handshakes run in tasks of their own, so a client that opens a connection and says
 //! nothing holds up no one else; one that has not finished within [`HANDSHAKE_TIMEOUT`] is
@@ -8,12 +9,9 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject as _;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
@@ -24,72 +22,6 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Handshakes finished and not yet served.
 const READY_QUEUE: usize = 64;
-
-/// Why the admin listener's TLS cannot be set up.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    /// A file could not be read.
-    #[error("admin.{field} = {}: cannot be read", path.display())]
-    Read {
-        /// `tls_cert` or `tls_key`.
-        field: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// A file holds no PEM object of the kind expected.
-    #[error("admin.{field} = {}: {expected}", path.display())]
-    Pem {
-        /// `tls_cert` or `tls_key`.
-        field: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// What was expected in it.
-        expected: &'static str,
-    },
-    /// rustls refused the pair (a key that does not match the certificate, say).
-    #[error("admin.tls_cert and admin.tls_key")]
-    Config(#[source] rustls::Error),
-}
-
-/// The server side of TLS for `cert` (a PEM chain, leaf first) and `key` (a PEM private
-/// key: PKCS#8, PKCS#1 or SEC1).
-pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, TlsError> {
-    let read = |field: &'static str, path: &Path| {
-        std::fs::read(path).map_err(|source| TlsError::Read {
-            field,
-            path: path.to_path_buf(),
-            source,
-        })
-    };
-    let pem = read("tls_cert", cert)?;
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-        .filter_map(Result::ok)
-        .collect();
-    if chain.is_empty() {
-        return Err(TlsError::Pem {
-            field: "tls_cert",
-            path: cert.to_path_buf(),
-            expected: "holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)",
-        });
-    }
-    let pem = read("tls_key", key)?;
-    let key_der = PrivateKeyDer::from_pem_slice(&pem).map_err(|_| TlsError::Pem {
-        field: "tls_key",
-        path: key.to_path_buf(),
-        expected: "holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",
-    })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(TlsError::Config)?
-        .with_no_client_auth()
-        .with_single_cert(chain, key_der)
-        .map_err(TlsError::Config)?;
-    Ok(Arc::new(config))
-}
 
 /// A listener whose connections are TLS: what `axum::serve` accepts from.
 pub struct TlsListener {

@@ -10,6 +10,13 @@
 //! | 3xx (a redirect) | `http.3xx`: redirects are never followed |
 //! | connection refused / reset, DNS | `transport.refused` / `transport.error` |
 //! | no answer within `timeout_ms` | `transport.timeout` |
+//! | the TLS handshake refused a certificate / failed | `tls.certificate` / `tls.handshake` |
+//!
+//! A TLS failure is configuration - the gateway's CA, client certificate or server name, or
+//! the consumer's certificate - never something a retry heals, and it never reaches the
+//! policy: the pipeline keeps the message without spending an attempt and reports the route
+//! (see [`DeliveryError::is_configuration`]). Only the gateway's own TLS stack sets it; a
+//! consumer's answer cannot claim it, whatever kind its body names.
 //!
 //! Everything taken from an answer is bounded and cleaned ([`verdict_runtime::text`]): at most
 //! [`MAX_ERROR_BODY_BYTES`] of the body are read, a kind that is not a plain token is
@@ -69,13 +76,26 @@ pub struct DeliveryError {
     pub retry_after_ms: Option<u64>,
     /// The consumer rejected the message explicitly.
     pub rejected: bool,
+    /// The request never reached the consumer because TLS failed (set by the gateway's TLS
+    /// stack only, never from an answer).
+    pub tls: Option<verdict_tls::TlsFailure>,
 }
 
-/// A consumer's endpoint, its URL parsed once (not per delivery).
+impl DeliveryError {
+    /// A failure of the gateway's configuration (or the consumer's certificate), not of the
+    /// message: kept without spending an attempt, never decided by the policy.
+    pub fn is_configuration(&self) -> bool {
+        self.tls.is_some()
+    }
+}
+
+/// A consumer's endpoint: its URL parsed and its HTTP client (with the route's TLS
+/// settings) made once, not per delivery.
 #[derive(Debug, Clone)]
 pub struct Consumer {
     config: ConsumerConfig,
     url: Result<reqwest::Url, String>,
+    client: Result<reqwest::Client, String>,
 }
 
 impl Consumer {
@@ -85,6 +105,7 @@ impl Consumer {
             config: config.clone(),
             // Config validation parsed it already; an error here is kept for each delivery.
             url: reqwest::Url::parse(&config.url).map_err(|e| e.to_string()),
+            client: http_client(config.tls.as_ref()),
         }
     }
 
@@ -99,25 +120,54 @@ impl Consumer {
     }
 }
 
+/// The HTTP client for a consumer with `tls` settings: the one TLS stack
+/// ([`verdict_tls`]), redirects never followed (the gateway must not forward payloads
+/// wherever a consumer points). The config was checked when it was loaded; an error here
+/// (a file removed since) is kept for each delivery.
+pub(crate) fn http_client(tls: Option<&verdict_tls::TlsConfig>) -> Result<reqwest::Client, String> {
+    let tls = tls
+        .cloned()
+        .unwrap_or_default()
+        .client_config("consumer.tls")
+        .map_err(|e| e.to_string())?;
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .tls_backend_preconfigured(rustls::ClientConfig::clone(&tls))
+        .build()
+        .map_err(|e| error_chain(&e))
+}
+
 /// POST `message` to the consumer as delivery `attempt` (1-based).
 pub async fn deliver(
-    client: &reqwest::Client,
     consumer: &Consumer,
     message: &Delivery,
     attempt: u32,
 ) -> Result<(), DeliveryError> {
+    let failed = |kind: &str, message: String, tls| DeliveryError {
+        kind: kind.into(),
+        message: verdict_runtime::redact::redact(&message),
+        retry_after_ms: None,
+        rejected: false,
+        tls,
+    };
     let url = match &consumer.url {
         Ok(url) => url.clone(),
         Err(e) => {
-            return Err(DeliveryError {
-                kind: "transport.error".into(),
-                message: verdict_runtime::redact::redact(&format!(
-                    "the consumer URL `{}` is invalid: {e}",
-                    consumer.config.url
-                )),
-                retry_after_ms: None,
-                rejected: false,
-            });
+            return Err(failed(
+                "transport.error",
+                format!("the consumer URL `{}` is invalid: {e}", consumer.config.url),
+                None,
+            ));
+        }
+    };
+    let client = match &consumer.client {
+        Ok(client) => client,
+        Err(e) => {
+            return Err(failed(
+                "tls.config",
+                format!("the consumer's TLS settings cannot be used: {e}"),
+                Some(verdict_tls::TlsFailure::Handshake),
+            ));
         }
     };
     use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -184,7 +234,10 @@ async fn read_capped(mut response: reqwest::Response, max: usize) -> Vec<u8> {
 }
 
 fn transport(e: &reqwest::Error) -> DeliveryError {
-    let kind = if e.is_timeout() {
+    let tls = verdict_tls::TlsFailure::of(e);
+    let kind = if let Some(tls) = tls {
+        tls.kind()
+    } else if e.is_timeout() {
         "transport.timeout"
     } else if e.is_connect() {
         "transport.refused"
@@ -197,6 +250,7 @@ fn transport(e: &reqwest::Error) -> DeliveryError {
         message: verdict_runtime::redact::redact(&error_chain(e)),
         retry_after_ms: None,
         rejected: false,
+        tls,
     }
 }
 
@@ -248,6 +302,7 @@ pub fn classify(
         message,
         retry_after_ms,
         rejected,
+        tls: None,
     }
 }
 

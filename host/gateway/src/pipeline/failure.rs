@@ -97,6 +97,7 @@ mod tests {
             message: "unavailable".into(),
             retry_after_ms: Some(500),
             rejected: false,
+            tls: None,
         };
         let settings = GatewaySection::default();
         let failure = failure_of(

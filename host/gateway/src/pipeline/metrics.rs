@@ -27,6 +27,7 @@ pub struct PipelineMetrics {
     pub(crate) handling: Family<StaticLabels, Histogram, fn() -> Histogram>,
     pub(crate) faults: Family<StaticLabels, Counter>,
     pub(crate) budget_held: Family<Labels, Counter>,
+    pub(crate) consumer_tls: Family<Labels, Counter>,
     pub(crate) key_mismatches: Family<[(&'static str, &'static str); 1], Counter>,
     /// Topics whose delivery statistics are kept (bounded: see `TopicWindows`).
     pub(crate) topics_tracked: prometheus_client::metrics::gauge::Gauge,
@@ -93,6 +94,9 @@ pub(crate) struct RouteMetrics {
     delivered_latency: Histogram,
     failed_latency: Histogram,
     budget_held: Counter,
+    /// The route's label and the family of TLS failures (created on the first one).
+    topic: String,
+    consumer_tls: Family<Labels, Counter>,
 }
 
 impl RouteMetrics {
@@ -110,6 +114,16 @@ impl RouteMetrics {
     /// A retry held back by the route's retry budget.
     pub(crate) fn held(&self) {
         self.budget_held.inc();
+    }
+
+    /// A delivery that failed in TLS with `kind`.
+    pub(crate) fn tls_failed(&self, kind: &str) {
+        self.consumer_tls
+            .get_or_create(&vec![
+                ("topic", self.topic.clone()),
+                ("kind", kind.to_string()),
+            ])
+            .inc();
     }
 }
 
@@ -138,6 +152,7 @@ impl Default for PipelineMetrics {
             handling: Family::new_with_constructor(handling_histogram),
             faults: Family::default(),
             budget_held: Family::default(),
+            consumer_tls: Family::default(),
             key_mismatches: Family::default(),
             topics_tracked: prometheus_client::metrics::gauge::Gauge::default(),
             totals: Arc::default(),
@@ -205,6 +220,8 @@ impl PipelineMetrics {
             delivered_latency,
             failed_latency,
             budget_held,
+            topic: route.to_string(),
+            consumer_tls: self.consumer_tls.clone(),
         }
     }
 
@@ -296,6 +313,11 @@ impl PipelineMetrics {
             "verdict_retry_budget_held",
             "Retries held back by their route's retry budget (given back to wait, nothing spent), by route",
             self.budget_held.clone(),
+        );
+        registry.register(
+            "verdict_consumer_tls_failures",
+            "Deliveries that failed in TLS before reaching the consumer, by route and kind (tls.certificate, tls.handshake, tls.config): configuration, the gateway's or the consumer's - the message is kept, no attempt spent, until it is fixed",
+            self.consumer_tls.clone(),
         );
         registry.register(
             "verdict_history_key_mismatches",

@@ -41,12 +41,14 @@ use topic_windows::TopicWindows;
 /// A message the pipeline could not route is looked at again after this long.
 pub const UNROUTED_RETRY_MS: u64 = 5_000;
 
+/// A message whose delivery failed in TLS (configuration) is tried again after this long.
+pub const MISCONFIGURED_RETRY_MS: u64 = 10_000;
+
 /// Delivers messages and turns failures into settlements.
 pub struct Pipeline {
     store: Arc<Store>,
     registry: Arc<Registry>,
     settings: GatewaySection,
-    client: reqwest::Client,
     stats: TopicWindows,
     metrics: PipelineMetrics,
     wake: Notify,
@@ -74,11 +76,6 @@ impl Pipeline {
             store,
             registry,
             settings,
-            // A consumer's redirect is a failure (`http.3xx`), never followed: the gateway
-            // must not forward payloads wherever a consumer points.
-            client: reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()?,
             stats: TopicWindows::new(metrics.topics_tracked.clone()),
             metrics,
             wake: Notify::new(),
@@ -201,8 +198,13 @@ impl Pipeline {
         }
         let attempt = message.attempts_spent.saturating_add(1);
         let started = Instant::now();
-        let result = deliver(&self.client, &target.consumer, message, attempt).await;
+        let result = deliver(&target.consumer, message, attempt).await;
         target.metrics.delivered(result.is_ok(), started.elapsed());
+        match &result {
+            Err(error) if error.is_configuration() => return self.misconfigured(target, error),
+            Err(_) => {}
+            Ok(()) => target.health.clear_warning(),
+        }
         if let (Some((budget, _)), Some(admitted), true) = (&budget, admitted_retry, result.is_ok())
         {
             target.budget.succeeded(budget, admitted, now_ms());
@@ -213,6 +215,40 @@ impl Pipeline {
             let _ = self.holds.take(message);
         }
         settlement
+    }
+
+    /// A delivery that failed in TLS: the gateway's configuration or the consumer's
+    /// certificate, which no retry heals and no policy should judge. The message is kept
+    /// (released, no attempt spent) and the route reported - `/readyz`, a metric, a warning
+    /// a minute - until the configuration is fixed; the DLQ does not fill with messages that
+    /// never reached the consumer.
+    fn misconfigured(&self, target: &RouteTarget, error: &DeliveryError) -> Settlement {
+        target.metrics.tls_failed(&error.kind);
+        let text = format!(
+            "route `{}`: deliveries fail before reaching the consumer ({}): {}",
+            target.topic, error.kind, error.message
+        );
+        if target.health.warn(text) {
+            tracing::warn!(
+                route = %target.topic,
+                kind = %error.kind,
+                error = %error.message,
+                "deliveries to this route's consumer fail in TLS: its messages are kept \
+                 (no attempt spent) until the TLS settings or the consumer's certificate are fixed"
+            );
+        }
+        Settlement::Release {
+            delay_ms: MISCONFIGURED_RETRY_MS,
+        }
+    }
+
+    /// What an operator must fix about the routes' consumers (`/readyz` shows them).
+    pub fn consumer_warnings(&self) -> Vec<String> {
+        let routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut warnings: Vec<String> =
+            routes.values().filter_map(|t| t.health.warning()).collect();
+        warnings.sort();
+        warnings
     }
 
     /// The retry budget of the route `topic` takes now, with how long a message may fail
@@ -463,6 +499,7 @@ impl Pipeline {
             ahead: Arc::new(Semaphore::new(consumer.concurrency.max(1))),
             metrics: self.metrics.route(route),
             budget: BudgetGate::default(),
+            health: Readiness::new("consumer"),
         });
         routes.insert(route.to_string(), target.clone());
         target
@@ -490,4 +527,6 @@ pub(crate) struct RouteTarget {
     /// What the route spent against its retry budget (kept with the target, so a reload
     /// that keeps the consumer keeps the window).
     budget: BudgetGate,
+    /// A consumer every delivery fails to reach (TLS), as `/readyz` shows it.
+    health: Readiness,
 }

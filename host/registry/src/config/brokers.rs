@@ -1,8 +1,13 @@
 //! `[nats]` and `[rabbitmq]`: the brokers routes with `source = "nats"` or
 //! `source = "rabbitmq"` consume from.
 
+use std::path::PathBuf;
+
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+use super::Secret;
+use verdict_tls::TlsConfig;
 
 /// NATS JetStream: one stream, and a durable pull consumer per route (each shared by every
 /// gateway of the group, so they compete for the route's messages).
@@ -44,6 +49,51 @@ pub struct NatsConfig {
     /// How long a history outlives its last write (a message acknowledged elsewhere leaves
     /// none behind for long).
     pub history_ttl_ms: u64,
+    /// Refuse to talk to the server without TLS. Implied by a `tls://` URL or a `tls`
+    /// table.
+    pub tls_required: bool,
+    /// TLS to the server: a private CA, a client certificate for a server that verifies
+    /// clients, the name its certificate carries.
+    pub tls: Option<TlsConfig>,
+    /// A credentials file: a user JWT and its NKey seed, as `nsc` writes them (servers in
+    /// operator mode). Relative to the config file.
+    pub creds_file: Option<PathBuf>,
+    /// An NKey seed (`SU...`) for a server that authenticates users by NKey.
+    pub nkey_seed: Option<Secret>,
+    /// The token a server with token authentication expects.
+    pub token: Option<Secret>,
+    /// A user name, logged in with `password`.
+    pub user: Option<String>,
+    /// The password of `user`.
+    pub password: Option<Secret>,
+}
+
+impl NatsConfig {
+    /// Whether connections to the server must use TLS.
+    pub fn wants_tls(&self) -> bool {
+        self.tls_required || self.tls.is_some() || self.url.starts_with("tls://")
+    }
+
+    /// The credential settings that are set, by name: at most one may be.
+    pub fn credentials_set(&self) -> Vec<&'static str> {
+        [
+            ("nats.creds_file", self.creds_file.is_some()),
+            ("nats.nkey_seed", self.nkey_seed.is_some()),
+            ("nats.token", self.token.is_some()),
+            ("nats.user", self.user.is_some() || self.password.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+    }
+
+    pub(crate) fn resolve_paths(&mut self, base: &std::path::Path) {
+        self.tls = self.tls.as_ref().map(|t| t.resolved(base));
+        self.creds_file = self.creds_file.as_ref().map(|p| base.join(p));
+        for secret in [&mut self.nkey_seed, &mut self.token, &mut self.password] {
+            *secret = secret.as_ref().map(|s| s.resolved(base));
+        }
+    }
 }
 
 impl Default for NatsConfig {
@@ -61,6 +111,13 @@ impl Default for NatsConfig {
             audit_subject_prefix: "verdict.audit".into(),
             history_bucket: "verdict-history".into(),
             history_ttl_ms: 7 * 24 * 3_600_000,
+            tls_required: false,
+            tls: None,
+            creds_file: None,
+            nkey_seed: None,
+            token: None,
+            user: None,
+            password: None,
         }
     }
 }
@@ -89,7 +146,7 @@ pub struct RabbitmqConfig {
     /// (relative to the config file). Every gateway consuming the same queues needs the
     /// same key. Empty: `<storage dir>/history.key`, created (32 random bytes, mode 0600)
     /// when missing.
-    pub history_key_file: std::path::PathBuf,
+    pub history_key_file: PathBuf,
 }
 
 /// The kind of queue RabbitMQ retries wait in (`[rabbitmq] delay_queues`).
@@ -122,7 +179,7 @@ impl Default for RabbitmqConfig {
             delay_prefix: "verdict.delay".into(),
             delay_queues: DelayQueues::Classic,
             audit_queue: "verdict.audit".into(),
-            history_key_file: std::path::PathBuf::new(),
+            history_key_file: PathBuf::new(),
         }
     }
 }
@@ -142,6 +199,7 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
     let nats_routes: Vec<String> = topics(SourceKind::Nats).collect();
     if !nats_routes.is_empty() {
         let n = &config.nats;
+        check_nats_access(n)?;
         for (field, name) in [
             ("nats.stream", &n.stream),
             ("nats.dlq_stream", &n.dlq_stream),
@@ -286,6 +344,59 @@ pub fn covers_subject(wide: &str, narrow: &str) -> bool {
         }
     }
     wide.len() == narrow.len()
+}
+
+/// TLS and credentials of `[nats]`: the TLS files readable and usable, one way to log in.
+fn check_nats_access(n: &NatsConfig) -> Result<(), (String, String)> {
+    if let Some(tls) = &n.tls {
+        tls.client_config("nats.tls")
+            .map_err(|e| (e.setting().to_string(), e.problem()))?;
+    }
+    if !(n.url.starts_with("nats://") || n.url.starts_with("tls://")) {
+        return Err((
+            "nats.url".into(),
+            format!(
+                "`{}`: the gateway speaks `nats://` and `tls://`",
+                verdict_runtime::text::redact_url(&n.url)
+            ),
+        ));
+    }
+    let set = n.credentials_set();
+    if set.len() > 1 {
+        return Err((
+            set[1].into(),
+            format!("only one way to log in may be set; {} is set too", set[0]),
+        ));
+    }
+    if n.user.is_some() != n.password.is_some() {
+        let field = if n.user.is_some() {
+            "nats.user"
+        } else {
+            "nats.password"
+        };
+        return Err((
+            field.into(),
+            "needs nats.user and nats.password together".into(),
+        ));
+    }
+    if !set.is_empty() && n.url.contains('@') {
+        return Err((
+            "nats.url".into(),
+            format!(
+                "holds credentials and {} is set too: keep them out of the URL",
+                set[0]
+            ),
+        ));
+    }
+    if let Some(path) = &n.creds_file
+        && let Err(e) = std::fs::metadata(path)
+    {
+        return Err((
+            "nats.creds_file".into(),
+            format!("{}: cannot be read: {e}", path.display()),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

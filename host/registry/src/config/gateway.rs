@@ -110,6 +110,11 @@ pub struct ConsumerConfig {
     /// Deliveries of this route in flight at once.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
+    /// TLS to an `https://` consumer: a private CA, a client certificate for a consumer
+    /// that verifies the gateway, the name its certificate carries. Replaces `[defaults]
+    /// consumer_tls`; without either, the platform's roots are trusted.
+    #[serde(default)]
+    pub tls: Option<verdict_tls::TlsConfig>,
 }
 
 fn default_timeout_ms() -> u64 {

@@ -25,13 +25,15 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use verdict_runtime::{Limits, TopicSettings};
+use verdict_runtime::Limits;
 
 mod admin;
 mod admission;
 mod brokers;
 mod console;
+mod defaults;
 mod gateway;
+mod secret;
 mod source_kind;
 mod storage;
 
@@ -40,9 +42,12 @@ pub use admission::AdmissionConfig;
 pub use brokers::{DelayQueues, NatsConfig, RabbitmqConfig};
 pub use brokers::{MAX_DELAY_BUCKET_MS, covers_subject, subjects_overlap};
 pub use console::ConsoleConfig;
+pub use defaults::Defaults;
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};
+pub use secret::Secret;
 pub use source_kind::SourceKind;
 pub use storage::StorageConfig;
+pub use verdict_tls::TlsConfig;
 
 /// The whole file.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -51,9 +56,9 @@ pub struct GatewayConfig {
     /// Limits every policy runs under.
     #[serde(default)]
     pub sandbox: Limits,
-    /// Guardrails and fallback every route starts from.
+    /// Guardrails, fallback and consumer TLS every route starts from.
     #[serde(default)]
-    pub defaults: TopicSettings,
+    pub defaults: Defaults,
     /// The admission gate every policy passes before it goes live.
     #[serde(default)]
     pub admission: AdmissionConfig,
@@ -112,7 +117,7 @@ pub struct RouteConfig {
     pub config: Option<serde_json::Value>,
     /// Guardrails and fallback for this route, replacing `[defaults]`.
     #[serde(default)]
-    pub settings: Option<TopicSettings>,
+    pub settings: Option<verdict_runtime::TopicSettings>,
     /// A core topic: its DLQ depth alerts critical at 500 instead of 1,000 (the alert tiers;
     /// exported as the `core` label of `verdict_dlq_depth`).
     #[serde(default)]
@@ -205,6 +210,54 @@ impl GatewayConfig {
         }
     }
 
+    /// Relative paths (TLS files, credentials) taken from `base`, the config file's
+    /// directory, so a reload or a `verdict check` from elsewhere reads the same files.
+    fn resolve_paths(&mut self, base: &Path) {
+        if let Some(tls) = &mut self.defaults.consumer_tls {
+            *tls = tls.resolved(base);
+        }
+        for consumer in self.routes.iter_mut().filter_map(|r| r.consumer.as_mut()) {
+            consumer.tls = consumer.tls.as_ref().map(|t| t.resolved(base));
+        }
+        self.nats.resolve_paths(base);
+    }
+
+    /// Check every consumer's TLS settings (their files read, the key matching its
+    /// certificate) where they are written, then give each `https://` consumer without its
+    /// own the `[defaults] consumer_tls`.
+    fn settle_consumer_tls(&mut self) -> Result<(), (String, String)> {
+        let usable = |tls: &TlsConfig, setting: &str| {
+            tls.client_config(setting)
+                .map(drop)
+                .map_err(|e| (e.setting().to_string(), e.problem()))
+        };
+        if let Some(tls) = &self.defaults.consumer_tls {
+            usable(tls, "defaults.consumer_tls")?;
+        }
+        for (i, route) in self.routes.iter_mut().enumerate() {
+            let Some(consumer) = &mut route.consumer else {
+                continue;
+            };
+            let https = consumer.url.starts_with("https://");
+            match &consumer.tls {
+                Some(_) if !https => {
+                    return Err((
+                        format!("routes[{i}].consumer.tls"),
+                        format!(
+                            "set for `{}`, which is not an https:// URL: TLS settings would \
+                             be ignored",
+                            verdict_runtime::text::redact_url(&consumer.url)
+                        ),
+                    ));
+                }
+                Some(tls) => usable(tls, &format!("routes[{i}].consumer.tls"))?,
+                None if https => consumer.tls = self.defaults.consumer_tls.clone(),
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
     /// Parse and validate TOML; `file` names it in errors.
     pub fn parse(text: &str, file: &str) -> Result<GatewayConfig, GatewayConfigError> {
         let err = |field: String, message: String| GatewayConfigError {
@@ -214,7 +267,7 @@ impl GatewayConfig {
         };
         let de = toml::Deserializer::parse(text)
             .map_err(|e| err("(syntax)".into(), e.message().to_string()))?;
-        let config: GatewayConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let mut config: GatewayConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             err(
                 if path == "." { "(root)".into() } else { path },
@@ -224,6 +277,10 @@ impl GatewayConfig {
         // Before anything can fail quoting them: the one redactor learns this config's
         // secrets, so no error, answer or log line of this process shows them.
         config.remember_secrets();
+        config.resolve_paths(Path::new(file).parent().unwrap_or(Path::new("")));
+        config
+            .settle_consumer_tls()
+            .map_err(|(field, message)| err(field, message))?;
         config
             .sandbox
             .validate()
@@ -274,14 +331,16 @@ impl GatewayConfig {
             if route.source == SourceKind::Rabbitmq {
                 // A copy waits in a delay bucket; no bucket is longer than a day, and a
                 // longer delay cut to it would come back early.
-                let (field, settings) = match &route.settings {
-                    Some(s) => (format!("routes[{i}].settings.guardrails.max_delay_ms"), s),
+                let (field, max) = match &route.settings {
+                    Some(s) => (
+                        format!("routes[{i}].settings.guardrails.max_delay_ms"),
+                        s.guardrails.max_delay_ms,
+                    ),
                     None => (
                         "defaults.guardrails.max_delay_ms".to_string(),
-                        &config.defaults,
+                        config.defaults.guardrails.max_delay_ms,
                     ),
                 };
-                let max = settings.guardrails.max_delay_ms;
                 if max > MAX_DELAY_BUCKET_MS {
                     return Err(err(
                         field,

@@ -81,7 +81,7 @@ impl Builder<'_> {
             let settings = route
                 .settings
                 .clone()
-                .unwrap_or_else(|| config.defaults.clone());
+                .unwrap_or_else(|| config.defaults.topic_settings());
             let active = Part::new(index, &route.policy, route.config.as_ref(), &policies)?;
             let shadow = match &route.shadow {
                 Some(s) => Some(Part::new(index, &s.policy, s.config.as_ref(), &policies)?),
