@@ -384,3 +384,51 @@ fn check_names_the_tls_setting_that_cannot_be_used() {
     );
     assert!(ok, "{stderr}");
 }
+
+/// `verdict check --probe` connects to each consumer without sending anything: the TLS
+/// version and certificate it saw, or the setting to fix (and exit status 1).
+#[test]
+fn check_probe_shows_each_consumers_certificate_and_names_a_refused_one() {
+    let dir = scratch("tls-probe");
+    let pki = Pki::new("tls-probe");
+    let good = https_consumer(&pki.server("good", &["127.0.0.1"]), None);
+    let expired = https_consumer(&pki.expired_server("expired", &["127.0.0.1"]), None);
+    let ca = format!("ca_file = \"{}\"", pki.ca_file().display());
+    let consumer =
+        |url: &str| format!("{{ url = \"{url}/\", timeout_ms = 2000, tls = {{ {ca} }} }}");
+    let config = write_config(
+        &dir,
+        &[
+            ("good", consumer(&good.url)),
+            ("expired", consumer(&expired.url)),
+        ],
+    );
+    let out = verdict(&["check", "-c", config.to_str().unwrap(), "--probe"], None);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let probes = summary["probe"].as_array().unwrap();
+    assert_eq!(probes.len(), 2, "{summary:#}");
+    let seen = &probes[0];
+    assert_eq!(seen["peer"], "routes[0].consumer");
+    assert_eq!(seen["ok"], true, "{seen:#}");
+    assert_eq!(seen["tls_version"], "TLSv1_3", "{seen:#}");
+    assert_eq!(seen["certificate"]["subject"], "CN=good", "{seen:#}");
+    assert!(
+        seen["certificate"]["days_left"].as_i64().unwrap() > 365,
+        "{seen:#}"
+    );
+    let refused = &probes[1];
+    assert_eq!(refused["ok"], false, "{refused:#}");
+    let error = refused["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("routes[1].consumer.tls: tls.certificate:") && error.contains("expired"),
+        "{error}"
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("error: routes[1].consumer: routes[1].consumer.tls"),
+        "{stderr}"
+    );
+    // Nothing reached either consumer's handler: a probe sends no request.
+    assert_eq!(accepted_over_tls(&good, pki.ca_file(), None), 0);
+}

@@ -46,6 +46,10 @@ pub enum GatewayError {
     /// `admin.tokens_file` could not be read or parsed, or collides with the admin token.
     #[error(transparent)]
     Credentials(#[from] crate::admin::credentials::CredentialsError),
+    /// NATS refused the gateway's TLS or credentials at start (a server merely down is
+    /// waited for instead).
+    #[error(transparent)]
+    NatsAccess(#[from] crate::sources::nats::NatsAccessError),
     /// The admin listener's certificate or key could not be used.
     #[error(transparent)]
     AdminTls(#[from] verdict_tls::TlsError),

@@ -164,6 +164,17 @@ async fn start(
     } else {
         HistoryKey::new(Vec::new())
     };
+    if config.routes.iter().any(|r| r.source == SourceKind::Nats) {
+        // The gateway's own TLS or credentials refused: stop now, naming the setting,
+        // rather than reconnect forever. A server that is only down is waited for.
+        match crate::sources::nats::probe(&config.nats, &config.gateway.instance).await {
+            Ok(seen) => tracing::debug!(?seen, "NATS reached"),
+            Err(e) if e.configuration => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "NATS is not reachable yet; the source keeps trying");
+            }
+        }
+    }
     let mut deliveries = Vec::new();
     for source in sources_of(&config, history_key) {
         if let Some(ready) = source.readiness() {

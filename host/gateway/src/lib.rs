@@ -44,6 +44,7 @@ pub mod health;
 mod metrics;
 pub mod model;
 pub mod pipeline;
+pub mod probe;
 pub mod sources;
 pub mod store;
 

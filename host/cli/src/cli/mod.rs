@@ -274,6 +274,9 @@ pub struct CheckSummary {
     /// consumers, queues); nothing is created by the check.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub created_when_missing: Vec<String>,
+    /// With `--probe`: what connecting to each consumer and broker showed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub probe: Vec<verdict_gateway::probe::PeerProbe>,
 }
 
 fn open_registry(config_path: &Path) -> Result<verdict_registry::Registry> {
@@ -303,7 +306,15 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
         generation: generation.number,
         routes,
         created_when_missing: broker_objects(&config),
+        probe: Vec::new(),
     })
+}
+
+/// Connect once to each consumer and broker `config_path` names (`verdict check --probe`).
+pub fn probe(config_path: &Path) -> Result<Vec<verdict_gateway::probe::PeerProbe>> {
+    let config = verdict_registry::GatewayConfig::load(config_path)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    Ok(runtime.block_on(verdict_gateway::probe::probe(&config)))
 }
 
 /// The worst cases of route `r`, and what its retry budget may add to them.

@@ -79,6 +79,11 @@ pub enum Command {
         /// The gateway config (`verdict.toml`).
         #[arg(short, long)]
         config: PathBuf,
+        /// Also connect once to each consumer and broker the config names and report what
+        /// was there (TLS version, certificate subject and expiry, whether the credentials
+        /// were taken); nothing is sent or created. Exits 1 when one cannot be reached.
+        #[arg(long)]
+        probe: bool,
     },
     /// Show which route a topic takes under a gateway config and, with a failure, the
     /// decision it would get.

@@ -105,8 +105,24 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 }
             });
         }
-        Command::Check { config } => {
-            emit(&(serde_json::to_string_pretty(&cli::check(&config)?)? + "\n"))?;
+        Command::Check { config, probe } => {
+            let mut summary = cli::check(&config)?;
+            if probe {
+                summary.probe = cli::probe(&config)?;
+            }
+            emit(&(serde_json::to_string_pretty(&summary)? + "\n"))?;
+            let failed: Vec<String> = summary
+                .probe
+                .iter()
+                .filter(|p| !p.ok)
+                .map(|p| format!("{}: {}", p.peer, p.error.as_deref().unwrap_or("not usable")))
+                .collect();
+            if !failed.is_empty() {
+                for line in &failed {
+                    eprintln!("error: {line}");
+                }
+                return Ok(ExitCode::from(1));
+            }
         }
         Command::Route {
             config,

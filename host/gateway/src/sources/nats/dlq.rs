@@ -87,19 +87,13 @@ impl NatsDeadLetters {
         // The JetStream context spawns a task: build it on the runtime.
         let js = runtime
             .block_on(async {
-                async_nats::ConnectOptions::new()
-                    .name(format!("verdict {} dlq tools", config.gateway.instance))
-                    .connection_timeout(Duration::from_secs(2))
-                    .connect(nats.url.as_str())
+                let name = format!("verdict {} dlq tools", config.gateway.instance);
+                let options = super::access::options(&nats, name).await?;
+                super::access::connect_with(&nats, options)
                     .await
                     .map(jetstream::new)
             })
-            .map_err(|e| {
-                err(format!(
-                    "nats.url = {}: {e}",
-                    verdict_runtime::text::redact_url(&nats.url)
-                ))
-            })?;
+            .map_err(|e| err(e.to_string()))?;
         Ok(NatsDeadLetters {
             js,
             config: nats,

@@ -46,11 +46,13 @@ use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
 use verdict_registry::{GatewaySection, NatsConfig};
 use verdict_runtime::text::Clean;
 
+mod access;
 mod dlq;
 mod history;
 mod ownership;
 mod setup;
 
+pub use access::{NatsAccessError, NatsProbe, probe};
 pub use dlq::NatsDeadLetters;
 /// What a replay from the DLQ stream sends: public for the fuzz targets, not an API.
 #[doc(hidden)]

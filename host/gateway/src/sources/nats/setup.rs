@@ -45,9 +45,8 @@ pub async fn connect(
     subjects: &[String],
     ready: Option<Readiness>,
 ) -> anyhow::Result<Broker> {
-    let mut options = async_nats::ConnectOptions::new()
-        .name(format!("verdict {}", settings.instance))
-        .connection_timeout(Duration::from_secs(2));
+    let mut options =
+        super::access::options(config, format!("verdict {}", settings.instance)).await?;
     // Ready means set up and consuming: the session says so the first time; after that the
     // client's reconnects and disconnects do.
     let established = Arc::new(AtomicBool::new(false));
@@ -68,15 +67,7 @@ pub async fn connect(
             }
         });
     }
-    let client = options
-        .connect(config.url.as_str())
-        .await
-        .with_context(|| {
-            format!(
-                "nats.url = {}",
-                verdict_runtime::text::redact_url(&config.url)
-            )
-        })?;
+    let client = super::access::connect_with(config, options).await?;
     let js = jetstream::new(client);
     if config.subjects.is_empty() {
         // JetStream refuses a stream whose subjects overlap: `orders.>` already captures

@@ -1,0 +1,315 @@
+//! NATS over TLS with real credentials, through the real binaries: a `nats-server` of the
+//! test's own on a free loopback port, with a certificate from a throwaway CA, client
+//! certificates required, and users logging in by NKey and by password. The gateway
+//! delivers through it; each broken setting stops `verdict run` at once with an error
+//! naming the setting - no reconnect loop.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{spawn, text, wait_until};
+use verdict_tls::TlsConfig;
+use verdict_tls::test_pki::{Leaf, Pki};
+
+/// A `nats-server` with JetStream and TLS (client certificates verified), users `nkey`
+/// (an NKey public key) and `svc` / `svc-password`; killed and its store removed at the
+/// end.
+struct TlsNats {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for TlsNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl TlsNats {
+    fn start(name: &str, pki: &Pki, nkey: &str) -> TlsNats {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("nats-tls-{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = pki.server("nats", &["127.0.0.1", "localhost"]);
+        let config = format!(
+            r#"listen: "127.0.0.1:{port}"
+jetstream {{ store_dir: "{store}", max_memory_store: 64MB, max_file_store: 256MB }}
+tls {{
+  cert_file: "{cert}"
+  key_file: "{key}"
+  ca_file: "{ca}"
+  verify: true
+  timeout: 2
+}}
+authorization {{
+  users = [
+    {{ nkey: "{nkey}" }}
+    {{ user: "svc", password: "svc-password" }}
+  ]
+}}
+"#,
+            store = dir.join("js").display(),
+            cert = server.cert.display(),
+            key = server.key.display(),
+            ca = pki.ca_file().display(),
+        );
+        std::fs::write(dir.join("nats.conf"), config).unwrap();
+        let child = Command::new("nats-server")
+            .arg("-c")
+            .arg(dir.join("nats.conf"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server (Debian's package) starts");
+        assert!(
+            wait_until(Duration::from_secs(10), || std::net::TcpStream::connect((
+                "127.0.0.1",
+                port
+            ))
+            .is_ok()),
+            "nats-server listening on {port}"
+        );
+        TlsNats { child, port, dir }
+    }
+
+    fn url(&self) -> String {
+        format!("tls://127.0.0.1:{}", self.port)
+    }
+}
+
+/// A config delivering `orders.>` from the TLS server to `consumer_url`, with `nats` the
+/// `[nats]` lines beyond the URL.
+fn write_config(dir: &Path, server: &TlsNats, nats: &str, consumer_url: &str) -> PathBuf {
+    std::fs::copy(common::rules(), dir.join("rules.wasm")).unwrap();
+    let config = format!(
+        r#"[admin]
+listen = "127.0.0.1:0"
+[gateway]
+instance = "gw-tls"
+consumer_group = "tlsgroup"
+[nats]
+url = "{url}"
+ack_wait_ms = 5000
+{nats}
+[policies.rules]
+path = "rules.wasm"
+[[routes]]
+topic = "orders.>"
+policy = "rules"
+source = "nats"
+consumer = {{ url = "{consumer_url}/", timeout_ms = 2000 }}
+config = {{ max_attempts = 3 }}
+"#,
+        url = server.url()
+    );
+    let path = dir.join("verdict.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
+fn client_tls(pki: &Pki, me: &Leaf) -> String {
+    format!(
+        "tls = {{ ca_file = \"{}\", client_cert = \"{}\", client_key = \"{}\" }}",
+        pki.ca_file().display(),
+        me.cert.display(),
+        me.key.display()
+    )
+}
+
+/// `verdict run` that must stop at start (`what` says why in the failure): its stderr.
+/// `VERDICT_TEST_NATS_PASSWORD` holds a wrong password for the configs that read it. A
+/// gateway still running after 20 s fails the test (and is killed).
+fn refused_start(config: &Path, what: &str) -> String {
+    let log = config.with_extension("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["run", "-c", config.to_str().unwrap()])
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .env("VERDICT_TEST_NATS_PASSWORD", "not-the-password")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    wait_until(Duration::from_secs(20), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{what}: started anyway:\n{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn the_gateway_consumes_over_tls_with_an_nkey_and_names_every_setting_the_server_refuses() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nats-tls-gw");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pki = Pki::new("nats-tls");
+    let user = nkeys::KeyPair::new_user();
+    let server = TlsNats::start("gw", &pki, &user.public_key());
+    let me = pki.client("gateway");
+    std::fs::write(dir.join("seed"), user.seed().unwrap() + "\n").unwrap();
+    let healthy = spawn(
+        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--transient",
+            "0",
+            "--permanent",
+            "0",
+        ],
+    );
+
+    // TLS with a client certificate, NKey login: 200 messages delivered.
+    let good = format!(
+        "{}\nnkey_seed = {{ file = \"seed\" }}",
+        client_tls(&pki, &me)
+    );
+    let config = write_config(&dir, &server, &good, &healthy.url);
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let tls = TlsConfig {
+            ca_file: Some(pki.ca_file().to_path_buf()),
+            client_cert: Some(me.cert.clone()),
+            client_key: Some(me.key.clone()),
+            server_name: None,
+        }
+        .client_config("test")
+        .unwrap();
+        let client = async_nats::ConnectOptions::new()
+            .tls_client_config(verdict_tls::rustls::ClientConfig::clone(&tls))
+            .require_tls(true)
+            .user_and_password("svc".into(), "svc-password".into())
+            .connect(server.url())
+            .await
+            .unwrap();
+        let js = async_nats::jetstream::new(client);
+        // The gateway created the stream; wait for it, then publish with acks.
+        let mut found = false;
+        for _ in 0..100 {
+            if js.get_stream("VERDICT").await.is_ok() {
+                found = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(found, "the gateway set up its stream over TLS");
+        for i in 0..200 {
+            js.publish(format!("orders.{i}"), format!("{{\"n\": {i}}}").into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    });
+    assert!(
+        wait_until(Duration::from_secs(60), || common::accepted(&healthy)
+            >= 200),
+        "accepted {}",
+        common::accepted(&healthy)
+    );
+    drop(gw);
+    assert_eq!(common::accepted(&healthy), 200);
+
+    // The probe says what it found on the server, and sends nothing.
+    let out = common::verdict(&["check", "-c", config.to_str().unwrap(), "--probe"], None);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nats = summary["probe"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["peer"] == "nats")
+        .cloned()
+        .unwrap_or_else(|| panic!("{summary:#}"));
+    let detail = nats["detail"].as_str().unwrap_or_default();
+    assert!(
+        nats["ok"] == true && detail.contains("TLS") && detail.contains("JetStream available"),
+        "{nats:#}"
+    );
+
+    // Each broken setting stops the start, naming it.
+    let stranger = Pki::new("nats-tls-stranger");
+    let cases: [(&str, String, &[&str]); 5] = [
+        (
+            "a CA that did not issue the server's certificate",
+            format!(
+                "tls = {{ ca_file = \"{}\", client_cert = \"{}\", client_key = \"{}\" }}\nnkey_seed = {{ file = \"seed\" }}",
+                stranger.ca_file().display(),
+                me.cert.display(),
+                me.key.display()
+            ),
+            &["nats.tls", "UnknownIssuer"],
+        ),
+        (
+            "no TLS settings against a server that asks for TLS",
+            "nkey_seed = { file = \"seed\" }".to_string(),
+            &["nats.tls: not set", "UnknownIssuer", "nats.tls.ca_file"],
+        ),
+        (
+            "a wrong password",
+            format!(
+                "{}\nuser = \"svc\"\npassword = {{ env = \"VERDICT_TEST_NATS_PASSWORD\" }}",
+                client_tls(&pki, &me)
+            ),
+            &["nats.password", "refused the credentials"],
+        ),
+        (
+            "no credentials",
+            client_tls(&pki, &me),
+            &["nats.url", "requires credentials and none is set"],
+        ),
+        (
+            "a seed file that is missing",
+            format!(
+                "{}\nnkey_seed = {{ file = \"no-such-seed\" }}",
+                client_tls(&pki, &me)
+            ),
+            &["nats.nkey_seed", "no-such-seed"],
+        ),
+    ];
+    for (what, nats, expected) in cases {
+        let config = write_config(&dir, &server, &nats, &healthy.url);
+        let stderr = refused_start(&config, what);
+        for needle in expected {
+            assert!(stderr.contains(needle), "{what}: `{needle}` in:\n{stderr}");
+        }
+        assert!(
+            !stderr.contains("not-the-password"),
+            "{what}: the password is never shown:\n{stderr}"
+        );
+        assert!(
+            !stderr.contains("reconnecting"),
+            "{what}: stopped, not retried:\n{stderr}"
+        );
+    }
+}
