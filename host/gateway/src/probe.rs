@@ -63,9 +63,10 @@ impl PeerProbe {
     }
 }
 
-/// Probe every peer of `config`: each route's consumer (once per distinct consumer) and the
-/// brokers routes consume from.
-pub async fn probe(config: &GatewayConfig) -> Vec<PeerProbe> {
+/// Probe every peer of `config`: each route's consumer (once per distinct consumer), the
+/// brokers routes consume from, and a shared PostgreSQL store. Relative files in the store
+/// URL are taken from `base` (the config file's directory).
+pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerProbe> {
     let mut seen = Vec::new();
     let mut probes = Vec::new();
     for (i, route) in config.routes.iter().enumerate() {
@@ -99,6 +100,29 @@ pub async fn probe(config: &GatewayConfig) -> Vec<PeerProbe> {
                 probe.ok = nats.jetstream;
                 probe
             }
+            Err(e) => probe.failed(e.to_string()),
+        };
+        probes.push(probe);
+    }
+    if let Some(url) = config
+        .gateway
+        .store
+        .as_deref()
+        .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
+    {
+        let mut probe = PeerProbe::new("gateway.store".into(), url);
+        let (url, base) = (url.to_string(), base.to_path_buf());
+        let seen = tokio::task::spawn_blocking(move || {
+            crate::store::postgres::PostgresStore::probe(&url, &base)
+        })
+        .await;
+        probe = match seen {
+            Ok(Ok(detail)) => PeerProbe {
+                ok: true,
+                detail: Some(detail),
+                ..probe
+            },
+            Ok(Err(e)) => probe.failed(e.to_string()),
             Err(e) => probe.failed(e.to_string()),
         };
         probes.push(probe);

@@ -44,8 +44,19 @@ pub fn remember(secret: &str) {
     secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
 }
 
+/// Query parameters known to hold no secret (a database URL's TLS mode and the paths of
+/// its certificate files): masking them would hide the very file an error names.
+const NOT_SECRET: [&str; 6] = [
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "application_name",
+    "connect_timeout",
+];
+
 /// Remember what in `url` is secret: the password of its user information and the values
-/// of its query.
+/// of its query (but those of [`NOT_SECRET`]).
 pub fn remember_url(url: &str) {
     let Some(scheme_end) = url.find("://") else {
         return;
@@ -60,7 +71,9 @@ pub fn remember_url(url: &str) {
     if let Some((_, query)) = rest.split_once('?') {
         let query = query.split('#').next().unwrap_or("");
         for pair in query.split('&') {
-            if let Some((_, value)) = pair.split_once('=') {
+            if let Some((key, value)) = pair.split_once('=')
+                && !NOT_SECRET.contains(&key)
+            {
                 remember(value);
             }
         }

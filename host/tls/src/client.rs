@@ -37,12 +37,34 @@ fn platform_roots() -> &'static [CertificateDer<'static>] {
     &ROOTS
 }
 
+/// How much of the peer's certificate is checked. Everything but [`Verify::Full`] exists
+/// for protocols whose operators expect it (PostgreSQL's `sslmode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// The chain up to a trusted root, and the name (the default everywhere).
+    Full,
+    /// The chain up to a trusted root, any name (`sslmode=verify-ca`).
+    ChainOnly,
+    /// Nothing but the handshake's own signatures: encryption against a passive listener,
+    /// no proof of who answers (`sslmode=require` without a root certificate).
+    Nothing,
+}
+
 impl TlsConfig {
     /// The rustls client config these settings describe: the platform's roots and
     /// `ca_file` trusted, `client_cert` presented, `server_name` checked instead of the
     /// host. Reads every file now; `setting` is where the table sits in the config
     /// (`routes[0].consumer.tls`) and prefixes every error's setting.
     pub fn client_config(&self, setting: &str) -> Result<Arc<ClientConfig>, TlsError> {
+        self.client_config_verifying(setting, Verify::Full)
+    }
+
+    /// [`TlsConfig::client_config`], checking only as much as `verify` says.
+    pub fn client_config_verifying(
+        &self,
+        setting: &str,
+        verify: Verify,
+    ) -> Result<Arc<ClientConfig>, TlsError> {
         let field = |name: &str| format!("{setting}.{name}");
         let mut roots = RootCertStore::empty();
         roots.add_parsable_certificates(platform_roots().iter().cloned());
@@ -63,9 +85,23 @@ impl TlsConfig {
         let builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(rustls_error("(protocol versions)"))?;
-        let builder = match &self.server_name {
-            None => builder.with_root_certificates(roots),
-            Some(name) => {
+        let builder = match (&self.server_name, verify) {
+            (_, Verify::Nothing) => builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(AnyCertificate(provider()))),
+            (_, Verify::ChainOnly) => {
+                let inner = WebPkiServerVerifier::builder_with_provider(roots, provider())
+                    .build()
+                    .map_err(|e| TlsError::Incomplete {
+                        setting: field("ca_file"),
+                        message: format!("no usable trust anchors: {e}"),
+                    })?;
+                builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(AnyName { inner }))
+            }
+            (None, Verify::Full) => builder.with_root_certificates(roots),
+            (Some(name), Verify::Full) => {
                 let server_name =
                     ServerName::try_from(name.clone()).map_err(|_| TlsError::ServerName {
                         setting: field("server_name"),
@@ -107,6 +143,108 @@ impl TlsConfig {
             }
         };
         Ok(Arc::new(config))
+    }
+}
+
+/// The chain checked, the name not (`verify-ca`).
+#[derive(Debug)]
+struct AnyName {
+    inner: Arc<WebPkiServerVerifier>,
+}
+
+impl ServerCertVerifier for AnyName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        use rustls::CertificateError as C;
+        match self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
+            Err(rustls::Error::InvalidCertificate(
+                C::NotValidForName | C::NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Any certificate: only the handshake's signatures are checked (`require` without a root).
+#[derive(Debug)]
+struct AnyCertificate(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for AnyCertificate {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
     }
 }
 
@@ -180,6 +318,10 @@ mod tests {
         let name = ServerName::try_from(host.to_string()).unwrap();
         let mut c = ClientConnection::new(config, name).unwrap();
         let mut s = ServerConnection::new(server).unwrap();
+        exchange(&mut c, &mut s)
+    }
+
+    fn exchange(c: &mut ClientConnection, s: &mut ServerConnection) -> Result<(), TlsFailure> {
         for _ in 0..20 {
             let mut wire = Vec::new();
             while c.wants_write() {
@@ -253,6 +395,35 @@ mod tests {
             handshake(&trusting, "localhost", server(&expired, None)),
             Err(TlsFailure::Certificate)
         );
+    }
+
+    #[test]
+    fn chain_only_ignores_the_name_and_nothing_ignores_the_issuer_too() {
+        let pki = Pki::new("client-verify");
+        let other = Pki::new("client-verify-other");
+        let leaf = pki.server("db", &["db.internal"]);
+        let shake = |config: &TlsConfig, verify: Verify| {
+            let config = config.client_config_verifying("t", verify).unwrap();
+            let name = ServerName::try_from("127.0.0.1").unwrap();
+            let mut c = ClientConnection::new(config, name).unwrap();
+            let mut s = ServerConnection::new(server(&leaf, None)).unwrap();
+            exchange(&mut c, &mut s)
+        };
+        let trusting = TlsConfig {
+            ca_file: Some(pki.ca_file().to_path_buf()),
+            ..TlsConfig::default()
+        };
+        let stranger = TlsConfig {
+            ca_file: Some(other.ca_file().to_path_buf()),
+            ..TlsConfig::default()
+        };
+        assert_eq!(shake(&trusting, Verify::Full), Err(TlsFailure::Certificate));
+        assert_eq!(shake(&trusting, Verify::ChainOnly), Ok(()));
+        assert_eq!(
+            shake(&stranger, Verify::ChainOnly),
+            Err(TlsFailure::Certificate)
+        );
+        assert_eq!(shake(&stranger, Verify::Nothing), Ok(()));
     }
 
     #[test]

@@ -314,7 +314,8 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
 pub fn probe(config_path: &Path) -> Result<Vec<verdict_gateway::probe::PeerProbe>> {
     let config = verdict_registry::GatewayConfig::load(config_path)?;
     let runtime = tokio::runtime::Runtime::new()?;
-    Ok(runtime.block_on(verdict_gateway::probe::probe(&config)))
+    let base = config_path.parent().unwrap_or(Path::new(""));
+    Ok(runtime.block_on(verdict_gateway::probe::probe(&config, base)))
 }
 
 /// The worst cases of route `r`, and what its retry budget may add to them.

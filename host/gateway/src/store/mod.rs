@@ -69,7 +69,7 @@ impl Store {
         match url.split_once("://") {
             Some(("sqlite", path)) if !path.is_empty() => Store::open(&base.join(path)),
             Some(("postgres" | "postgresql", _)) => Ok(Store::Postgres(Box::new(
-                postgres::PostgresStore::connect(url)?,
+                postgres::PostgresStore::connect_from(url, base)?,
             ))),
             // The driver knows the `mysql` scheme only; MariaDB speaks the same protocol.
             Some(("mysql" | "mariadb", rest)) => Ok(Store::Mysql(Box::new(

@@ -9,16 +9,20 @@
 //! expires and is claimed by another.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::MutexGuard;
 
 use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::{Client, NoTls, Statement};
+
+use tls::MakeRustls;
 
 mod dlq;
 mod messages;
 mod retention;
 mod schema;
 mod settle;
+mod tls;
 
 use super::db_clock::DbClock;
 use super::pool::Pool;
@@ -27,6 +31,8 @@ use super::{StateCounts, StoreError};
 /// A PostgreSQL store.
 pub struct PostgresStore {
     config: postgres::Config,
+    /// TLS per the URL's `sslmode` (`None`: disabled).
+    tls: Option<MakeRustls>,
     target: String,
     conns: Pool<Conn>,
     /// The database's clock: every instant this store compares comes from it.
@@ -89,17 +95,69 @@ impl PostgresStore {
     /// Connect to `url` (`postgres://user[:password]@host[:port]/database`) and bring its
     /// schema up to date.
     pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
-        let config: postgres::Config = url
-            .parse()
-            .map_err(|e: postgres::Error| StoreError::Url(format!("not a PostgreSQL URL: {e}")))?;
+        Self::connect_from(url, Path::new(""))
+    }
+
+    /// [`PostgresStore::connect`], with the URL's relative TLS files (`sslrootcert`,
+    /// `sslcert`, `sslkey`) taken from `base`.
+    pub fn connect_from(url: &str, base: &Path) -> Result<PostgresStore, StoreError> {
+        let (config, tls) = tls::split(url, base)?;
         let store = PostgresStore {
             target: target_of(&config),
+            tls,
             config,
             conns: Pool::new(),
             clock: DbClock::default(),
         };
         store.migrate()?;
         Ok(store)
+    }
+
+    /// Connect once to `url` and say what answered - the server's version, whether the
+    /// connection is encrypted and with what - without touching the schema
+    /// (`verdict check --probe`).
+    pub fn probe(url: &str, base: &Path) -> Result<String, StoreError> {
+        let (config, tls) = tls::split(url, base)?;
+        let target = target_of(&config);
+        let failed = |e: postgres::Error| {
+            let tls = verdict_tls::TlsFailure::of(&e).map(|f| {
+                format!(
+                    "{} (gateway.store sslmode / sslrootcert / sslcert): ",
+                    f.kind()
+                )
+            });
+            StoreError::Connect {
+                target: target.clone(),
+                message: tls.unwrap_or_default() + &StoreError::from(e).to_string(),
+            }
+        };
+        let seen = std::thread::scope(|scope| {
+            // The driver blocks on a runtime of its own: never on an async worker.
+            scope
+                .spawn(|| {
+                    let mut client = connect(&config, tls.as_ref()).map_err(failed)?;
+                    let row = client
+                        .query_one(
+                            "SELECT current_setting('server_version'), \
+                             COALESCE((SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()), false), \
+                             COALESCE((SELECT version FROM pg_stat_ssl WHERE pid = pg_backend_pid()), '')",
+                            &[],
+                        )
+                        .map_err(failed)?;
+                    let (version, ssl, protocol): (String, bool, String) =
+                        (row.get(0), row.get(1), row.get(2));
+                    Ok::<_, StoreError>(if ssl {
+                        format!("PostgreSQL {version} at {target}, TLS ({protocol})")
+                    } else {
+                        format!("PostgreSQL {version} at {target}, plain TCP")
+                    })
+                })
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(StoreError::Url("probing PostgreSQL panicked".into()))
+                })
+        })?;
+        Ok(seen)
     }
 
     /// Now by the database server's clock (see [`DbClock`]): what every gateway sharing
@@ -201,13 +259,13 @@ impl PostgresStore {
     /// listens. Each reconnect wakes too: a notification sent while the listener was away
     /// is not lost work, only a late look.
     pub fn listen(&self, wake: impl Fn(bool) -> bool + Send + 'static) {
-        let (config, target) = (self.config.clone(), self.target.clone());
+        let (config, target, tls) = (self.config.clone(), self.target.clone(), self.tls.clone());
         let spawned = std::thread::Builder::new()
             .name("verdict-pg-listen".into())
             .spawn(move || {
                 let mut backoff = std::time::Duration::from_millis(100);
                 loop {
-                    match config.connect(NoTls) {
+                    match connect(&config, tls.as_ref()) {
                         Ok(mut client) => {
                             backoff = std::time::Duration::from_millis(100);
                             if client.batch_execute(&format!("LISTEN {CHANNEL}")).is_err() {
@@ -264,13 +322,19 @@ impl PostgresStore {
         let mut tries = 0;
         loop {
             if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
-                let client = self
-                    .config
-                    .connect(NoTls)
-                    .map_err(|e| StoreError::Connect {
+                let client = connect(&self.config, self.tls.as_ref()).map_err(|e| {
+                    // A refused certificate is the URL's TLS settings, not an outage.
+                    let tls = verdict_tls::TlsFailure::of(&e).map(|f| {
+                        format!(
+                            "{} (gateway.store sslmode / sslrootcert / sslcert): ",
+                            f.kind()
+                        )
+                    });
+                    StoreError::Connect {
                         target: self.target.clone(),
-                        message: StoreError::from(e).to_string(),
-                    })?;
+                        message: tls.unwrap_or_default() + &StoreError::from(e).to_string(),
+                    }
+                })?;
                 *guard = Some(Conn {
                     client,
                     prepared: HashMap::new(),
@@ -310,6 +374,14 @@ impl PostgresStore {
 
     fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
         self.conns.get()
+    }
+}
+
+/// A connection with `config`, over TLS when `tls` is set.
+fn connect(config: &postgres::Config, tls: Option<&MakeRustls>) -> Result<Client, postgres::Error> {
+    match tls {
+        Some(tls) => config.connect(tls.clone()),
+        None => config.connect(NoTls),
     }
 }
 
