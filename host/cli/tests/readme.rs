@@ -195,6 +195,47 @@ fn the_documented_gateway_configs_pass_the_admission_gate() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The README's TLS settings, with the files they name made by a throwaway CA, pass
+/// `verdict check`: the HTTPS consumer block and the NATS and PostgreSQL block.
+#[test]
+fn the_documented_tls_settings_pass_check_with_their_files_in_place() {
+    let dir = checkout("tls-configs");
+    let routing = &blocks("## Routing topics to policies", "toml")[0];
+    let policy = routing.split("\n[[routes]]").next().unwrap();
+    let pki = verdict_tls::test_pki::Pki::new("readme-tls");
+    let me = pki.client("gateway");
+    std::fs::create_dir_all(dir.join("tls")).unwrap();
+    for ca in ["internal-ca.pem", "nats-ca.pem", "db-ca.pem"] {
+        std::fs::copy(pki.ca_file(), dir.join("tls").join(ca)).unwrap();
+    }
+    std::fs::copy(&me.cert, dir.join("tls/gateway.pem")).unwrap();
+    std::fs::copy(&me.key, dir.join("tls/gateway.key")).unwrap();
+    let check = |name: &str, config: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, config).unwrap();
+        let out = common::verdict(&["check", "-c", path.to_str().unwrap()], None);
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        stdout
+    };
+    let https = blocks("## The gateway", "toml")
+        .into_iter()
+        .find(|b| b.contains("consumer_tls"))
+        .expect("the HTTPS consumer example");
+    let stdout = check("https.toml", format!("{policy}\n{https}"));
+    assert!(stdout.contains("payments.>"), "{stdout}");
+    let tls = &blocks("## TLS and credentials", "toml")[0];
+    let route = "[[routes]]\ntopic = \"orders.>\"\npolicy = \"rules\"\nsource = \"nats\"\n\
+                 consumer = { url = \"http://127.0.0.1:1/\", timeout_ms = 2000 }\n";
+    let stdout = check("peers.toml", format!("{policy}\n{tls}\n{route}"));
+    assert!(stdout.contains("orders.>"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A checkout with the shipped scenarios where the README's simulate commands expect them.
 fn simulate_checkout(name: &str) -> std::path::PathBuf {
     let dir = checkout(name);
