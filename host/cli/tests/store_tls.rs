@@ -1,12 +1,14 @@
-//! The shared store over TLS, through the real binary against the machine's PostgreSQL
-//! (Debian's server runs with `ssl = on` and its own certificate): libpq's `sslmode` and
-//! `sslrootcert` in the store URL, the connection seen encrypted from the server's side, and
-//! a certificate from the wrong CA stopping the start with the setting named.
+//! The shared stores over TLS, through the real binary. PostgreSQL: the machine's server
+//! (Debian's runs with `ssl = on` and its own certificate), libpq's `sslmode` and
+//! `sslrootcert` in the store URL, the connection seen encrypted from the server's side.
+//! MariaDB: a server of the test's own on a free loopback port with a certificate from a
+//! throwaway CA and a user that may only log in over TLS. For both, a certificate from the
+//! wrong CA stops the start with the setting named.
 
 mod common;
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{spawn, text, wait_until};
@@ -55,7 +57,7 @@ fn connections_of(application: &str) -> (i64, i64) {
     (row.get(0), row.get(1))
 }
 
-fn write_config(dir: &Path, store: &str, consumer_url: &str) -> std::path::PathBuf {
+fn write_config(dir: &Path, store: &str, consumer_url: &str) -> PathBuf {
     std::fs::copy(common::rules(), dir.join("rules.wasm")).unwrap();
     std::fs::write(dir.join("token"), "operator-token\n").unwrap();
     let config = format!(
@@ -200,5 +202,203 @@ fn the_postgres_store_speaks_tls_as_sslmode_says_and_a_wrong_ca_stops_the_start(
     assert!(
         stderr.contains("gateway.store sslrootcert") && stderr.contains("no-such-ca.pem"),
         "{stderr}"
+    );
+}
+
+/// A MariaDB server of the test's own (`mariadb-install-db` into a fresh directory), TLS with
+/// a certificate for 127.0.0.1, database `verdict`, and user `tlsonly` / `tls-password` who
+/// may log in only over TLS; killed and removed at the end.
+struct TlsMariadb {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for TlsMariadb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl TlsMariadb {
+    fn start(pki: &Pki) -> TlsMariadb {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mariadb-tls");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let data = dir.join("data");
+        let installed = Command::new("mariadb-install-db")
+            .args([
+                "--no-defaults",
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .arg(format!("--datadir={}", data.display()))
+            .output()
+            .expect("mariadb-install-db (Debian's mariadb-server) runs");
+        assert!(installed.status.success(), "{}", text(&installed.stderr));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = pki.server("mariadb", &["127.0.0.1", "localhost"]);
+        let socket = dir.join("mariadb.sock");
+        let child = Command::new("mariadbd")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--port={port}"))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--pid-file={}", dir.join("mariadb.pid").display()))
+            .arg("--user=root")
+            .arg("--innodb-buffer-pool-size=32M")
+            .arg(format!("--ssl-cert={}", server.cert.display()))
+            .arg(format!("--ssl-key={}", server.key.display()))
+            .arg(format!("--ssl-ca={}", pki.ca_file().display()))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("mariadb.log")).unwrap())
+            .spawn()
+            .expect("mariadbd starts");
+        let mut db = TlsMariadb { child, port, dir };
+        let up = wait_until(Duration::from_secs(60), || {
+            Command::new("mariadb")
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", socket.display()))
+                .args(["-uroot", "-e", "SELECT 1"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        let log = std::fs::read_to_string(db.dir.join("mariadb.log")).unwrap_or_default();
+        assert!(up, "mariadbd on {port}:\n{log}");
+        let setup = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", socket.display()))
+            .args([
+                "-uroot",
+                "-e",
+                "CREATE DATABASE verdict; \
+                 CREATE USER 'tlsonly'@'%' IDENTIFIED BY 'tls-password' REQUIRE SSL; \
+                 GRANT ALL ON verdict.* TO 'tlsonly'@'%';",
+            ])
+            .output()
+            .unwrap();
+        assert!(setup.status.success(), "{}", text(&setup.stderr));
+        db.port = port;
+        db
+    }
+}
+
+/// `verdict run -c config` that must stop at start: its stderr.
+fn refused_start(config: &Path) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["run", "-c", config.to_str().unwrap()])
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "started anyway");
+    text(&out.stderr)
+}
+
+#[test]
+fn the_mariadb_store_verifies_its_server_and_a_tls_only_user_works_only_over_tls() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("store-tls-mariadb");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pki = Pki::new("store-tls-mariadb");
+    let server = TlsMariadb::start(&pki);
+    let consumer = spawn(
+        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--transient",
+            "0",
+            "--permanent",
+            "0",
+        ],
+    );
+    let base = format!(
+        "mysql://tlsonly:tls-password@127.0.0.1:{}/verdict",
+        server.port
+    );
+
+    // Verified fully: 50 messages delivered through a user the server lets in only over TLS.
+    let store = format!(
+        "{base}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+        pki.ca_file().display()
+    );
+    let config = write_config(&dir, &store, &consumer.url);
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    let batch = dir.join("batch.jsonl");
+    let lines: Vec<String> = (0..50)
+        .map(|i| format!(r#"{{"id": "m-{i}", "payload": {{"n": {i}}}}}"#))
+        .collect();
+    std::fs::write(&batch, lines.join("\n")).unwrap();
+    let out = common::verdict(
+        &[
+            "publish",
+            "--admin",
+            &gw.url,
+            "--token-file",
+            dir.join("token").to_str().unwrap(),
+            "--topic",
+            "orders",
+            "--batch",
+            batch.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        wait_until(Duration::from_secs(60), || common::accepted(&consumer)
+            >= 50),
+        "50 delivered over TLS"
+    );
+    drop(gw);
+    let out = common::verdict(&["check", "-c", config.to_str().unwrap(), "--probe"], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = summary["probe"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["peer"] == "gateway.store")
+        .cloned()
+        .unwrap_or_else(|| panic!("{summary:#}"));
+    let detail = seen["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("MariaDB") && detail.contains(", TLS ("),
+        "{seen:#}"
+    );
+    assert!(!seen.to_string().contains("tls-password"), "{seen:#}");
+
+    // A CA that did not issue the server's certificate: named, not retried.
+    let stranger = Pki::new("store-tls-mariadb-stranger");
+    let store = format!(
+        "{base}?ssl-mode=VERIFY_CA&ssl-ca={}",
+        stranger.ca_file().display()
+    );
+    let stderr = refused_start(&write_config(&dir, &store, &consumer.url));
+    assert!(
+        stderr.contains("tls.certificate") && stderr.contains("gateway.store ssl-mode"),
+        "{stderr}"
+    );
+    // Plain TCP for a user who may log in only over TLS: the server refuses it.
+    let stderr = refused_start(&write_config(
+        &dir,
+        &format!("{base}?ssl-mode=DISABLED"),
+        &consumer.url,
+    ));
+    assert!(stderr.contains("Access denied"), "{stderr}");
+    assert!(
+        !stderr.contains("tls-password"),
+        "the password is never shown: {stderr}"
     );
 }

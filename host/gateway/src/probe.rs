@@ -64,7 +64,7 @@ impl PeerProbe {
 }
 
 /// Probe every peer of `config`: each route's consumer (once per distinct consumer), the
-/// brokers routes consume from, and a shared PostgreSQL store. Relative files in the store
+/// brokers routes consume from, and a shared PostgreSQL or MariaDB store. Relative files in the store
 /// URL are taken from `base` (the config file's directory).
 pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerProbe> {
     let mut seen = Vec::new();
@@ -104,16 +104,18 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
         };
         probes.push(probe);
     }
-    if let Some(url) = config
-        .gateway
-        .store
-        .as_deref()
-        .filter(|u| u.starts_with("postgres://") || u.starts_with("postgresql://"))
-    {
+    if let Some(url) = config.gateway.store.as_deref().filter(|u| {
+        ["postgres://", "postgresql://", "mysql://", "mariadb://"]
+            .iter()
+            .any(|s| u.starts_with(s))
+    }) {
         let mut probe = PeerProbe::new("gateway.store".into(), url);
         let (url, base) = (url.to_string(), base.to_path_buf());
-        let seen = tokio::task::spawn_blocking(move || {
-            crate::store::postgres::PostgresStore::probe(&url, &base)
+        let seen = tokio::task::spawn_blocking(move || match url.split_once("://") {
+            Some(("mysql" | "mariadb", rest)) => {
+                crate::store::mysql::MysqlStore::probe(&format!("mysql://{rest}"), &base)
+            }
+            _ => crate::store::postgres::PostgresStore::probe(&url, &base),
         })
         .await;
         probe = match seen {

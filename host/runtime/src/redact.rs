@@ -46,11 +46,15 @@ pub fn remember(secret: &str) {
 
 /// Query parameters known to hold no secret (a database URL's TLS mode and the paths of
 /// its certificate files): masking them would hide the very file an error names.
-const NOT_SECRET: [&str; 6] = [
+const NOT_SECRET: [&str; 10] = [
     "sslmode",
     "sslrootcert",
     "sslcert",
     "sslkey",
+    "ssl-mode",
+    "ssl-ca",
+    "ssl-cert",
+    "ssl-key",
     "application_name",
     "connect_timeout",
 ];

@@ -48,6 +48,31 @@ impl TlsFailure {
         None
     }
 
+    /// The TLS failure a driver reported only as text (one that flattens its errors into a
+    /// message, keeping no source): recognised by rustls' own wording.
+    pub fn of_text(text: &str) -> Option<TlsFailure> {
+        const CERTIFICATE: [&str; 4] = [
+            "invalid peer certificate",
+            "peer sent no certificates",
+            "received fatal alert: BadCertificate",
+            "received fatal alert: CertificateRequired",
+        ];
+        const HANDSHAKE: [&str; 3] = [
+            "received corrupt message",
+            "peer is incompatible",
+            "received fatal alert",
+        ];
+        if CERTIFICATE.iter().any(|m| text.contains(m))
+            || text.contains("received fatal alert: UnknownCA")
+        {
+            Some(TlsFailure::Certificate)
+        } else if HANDSHAKE.iter().any(|m| text.contains(m)) {
+            Some(TlsFailure::Handshake)
+        } else {
+            None
+        }
+    }
+
     /// What a rustls error means.
     pub fn from_rustls(error: &rustls::Error) -> TlsFailure {
         use AlertDescription as A;
@@ -90,5 +115,14 @@ mod tests {
         let plain = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         assert_eq!(TlsFailure::of(&plain), None, "not TLS at all");
         assert_eq!(TlsFailure::Certificate.kind(), "tls.certificate");
+        let flattened = format!(
+            "CodecError {{ IO error: `{}' }}",
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Expired)
+        );
+        assert_eq!(
+            TlsFailure::of_text(&flattened),
+            Some(TlsFailure::Certificate)
+        );
+        assert_eq!(TlsFailure::of_text("Access denied for user"), None);
     }
 }

@@ -73,7 +73,7 @@ impl Store {
             ))),
             // The driver knows the `mysql` scheme only; MariaDB speaks the same protocol.
             Some(("mysql" | "mariadb", rest)) => Ok(Store::Mysql(Box::new(
-                mysql::MysqlStore::connect(&format!("mysql://{rest}"))?,
+                mysql::MysqlStore::connect_from(&format!("mysql://{rest}"), base)?,
             ))),
             Some((scheme, _)) => Err(StoreError::Url(format!(
                 "`{}://...` is not a store this gateway has; expected `sqlite://<path>`, \

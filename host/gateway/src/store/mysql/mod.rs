@@ -7,6 +7,7 @@
 //! gateways' publishes). Sessions run `READ COMMITTED`, so claims and publishes take no gap
 //! locks; a transaction the server picks as a deadlock victim is retried whole.
 
+use std::path::Path;
 use std::sync::MutexGuard;
 
 use mysql::prelude::Queryable as _;
@@ -17,6 +18,7 @@ mod messages;
 mod retention;
 mod schema;
 mod settle;
+mod tls;
 
 use super::db_clock::DbClock;
 use super::pool::Pool;
@@ -25,6 +27,8 @@ use super::{StateCounts, StoreError};
 /// A MariaDB or MySQL store.
 pub struct MysqlStore {
     opts: Opts,
+    /// TLS per the URL's `ssl-mode`.
+    tls: tls::MysqlTls,
     target: String,
     conns: Pool<Conn>,
     /// The database's clock: every instant this store compares comes from it.
@@ -60,8 +64,13 @@ impl MysqlStore {
     /// Connect to `url` (`mysql://user[:password]@host[:port]/database`) and bring its
     /// schema up to date.
     pub fn connect(url: &str) -> Result<MysqlStore, StoreError> {
-        let opts =
-            Opts::from_url(url).map_err(|e| StoreError::Url(format!("not a MySQL URL: {e}")))?;
+        Self::connect_from(url, Path::new(""))
+    }
+
+    /// [`MysqlStore::connect`], with the URL's relative TLS files (`ssl-ca`, `ssl-cert`,
+    /// `ssl-key`) taken from `base`.
+    pub fn connect_from(url: &str, base: &Path) -> Result<MysqlStore, StoreError> {
+        let (opts, tls) = tls::split(url, base)?;
         let target = format!(
             "{}:{}/{}",
             opts.get_ip_or_hostname(),
@@ -75,12 +84,50 @@ impl MysqlStore {
         }
         let store = MysqlStore {
             opts,
+            tls,
             target,
             conns: Pool::new(),
             clock: DbClock::default(),
         };
         store.migrate()?;
         Ok(store)
+    }
+
+    /// Connect once to `url` and say what answered - the server's version, whether the
+    /// connection is encrypted and with what - without touching the schema
+    /// (`verdict check --probe`).
+    pub fn probe(url: &str, base: &Path) -> Result<String, StoreError> {
+        let (opts, tls) = tls::split(url, base)?;
+        let target = format!(
+            "{}:{}/{}",
+            opts.get_ip_or_hostname(),
+            opts.get_tcp_port(),
+            opts.get_db_name().unwrap_or("?")
+        );
+        let failed = |e: mysql::Error| {
+            let failure = verdict_tls::TlsFailure::of(&e)
+                .or_else(|| verdict_tls::TlsFailure::of_text(&e.to_string()));
+            let tls = failure.map(|f| {
+                format!(
+                    "{} (gateway.store ssl-mode / ssl-ca / ssl-cert): ",
+                    f.kind()
+                )
+            });
+            StoreError::Connect {
+                target: target.clone(),
+                message: tls.unwrap_or_default() + &e.to_string(),
+            }
+        };
+        let mut conn = tls.connect(&opts).map_err(failed)?;
+        let version: Option<String> = conn.query_first("SELECT VERSION()").map_err(failed)?;
+        let cipher: Option<(String, String)> = conn
+            .query_first("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+            .map_err(failed)?;
+        let version = version.unwrap_or_default();
+        Ok(match cipher.map(|(_, c)| c).filter(|c| !c.is_empty()) {
+            Some(cipher) => format!("MariaDB/MySQL {version} at {target}, TLS ({cipher})"),
+            None => format!("MariaDB/MySQL {version} at {target}, plain TCP"),
+        })
     }
 
     /// Now by the database server's clock (see [`DbClock`]): what every gateway sharing
@@ -164,9 +211,20 @@ impl MysqlStore {
         let mut tries = 0;
         loop {
             if guard.is_none() {
-                let mut conn = Conn::new(self.opts.clone()).map_err(|e| StoreError::Connect {
-                    target: self.target.clone(),
-                    message: e.to_string(),
+                let mut conn = self.tls.connect(&self.opts).map_err(|e| {
+                    // A refused certificate is the URL's TLS settings, not an outage.
+                    let failure = verdict_tls::TlsFailure::of(&e)
+                        .or_else(|| verdict_tls::TlsFailure::of_text(&e.to_string()));
+                    let tls = failure.map(|f| {
+                        format!(
+                            "{} (gateway.store ssl-mode / ssl-ca / ssl-cert): ",
+                            f.kind()
+                        )
+                    });
+                    StoreError::Connect {
+                        target: self.target.clone(),
+                        message: tls.unwrap_or_default() + &e.to_string(),
+                    }
                 })?;
                 conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
                 *guard = Some(conn);
