@@ -205,7 +205,12 @@ fn the_documented_tls_settings_pass_check_with_their_files_in_place() {
     let pki = verdict_tls::test_pki::Pki::new("readme-tls");
     let me = pki.client("gateway");
     std::fs::create_dir_all(dir.join("tls")).unwrap();
-    for ca in ["internal-ca.pem", "nats-ca.pem", "db-ca.pem"] {
+    for ca in [
+        "internal-ca.pem",
+        "nats-ca.pem",
+        "db-ca.pem",
+        "rabbit-ca.pem",
+    ] {
         std::fs::copy(pki.ca_file(), dir.join("tls").join(ca)).unwrap();
     }
     std::fs::copy(&me.cert, dir.join("tls/gateway.pem")).unwrap();
@@ -230,9 +235,14 @@ fn the_documented_tls_settings_pass_check_with_their_files_in_place() {
     assert!(stdout.contains("payments.>"), "{stdout}");
     let tls = &blocks("## TLS and credentials", "toml")[0];
     let route = "[[routes]]\ntopic = \"orders.>\"\npolicy = \"rules\"\nsource = \"nats\"\n\
+                 consumer = { url = \"http://127.0.0.1:1/\", timeout_ms = 2000 }\n\
+                 [[routes]]\ntopic = \"invoices\"\npolicy = \"rules\"\nsource = \"rabbitmq\"\n\
                  consumer = { url = \"http://127.0.0.1:1/\", timeout_ms = 2000 }\n";
     let stdout = check("peers.toml", format!("{policy}\n{tls}\n{route}"));
-    assert!(stdout.contains("orders.>"), "{stdout}");
+    assert!(
+        stdout.contains("orders.>") && stdout.contains("invoices"),
+        "{stdout}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

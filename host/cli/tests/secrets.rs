@@ -87,7 +87,7 @@ fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
              [gateway]\npoll_ms = 10\n\
              store = \"postgres://postgres:PG-PASSWORD-CANARY@127.0.0.1:5432/{db}\"\n\
              {nats}\n\
-             [rabbitmq]\nurl = \"amqp://canary:RABBIT-PASSWORD-CANARY@127.0.0.1:5672/%2f\"\n\
+             [rabbitmq]\nurl = \"amqp://canary:RABBIT-PASSWORD-CANARY@127.0.0.1:9/%2f\"\n\
              delay_prefix = \"{p}.delay\"\naudit_queue = \"{p}.audit\"\n\
              [policies.rules]\npath = \"rules.wasm\"\n{embedded}{on_nats}{on_rabbit}",
             db = database.0,
@@ -102,6 +102,28 @@ fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
     let mut said = Vec::new();
     let check = common::verdict(&["check", "-c", config.to_str().unwrap()], None);
     said.push(common::text(&check.stdout) + &common::text(&check.stderr));
+
+    // The broker itself refusing the login stops the start; what it says names the setting,
+    // not the password. (The run below reaches no broker on port 9: it starts and waits.)
+    let refused = dir.join("refused.toml");
+    std::fs::write(
+        &refused,
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("127.0.0.1:9/%2f", "127.0.0.1:5672/%2f"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["run", "-c", refused.to_str().unwrap()])
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = common::text(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("rabbitmq.url") && stderr.contains("refused"),
+        "{stderr}"
+    );
+    said.push(stderr);
 
     let log = dir.join("gateway.log");
     let gw = common::run_logged(&config, &log);

@@ -50,6 +50,9 @@ pub enum GatewayError {
     /// waited for instead).
     #[error(transparent)]
     NatsAccess(#[from] crate::sources::nats::NatsAccessError),
+    /// RabbitMQ refused the gateway's TLS or credentials at start.
+    #[error(transparent)]
+    RabbitAccess(#[from] crate::sources::rabbitmq::RabbitAccessError),
     /// The admin listener's certificate or key could not be used.
     #[error(transparent)]
     AdminTls(#[from] verdict_tls::TlsError),

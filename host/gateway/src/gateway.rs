@@ -175,6 +175,19 @@ async fn start(
             }
         }
     }
+    if config
+        .routes
+        .iter()
+        .any(|r| r.source == SourceKind::Rabbitmq)
+    {
+        match crate::sources::rabbitmq::probe(&config.rabbitmq, &config.gateway.instance).await {
+            Ok(seen) => tracing::debug!(%seen, "RabbitMQ reached"),
+            Err(e) if e.configuration => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "RabbitMQ is not reachable yet; the source keeps trying");
+            }
+        }
+    }
     let mut deliveries = Vec::new();
     for source in sources_of(&config, history_key) {
         if let Some(ready) = source.readiness() {

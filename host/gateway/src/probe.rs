@@ -104,6 +104,24 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
         };
         probes.push(probe);
     }
+    if config
+        .routes
+        .iter()
+        .any(|r| r.source == SourceKind::Rabbitmq)
+    {
+        let probe = PeerProbe::new("rabbitmq".into(), &config.rabbitmq.url);
+        probes.push(
+            match crate::sources::rabbitmq::probe(&config.rabbitmq, &config.gateway.instance).await
+            {
+                Ok(detail) => PeerProbe {
+                    ok: true,
+                    detail: Some(detail),
+                    ..probe
+                },
+                Err(e) => probe.failed(e.to_string()),
+            },
+        );
+    }
     if let Some(url) = config.gateway.store.as_deref().filter(|u| {
         ["postgres://", "postgresql://", "mysql://", "mariadb://"]
             .iter()

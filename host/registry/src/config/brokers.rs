@@ -147,6 +147,13 @@ pub struct RabbitmqConfig {
     /// same key. Empty: `<storage dir>/history.key`, created (32 random bytes, mode 0600)
     /// when missing.
     pub history_key_file: PathBuf,
+    /// TLS to the server (an `amqps://` URL): a private CA, a client certificate (with
+    /// `?auth_mechanism=external` in the URL, the certificate is the login), the name its
+    /// certificate carries.
+    pub tls: Option<TlsConfig>,
+    /// The password of the URL's user, from a file or the environment (then the URL holds
+    /// none).
+    pub password: Option<Secret>,
 }
 
 /// The kind of queue RabbitMQ retries wait in (`[rabbitmq] delay_queues`).
@@ -157,6 +164,13 @@ pub enum DelayQueues {
     Quorum,
     /// Classic queues: an expired retry is moved at most once.
     Classic,
+}
+
+impl RabbitmqConfig {
+    pub(crate) fn resolve_paths(&mut self, base: &std::path::Path) {
+        self.tls = self.tls.as_ref().map(|t| t.resolved(base));
+        self.password = self.password.as_ref().map(|s| s.resolved(base));
+    }
 }
 
 impl RabbitmqConfig {
@@ -180,6 +194,8 @@ impl Default for RabbitmqConfig {
             delay_queues: DelayQueues::Classic,
             audit_queue: "verdict.audit".into(),
             history_key_file: PathBuf::new(),
+            tls: None,
+            password: None,
         }
     }
 }
@@ -277,6 +293,7 @@ pub(crate) fn check(config: &super::GatewayConfig) -> Result<(), (String, String
         // Declared by name as AMQP short strings (255 bytes): a longer one panics in the
         // client when the first delay or audit record needs it, long after startup.
         let r = &config.rabbitmq;
+        check_rabbitmq_access(r)?;
         let longest_bucket = r.bucket_name(MAX_DELAY_BUCKET_MS);
         for (field, name) in [
             ("rabbitmq.delay_prefix", &longest_bucket),
@@ -344,6 +361,46 @@ pub fn covers_subject(wide: &str, narrow: &str) -> bool {
         }
     }
     wide.len() == narrow.len()
+}
+
+/// TLS and credentials of `[rabbitmq]`: the TLS files usable and meant for `amqps://`, the
+/// password in one place.
+fn check_rabbitmq_access(r: &RabbitmqConfig) -> Result<(), (String, String)> {
+    let tls_url = r.url.starts_with("amqps://");
+    if !(tls_url || r.url.starts_with("amqp://")) {
+        return Err((
+            "rabbitmq.url".into(),
+            format!(
+                "`{}`: the gateway speaks `amqp://` and `amqps://`",
+                verdict_runtime::text::redact_url(&r.url)
+            ),
+        ));
+    }
+    if let Some(tls) = &r.tls {
+        if !tls_url {
+            return Err((
+                "rabbitmq.tls".into(),
+                "set for an `amqp://` URL: TLS settings would be ignored (use `amqps://`)".into(),
+            ));
+        }
+        tls.client_config("rabbitmq.tls")
+            .map_err(|e| (e.setting().to_string(), e.problem()))?;
+    }
+    let authority = r
+        .url
+        .split_once("://")
+        .map_or("", |(_, rest)| rest.split(['/', '?']).next().unwrap_or(""));
+    if r.password.is_some()
+        && authority
+            .rsplit_once('@')
+            .is_some_and(|(user, _)| user.contains(':'))
+    {
+        return Err((
+            "rabbitmq.password".into(),
+            "set, and the URL holds a password too: keep it out of the URL".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// TLS and credentials of `[nats]`: the TLS files readable and usable, one way to log in.

@@ -220,6 +220,7 @@ impl GatewayConfig {
             consumer.tls = consumer.tls.as_ref().map(|t| t.resolved(base));
         }
         self.nats.resolve_paths(base);
+        self.rabbitmq.resolve_paths(base);
     }
 
     /// Check every consumer's TLS settings (their files read, the key matching its

@@ -98,16 +98,12 @@ impl RabbitDeadLetters {
             }
         }
         let name = format!("verdict {} dlq tools", config.gateway.instance);
-        let url = config.rabbitmq.url.clone();
         let (conn, topology) = runtime.block_on(async {
             let properties =
                 ConnectionProperties::default().with_connection_name(LongString::from(name));
-            let conn = Connection::connect(&url, properties).await.map_err(|e| {
-                err(format!(
-                    "rabbitmq.url = {}: {e}",
-                    verdict_runtime::text::redact_url(&url)
-                ))
-            })?;
+            let conn = super::access::connect(&config.rabbitmq, properties)
+                .await
+                .map_err(|e| err(e.to_string()))?;
             let channel = conn.create_channel().await.map_err(err)?;
             let topology = Topology::new(channel, &config.rabbitmq)
                 .await

@@ -21,7 +21,7 @@ use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, StreamExt};
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::{BasicProperties, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
 
 use super::{AbortOnDrop, SettleFailures, Source};
@@ -32,12 +32,14 @@ use crate::pipeline::{Pipeline, SettleFault, now_ms};
 use verdict_registry::{GatewaySection, RabbitmqConfig};
 use verdict_runtime::text::Clean;
 
+mod access;
 mod dlq;
 pub mod headers;
 pub mod topology;
 
 /// What a replay from a DLQ queue sends: public for the fuzz targets, not an API.
 #[doc(hidden)]
+pub use access::{RabbitAccessError, probe};
 pub use dlq::replay_properties;
 pub use dlq::{BROWSE_DEPTH_MAX, RabbitDeadLetters, SCAN_PER_PAGE, entry_of};
 pub use headers::HistoryKey;
@@ -153,18 +155,12 @@ struct Session<'a> {
 
 impl Session<'_> {
     async fn run(&self, queues: &[String], shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
-        let conn = Connection::connect(
-            &self.config.url,
+        let conn = access::connect(
+            self.config,
             ConnectionProperties::default()
                 .with_connection_name(format!("verdict {}", self.settings.instance).into()),
         )
-        .await
-        .with_context(|| {
-            format!(
-                "rabbitmq.url = {}",
-                verdict_runtime::text::redact_url(&self.config.url)
-            )
-        })?;
+        .await?;
         let topology = Topology::new(conn.create_channel().await?, self.config).await?;
         let dlq_names: Vec<String> = queues
             .iter()
