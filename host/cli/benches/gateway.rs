@@ -31,6 +31,7 @@ async fn consumer(transient: u32, permanent: u32) -> String {
 /// POST every message straight to a consumer that never fails, `CONCURRENCY` at a time.
 async fn baseline(n: usize) -> Duration {
     let url = consumer(0, 0).await;
+    verdict_tls::install_default_provider();
     let client = reqwest::Client::new();
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let started = Instant::now();

@@ -127,37 +127,6 @@ fn client_tls(pki: &Pki, me: &Leaf) -> String {
     )
 }
 
-/// `verdict run` that must stop at start (`what` says why in the failure): its stderr.
-/// `VERDICT_TEST_NATS_PASSWORD` holds a wrong password for the configs that read it. A
-/// gateway still running after 20 s fails the test (and is killed).
-fn refused_start(config: &Path, what: &str) -> String {
-    let log = config.with_extension("log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["run", "-c", config.to_str().unwrap()])
-        .env_remove("VERDICT_ADMIN_TOKEN")
-        .env("VERDICT_TEST_NATS_PASSWORD", "not-the-password")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut status = None;
-    wait_until(Duration::from_secs(20), || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        status.is_some_and(|s| !s.success()),
-        "{what}: started anyway:\n{stderr}"
-    );
-    stderr
-}
-
 #[test]
 fn the_gateway_consumes_over_tls_with_an_nkey_and_names_every_setting_the_server_refuses() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nats-tls-gw");
@@ -299,7 +268,11 @@ fn the_gateway_consumes_over_tls_with_an_nkey_and_names_every_setting_the_server
     ];
     for (what, nats, expected) in cases {
         let config = write_config(&dir, &server, &nats, &healthy.url);
-        let stderr = refused_start(&config, what);
+        let stderr = common::refused_start(
+            &config,
+            what,
+            &[("VERDICT_TEST_NATS_PASSWORD", "not-the-password")],
+        );
         for needle in expected {
             assert!(stderr.contains(needle), "{what}: `{needle}` in:\n{stderr}");
         }

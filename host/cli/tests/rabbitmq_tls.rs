@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -162,35 +161,6 @@ consumer = {{ url = "{consumer}/", timeout_ms = 2000 }}
     path
 }
 
-/// `verdict run` that must stop at start within 20 s: its stderr.
-fn refused_start(config: &Path, what: &str) -> String {
-    let log = config.with_extension("log");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["run", "-c", config.to_str().unwrap()])
-        .env_remove("VERDICT_ADMIN_TOKEN")
-        .env("VERDICT_TEST_RABBIT_PASSWORD", "not-the-password")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut status = None;
-    wait_until(Duration::from_secs(20), || {
-        status = child.try_wait().unwrap();
-        status.is_some()
-    });
-    if status.is_none() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
-    assert!(
-        status.is_some_and(|s| !s.success()),
-        "{what}: started anyway:\n{stderr}"
-    );
-    stderr
-}
-
 #[test]
 fn the_gateway_consumes_over_amqps_with_a_client_certificate_and_names_what_is_refused() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rabbitmq-tls");
@@ -288,7 +258,11 @@ fn the_gateway_consumes_over_amqps_with_a_client_certificate_and_names_what_is_r
     ];
     for (what, rabbitmq, expected) in cases {
         let config = write_config(&dir, front.port, &queues.prefix, &rabbitmq, &consumer.url);
-        let stderr = refused_start(&config, what);
+        let stderr = common::refused_start(
+            &config,
+            what,
+            &[("VERDICT_TEST_RABBIT_PASSWORD", "not-the-password")],
+        );
         for needle in expected {
             assert!(stderr.contains(needle), "{what}: `{needle}` in:\n{stderr}");
         }

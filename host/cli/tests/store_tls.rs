@@ -172,33 +172,22 @@ fn the_postgres_store_speaks_tls_as_sslmode_says_and_a_wrong_ca_stops_the_start(
         "{base}?sslmode=verify-full&sslrootcert={}",
         stranger.ca_file().display()
     );
-    let config = write_config(&dir, &store, &consumer.url);
-    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["run", "-c", config.to_str().unwrap()])
-        .env_remove("VERDICT_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        !out.status.success(),
-        "started with a certificate nobody trusts"
+    let stderr = common::refused_start(
+        &write_config(&dir, &store, &consumer.url),
+        "a certificate nobody trusts",
+        &[],
     );
-    let stderr = text(&out.stderr);
     assert!(
         stderr.contains("tls.certificate") && stderr.contains("gateway.store sslmode"),
         "{stderr}"
     );
     // A file that is not there is named before any connection.
     let store = format!("{base}?sslmode=verify-ca&sslrootcert=no-such-ca.pem");
-    let config = write_config(&dir, &store, &consumer.url);
-    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["run", "-c", config.to_str().unwrap()])
-        .env_remove("VERDICT_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let stderr = text(&out.stderr);
+    let stderr = common::refused_start(
+        &write_config(&dir, &store, &consumer.url),
+        "a missing sslrootcert",
+        &[],
+    );
     assert!(
         stderr.contains("gateway.store sslrootcert") && stderr.contains("no-such-ca.pem"),
         "{stderr}"
@@ -291,18 +280,6 @@ impl TlsMariadb {
     }
 }
 
-/// `verdict run -c config` that must stop at start: its stderr.
-fn refused_start(config: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["run", "-c", config.to_str().unwrap()])
-        .env_remove("VERDICT_ADMIN_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(!out.status.success(), "started anyway");
-    text(&out.stderr)
-}
-
 #[test]
 fn the_mariadb_store_verifies_its_server_and_a_tls_only_user_works_only_over_tls() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("store-tls-mariadb");
@@ -385,17 +362,21 @@ fn the_mariadb_store_verifies_its_server_and_a_tls_only_user_works_only_over_tls
         "{base}?ssl-mode=VERIFY_CA&ssl-ca={}",
         stranger.ca_file().display()
     );
-    let stderr = refused_start(&write_config(&dir, &store, &consumer.url));
+    let stderr = common::refused_start(
+        &write_config(&dir, &store, &consumer.url),
+        "a stranger CA",
+        &[],
+    );
     assert!(
         stderr.contains("tls.certificate") && stderr.contains("gateway.store ssl-mode"),
         "{stderr}"
     );
     // Plain TCP for a user who may log in only over TLS: the server refuses it.
-    let stderr = refused_start(&write_config(
-        &dir,
-        &format!("{base}?ssl-mode=DISABLED"),
-        &consumer.url,
-    ));
+    let stderr = common::refused_start(
+        &write_config(&dir, &format!("{base}?ssl-mode=DISABLED"), &consumer.url),
+        "plain TCP for a TLS-only user",
+        &[],
+    );
     assert!(stderr.contains("Access denied"), "{stderr}");
     assert!(
         !stderr.contains("tls-password"),

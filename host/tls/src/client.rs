@@ -11,11 +11,22 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use crate::{TlsConfig, TlsError, pem};
 
 /// The one crypto provider of every TLS connection the gateway makes or accepts (`ring`:
-/// what the NATS client builds anyway, so there is no second crypto stack).
+/// what the NATS client builds anyway, so there is no second crypto stack). The first call
+/// also makes it the process's default (see [`install_default_provider`]).
 pub fn provider() -> Arc<CryptoProvider> {
-    static PROVIDER: LazyLock<Arc<CryptoProvider>> =
-        LazyLock::new(|| Arc::new(rustls::crypto::ring::default_provider()));
+    static PROVIDER: LazyLock<Arc<CryptoProvider>> = LazyLock::new(|| {
+        install_default_provider();
+        Arc::new(rustls::crypto::ring::default_provider())
+    });
     PROVIDER.clone()
+}
+
+/// Make `ring` the process's default rustls provider, for clients built without a config
+/// of ours (an HTTP client made with its defaults, a driver that builds its own config):
+/// they then use the same provider instead of failing for want of one. Idempotent; a
+/// default installed earlier stays.
+pub fn install_default_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The platform's root certificates, read once per process (`SSL_CERT_FILE` and

@@ -39,7 +39,7 @@ mod server;
 #[cfg(feature = "test-pki")]
 pub mod test_pki;
 
-pub use client::{Verify, provider};
+pub use client::{Verify, install_default_provider, provider};
 pub use config::TlsConfig;
 pub use error::TlsError;
 pub use failure::TlsFailure;

@@ -237,6 +237,7 @@ async fn wait_ready(pipeline: &verdict_gateway::pipeline::Pipeline) -> Result<()
 
 /// POST the messages to the gateway's admin API, 1,000 a request.
 async fn publish_embedded(url: String, messages: usize) -> Result<()> {
+    verdict_tls::install_default_provider();
     let client = reqwest::Client::new();
     let ids: Vec<usize> = (0..messages).collect();
     for chunk in ids.chunks(1_000) {

@@ -201,6 +201,37 @@ pub fn run_logged(config: &Path, log: &Path) -> Proc {
     Proc { child, url }
 }
 
+/// `verdict run -c config` that must stop at start (`what` says why, in a failure), with
+/// `env` set: its stderr. One still running after 20 s fails the test (and is killed), so a
+/// gateway that retries instead of stopping is caught rather than waited on.
+pub fn refused_start(config: &Path, what: &str, env: &[(&str, &str)]) -> String {
+    let log = config.with_extension("log");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
+        .args(["run", "-c", config.to_str().unwrap()])
+        .env_remove("VERDICT_ADMIN_TOKEN")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let mut status = None;
+    wait_until(Duration::from_secs(20), || {
+        status = child.try_wait().unwrap();
+        status.is_some()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "{what}: started anyway:\n{stderr}"
+    );
+    stderr
+}
+
 /// Log in to the console at `url` with `token`; the session cookie (`name=value`).
 pub fn log_in(url: &str, token: &str) -> String {
     let answer = ureq::post(&format!("{url}/login"))

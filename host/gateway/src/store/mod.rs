@@ -24,6 +24,7 @@ mod pool;
 pub mod postgres;
 mod records;
 pub mod sqlite;
+mod url_params;
 
 pub use error::StoreError;
 pub use records::{

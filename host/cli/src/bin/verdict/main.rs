@@ -14,6 +14,8 @@ mod dlq;
 use args::{Args, Command};
 
 fn main() -> ExitCode {
+    // Every TLS client of the process on the one provider, however it was built.
+    verdict_tls::install_default_provider();
     // Warnings by default: leases recovered after a crash, broker reconnects, refused
     // reloads and settlement faults are what an operator must see without asking.
     let logs = tracing_subscriber::fmt()

@@ -17,9 +17,6 @@ use crate::store::StoreError;
 /// The URL's parameters this module takes out (the `mysql` client's option names).
 const TAKEN: [&str; 4] = ["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
 
-/// One query parameter, decoded.
-type Pair = (String, String);
-
 /// How the store connects: without TLS, or with it (and whether plain TCP may follow when
 /// the server has no TLS).
 #[derive(Clone)]
@@ -34,24 +31,9 @@ pub(super) enum MysqlTls {
 /// to connect. Relative files are taken from `base`.
 pub(super) fn split(url: &str, base: &Path) -> Result<(Opts, MysqlTls), StoreError> {
     let bad = |e: String| StoreError::Url(format!("not a MySQL URL: {e}"));
-    let mut parsed = reqwest::Url::parse(url).map_err(|e| bad(e.to_string()))?;
-    let (taken, kept): (Vec<Pair>, Vec<Pair>) = parsed
-        .query_pairs()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .partition(|(k, _)| TAKEN.contains(&k.as_str()));
-    if kept.is_empty() {
-        parsed.set_query(None);
-    } else {
-        parsed.query_pairs_mut().clear().extend_pairs(&kept);
-    }
-    let plain = Opts::from_url(parsed.as_str()).map_err(|e| bad(e.to_string()))?;
-    let get = |name: &str| {
-        taken
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
+    let (rest, taken) = crate::store::url_params::take(url, &TAKEN).map_err(bad)?;
+    let plain = Opts::from_url(&rest).map_err(|e| bad(e.to_string()))?;
+    let get = |name: &str| taken.get(name);
     let file = |name: &str| -> Result<Option<std::path::PathBuf>, StoreError> {
         let Some(path) = get(name).map(|v| base.join(v)) else {
             return Ok(None);

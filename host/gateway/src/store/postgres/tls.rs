@@ -23,9 +23,6 @@ use verdict_tls::{TlsConfig, Verify};
 
 use crate::store::StoreError;
 
-/// One query parameter, decoded.
-type Pair = (String, String);
-
 /// The URL's parameters this module takes out, by libpq's names.
 const TAKEN: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
 
@@ -36,23 +33,8 @@ pub(super) fn split(
     base: &Path,
 ) -> Result<(postgres::Config, Option<MakeRustls>), StoreError> {
     let bad = |e: String| StoreError::Url(format!("not a PostgreSQL URL: {e}"));
-    let mut parsed = reqwest::Url::parse(url).map_err(|e| bad(e.to_string()))?;
-    let (taken, kept): (Vec<Pair>, Vec<Pair>) = parsed
-        .query_pairs()
-        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-        .partition(|(k, _)| TAKEN.contains(&k.as_str()));
-    if kept.is_empty() {
-        parsed.set_query(None);
-    } else {
-        parsed.query_pairs_mut().clear().extend_pairs(&kept);
-    }
-    let get = |name: &str| {
-        taken
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
+    let (rest, taken) = crate::store::url_params::take(url, &TAKEN).map_err(bad)?;
+    let get = |name: &str| taken.get(name);
     let mode = get("sslmode").unwrap_or("prefer");
     let file = |name: &str| get(name).map(|v| base.join(v));
     let tls = TlsConfig {
@@ -85,8 +67,7 @@ pub(super) fn split(
             )));
         }
     };
-    let mut config: postgres::Config = parsed
-        .as_str()
+    let mut config: postgres::Config = rest
         .parse()
         .map_err(|e: postgres::Error| bad(e.to_string()))?;
     config.ssl_mode(driver_mode);
