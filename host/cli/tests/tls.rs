@@ -284,10 +284,12 @@ fn refused_certificates_and_handshakes_are_named_per_route_and_never_fill_the_dl
         );
     }
     assert!(!ready.contains("route `renamed`"), "{ready}");
-    let counts = Store::open(&dir.join(".verdict/verdict.db"))
-        .unwrap()
-        .counts()
-        .unwrap();
+    // The consumer answers before the gateway records the delivery: wait for the store.
+    let store = Store::open(&dir.join(".verdict/verdict.db")).unwrap();
+    wait_until(Duration::from_secs(10), || {
+        store.counts().unwrap().delivered >= 5
+    });
+    let counts = store.counts().unwrap();
     assert_eq!(
         (counts.delivered, counts.dead),
         (5, 0),
