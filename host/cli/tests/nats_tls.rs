@@ -1,6 +1,7 @@
 //! NATS over TLS with real credentials, through the real binaries: a `nats-server` of the
 //! test's own on a free loopback port, with a certificate from a throwaway CA, client
-//! certificates required, and users logging in by NKey and by password. The gateway
+//! certificates required, and users logging in by NKey and by password; and one in
+//! operator mode, where the gateway logs in with a credentials file (JWTs made here). The gateway
 //! delivers through it; each broken setting stops `verdict run` at once with an error
 //! naming the setting - no reconnect loop.
 
@@ -284,5 +285,220 @@ fn the_gateway_consumes_over_tls_with_an_nkey_and_names_every_setting_the_server
             !stderr.contains("reconnecting"),
             "{what}: stopped, not retried:\n{stderr}"
         );
+    }
+}
+
+/// A JWT as `nsc` writes one: `claims` signed by `issuer` (ed25519-nkey).
+fn jwt(issuer: &nkeys::KeyPair, claims: serde_json::Value) -> String {
+    use base64::Engine as _;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let header = b64(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let body = b64(claims.to_string().as_bytes());
+    let signature = issuer.sign(format!("{header}.{body}").as_bytes()).unwrap();
+    format!("{header}.{body}.{}", b64(&signature))
+}
+
+/// The claims every JWT here carries: who issued it about whom, now.
+fn claims(
+    issuer: &nkeys::KeyPair,
+    subject: &str,
+    name: &str,
+    nats: serde_json::Value,
+) -> serde_json::Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    serde_json::json!({
+        "jti": format!("{name}{now}"),
+        "iat": now,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    })
+}
+
+/// A credentials file for a new user of `account`.
+fn creds(account: &nkeys::KeyPair) -> String {
+    let user = nkeys::KeyPair::new_user();
+    let user_jwt = jwt(
+        account,
+        claims(
+            account,
+            &user.public_key(),
+            "gateway",
+            serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2}),
+        ),
+    );
+    format!(
+        "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+         -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
+        user.seed().unwrap()
+    )
+}
+
+/// Operator mode (JWTs made here, a memory resolver): the gateway logs in with a
+/// credentials file and consumes; a credentials file of an account the server does not know
+/// stops the start, naming `nats.creds_file`.
+#[test]
+fn the_gateway_logs_in_with_a_credentials_file_in_operator_mode() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nats-creds");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let operator_jwt = jwt(
+        &operator,
+        claims(
+            &operator,
+            &operator.public_key(),
+            "operator",
+            serde_json::json!({"type": "operator", "version": 2}),
+        ),
+    );
+    let unlimited = serde_json::json!({
+        "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1,
+        "wildcards": true, "conn": -1, "leaf": -1,
+        "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1
+    });
+    let account_jwt = jwt(
+        &operator,
+        claims(
+            &operator,
+            &account.public_key(),
+            "verdict",
+            serde_json::json!({"limits": unlimited, "default_permissions": {"pub": {}, "sub": {}}, "type": "account", "version": 2}),
+        ),
+    );
+    // JetStream in operator mode needs a system account.
+    let system = nkeys::KeyPair::new_account();
+    let system_jwt = jwt(
+        &operator,
+        claims(
+            &operator,
+            &system.public_key(),
+            "SYS",
+            serde_json::json!({"limits": {"subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true, "conn": -1, "leaf": -1}, "type": "account", "version": 2}),
+        ),
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        dir.join("nats.conf"),
+        format!(
+            "listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: \"{}\", max_memory_store: 64MB, max_file_store: 256MB }}\n\
+             operator: \"{operator_jwt}\"\nsystem_account: {sys}\nresolver: MEMORY\n\
+             resolver_preload: {{\n  {}: \"{account_jwt}\"\n  {sys}: \"{system_jwt}\"\n}}\n",
+            dir.join("js").display(),
+            account.public_key(),
+            sys = system.public_key(),
+        ),
+    )
+    .unwrap();
+    let mut server = Command::new("nats-server")
+        .arg("-c")
+        .arg(dir.join("nats.conf"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("nats.log")).unwrap())
+        .spawn()
+        .expect("nats-server starts");
+    let _kill = KillOnDrop(&mut server);
+    assert!(
+        wait_until(Duration::from_secs(10), || std::net::TcpStream::connect((
+            "127.0.0.1",
+            port
+        ))
+        .is_ok()),
+        "nats-server in operator mode on {port}: {}",
+        std::fs::read_to_string(dir.join("nats.log")).unwrap_or_default()
+    );
+    std::fs::write(dir.join("gateway.creds"), creds(&account)).unwrap();
+    let healthy = spawn(
+        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--transient",
+            "0",
+            "--permanent",
+            "0",
+        ],
+    );
+    let write = |creds_file: &str| {
+        std::fs::copy(common::rules(), dir.join("rules.wasm")).unwrap();
+        let config = format!(
+            "[admin]\nlisten = \"127.0.0.1:0\"\n[gateway]\ninstance = \"gw-creds\"\n\
+             consumer_group = \"credsgroup\"\n[nats]\nurl = \"nats://127.0.0.1:{port}\"\n\
+             ack_wait_ms = 5000\ncreds_file = \"{creds_file}\"\n[policies.rules]\npath = \"rules.wasm\"\n\
+             [[routes]]\ntopic = \"orders.>\"\npolicy = \"rules\"\nsource = \"nats\"\n\
+             consumer = {{ url = \"{}/\", timeout_ms = 2000 }}\nconfig = {{ max_attempts = 3 }}\n",
+            healthy.url
+        );
+        let path = dir.join("verdict.toml");
+        std::fs::write(&path, config).unwrap();
+        path
+    };
+    let config = write("gateway.creds");
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = async_nats::ConnectOptions::with_credentials_file(dir.join("gateway.creds"))
+            .await
+            .unwrap()
+            .connect(format!("nats://127.0.0.1:{port}"))
+            .await
+            .unwrap();
+        let js = async_nats::jetstream::new(client);
+        let mut found = false;
+        for _ in 0..100 {
+            if js.get_stream("VERDICT").await.is_ok() {
+                found = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(found, "the gateway set up its stream with its credentials");
+        for i in 0..20 {
+            js.publish(format!("orders.{i}"), "{}".into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    });
+    assert!(
+        wait_until(Duration::from_secs(60), || common::accepted(&healthy) >= 20),
+        "accepted {}",
+        common::accepted(&healthy)
+    );
+    drop(gw);
+
+    // A user of an account the server was never told about.
+    std::fs::write(
+        dir.join("stranger.creds"),
+        creds(&nkeys::KeyPair::new_account()),
+    )
+    .unwrap();
+    let stderr = common::refused_start(&write("stranger.creds"), "an unknown account", &[]);
+    assert!(
+        stderr.contains("nats.creds_file") && stderr.contains("refused the credentials"),
+        "{stderr}"
+    );
+}
+
+/// Kills the server when the test ends, however it ends.
+struct KillOnDrop<'a>(&'a mut Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
