@@ -39,6 +39,11 @@ pub enum ClientError {
     },
 }
 
+/// `--ca-file` could not be used (named, with the file and what was wrong).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CaFileError(String);
+
 /// Calls one gateway's admin API.
 #[derive(Debug, Clone)]
 pub struct AdminClient {
@@ -51,7 +56,31 @@ impl AdminClient {
     /// A client of the API at `base_url` (`http://127.0.0.1:9474`), sending `token` with
     /// every call.
     pub fn new(base_url: &str, token: Option<String>) -> Self {
+        Self::build(base_url, token, ureq::tls::TlsConfig::default())
+    }
+
+    /// [`AdminClient::new`] for an `https://` API whose certificate `ca_file` (PEM) issued,
+    /// instead of one a public CA issued.
+    pub fn with_ca_file(
+        base_url: &str,
+        token: Option<String>,
+        ca_file: &std::path::Path,
+    ) -> Result<Self, CaFileError> {
+        let certs = verdict_tls::pem::certificates("--ca-file", ca_file)
+            .map_err(|e| CaFileError(e.to_string()))?;
+        let roots: Vec<ureq::tls::Certificate<'static>> = certs
+            .iter()
+            .map(|c| ureq::tls::Certificate::from_der(c.as_ref()).to_owned())
+            .collect();
+        let tls = ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
+            .build();
+        Ok(Self::build(base_url, token, tls))
+    }
+
+    fn build(base_url: &str, token: Option<String>, tls: ureq::tls::TlsConfig) -> Self {
         let agent = ureq::Agent::config_builder()
+            .tls_config(tls)
             .http_status_as_error(false)
             // Activation compiles and runs the admission gate: allow it minutes, not seconds.
             .timeout_global(Some(Duration::from_secs(600)))

@@ -434,3 +434,63 @@ fn check_probe_shows_each_consumers_certificate_and_names_a_refused_one() {
     // Nothing reached either consumer's handler: a probe sends no request.
     assert_eq!(accepted_over_tls(&good, pki.ca_file(), None), 0);
 }
+
+/// The `verdict` client commands reach an admin listener that speaks HTTPS with a
+/// certificate from a private CA: with `--ca-file` (or `VERDICT_ADMIN_CA_FILE`) they work,
+/// without it the certificate is refused and said so.
+#[test]
+fn client_commands_reach_an_https_admin_listener_with_ca_file() {
+    let dir = scratch("tls-admin-client");
+    let pki = Pki::new("tls-admin-client");
+    let served = pki.server("admin", &["127.0.0.1", "localhost"]);
+    let config = write_config(&dir, &[]);
+    let text_of = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text_of.replace(
+            "token_file = \"token\"\n",
+            &format!(
+                "token_file = \"token\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
+                served.cert.display(),
+                served.key.display()
+            ),
+        ),
+    )
+    .unwrap();
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    assert!(gw.url.starts_with("https://"), "{}", gw.url);
+    let token = dir.join("token");
+    let list = |extra: &[&str]| {
+        let mut args = vec![
+            "policy",
+            "list",
+            "--admin",
+            gw.url.as_str(),
+            "--token-file",
+            token.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        verdict(&args, None)
+    };
+    let ca = pki.ca_file().display().to_string();
+    let out = list(&["--ca-file", &ca]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("rules"), "{}", text(&out.stdout));
+    let out = list(&[]);
+    assert!(!out.status.success(), "a private CA without --ca-file");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.to_ascii_lowercase().contains("certificate"),
+        "{stderr}"
+    );
+    let out = list(&["--ca-file", "/nonexistent/ca.pem"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--ca-file: /nonexistent/ca.pem: cannot be read"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -261,6 +261,10 @@ pub struct AdminArgs {
     /// File holding the admin token (default: the VERDICT_ADMIN_TOKEN variable).
     #[arg(long, global = true)]
     pub token_file: Option<PathBuf>,
+    /// PEM file of the CA that issued an `https://` admin listener's certificate (default:
+    /// Mozilla's public roots).
+    #[arg(long, env = "VERDICT_ADMIN_CA_FILE", global = true)]
+    pub ca_file: Option<PathBuf>,
 }
 
 impl AdminArgs {
@@ -276,7 +280,14 @@ impl AdminArgs {
             ),
             None => std::env::var("VERDICT_ADMIN_TOKEN").ok(),
         };
-        Ok(verdict_cli::client::AdminClient::new(&self.admin, token))
+        match &self.ca_file {
+            Some(ca) => Ok(verdict_cli::client::AdminClient::with_ca_file(
+                &self.admin,
+                token,
+                ca,
+            )?),
+            None => Ok(verdict_cli::client::AdminClient::new(&self.admin, token)),
+        }
     }
 }
 
