@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{spawn, text, wait_until};
+use common::{spawn, wait_until};
 use verdict_tls::TlsConfig;
 use verdict_tls::test_pki::{Leaf, Pki};
 
@@ -177,24 +177,7 @@ fn the_gateway_consumes_over_tls_with_an_nkey_and_names_every_setting_the_server
             .connect(server.url())
             .await
             .unwrap();
-        let js = async_nats::jetstream::new(client);
-        // The gateway created the stream; wait for it, then publish with acks.
-        let mut found = false;
-        for _ in 0..100 {
-            if js.get_stream("VERDICT").await.is_ok() {
-                found = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(found, "the gateway set up its stream over TLS");
-        for i in 0..200 {
-            js.publish(format!("orders.{i}"), format!("{{\"n\": {i}}}").into())
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
+        publish_once_set_up(client, 200, "the gateway set up its stream over TLS").await;
     });
     assert!(
         wait_until(Duration::from_secs(60), || common::accepted(&healthy)
@@ -206,21 +189,7 @@ fn the_gateway_consumes_over_tls_with_an_nkey_and_names_every_setting_the_server
     assert_eq!(common::accepted(&healthy), 200);
 
     // The probe says what it found on the server, and sends nothing.
-    let out = common::verdict(&["check", "-c", config.to_str().unwrap(), "--probe"], None);
-    assert!(
-        out.status.success(),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let nats = summary["probe"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["peer"] == "nats")
-        .cloned()
-        .unwrap_or_else(|| panic!("{summary:#}"));
+    let nats = common::probe_of(&config, "nats");
     let detail = nats["detail"].as_str().unwrap_or_default();
     assert!(
         nats["ok"] == true && detail.contains("TLS") && detail.contains("JetStream available"),
@@ -285,6 +254,28 @@ fn the_gateway_consumes_over_tls_with_an_nkey_and_names_every_setting_the_server
             !stderr.contains("reconnecting"),
             "{what}: stopped, not retried:\n{stderr}"
         );
+    }
+}
+
+/// Wait (up to 10 s) for the stream the gateway sets up (`what` says how, in a failure),
+/// then publish `count` messages to `orders.<i>`, each acknowledged by JetStream.
+async fn publish_once_set_up(client: async_nats::Client, count: usize, what: &str) {
+    let js = async_nats::jetstream::new(client);
+    let mut found = false;
+    for _ in 0..100 {
+        if js.get_stream("VERDICT").await.is_ok() {
+            found = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(found, "{what}");
+    for i in 0..count {
+        js.publish(format!("orders.{i}"), format!("{{\"n\": {i}}}").into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
     }
 }
 
@@ -455,23 +446,12 @@ fn the_gateway_logs_in_with_a_credentials_file_in_operator_mode() {
             .connect(format!("nats://127.0.0.1:{port}"))
             .await
             .unwrap();
-        let js = async_nats::jetstream::new(client);
-        let mut found = false;
-        for _ in 0..100 {
-            if js.get_stream("VERDICT").await.is_ok() {
-                found = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        assert!(found, "the gateway set up its stream with its credentials");
-        for i in 0..20 {
-            js.publish(format!("orders.{i}"), "{}".into())
-                .await
-                .unwrap()
-                .await
-                .unwrap();
-        }
+        publish_once_set_up(
+            client,
+            20,
+            "the gateway set up its stream with its credentials",
+        )
+        .await;
     });
     assert!(
         wait_until(Duration::from_secs(60), || common::accepted(&healthy) >= 20),

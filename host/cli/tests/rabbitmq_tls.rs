@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{spawn, text, wait_until};
+use common::{spawn, wait_until};
 use verdict_tls::test_pki::{Leaf, Pki};
 
 const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -212,16 +212,7 @@ fn the_gateway_consumes_over_amqps_with_a_client_certificate_and_names_what_is_r
         "accepted {}",
         common::accepted(&consumer)
     );
-    let out = common::verdict(&["check", "-c", config.to_str().unwrap(), "--probe"], None);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let seen = summary["probe"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["peer"] == "rabbitmq")
-        .cloned()
-        .unwrap_or_else(|| panic!("{summary:#}"));
+    let seen = common::probe_of(&config, "rabbitmq");
     assert!(
         seen["ok"] == true && seen["detail"].as_str().unwrap_or_default().contains("TLS"),
         "{seen:#}"

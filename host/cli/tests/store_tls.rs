@@ -110,41 +110,13 @@ fn the_postgres_store_speaks_tls_as_sslmode_says_and_a_wrong_ca_stops_the_start(
             &["run", "-c", config.to_str().unwrap()],
         );
         let before = common::accepted(&consumer);
-        let batch = dir.join("batch.jsonl");
-        let lines: Vec<String> = (0..50)
-            .map(|i| format!(r#"{{"id": "{mode}-{i}", "payload": {{"n": {i}}}}}"#))
-            .collect();
-        std::fs::write(&batch, lines.join("\n")).unwrap();
-        let out = common::verdict(
-            &[
-                "publish",
-                "--admin",
-                &gw.url,
-                "--token-file",
-                dir.join("token").to_str().unwrap(),
-                "--topic",
-                "orders",
-                "--batch",
-                batch.to_str().unwrap(),
-            ],
-            None,
-        );
-        assert!(out.status.success(), "{}", text(&out.stderr));
+        common::publish_batch(&gw.url, &dir, "orders", mode, 50);
         assert!(
             wait_until(Duration::from_secs(60), || common::accepted(&consumer)
                 >= before + 50),
             "{mode}: 50 delivered"
         );
-        let out = common::verdict(&["check", "-c", config.to_str().unwrap(), "--probe"], None);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let store_probe = summary["probe"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| p["peer"] == "gateway.store")
-            .cloned()
-            .unwrap_or_else(|| panic!("{summary:#}"));
+        let store_probe = common::probe_of(&config, "gateway.store");
         let detail = store_probe["detail"].as_str().unwrap_or_default();
         assert!(
             detail.starts_with("PostgreSQL ") && detail.contains(", TLS (") == encrypted,
@@ -313,42 +285,14 @@ fn the_mariadb_store_verifies_its_server_and_a_tls_only_user_works_only_over_tls
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
     );
-    let batch = dir.join("batch.jsonl");
-    let lines: Vec<String> = (0..50)
-        .map(|i| format!(r#"{{"id": "m-{i}", "payload": {{"n": {i}}}}}"#))
-        .collect();
-    std::fs::write(&batch, lines.join("\n")).unwrap();
-    let out = common::verdict(
-        &[
-            "publish",
-            "--admin",
-            &gw.url,
-            "--token-file",
-            dir.join("token").to_str().unwrap(),
-            "--topic",
-            "orders",
-            "--batch",
-            batch.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    common::publish_batch(&gw.url, &dir, "orders", "m", 50);
     assert!(
         wait_until(Duration::from_secs(60), || common::accepted(&consumer)
             >= 50),
         "50 delivered over TLS"
     );
     drop(gw);
-    let out = common::verdict(&["check", "-c", config.to_str().unwrap(), "--probe"], None);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let seen = summary["probe"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["peer"] == "gateway.store")
-        .cloned()
-        .unwrap_or_else(|| panic!("{summary:#}"));
+    let seen = common::probe_of(&config, "gateway.store");
     let detail = seen["detail"].as_str().unwrap_or_default();
     assert!(
         detail.contains("MariaDB") && detail.contains(", TLS ("),

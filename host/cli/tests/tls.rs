@@ -97,26 +97,7 @@ fn write_config(dir: &Path, routes: &[(&str, String)]) -> PathBuf {
 }
 
 fn publish(gw: &Proc, dir: &Path, topic: &str, count: usize) {
-    let batch = dir.join(format!("{topic}.jsonl"));
-    let lines: Vec<String> = (0..count)
-        .map(|i| format!(r#"{{"id": "{topic}-{i}", "payload": {{"n": {i}}}}}"#))
-        .collect();
-    std::fs::write(&batch, lines.join("\n")).unwrap();
-    let out = verdict(
-        &[
-            "publish",
-            "--admin",
-            &gw.url,
-            "--token-file",
-            dir.join("token").to_str().unwrap(),
-            "--topic",
-            topic,
-            "--batch",
-            batch.to_str().unwrap(),
-        ],
-        None,
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    common::publish_batch(&gw.url, dir, topic, topic, count);
 }
 
 fn readyz(gw: &Proc) -> String {

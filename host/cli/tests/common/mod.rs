@@ -232,6 +232,50 @@ pub fn refused_start(config: &Path, what: &str, env: &[(&str, &str)]) -> String 
     stderr
 }
 
+/// `verdict publish` of `count` messages (`{prefix}-{i}`, payload `{"n": i}`) to `topic`
+/// through the admin API at `admin`, with the token in `dir/token`; the batch file is
+/// written to `dir`.
+pub fn publish_batch(admin: &str, dir: &Path, topic: &str, prefix: &str, count: usize) {
+    let batch = dir.join(format!("{prefix}.jsonl"));
+    let lines: Vec<String> = (0..count)
+        .map(|i| format!(r#"{{"id": "{prefix}-{i}", "payload": {{"n": {i}}}}}"#))
+        .collect();
+    std::fs::write(&batch, lines.join("\n")).unwrap();
+    let out = verdict(
+        &[
+            "publish",
+            "--admin",
+            admin,
+            "--token-file",
+            dir.join("token").to_str().unwrap(),
+            "--topic",
+            topic,
+            "--batch",
+            batch.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// What `verdict check -c config --probe` saw of `peer` (`nats`, `gateway.store`, ...);
+/// the check must pass.
+pub fn probe_of(config: &Path, peer: &str) -> serde_json::Value {
+    let out = verdict(&["check", "-c", config.to_str().unwrap(), "--probe"], None);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    summary["probe"]
+        .as_array()
+        .and_then(|probes| probes.iter().find(|p| p["peer"] == peer))
+        .cloned()
+        .unwrap_or_else(|| panic!("no probe of {peer}: {summary:#}"))
+}
+
 /// Log in to the console at `url` with `token`; the session cookie (`name=value`).
 pub fn log_in(url: &str, token: &str) -> String {
     let answer = ureq::post(&format!("{url}/login"))
