@@ -104,20 +104,7 @@ impl MysqlStore {
             opts.get_tcp_port(),
             opts.get_db_name().unwrap_or("?")
         );
-        let failed = |e: mysql::Error| {
-            let failure = verdict_tls::TlsFailure::of(&e)
-                .or_else(|| verdict_tls::TlsFailure::of_text(&e.to_string()));
-            let tls = failure.map(|f| {
-                format!(
-                    "{} (gateway.store ssl-mode / ssl-ca / ssl-cert): ",
-                    f.kind()
-                )
-            });
-            StoreError::Connect {
-                target: target.clone(),
-                message: tls.unwrap_or_default() + &e.to_string(),
-            }
-        };
+        let failed = |e| tls::connect_failed(&target, e);
         let mut conn = tls.connect(&opts).map_err(failed)?;
         let version: Option<String> = conn.query_first("SELECT VERSION()").map_err(failed)?;
         let cipher: Option<(String, String)> = conn
@@ -211,21 +198,10 @@ impl MysqlStore {
         let mut tries = 0;
         loop {
             if guard.is_none() {
-                let mut conn = self.tls.connect(&self.opts).map_err(|e| {
-                    // A refused certificate is the URL's TLS settings, not an outage.
-                    let failure = verdict_tls::TlsFailure::of(&e)
-                        .or_else(|| verdict_tls::TlsFailure::of_text(&e.to_string()));
-                    let tls = failure.map(|f| {
-                        format!(
-                            "{} (gateway.store ssl-mode / ssl-ca / ssl-cert): ",
-                            f.kind()
-                        )
-                    });
-                    StoreError::Connect {
-                        target: self.target.clone(),
-                        message: tls.unwrap_or_default() + &e.to_string(),
-                    }
-                })?;
+                let mut conn = self
+                    .tls
+                    .connect(&self.opts)
+                    .map_err(|e| tls::connect_failed(&self.target, e))?;
                 conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
                 *guard = Some(conn);
             }

@@ -86,6 +86,24 @@ pub(super) fn split(url: &str, base: &Path) -> Result<(Opts, MysqlTls), StoreErr
     ))
 }
 
+/// A connection to `target` that failed: a refused certificate is named as the URL's TLS
+/// settings (not an outage), anything else as the driver says it. The driver flattens its
+/// TLS errors into text, so rustls' wording is read too.
+pub(super) fn connect_failed(target: &str, error: mysql::Error) -> StoreError {
+    let tls = verdict_tls::TlsFailure::of(&error)
+        .or_else(|| verdict_tls::TlsFailure::of_text(&error.to_string()))
+        .map(|f| {
+            format!(
+                "{} (gateway.store ssl-mode / ssl-ca / ssl-cert): ",
+                f.kind()
+            )
+        });
+    StoreError::Connect {
+        target: target.to_string(),
+        message: tls.unwrap_or_default() + &error.to_string(),
+    }
+}
+
 impl MysqlTls {
     /// A connection: over TLS unless disabled, in plain TCP after a `PREFERRED` TLS attempt
     /// the server answered with "no TLS here".

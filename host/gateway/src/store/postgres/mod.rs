@@ -119,18 +119,7 @@ impl PostgresStore {
     pub fn probe(url: &str, base: &Path) -> Result<String, StoreError> {
         let (config, tls) = tls::split(url, base)?;
         let target = target_of(&config);
-        let failed = |e: postgres::Error| {
-            let tls = verdict_tls::TlsFailure::of(&e).map(|f| {
-                format!(
-                    "{} (gateway.store sslmode / sslrootcert / sslcert): ",
-                    f.kind()
-                )
-            });
-            StoreError::Connect {
-                target: target.clone(),
-                message: tls.unwrap_or_default() + &StoreError::from(e).to_string(),
-            }
-        };
+        let failed = |e| tls::connect_failed(&target, e);
         let seen = std::thread::scope(|scope| {
             // The driver blocks on a runtime of its own: never on an async worker.
             scope
@@ -322,19 +311,8 @@ impl PostgresStore {
         let mut tries = 0;
         loop {
             if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
-                let client = connect(&self.config, self.tls.as_ref()).map_err(|e| {
-                    // A refused certificate is the URL's TLS settings, not an outage.
-                    let tls = verdict_tls::TlsFailure::of(&e).map(|f| {
-                        format!(
-                            "{} (gateway.store sslmode / sslrootcert / sslcert): ",
-                            f.kind()
-                        )
-                    });
-                    StoreError::Connect {
-                        target: self.target.clone(),
-                        message: tls.unwrap_or_default() + &StoreError::from(e).to_string(),
-                    }
-                })?;
+                let client = connect(&self.config, self.tls.as_ref())
+                    .map_err(|e| tls::connect_failed(&self.target, e))?;
                 *guard = Some(Conn {
                     client,
                     prepared: HashMap::new(),

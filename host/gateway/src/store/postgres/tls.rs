@@ -87,6 +87,21 @@ pub(super) fn split(
     Ok((config, Some(MakeRustls { config: client })))
 }
 
+/// A connection to `target` that failed: a refused certificate is named as the URL's TLS
+/// settings (not an outage), anything else as the driver says it.
+pub(super) fn connect_failed(target: &str, error: postgres::Error) -> StoreError {
+    let tls = verdict_tls::TlsFailure::of(&error).map(|f| {
+        format!(
+            "{} (gateway.store sslmode / sslrootcert / sslcert): ",
+            f.kind()
+        )
+    });
+    StoreError::Connect {
+        target: target.to_string(),
+        message: tls.unwrap_or_default() + &StoreError::from(error).to_string(),
+    }
+}
+
 /// Makes a TLS connector per connection, on the one TLS stack.
 #[derive(Clone)]
 pub(super) struct MakeRustls {
