@@ -58,9 +58,18 @@ impl PeerProbe {
     }
 
     fn failed(mut self, error: impl Into<String>) -> PeerProbe {
-        self.error = Some(verdict_runtime::redact::redact(&error.into()));
+        self.error = said(error.into());
         self
     }
+}
+
+/// What a peer said (a server's name and version, a driver's error), as it may be shown:
+/// redacted and one line of at most 512 bytes - a hostile server chooses these strings.
+fn said(text: String) -> Option<String> {
+    Some(verdict_runtime::text::one_line(
+        &verdict_runtime::redact::redact(&text),
+        verdict_runtime::text::MAX_MESSAGE_BYTES,
+    ))
 }
 
 /// Probe every peer of `config`: each route's consumer (once per distinct consumer), the
@@ -83,7 +92,7 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
         let mut probe = PeerProbe::new("nats".into(), &config.nats.url);
         probe = match crate::sources::nats::probe(&config.nats, &config.gateway.instance).await {
             Ok(nats) => {
-                probe.detail = Some(format!(
+                probe.detail = said(format!(
                     "nats-server {} ({}), {}, {}",
                     nats.version,
                     nats.server_name,
@@ -115,7 +124,7 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
             {
                 Ok(detail) => PeerProbe {
                     ok: true,
-                    detail: Some(detail),
+                    detail: said(detail),
                     ..probe
                 },
                 Err(e) => probe.failed(e.to_string()),
@@ -139,7 +148,7 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
         probe = match seen {
             Ok(Ok(detail)) => PeerProbe {
                 ok: true,
-                detail: Some(detail),
+                detail: said(detail),
                 ..probe
             },
             Ok(Err(e)) => probe.failed(e.to_string()),

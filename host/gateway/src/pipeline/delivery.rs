@@ -145,7 +145,10 @@ pub async fn deliver(
 ) -> Result<(), DeliveryError> {
     let failed = |kind: &str, message: String, tls| DeliveryError {
         kind: kind.into(),
-        message: verdict_runtime::redact::redact(&message),
+        message: one_line(
+            &verdict_runtime::redact::redact(&message),
+            MAX_MESSAGE_BYTES,
+        ),
         retry_after_ms: None,
         rejected: false,
         tls,
@@ -246,8 +249,13 @@ fn transport(e: &reqwest::Error) -> DeliveryError {
     };
     DeliveryError {
         kind: kind.into(),
-        // The client quotes the consumer's URL, whose userinfo or query may hold a key.
-        message: verdict_runtime::redact::redact(&error_chain(e)),
+        // The client quotes the consumer's URL, whose userinfo or query may hold a key; a
+        // refused certificate quotes the names the consumer's certificate carries (as many
+        // as it likes): redacted, then one bounded line like every answer.
+        message: one_line(
+            &verdict_runtime::redact::redact(&error_chain(e)),
+            MAX_MESSAGE_BYTES,
+        ),
         retry_after_ms: None,
         rejected: false,
         tls,
@@ -322,6 +330,18 @@ mod tests {
     use reqwest::header::{HeaderMap, HeaderValue};
 
     use super::*;
+
+    #[test]
+    fn a_consumer_naming_a_tls_kind_is_judged_like_any_answer() {
+        // Only the gateway's TLS stack marks a failure as configuration (kept unjudged,
+        // no attempt spent); a consumer claiming it would loop its messages forever.
+        for kind in ["tls.handshake", "tls.certificate", "tls.config"] {
+            let body = format!(r#"{{"error": {{"kind": "{kind}", "message": "trust me"}}}}"#);
+            let failure = classify(500, &HeaderMap::new(), body.as_bytes(), SystemTime::now());
+            assert_eq!(failure.kind, kind, "the kind is the consumer's to name");
+            assert!(!failure.is_configuration(), "{kind} from an answer");
+        }
+    }
 
     #[test]
     fn answers_become_kinds_hints_and_rejects() {
