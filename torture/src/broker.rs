@@ -1,5 +1,6 @@
-//! Broker restarts: the NATS server and the RabbitMQ node this machine runs, stopped and
-//! started again while a run is publishing and the gateway is delivering.
+//! Broker restarts: the NATS server and the RabbitMQ node this machine runs (or a `--tls`
+//! run's own TLS-only NATS server), stopped and started again while a run is publishing and
+//! the gateway is delivering.
 //!
 //! Both are graceful stops (SIGTERM for NATS, `rabbitmqctl stop_app` for RabbitMQ): a
 //! broker's own durability on a crash is the broker's guarantee to test, not Verdict's. What
@@ -12,14 +13,25 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::sources::SourceName;
+use crate::sources::{Source, SourceName};
 
 /// Stop the broker of `source`, keep it down for `down`, start it again and wait until it
 /// takes connections.
-pub fn restart(source: SourceName, down: Duration) -> Result<()> {
-    match source {
+pub fn restart(source: &Source, down: Duration) -> Result<()> {
+    match source.name {
         SourceName::Embedded => Ok(()),
-        SourceName::Nats => restart_nats(down),
+        SourceName::Nats => match source.tls_nats() {
+            Some(server) => {
+                server
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .restart(down)?;
+                // JetStream recovers its streams after the port opens.
+                std::thread::sleep(Duration::from_millis(500));
+                Ok(())
+            }
+            None => restart_nats(down),
+        },
         SourceName::Rabbitmq => restart_rabbitmq(down),
     }
 }

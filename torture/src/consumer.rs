@@ -1,13 +1,14 @@
 //! The hostile consumer: a raw HTTP/1.1 server (so it can answer in ways no HTTP library
 //! would: resets mid-body, informational answers with no final one, invalid UTF-8, unknown
-//! status codes) that treats each message as its [`Fate`] says and logs every request.
+//! status codes) that treats each message as its [`Fate`] says and logs every request;
+//! over HTTPS in a `--tls` run, with every shape the same inside TLS.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::plan::{Fate, fate, key_of};
@@ -83,11 +84,17 @@ enum Reply {
 }
 
 impl Consumer {
-    /// Listen on a free loopback port; `timeout_ms` is the route's, so slow answers are
-    /// slower than it. A `gentle` consumer answers slowly (or never) rarely.
-    pub async fn start(seed: u64, timeout_ms: u64, gentle: bool) -> std::io::Result<Consumer> {
+    /// Listen on a free loopback port (HTTPS with `tls`); `timeout_ms` is the route's, so
+    /// slow answers are slower than it. A `gentle` consumer answers slowly (or never) rarely.
+    pub async fn start(
+        seed: u64,
+        timeout_ms: u64,
+        gentle: bool,
+        tls: Option<Arc<verdict_tls::rustls::ServerConfig>>,
+    ) -> std::io::Result<Consumer> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let url = format!("http://{}/", listener.local_addr()?);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}/", listener.local_addr()?);
         let state = Arc::new(State {
             seed,
             timeout_ms,
@@ -96,9 +103,23 @@ impl Consumer {
             log: Mutex::new(Log::default()),
         });
         let serving = state.clone();
+        let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
-                tokio::spawn(serve(serving.clone(), stream));
+                let state = serving.clone();
+                match acceptor.clone() {
+                    Some(acceptor) => {
+                        tokio::spawn(async move {
+                            // A handshake the gateway gave up on is no request.
+                            if let Ok(stream) = acceptor.accept(stream).await {
+                                serve(state, stream).await;
+                            }
+                        });
+                    }
+                    None => {
+                        tokio::spawn(serve(state, stream));
+                    }
+                }
             }
         });
         Ok(Consumer { url, state })
@@ -138,7 +159,25 @@ fn now_ms() -> u64 {
     verdict_gateway::pipeline::now_ms()
 }
 
-async fn serve(state: Arc<State>, mut stream: TcpStream) {
+/// A connection the consumer answers on: plain TCP, or TLS over it.
+trait Connection: AsyncRead + AsyncWrite + Unpin + Send {
+    /// The TCP stream under it (to reset).
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Connection for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Connection for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+async fn serve(state: Arc<State>, mut stream: impl Connection) {
     let Some(body) = read_request(&mut stream).await else {
         return;
     };
@@ -147,7 +186,7 @@ async fn serve(state: Arc<State>, mut stream: TcpStream) {
     let key = key_of(&body);
     if state.down.load(Ordering::Relaxed) {
         // Down: the request is cut off unanswered (and counts as a failed delivery).
-        reset(&stream);
+        reset(stream.tcp());
         let mut log = state.log.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(key) = &key {
             log.failed(key);
@@ -172,7 +211,7 @@ async fn serve(state: Arc<State>, mut stream: TcpStream) {
 }
 
 /// The request's body (after its head), or none when the request is cut short.
-async fn read_request(stream: &mut TcpStream) -> Option<Vec<u8>> {
+async fn read_request(stream: &mut impl Connection) -> Option<Vec<u8>> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 16 * 1024];
     let head_end = loop {
@@ -335,18 +374,18 @@ fn raw(status: u16, headers: &[(&str, &[u8])], body: &[u8]) -> Reply {
 }
 
 /// Write `reply`; whether all of it went out.
-async fn answer(stream: &mut TcpStream, reply: Reply, timeout_ms: u64) -> bool {
+async fn answer(stream: &mut impl Connection, reply: Reply, timeout_ms: u64) -> bool {
     match reply {
         Reply::Accept(status) => {
             let text =
                 format!("HTTP/1.1 {status} OK\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
             stream.write_all(text.as_bytes()).await.is_ok() && stream.flush().await.is_ok()
         }
-        Reply::Raw(bytes) => stream.write_all(&bytes).await.is_ok(),
+        Reply::Raw(bytes) => stream.write_all(&bytes).await.is_ok() && stream.flush().await.is_ok(),
         Reply::Slow => {
             tokio::time::sleep(Duration::from_millis(timeout_ms + 300)).await;
             let late = b"HTTP/1.1 503 Late\r\nconnection: close\r\ncontent-length: 0\r\n\r\n";
-            stream.write_all(late).await.is_ok()
+            stream.write_all(late).await.is_ok() && stream.flush().await.is_ok()
         }
         Reply::Never => {
             // Until the gateway gives up and closes the connection.
@@ -357,15 +396,17 @@ async fn answer(stream: &mut TcpStream, reply: Reply, timeout_ms: u64) -> bool {
         Reply::ResetMidBody => {
             let head = b"HTTP/1.1 503 X\r\ncontent-length: 1000\r\n\r\npartial";
             let _ = stream.write_all(head).await;
-            reset(stream);
+            let _ = stream.flush().await;
+            reset(stream.tcp());
             false
         }
         Reply::Reset => {
-            reset(stream);
+            reset(stream.tcp());
             false
         }
         Reply::Informational => {
             let _ = stream.write_all(b"HTTP/1.1 102 Processing\r\n\r\n").await;
+            let _ = stream.flush().await;
             let mut sink = [0u8; 64];
             let _ = tokio::time::timeout(
                 Duration::from_millis(timeout_ms + 2_000),

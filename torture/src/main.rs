@@ -100,6 +100,11 @@ struct Args {
     /// No progress on stderr.
     #[arg(long)]
     quiet: bool,
+    /// TLS on the hops that offer it: the consumer over HTTPS, and NATS through a TLS-only
+    /// `nats-server` of the run's own (the one the broker faults restart), each certificate
+    /// from a CA made for the run and verified by the gateway.
+    #[arg(long)]
+    tls: bool,
 }
 
 fn main() -> ExitCode {
@@ -172,6 +177,7 @@ fn real_main() -> Result<bool> {
                 workdir: std::path::absolute(&args.workdir)?,
                 progress: !args.quiet,
                 max_backlog: args.max_backlog.or(args.soak.then_some(SOAK_BACKLOG)),
+                tls: args.tls,
             };
             let report = run::run(*name, &options)
                 .with_context(|| format!("{} with seed {}", name.as_str(), seed + s))?;
@@ -209,7 +215,7 @@ fn real_main() -> Result<bool> {
             eprintln!("  files: {dir}");
         }
         eprintln!(
-            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}",
+            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}{}",
             r.source,
             r.seed,
             messages,
@@ -227,7 +233,8 @@ fn real_main() -> Result<bool> {
                 " --refuse-writes"
             } else {
                 ""
-            }
+            },
+            if args.tls { " --tls" } else { "" }
         );
     }
     Ok(failed.is_empty())

@@ -92,6 +92,8 @@ pub struct Options {
     /// Publish no further while this many messages are not terminal yet: a producer at the
     /// gateway's pace, so the faults strike all through the run instead of into a backlog.
     pub max_backlog: Option<usize>,
+    /// The consumer over HTTPS and NATS over TLS, certificates from a CA made for the run.
+    pub tls: bool,
 }
 
 /// What a run found.
@@ -101,6 +103,8 @@ pub struct Report {
     pub source: String,
     /// The seed.
     pub seed: u64,
+    /// The consumer and NATS were reached over TLS (`--tls`).
+    pub tls: bool,
     /// Messages planned.
     pub messages: usize,
     /// Messages the source refused at publish (never expected anywhere).
@@ -185,7 +189,7 @@ policy = "rules"
 # A retry budget, so its holds (a message given back untouched to wait) meet the kills,
 # restarts and reloads too; generous enough that a run still ends in time.
 settings = {{ guardrails = {{ max_delay_ms = 1500, retry_budget = {{ percent = 50, window_s = 2, min_per_s = 20 }} }} }}
-consumer = {{ url = "{consumer}", timeout_ms = {timeout}, concurrency = {concurrency} }}
+consumer = {{ url = "{consumer}", timeout_ms = {timeout}, concurrency = {concurrency}{consumer_tls} }}
 config = {{ max_attempts = {MAX_ATTEMPTS}, honor_retry_after = false, rules = [
     {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
     {{ match = ["http.429", "http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = {delay_ms} }} }},
@@ -195,6 +199,7 @@ config = {{ max_attempts = {MAX_ATTEMPTS}, honor_retry_after = false, rules = [
         name = source.name.as_str(),
         timeout = p.timeout_ms,
         concurrency = p.concurrency,
+        consumer_tls = source.consumer_tls_table(),
     )
 }
 
@@ -213,7 +218,7 @@ pub fn run(name: SourceName, o: &Options) -> Result<Report> {
         .enable_all()
         .build()?;
     let prefix = format!("tt{}s{}", std::process::id(), o.seed % 1_000_000);
-    let source = runtime.block_on(Source::connect(name, &prefix))?;
+    let source = runtime.block_on(Source::connect(name, &prefix, o.tls, &o.workdir))?;
     let outcome = Run::start(name, o, &runtime, &source).and_then(Run::drive);
     runtime.block_on(source.clean());
     let mut report = outcome?;
@@ -254,7 +259,12 @@ impl<'a> Run<'a> {
         source: &'a Source,
     ) -> Result<Run<'a>> {
         let p = &o.profile;
-        let consumer = runtime.block_on(Consumer::start(o.seed, p.timeout_ms, p.gentle))?;
+        let consumer = runtime.block_on(Consumer::start(
+            o.seed,
+            p.timeout_ms,
+            p.gentle,
+            source.consumer_tls()?,
+        ))?;
         let dir = o.workdir.join(format!("{}-{}", name.as_str(), o.seed));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
@@ -280,6 +290,7 @@ impl<'a> Run<'a> {
             report: Report {
                 source: name.as_str().into(),
                 seed: o.seed,
+                tls: o.tls,
                 messages: o.messages,
                 ..Report::default()
             },
@@ -408,7 +419,7 @@ impl<'a> Run<'a> {
             }
             Fault::BrokerRestart => {
                 let down = Duration::from_millis(200 + self.rng.below(1_500));
-                broker::restart(self.name, down)?;
+                broker::restart(self.source, down)?;
                 // Until the gateway has its consumers back, and the broker's ack wait after
                 // that: what was unacknowledged comes again that late.
                 self.gw.wait_ready(Duration::from_secs(120))?;

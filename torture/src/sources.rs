@@ -1,6 +1,8 @@
 //! The three sources a run drives: the broker section of the gateway's config, the topics
 //! it publishes to, how a hostile producer publishes there, and the names it cleans up.
 
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -11,6 +13,7 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use crate::letters::Letter;
 use crate::plan::{Abilities, Planned};
+use verdict_cli::tls_peers::{Certificates, TlsNats};
 
 /// NATS as `.ci/run` starts it.
 pub const NATS_URL: &str = "nats://127.0.0.1:4222";
@@ -48,6 +51,16 @@ pub struct Source {
     nats: Option<jetstream::Context>,
     /// Reconnected after a broker restart.
     rabbit: tokio::sync::Mutex<Option<(Connection, lapin::Channel)>>,
+    /// With `--tls`: the TLS-only NATS server of the run's own (on NATS), and the CA that
+    /// signed it and the consumer's certificate.
+    tls: Option<Tls>,
+}
+
+/// A `--tls` run's peers.
+struct Tls {
+    /// Restarted by the broker faults (the machine's server is not asked to speak TLS).
+    nats: Option<Mutex<TlsNats>>,
+    certificates: Certificates,
 }
 
 /// How long a producer keeps trying one message while its broker is down.
@@ -68,20 +81,48 @@ pub struct Published {
 
 impl Source {
     /// Connect to the source's broker (none for the embedded store); `prefix` names this
-    /// run's streams, subjects and queues.
-    pub async fn connect(name: SourceName, prefix: &str) -> Result<Source> {
+    /// run's streams, subjects and queues. With `tls`, a CA is made for the run and NATS is
+    /// a TLS-only `nats-server` of the run's own, its files under `workdir`.
+    pub async fn connect(
+        name: SourceName,
+        prefix: &str,
+        tls: bool,
+        workdir: &Path,
+    ) -> Result<Source> {
+        let tls = tls
+            .then(|| -> Result<Tls> {
+                let certificates = Certificates::new(&format!("torture-{prefix}"));
+                let nats = match name {
+                    SourceName::Nats => Some(Mutex::new(TlsNats::start(
+                        &workdir.join(format!("{prefix}-nats")),
+                        &certificates,
+                    )?)),
+                    _ => None,
+                };
+                Ok(Tls { nats, certificates })
+            })
+            .transpose()?;
         let mut source = Source {
             name,
             prefix: prefix.to_string(),
             nats: None,
             rabbit: tokio::sync::Mutex::new(None),
+            tls,
         };
         match name {
             SourceName::Embedded => {}
             SourceName::Nats => {
-                let client = async_nats::connect(NATS_URL)
+                let url = source.nats_url();
+                let mut options = async_nats::ConnectOptions::new();
+                if let Some(tls) = &source.tls {
+                    options = options
+                        .add_root_certificates(tls.certificates.ca_file().to_path_buf())
+                        .require_tls(true);
+                }
+                let client = options
+                    .connect(&url)
                     .await
-                    .context("NATS on 127.0.0.1:4222 (.ci/run starts it)")?;
+                    .with_context(|| format!("NATS at {url} (.ci/run starts 127.0.0.1:4222)"))?;
                 source.nats = Some(jetstream::new(client));
             }
             SourceName::Rabbitmq => {
@@ -94,6 +135,34 @@ impl Source {
         }
         source.clean().await;
         Ok(source)
+    }
+
+    /// The NATS server the run uses: its own TLS one, or the machine's.
+    fn nats_url(&self) -> String {
+        match self.tls.as_ref().and_then(|t| t.nats.as_ref()) {
+            Some(server) => server.lock().unwrap_or_else(|e| e.into_inner()).url(),
+            None => NATS_URL.to_string(),
+        }
+    }
+
+    /// The TLS-only NATS server of a `--tls` run on NATS (the broker faults restart it).
+    pub fn tls_nats(&self) -> Option<&Mutex<TlsNats>> {
+        self.tls.as_ref()?.nats.as_ref()
+    }
+
+    /// The consumer's TLS side in a `--tls` run.
+    pub fn consumer_tls(&self) -> Result<Option<Arc<verdict_tls::rustls::ServerConfig>>> {
+        self.tls
+            .as_ref()
+            .map(|t| t.certificates.consumer())
+            .transpose()
+    }
+
+    /// `, tls = { ca_file = ... }` for the route's consumer in a `--tls` run.
+    pub fn consumer_tls_table(&self) -> String {
+        self.tls
+            .as_ref()
+            .map_or(String::new(), |t| format!(", {}", t.certificates.table()))
     }
 
     /// The route's topic pattern, and the topics messages are published to: on NATS and
@@ -142,10 +211,15 @@ impl Source {
         match self.name {
             SourceName::Embedded => String::new(),
             SourceName::Nats => format!(
-                "[nats]\nurl = \"{NATS_URL}\"\nstream = \"{p}\"\ndlq_stream = \"{p}_DLQ\"\n\
+                "[nats]\nurl = \"{url}\"\nstream = \"{p}\"\ndlq_stream = \"{p}_DLQ\"\n\
                  dlq_subject_prefix = \"{p}dlq\"\naudit_stream = \"{p}_AUDIT\"\n\
                  audit_subject_prefix = \"{p}audit\"\nhistory_bucket = \"{p}-history\"\n\
-                 ack_wait_ms = 3000\n"
+                 ack_wait_ms = 3000\n{tls}",
+                url = self.nats_url(),
+                tls = self
+                    .tls
+                    .as_ref()
+                    .map_or(String::new(), |t| format!("{}\n", t.certificates.table())),
             ),
             SourceName::Rabbitmq => format!(
                 "[rabbitmq]\nurl = \"{RABBITMQ_URL}\"\nprefetch = 32\n\

@@ -26,3 +26,4 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod demo;
+pub mod tls_peers;

@@ -111,6 +111,43 @@ fn every_target_settles_every_message_as_the_consumer_dictates() {
     );
 }
 
+/// The TLS twins reach the consumer over HTTPS and NATS over TLS (a CA made for the run,
+/// verified by the gateway: a plaintext peer would fail every delivery) and settle every
+/// message exactly as their plain twins; the report gives what TLS costs against them.
+#[test]
+fn the_tls_targets_settle_like_their_plain_twins_and_report_what_tls_costs() {
+    let out = verdict(
+        &[
+            "bench",
+            "--policy",
+            rules(),
+            "--messages",
+            &MESSAGES.to_string(),
+            "--targets",
+            "embedded,embedded-https,nats,nats-tls",
+            "--json",
+            "--no-progress",
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let e = expected();
+    let targets = report["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 4, "{report}");
+    for t in targets {
+        let name = t["target"].as_str().unwrap();
+        assert_eq!(t["delivered"], e.ok, "{name}: {t}");
+        assert_eq!(t["dead_lettered"], e.permanent, "{name}: {t}");
+        assert_eq!(t["deliveries"], e.gateway_deliveries, "{name}: {t}");
+        assert_eq!(t["duplicates"], 0, "{name}: {t}");
+    }
+    for name in ["embedded-https", "nats-tls"] {
+        let ratio = report["median_tls_vs_plain"][name].as_f64();
+        assert!(ratio.is_some_and(|r| r > 0.0), "{name}: {report}");
+    }
+}
+
 #[test]
 fn the_table_names_each_target_and_its_ratio_to_native_redelivery() {
     let out = verdict(

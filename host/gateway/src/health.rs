@@ -2,7 +2,7 @@
 //! source is connected (`/readyz`) and the depths of the brokers' DLQs (`/metrics`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -16,7 +16,9 @@ const WARNING_LOGGED_EVERY: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct Readiness {
     name: &'static str,
-    up: Arc<AtomicBool>,
+    /// Connected (the low bit), and the number of the newest connection (the rest): one
+    /// word, so a report from a replaced connection is told apart and dropped atomically.
+    up: Arc<AtomicU64>,
     warning: Arc<Mutex<Option<Warning>>>,
     /// Whether `warning` may hold one: clearing is a load, not a lock, when it does not
     /// (a consumer's health is cleared on every delivery).
@@ -35,7 +37,7 @@ impl Readiness {
     pub fn new(name: &'static str) -> Readiness {
         Readiness {
             name,
-            up: Arc::new(AtomicBool::new(false)),
+            up: Arc::new(AtomicU64::new(0)),
             warning: Arc::default(),
             warned: Arc::default(),
         }
@@ -48,12 +50,28 @@ impl Readiness {
 
     /// Connected now?
     pub fn is_up(&self) -> bool {
-        self.up.load(Ordering::Relaxed)
+        self.up.load(Ordering::Relaxed) & 1 == 1
     }
 
     /// Record (dis)connection.
     pub fn set(&self, up: bool) {
-        self.up.store(up, Ordering::Relaxed);
+        let _ = self
+            .up
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v & !1 | u64::from(up))
+            });
+    }
+
+    /// A handle for one new connection's own events (a client's disconnects and
+    /// reconnects), which count only while it is the newest connection: a client replaced
+    /// by a newer one (a reload sets the routes up again on a new connection) may report its
+    /// own close long after, and must not mark the source down then.
+    pub fn for_connection(&self) -> ConnectionReadiness {
+        let previous = self.up.fetch_add(2, Ordering::Relaxed);
+        ConnectionReadiness {
+            readiness: self.clone(),
+            connection: (previous >> 1) + 1,
+        }
     }
 
     /// Something the operator must fix was seen (again): `/readyz` shows `text` for ten
@@ -93,6 +111,25 @@ impl Readiness {
             .as_ref()
             .filter(|w| w.seen.elapsed() < WARNING_SHOWN_FOR)
             .map(|w| w.text.clone())
+    }
+}
+
+/// One connection's view of its source's [`Readiness`]: see [`Readiness::for_connection`].
+#[derive(Debug, Clone)]
+pub struct ConnectionReadiness {
+    readiness: Readiness,
+    connection: u64,
+}
+
+impl ConnectionReadiness {
+    /// Record this connection's (dis)connection, if it is still the newest; whether it was.
+    pub fn set(&self, up: bool) -> bool {
+        self.readiness
+            .up
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                (v >> 1 == self.connection).then_some(v & !1 | u64::from(up))
+            })
+            .is_ok()
     }
 }
 
@@ -147,6 +184,25 @@ impl BrokerDlqs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_replaced_connection_cannot_mark_the_source_down_or_up() {
+        let ready = Readiness::new("nats");
+        let old = ready.for_connection();
+        assert!(old.set(true) && ready.is_up());
+        // A reload connects again; the new session is up.
+        let new = ready.for_connection();
+        ready.set(true);
+        // The old client closes late, or reconnects late: neither counts.
+        assert!(!old.set(false));
+        assert!(ready.is_up(), "the newest connection is up");
+        ready.set(false);
+        assert!(!old.set(true));
+        assert!(!ready.is_up(), "the newest connection is down");
+        // The newest one's own events do.
+        assert!(new.set(true) && ready.is_up());
+        assert!(new.set(false) && !ready.is_up());
+    }
 
     #[test]
     fn broker_dlq_depth_is_the_brokers_count_and_ingress_is_ours() {

@@ -1,6 +1,7 @@
-//! The gateway targets (`embedded`, `nats`, and the shared stores `postgres`, `mysql` with
-//! one or three gateways): real gateways (`Gateway::start`, the same code as `verdict run`),
-//! each in a scratch directory, fed by the load generator through the first one.
+//! The gateway targets (`embedded`, `nats`, their TLS twins `embedded-https` and
+//! `nats-tls`, and the shared stores `postgres`, `mysql` with one or three gateways): real
+//! gateways (`Gateway::start`, the same code as `verdict run`), each in a scratch directory,
+//! fed by the load generator through the first one.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,13 +16,44 @@ use super::{BenchOptions, Figures, Progress, Target, cpu, native};
 const TOKEN: &str = "verdict-bench";
 
 pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> Result<Figures> {
+    let certificates = target
+        .plain_twin()
+        .map(|_| crate::tls_peers::Certificates::new("bench"));
+    let consumer_tls = match (target, &certificates) {
+        (Target::EmbeddedHttps, Some(c)) => Some(c.consumer()?),
+        _ => None,
+    };
     let consumer = load
-        .consumer(options.transient_percent, options.permanent_percent)
+        .consumer(
+            options.transient_percent,
+            options.permanent_percent,
+            consumer_tls,
+        )
         .await?;
+    let tls_nats = match (target, &certificates) {
+        (Target::NatsTls, Some(c)) => {
+            let dir =
+                std::env::temp_dir().join(format!("verdict-bench-nats-{}", std::process::id()));
+            Some(crate::tls_peers::TlsNats::start(&dir, c)?)
+        }
+        _ => None,
+    };
+    // The NATS server this target's gateway consumes from, and the CA that signed it.
+    let nats = match (&tls_nats, &certificates) {
+        (Some(server), Some(c)) => native::Server {
+            url: server.url(),
+            ca_file: Some(c.ca_file().to_path_buf()),
+        },
+        _ => native::Server {
+            url: options.nats_url.clone(),
+            ca_file: None,
+        },
+    };
     let names = native::Names::new("gw");
-    let topic = match target {
-        Target::Nats => names.subject.clone(),
-        _ => "bench.orders".to_string(),
+    let topic = if target.on_nats() {
+        names.subject.clone()
+    } else {
+        "bench.orders".to_string()
     };
     let database = match target {
         Target::Postgres | Target::PostgresX3 | Target::Mysql | Target::MysqlX3 => {
@@ -43,7 +75,11 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         let config = config(
             target,
             options,
-            &consumer.url,
+            &Peers {
+                consumer: &consumer.url,
+                nats: &nats,
+                tls: certificates.as_ref(),
+            },
             &topic,
             &names,
             store.as_deref(),
@@ -73,8 +109,8 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
     let before = cpu::Sample::now(load::THREADS, target.server_process());
     let started = Instant::now();
     let publisher = match target {
-        Target::Nats => load.handle().spawn(native::publish(
-            options.nats_url.clone(),
+        Target::Nats | Target::NatsTls => load.handle().spawn(native::publish(
+            nats.clone(),
             names.subject.clone(),
             options.messages,
         )),
@@ -95,6 +131,7 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         let _ = stop.send(());
     }
     let clean_up = async {
+        // The TLS server goes with its store when dropped; the machine's keeps its own.
         if target == Target::Nats {
             let (url, names) = (options.nats_url.clone(), names);
             let _ = load
@@ -102,6 +139,7 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
                 .spawn(async move { native::clean_up(&url, &names).await })
                 .await;
         }
+        drop(tls_nats);
         for dir in &dirs {
             let _ = std::fs::remove_dir_all(dir);
         }
@@ -138,7 +176,9 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         cpu,
         policy: exact.policy_cpu(),
         policy_wall,
-        broker_cpu: (target != Target::Embedded).then_some(broker_cpu).flatten(),
+        broker_cpu: (!matches!(target, Target::Embedded | Target::EmbeddedHttps))
+            .then_some(broker_cpu)
+            .flatten(),
     })
 }
 
@@ -153,21 +193,35 @@ fn scratch_dir(target: Target, n: usize) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// Who a target's gateway talks to.
+struct Peers<'a> {
+    /// The consumer's URL.
+    consumer: &'a str,
+    /// The NATS server (for the NATS targets).
+    nats: &'a native::Server,
+    /// The run's CA, for the TLS targets.
+    tls: Option<&'a crate::tls_peers::Certificates>,
+}
+
 fn config(
     target: Target,
     options: &BenchOptions,
-    consumer: &str,
+    peers: &Peers<'_>,
     topic: &str,
     names: &native::Names,
     store: Option<&str>,
     n: usize,
 ) -> Result<String> {
-    let source = match target {
-        Target::Nats => "nats",
-        _ => "embedded",
+    let source = if target.on_nats() { "nats" } else { "embedded" };
+    let nats = match (target, peers.tls) {
+        (Target::Nats, _) => names.section(&peers.nats.url),
+        (Target::NatsTls, Some(tls)) => {
+            format!("{}{}\n", names.section(&peers.nats.url), tls.table())
+        }
+        _ => String::new(),
     };
-    let nats = match target {
-        Target::Nats => names.section(&options.nats_url),
+    let consumer_tls = match (target, peers.tls) {
+        (Target::EmbeddedHttps, Some(tls)) => format!(", {}", tls.table()),
         _ => String::new(),
     };
     let policy = toml_path(&options.policy)?;
@@ -191,7 +245,7 @@ path = {policy}
 topic = "{topic}"
 source = "{source}"
 policy = "bench"
-consumer = {{ url = "{consumer}", concurrency = {concurrency}, timeout_ms = 10000 }}
+consumer = {{ url = "{consumer}", concurrency = {concurrency}, timeout_ms = 10000{consumer_tls} }}
 config = {policy_config}
 "#,
         group = names.durable,
@@ -200,17 +254,15 @@ config = {policy_config}
         }),
         // The embedded source claims in batches (a claim is a transaction); a broker source
         // fetches no more than it can deliver, as the native baseline does.
-        in_flight = match target {
-            Target::Nats => options.concurrency,
-            _ => options.concurrency * 4,
+        in_flight = if target.on_nats() {
+            options.concurrency
+        } else {
+            options.concurrency * 4
         },
         // Publishing wakes the embedded source; polling is its fallback. A broker target
         // keeps the default slow poll of the (idle) store.
-        poll = if target == Target::Nats {
-            ""
-        } else {
-            "poll_ms = 5"
-        },
+        poll = if target.on_nats() { "" } else { "poll_ms = 5" },
+        consumer = peers.consumer,
         concurrency = options.concurrency,
     ))
 }

@@ -2,11 +2,13 @@
 //! them, on a runtime of their own whose threads are named [`THREADS`], so their CPU can be
 //! told apart from the gateway's.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 
 use crate::demo::{DemoConsumer, by_percent};
+use verdict_gateway::admin::tls::TlsListener;
 use verdict_gateway::sources::AbortOnDrop;
 
 /// The name of every load-generator thread.
@@ -44,11 +46,13 @@ impl Load {
     }
 
     /// A fresh consumer failing `transient_pct`% of message ids 1 to 3 times and
-    /// `permanent_pct`% always (by id, so every target sees the same failures).
+    /// `permanent_pct`% always (by id, so every target sees the same failures); over HTTPS
+    /// with `tls`.
     pub(crate) async fn consumer(
         &self,
         transient_pct: u32,
         permanent_pct: u32,
+        tls: Option<Arc<verdict_tls::rustls::ServerConfig>>,
     ) -> Result<Consumer> {
         let demo = DemoConsumer::new(by_percent(transient_pct, permanent_pct));
         let router = demo.router();
@@ -57,9 +61,17 @@ impl Load {
             .spawn(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .await?
             .context("binding the bench consumer to 127.0.0.1")?;
-        let url = format!("http://{}/", listener.local_addr()?);
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}/", listener.local_addr()?);
         let server = self.runtime.spawn(async move {
-            if let Err(e) = axum::serve(listener, router).await {
+            let served = match tls {
+                Some(tls) => match TlsListener::new(listener, tls) {
+                    Ok(listener) => axum::serve(listener, router).await,
+                    Err(e) => Err(e),
+                },
+                None => axum::serve(listener, router).await,
+            };
+            if let Err(e) = served {
                 tracing::error!(error = %e, "the bench consumer stopped");
             }
         });

@@ -11,6 +11,8 @@
 //! | `embedded` | a gateway on its embedded store (messages published through the admin API) |
 //! | `nats` | a gateway consuming a JetStream stream (the `nats` source) |
 //! | `nats-native` | no gateway: a JetStream pull consumer POSTing to the same consumer, `ack` on success, `nak` with the retry delay on failure, `MaxDeliver` bounding the attempts - no classification, no history, no envelope, no DLQ |
+//! | `embedded-https` | `embedded`, the consumer served over HTTPS (a CA made for the run, verified by the gateway) |
+//! | `nats-tls` | `nats` against a `nats-server` of the bench's own that takes TLS only |
 //!
 //! For each: messages/s, the receipt-to-settlement latency (*delivery-to-verdict*: from the
 //! message leaving its source to its settlement applied there - consumer call, verdict,
@@ -60,6 +62,10 @@ pub enum Target {
     #[value(name = "mysql-x3")]
     #[serde(rename = "mysql-x3")]
     MysqlX3,
+    /// `embedded` with the consumer served over HTTPS.
+    EmbeddedHttps,
+    /// `nats` against a TLS-only `nats-server` of the bench's own.
+    NatsTls,
 }
 
 impl Target {
@@ -73,7 +79,23 @@ impl Target {
             Target::PostgresX3 => "postgres-x3",
             Target::Mysql => "mysql",
             Target::MysqlX3 => "mysql-x3",
+            Target::EmbeddedHttps => "embedded-https",
+            Target::NatsTls => "nats-tls",
         }
+    }
+
+    /// The same target without TLS, for a TLS target: what its throughput is compared with.
+    pub fn plain_twin(self) -> Option<Target> {
+        match self {
+            Target::EmbeddedHttps => Some(Target::Embedded),
+            Target::NatsTls => Some(Target::Nats),
+            _ => None,
+        }
+    }
+
+    /// Whether the gateway consumes from NATS.
+    pub(crate) fn on_nats(self) -> bool {
+        matches!(self, Target::Nats | Target::NatsTls)
     }
 
     /// How many gateways share the target's store.

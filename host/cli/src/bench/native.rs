@@ -96,12 +96,27 @@ pub(crate) async fn clean_up(url: &str, names: &Names) {
     }
 }
 
-/// Publish `messages` to `subject`, each with its id as `Nats-Msg-Id`, acks awaited in
-/// batches so the server is never more than a batch behind.
-pub(crate) async fn publish(url: String, subject: String, messages: usize) -> Result<()> {
-    let client = async_nats::connect(&url)
+/// A NATS server to publish to.
+#[derive(Debug, Clone)]
+pub(crate) struct Server {
+    /// Its URL (`tls://` for one that takes TLS only).
+    pub(crate) url: String,
+    /// The CA that signed its certificate, when it is not one the platform trusts.
+    pub(crate) ca_file: Option<std::path::PathBuf>,
+}
+
+/// Publish `messages` to `subject` on `server`, each with its id as `Nats-Msg-Id`, acks
+/// awaited in batches so the server is never more than a batch behind.
+pub(crate) async fn publish(server: Server, subject: String, messages: usize) -> Result<()> {
+    let mut connect = async_nats::ConnectOptions::new();
+    if let Some(ca) = &server.ca_file {
+        verdict_tls::install_default_provider();
+        connect = connect.add_root_certificates(ca.clone()).require_tls(true);
+    }
+    let client = connect
+        .connect(&server.url)
         .await
-        .with_context(|| format!("connecting to NATS at {url}"))?;
+        .with_context(|| format!("connecting to NATS at {}", server.url))?;
     let js = jetstream::new(client);
     let mut pending = Vec::with_capacity(256);
     for i in 0..messages {
@@ -131,7 +146,7 @@ struct Counters {
 
 pub(crate) async fn run(options: &BenchOptions, load: &Load) -> Result<Figures> {
     let consumer = load
-        .consumer(options.transient_percent, options.permanent_percent)
+        .consumer(options.transient_percent, options.permanent_percent, None)
         .await?;
     let names = Names::new("nat");
     let client = async_nats::connect(&options.nats_url)
@@ -200,7 +215,10 @@ async fn consume(
     let before = cpu::Sample::now(load::THREADS, BROKER_PROCESS);
     let started = Instant::now();
     let publisher = load.handle().spawn(publish(
-        options.nats_url.clone(),
+        Server {
+            url: options.nats_url.clone(),
+            ca_file: None,
+        },
         names.subject.clone(),
         options.messages,
     ));

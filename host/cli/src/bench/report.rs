@@ -127,33 +127,46 @@ impl Report {
             .map(|b| figures.rate() / b.rate())
     }
 
-    /// Each target's median ratio to the baseline over the rounds (the figure to quote: a
-    /// shared machine drifts between rounds, the same-round ratio much less).
-    pub fn median_ratios(&self) -> Vec<(Target, f64)> {
+    /// The targets run, in the order first run.
+    fn target_order(&self) -> Vec<Target> {
         let mut seen: Vec<Target> = Vec::new();
         for f in &self.targets {
             if !seen.contains(&f.target) {
                 seen.push(f.target);
             }
         }
-        seen.into_iter()
+        seen
+    }
+
+    /// Each target's median ratio to the baseline over the rounds (the figure to quote: a
+    /// shared machine drifts between rounds, the same-round ratio much less).
+    pub fn median_ratios(&self) -> Vec<(Target, f64)> {
+        self.target_order()
+            .into_iter()
             .filter_map(|target| {
-                let mut ratios: Vec<f64> = self
+                let ratios = self
                     .targets
                     .iter()
                     .filter(|f| f.target == target)
-                    .filter_map(|f| self.ratio(f))
-                    .collect();
-                ratios.sort_by(f64::total_cmp);
-                let n = ratios.len();
-                (n > 0).then(|| {
-                    let median = if n % 2 == 1 {
-                        ratios[n / 2]
-                    } else {
-                        (ratios[n / 2 - 1] + ratios[n / 2]) / 2.0
-                    };
-                    (target, median)
-                })
+                    .filter_map(|f| self.ratio(f));
+                median(ratios).map(|m| (target, m))
+            })
+            .collect()
+    }
+
+    /// Each TLS target's median throughput over its plain twin's in the same round (what
+    /// TLS costs), when the run has both.
+    pub fn tls_ratios(&self) -> Vec<(Target, Target, f64)> {
+        self.target_order()
+            .into_iter()
+            .filter_map(|target| {
+                let plain = target.plain_twin()?;
+                let ratios = self
+                    .targets
+                    .iter()
+                    .filter(|f| f.target == target)
+                    .filter_map(|f| Some(f.rate() / self.get(plain, f.round)?.rate()));
+                median(ratios).map(|m| (target, plain, m))
             })
             .collect()
     }
@@ -165,6 +178,11 @@ impl Report {
             .into_iter()
             .map(|(t, r)| (t.name().to_string(), r.into()))
             .collect();
+        let tls: serde_json::Map<String, serde_json::Value> = self
+            .tls_ratios()
+            .into_iter()
+            .map(|(t, _, r)| (t.name().to_string(), r.into()))
+            .collect();
         serde_json::json!({
             "setup": self.setup,
             "targets": self
@@ -174,7 +192,20 @@ impl Report {
                 .collect::<Vec<_>>(),
             "baseline": self.baseline(),
             "median_vs_baseline": medians,
+            "median_tls_vs_plain": tls,
         })
+    }
+}
+
+/// The median of `values` (none when empty).
+fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut values: Vec<f64> = values.collect();
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(values[n / 2]),
+        _ => Some((values[n / 2 - 1] + values[n / 2]) / 2.0),
     }
 }
 
@@ -187,7 +218,7 @@ impl fmt::Display for Report {
         writeln!(f, "verdict bench: {}", self.setup)?;
         writeln!(
             f,
-            "{:<12} {:>8} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>8} {:>7} {:>8}",
+            "{:<16} {:>8} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>8} {:>7} {:>8}",
             "target",
             "msg/s",
             "vs base",
@@ -223,7 +254,7 @@ impl fmt::Display for Report {
                 .map_or("-".to_string(), |d| format!("{:.0} us", t.per_message(d)));
             writeln!(
                 f,
-                "{:<12} {:>8.0} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>5.0} us {:>7} {:>8}",
+                "{:<16} {:>8.0} {:>9} {:>10} {:>9} {:>6} {:>7} {:>4} {:>10} {:>10} {:>5.0} us {:>7} {:>8}",
                 label,
                 t.rate(),
                 ratio,
@@ -250,6 +281,18 @@ impl fmt::Display for Report {
                 "median over {rounds} rounds, vs {}: {}",
                 self.baseline().map_or("-", Target::name),
                 medians.join(", ")
+            )?;
+        }
+        let tls: Vec<String> = self
+            .tls_ratios()
+            .iter()
+            .map(|(t, plain, r)| format!("{} {r:.2}x {}", t.name(), plain.name()))
+            .collect();
+        if !tls.is_empty() {
+            writeln!(
+                f,
+                "TLS against plain (median of same-round ratios): {}",
+                tls.join(", ")
             )?;
         }
         writeln!(

@@ -51,6 +51,9 @@ pub async fn connect(
     // client's reconnects and disconnects do.
     let established = Arc::new(AtomicBool::new(false));
     if let Some(ready) = ready {
+        // This client's events count only while it is the newest: the client a reload
+        // replaced closes (or reconnects) on its own time.
+        let ready = ready.for_connection();
         let established = established.clone();
         options = options.event_callback(move |event| {
             let (ready, established) = (ready.clone(), established.clone());
