@@ -365,6 +365,92 @@ fn the_dlq_over_the_admin_api_lists_dry_runs_replays_and_discards() {
     assert_eq!(ready, "ready\n");
 }
 
+/// Letters near 1 MiB: the admin API's DLQ pages stop at their byte budget (4 MiB by
+/// default, `max_bytes` to ask for less), always hold one letter, and their cursor walks
+/// every letter once - a client asking for a thousand letters gets a few megabytes at a
+/// time, never a gigabyte in one answer.
+#[test]
+fn dlq_pages_are_bounded_by_bytes_and_their_cursor_walks_every_letter_once() {
+    let dir = scratch_dir("gateway-dlq-bytes");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
+    let text = config(&consumer.url(), "");
+    let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
+    const LETTERS: u32 = 20;
+    let big = "x".repeat(900_000);
+    for chunk in (0..LETTERS).collect::<Vec<_>>().chunks(4) {
+        let batch: Vec<Value> = chunk
+            .iter()
+            .map(|i| json!({"id": format!("big-{i}"), "payload": big}))
+            .collect();
+        let published: Value = gw
+            .admin
+            .post("/v1/topics/orders/messages", &batch)
+            .expect("publish");
+        assert_eq!(published["accepted"].as_array().unwrap().len(), chunk.len());
+    }
+    assert_eq!(
+        drained(&gw, Duration::from_secs(60)).dead,
+        u64::from(LETTERS)
+    );
+
+    let walk = |query: &str| -> Vec<(Vec<i64>, usize)> {
+        let mut pages = Vec::new();
+        let mut after = String::new();
+        loop {
+            let (page, next): (Vec<Value>, _) = gw
+                .admin
+                .get_page(&format!("/v1/dlq?limit=1000{query}{after}"))
+                .unwrap();
+            let size = serde_json::to_vec(&page).unwrap().len();
+            pages.push((
+                page.iter().map(|e| e["seq"].as_i64().unwrap()).collect(),
+                size,
+            ));
+            match next {
+                Some(n) => after = format!("&after={n}"),
+                None => return pages,
+            }
+        }
+    };
+    let every = |pages: &[(Vec<i64>, usize)]| {
+        let mut seqs: Vec<i64> = pages.iter().flat_map(|(p, _)| p.clone()).collect();
+        let listed = seqs.len();
+        seqs.sort_unstable();
+        seqs.dedup();
+        assert_eq!(
+            (listed, seqs.len()),
+            (LETTERS as usize, LETTERS as usize),
+            "{pages:?}"
+        );
+    };
+    // 4 MiB a page: four letters of 900 KB, the fifth waits for the next page.
+    let pages = walk("");
+    every(&pages);
+    assert!(
+        pages
+            .iter()
+            .all(|(p, size)| *size <= 4 << 20 && !p.is_empty())
+    );
+    assert_eq!(pages[0].0.len(), 4, "{:?}", pages[0]);
+    // A budget below one letter still moves: one letter a page.
+    let pages = walk("&max_bytes=1000");
+    every(&pages);
+    assert!(pages.iter().all(|(p, _)| p.len() == 1));
+    // A budget past the most a page may hold is held to it (64 MiB), not refused.
+    let pages = walk("&max_bytes=999999999999");
+    every(&pages);
+    assert_eq!(pages.len(), 1);
+    let refused = gw.admin.get::<Value>("/v1/dlq?max_bytes=lots");
+    assert!(
+        matches!(
+            refused,
+            Err(verdict_cli::client::ClientError::Api { status: 400, .. })
+        ),
+        "{refused:?}"
+    );
+}
+
 #[test]
 fn an_unreachable_consumer_is_retried_as_transport_failures_then_dead_lettered() {
     let dir = scratch_dir("gateway-unreachable");

@@ -59,6 +59,28 @@ pub fn dlq_depth(admin: &AdminClient) -> Result<u64> {
         .sum())
 }
 
+/// Where the embedded store still holds messages: its rows by state (`ready`, `scheduled`,
+/// `leased`), from the gateway's `verdict_messages` gauges (read from the store's rows at
+/// each scrape).
+pub fn store_census(admin: &AdminClient) -> Vec<(String, u64)> {
+    let Ok(text) = admin.get_text("/metrics") else {
+        return Vec::new();
+    };
+    ["ready", "scheduled", "leased"]
+        .into_iter()
+        .filter_map(|state| {
+            let series = format!("verdict_messages{{state=\"{state}\"}} ");
+            let n = text
+                .lines()
+                .find_map(|l| l.strip_prefix(series.as_str()))?
+                .trim()
+                .parse::<f64>()
+                .ok()? as u64;
+            (n > 0).then(|| (format!("store rows {state}"), n))
+        })
+        .collect()
+}
+
 /// The DLQ, page by page through the admin API.
 pub fn dead_letters(admin: &AdminClient, name: SourceName) -> Result<Vec<Letter>> {
     let mut out = Vec::new();

@@ -47,7 +47,9 @@ impl Gateway {
             .append(true)
             .open(self.log_path())
             .with_context(|| format!("{}", self.log_path().display()))?;
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        hermetic(&mut command);
+        let child = command
             .arg("run")
             .arg("-c")
             .arg(self.config_path())
@@ -144,6 +146,19 @@ impl Gateway {
             .filter(|l| l.contains("panicked at") || l.contains("RUST_BACKTRACE"))
             .map(|l| verdict_runtime::text::one_line(l, 300))
             .collect()
+    }
+}
+
+/// Leave out of `command` every `VERDICT_*` variable of the caller's but `VERDICT_LOG`: a
+/// run's gateway takes its token, TLS and names from the run's own config, never from the
+/// shell the harness was started in (an operator's `VERDICT_ADMIN_TOKEN` would replace the
+/// run's token, and every call the harness makes would be refused).
+pub fn hermetic(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("VERDICT_") && name != "VERDICT_LOG" {
+            command.env_remove(name.as_ref());
+        }
     }
 }
 

@@ -79,7 +79,7 @@ pub struct Options {
     pub refuse_writes: bool,
     /// The consumer's and the route's shape.
     pub profile: Profile,
-    /// How long to wait, after publishing, for every message to become terminal.
+    /// After publishing, how long to wait with no message becoming terminal before judging.
     pub settle: Duration,
     /// The `verdict` binary.
     pub bin: PathBuf,
@@ -134,9 +134,14 @@ pub struct Report {
     pub violations: Vec<String>,
     /// The run's directory, kept when it failed.
     pub dir: Option<String>,
-    /// Messages still in the broker's route queue and delay buckets when the run was judged
-    /// (RabbitMQ): "lost" ones may be waiting there.
-    pub still_queued: Vec<(String, u64)>,
+    /// Where the source still held messages when the run was judged (a census: the store's
+    /// rows by state, each NATS consumer's pending and unacknowledged messages, RabbitMQ's
+    /// route queue and delay buckets): a message found nowhere is lost, one still held is
+    /// only not terminal in time.
+    pub still_held: Vec<(String, u64)>,
+    /// Messages neither delivered nor dead-lettered while the source still held some: not
+    /// terminal in time (a separate verdict from lost).
+    pub not_terminal: usize,
 }
 
 fn config(
@@ -503,16 +508,26 @@ impl<'a> Run<'a> {
     }
 
     /// Wait until every message taken is accepted or dead-lettered (counted by the DLQ's
-    /// depth; the DLQ itself is read once, at the end), `settle` at most.
+    /// depth; the DLQ itself is read once, at the end). A backlog that drains is waited for
+    /// however long it takes: the window closes only when no message became terminal for
+    /// `settle` (a stuck run, or one whose retries wait longer than that).
     fn settle(&self, published: &Published) -> Result<()> {
-        let deadline = Instant::now() + self.o.settle;
+        let mut moved = Instant::now();
+        let mut last_open = usize::MAX;
+        let started = Instant::now();
         loop {
             let accepted = self.consumer.accepted_keys();
             let dead = admin::dlq_depth(&self.admin)?;
             let open = published.at.len().saturating_sub(accepted + dead as usize);
+            if open < last_open {
+                last_open = open;
+                moved = Instant::now();
+            }
+            let drained = published.at.len().saturating_sub(open) as f64;
             self.progress.show(&format!(
-                "settling: {open} of {} not terminal yet",
-                published.at.len()
+                "settling: {open} of {} not terminal yet ({:.0} terminal/s so far)",
+                published.at.len(),
+                drained / started.elapsed().as_secs_f64().max(1.0)
             ));
             // The counts can say "all terminal" while a broker still holds copies (a DLQ
             // letter counted twice after a fault); on RabbitMQ the route queue and delay
@@ -520,7 +535,7 @@ impl<'a> Run<'a> {
             let settled = open == 0
                 && (self.name != SourceName::Rabbitmq
                     || self.runtime.block_on(self.source.still_queued()).is_empty());
-            if settled || Instant::now() > deadline {
+            if settled || moved.elapsed() > self.o.settle {
                 break;
             }
             std::thread::sleep(Duration::from_secs(1));
@@ -539,11 +554,12 @@ impl<'a> Run<'a> {
             .filter(|m| m.payload.len() > 100_000)
             .map(|m| (sha256_hex(&m.payload), m.key.clone()))
             .collect();
+        self.report.still_held = match self.name {
+            SourceName::Embedded => admin::store_census(&self.admin),
+            _ => self.runtime.block_on(self.source.census()),
+        };
         let letters = match self.name {
-            SourceName::Rabbitmq => {
-                self.report.still_queued = self.runtime.block_on(self.source.still_queued());
-                self.runtime.block_on(self.source.drain_rabbitmq_dlq())?
-            }
+            SourceName::Rabbitmq => self.runtime.block_on(self.source.drain_rabbitmq_dlq())?,
             _ => admin::dead_letters(&self.admin, self.name)?,
         };
         let dead = letters::tally(&letters, &by_digest);
@@ -563,6 +579,11 @@ impl<'a> Run<'a> {
             windows: &self.windows,
         });
         report.violations.extend(found.violations);
+        report
+            .violations
+            .extend(unfinished(&found.unfinished, &report.still_held));
+        let held: u64 = report.still_held.iter().map(|(_, n)| n).sum();
+        report.not_terminal = if held > 0 { found.unfinished.len() } else { 0 };
         report.duplicates = found.duplicates;
         report.delivered = found.delivered;
         report.max_publish_to_terminal_ms = found.max_publish_to_terminal_ms;
@@ -613,6 +634,41 @@ impl<'a> Run<'a> {
     }
 }
 
+/// The verdict on messages neither delivered nor dead-lettered: lost when the source's
+/// census finds nothing waiting (one line each), else not terminal in time, with where the
+/// source holds messages - and the rest lost when it holds fewer than are missing.
+fn unfinished(missing: &[(String, usize)], held: &[(String, u64)]) -> Vec<String> {
+    let total: u64 = held.iter().map(|(_, n)| n).sum();
+    if missing.is_empty() {
+        return Vec::new();
+    }
+    if total == 0 {
+        return missing
+            .iter()
+            .map(|(key, requests)| {
+                format!(
+                    "message {key} is lost: neither delivered nor dead-lettered, and the                      source holds nothing ({requests} request(s))"
+                )
+            })
+            .collect();
+    }
+    let missing_n = missing.len() as u64;
+    let wher: Vec<String> = held.iter().map(|(w, n)| format!("{w}: {n}")).collect();
+    let first: Vec<&str> = missing.iter().take(5).map(|(k, _)| k.as_str()).collect();
+    let mut out = vec![format!(
+        "{missing_n} message(s) not terminal in time (e.g. {}): the source still holds {total} ({})",
+        first.join(", "),
+        wher.join(", ")
+    )];
+    if total < missing_n {
+        out.push(format!(
+            "at least {} message(s) lost: {missing_n} are neither delivered nor dead-lettered,              the source holds only {total}",
+            missing_n - total
+        ));
+    }
+    out
+}
+
 /// What the publishing came to, by key.
 #[derive(Default)]
 struct Published {
@@ -634,4 +690,32 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 fn now_ms() -> u64 {
     verdict_gateway::pipeline::now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unfinished;
+
+    #[test]
+    fn a_message_found_nowhere_is_lost_and_one_still_held_is_only_late() {
+        let missing = vec![("000001".to_string(), 2), ("000002".to_string(), 0)];
+        assert!(unfinished(&[], &[]).is_empty());
+        let lost = unfinished(&missing, &[]);
+        assert_eq!(lost.len(), 2);
+        assert!(lost[0].starts_with("message 000001 is lost"), "{lost:?}");
+        let held = vec![("delay.8669".to_string(), 5)];
+        let late = unfinished(&missing, &held);
+        assert_eq!(late.len(), 1, "{late:?}");
+        assert!(
+            late[0].contains("2 message(s) not terminal in time")
+                && late[0].contains("delay.8669: 5"),
+            "{late:?}"
+        );
+        // The source holds fewer than are missing: the rest are lost.
+        let some = unfinished(&missing, &[("store rows ready".to_string(), 1)]);
+        assert!(
+            some[1].starts_with("at least 1 message(s) lost"),
+            "{some:?}"
+        );
+    }
 }

@@ -423,6 +423,43 @@ impl Source {
         queues
     }
 
+    /// Where the broker still holds the run's messages: each NATS consumer's pending and
+    /// unacknowledged messages, RabbitMQ's route queue and delay buckets (nothing for the
+    /// embedded store, whose census the admin API gives: [`crate::admin::store_census`]).
+    /// Asked of the broker, never of the gateway.
+    pub async fn census(&self) -> Vec<(String, u64)> {
+        match self.name {
+            SourceName::Embedded => Vec::new(),
+            SourceName::Rabbitmq => self.still_queued().await,
+            SourceName::Nats => self.nats_census().await,
+        }
+    }
+
+    async fn nats_census(&self) -> Vec<(String, u64)> {
+        use futures_util::StreamExt as _;
+        let Some(js) = &self.nats else {
+            return Vec::new();
+        };
+        let Ok(stream) = js.get_stream(&self.prefix).await else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut consumers = stream.consumers();
+        while let Some(Ok(info)) = consumers.next().await {
+            let held = info.num_pending + info.num_ack_pending as u64;
+            if held > 0 {
+                out.push((
+                    format!(
+                        "consumer {} ({} pending, {} unacknowledged)",
+                        info.name, info.num_pending, info.num_ack_pending
+                    ),
+                    held,
+                ));
+            }
+        }
+        out
+    }
+
     /// The messages still waiting in the run's route queue and delay buckets (RabbitMQ;
     /// nothing elsewhere): a message found there when the run is judged was not lost, only
     /// not terminal yet.

@@ -10,6 +10,10 @@ use std::process::Command;
 fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
     let workdir = std::env::temp_dir().join(format!("verdict-torture-{}", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_verdict-torture"))
+        // Hermetic: a caller's admin settings reach neither the harness nor its gateways.
+        .env("VERDICT_ADMIN_TOKEN", "the-callers-token-not-the-runs")
+        .env("VERDICT_ADMIN_URL", "http://127.0.0.1:9")
+        .env("VERDICT_LOG_FORMAT", "json")
         .args([
             "--sources",
             "embedded,nats,rabbitmq",

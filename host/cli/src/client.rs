@@ -176,6 +176,10 @@ impl AdminClient {
     }
 }
 
+/// The largest answer read: a DLQ page the API holds to 64 MiB, plus the one letter a page
+/// always holds, however big.
+const ANSWER_BYTES_MAX: u64 = 80 << 20;
+
 fn finish<T: DeserializeOwned>(
     url: &str,
     response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
@@ -187,6 +191,8 @@ fn finish<T: DeserializeOwned>(
     let status = response.status().as_u16();
     let text = response
         .body_mut()
+        .with_config()
+        .limit(ANSWER_BYTES_MAX)
         .read_to_string()
         .map_err(|e| ClientError::Decode {
             url: url.into(),

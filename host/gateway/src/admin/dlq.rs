@@ -3,8 +3,9 @@
 //! (query or body), on the broker its config names, through one connection per broker kept
 //! between requests. Reading a broker's DLQ touches the broker, so it needs the token too,
 //! and never creates anything there. A listing is a page of at most [`DEFAULT_LIMIT`]
-//! entries; when more follow, [`NEXT_HEADER`] holds the `after` of the next one. No answer
-//! carries a broker password.
+//! entries and [`PAGE_BYTES`] of them as JSON (`max_bytes`, up to [`PAGE_BYTES_MAX`]; a
+//! letter bigger than that comes alone); when more follow, [`NEXT_HEADER`] holds the
+//! `after` of the next one. No answer carries a broker password.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -16,7 +17,7 @@ use serde::Deserialize;
 use super::handlers::body_bytes;
 use super::identity::{Identity, Role};
 use super::{AdminState, ApiError, bodies};
-use crate::dlq::{DeadLetters, ReplayReport};
+use crate::dlq::{DeadLetters, PAGE_BYTES, PAGE_BYTES_MAX, ReplayReport, page_within};
 use crate::pipeline::{Pipeline, now_ms};
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use verdict_registry::SourceKind;
@@ -109,7 +110,14 @@ pub(crate) async fn list(
     let Query(mut filter) = filter.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let source = filter.source;
     filter.limit = Some(filter.limit.unwrap_or(DEFAULT_LIMIT).min(DEFAULT_LIMIT));
-    let page = with_dlqs(&state, source, move |d| d.page(&filter, now_ms())).await?;
+    let max_bytes = filter
+        .max_bytes
+        .unwrap_or(PAGE_BYTES)
+        .clamp(1, PAGE_BYTES_MAX);
+    let page = with_dlqs(&state, source, move |d| {
+        page_within(d, &filter, now_ms(), max_bytes)
+    })
+    .await?;
     let mut headers = axum::http::HeaderMap::new();
     if let Some(next) = page.next.and_then(|n| n.parse().ok()) {
         headers.insert(NEXT_HEADER, next);

@@ -14,7 +14,7 @@
 //! | GET | `/v1/shadow` | summary | shadow reports |
 //! | POST | `/v1/decide` | summary | `{"topic", "failure"}` -> decision |
 //! | GET | `/v1/dlq/stats` | summary (`read` for `?source=` a broker) | DLQ depths |
-//! | GET | `/v1/dlq` | read | the dead letters, a page at a time (query: source, topic, dlq, class, kind, group, min_age_ms, dead_before_ms, max_repeats, limit, after; the next page's `after` in the `x-verdict-next` header) |
+//! | GET | `/v1/dlq` | read | the dead letters, a page at a time (query: source, topic, dlq, class, kind, group, min_age_ms, dead_before_ms, max_repeats, limit, max_bytes, after; the next page's `after` in the `x-verdict-next` header) |
 //! | GET | `/v1/dlq/groups` | read | dead letters grouped by topic, class, kind and normalised reason (`?source=` one source or `all`): count, first/last seen, sources, policy versions, parked, a sample |
 //! | GET | `/v1/jobs`, `/v1/jobs/{id}` | read | DLQ jobs, newest first: state, done/total, canary, dry-run decisions |
 //! | POST | `/v1/topics/{topic}/messages` | operate | publish one message or a batch into the store |

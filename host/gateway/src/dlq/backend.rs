@@ -42,6 +42,18 @@ pub struct CanaryProgress {
 /// Dead letters a page holds when the filter names no `limit`.
 pub const PAGE_SIZE: usize = 1_000;
 
+/// The bytes of letters (as JSON) a listing page of the admin API holds when the request
+/// names no `max_bytes`: a thousand letters near 1 MiB each must not make one answer of a
+/// gigabyte, for the gateway's memory or any client's.
+pub const PAGE_BYTES: usize = 4 << 20;
+
+/// The most a request may ask a page to hold.
+pub const PAGE_BYTES_MAX: usize = 64 << 20;
+
+/// Letters read from a source at once while filling a page whose letters' sizes are not
+/// known yet; after that, as many as the budget left holds at the largest size seen.
+const FIRST_READ: usize = 4;
+
 /// One page of a listing.
 #[derive(Debug, Clone, Default)]
 pub struct DlqPage {
@@ -57,6 +69,12 @@ pub trait DeadLetters {
     /// after its `after` cursor. A page may hold fewer than asked and still have a `next`:
     /// a broker DLQ is scanned a bounded stretch at a time.
     fn page(&self, filter: &DlqFilter, now_ms: u64) -> Result<DlqPage, DlqError>;
+
+    /// The cursor a page ending with `entry` passes on (the next filter's `after`): the
+    /// source's own form.
+    fn cursor_of(&self, entry: &DlqEntry) -> String {
+        entry.seq.to_string()
+    }
 
     /// Every dead letter matching `filter` (at most `filter.limit`), page by page.
     fn list(&self, filter: &DlqFilter, now_ms: u64) -> Result<Vec<DlqEntry>, DlqError> {
@@ -103,6 +121,83 @@ pub(crate) fn list_pages(
             Some(next) => page_filter.after = Some(next),
             None => return Ok(out),
         }
+    }
+}
+
+/// One page of at most `filter.limit` (else [`PAGE_SIZE`]) letters whose JSON takes at most
+/// `max_bytes` together - or the one letter that alone takes more - with the cursor to go
+/// on from. The source is read a few letters at a time (as many as the budget left holds
+/// at the largest size seen so far), so the memory a page costs follows its budget, not its
+/// `limit`. Like [`DeadLetters::page`], a page may hold fewer than asked and still have a
+/// `next`.
+pub fn page_within(
+    dlqs: &(impl DeadLetters + ?Sized),
+    filter: &DlqFilter,
+    now_ms: u64,
+    max_bytes: usize,
+) -> Result<DlqPage, DlqError> {
+    let limit = filter.limit.unwrap_or(PAGE_SIZE);
+    let mut entries: Vec<DlqEntry> = Vec::new();
+    let (mut bytes, mut largest) = (0usize, 0usize);
+    let mut read = filter.clone();
+    loop {
+        let room = limit.saturating_sub(entries.len());
+        let fits = match largest {
+            0 => FIRST_READ,
+            size => (max_bytes.saturating_sub(bytes) / size).max(1),
+        };
+        read.limit = Some(room.min(fits));
+        let page = dlqs.page(&read, now_ms)?;
+        let asked = read.limit.unwrap_or(0);
+        let full = page.entries.len() >= asked;
+        for entry in page.entries {
+            let size = json_size(&entry);
+            if !entries.is_empty() && bytes.saturating_add(size) > max_bytes {
+                // The budget is spent inside what was read: the next page starts at this
+                // letter.
+                let next = entries.last().map(|last| dlqs.cursor_of(last));
+                return Ok(DlqPage { entries, next });
+            }
+            bytes = bytes.saturating_add(size);
+            largest = largest.max(size);
+            entries.push(entry);
+        }
+        let Some(next) = page.next else {
+            return Ok(DlqPage {
+                entries,
+                next: None,
+            });
+        };
+        // A source that stopped short (its scanning budget, a group matched in memory)
+        // hands its cursor on rather than being asked again here.
+        if !full || entries.len() >= limit || bytes >= max_bytes {
+            return Ok(DlqPage {
+                entries,
+                next: Some(next),
+            });
+        }
+        read.after = Some(next);
+    }
+}
+
+/// The bytes `entry` takes as JSON, counted without building the text.
+fn json_size(entry: &DlqEntry) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, entry) {
+        Ok(()) => count.0,
+        // An entry that cannot be written cannot be answered either: it weighs nothing
+        // here, and the answer says what is wrong.
+        Err(_) => 0,
     }
 }
 
@@ -220,6 +315,10 @@ impl StatsTally {
 }
 
 impl DeadLetters for Store {
+    fn cursor_of(&self, entry: &DlqEntry) -> String {
+        Store::cursor_of(entry)
+    }
+
     fn page(&self, filter: &DlqFilter, now_ms: u64) -> Result<DlqPage, DlqError> {
         let limit = filter.limit.unwrap_or(PAGE_SIZE);
         let mut entries = self.dlq_list(
@@ -329,5 +428,147 @@ mod tests {
         assert_eq!(e.envelope.original.id, "m-7");
         let bad = entry_from_headers(5, "orders.DLQ".into(), |_| "json".into(), b"{not json");
         assert!(bad.unwrap_err().contains("orders.DLQ: dead letter 5"));
+    }
+
+    /// A DLQ of `count` letters whose payloads take `payload_bytes` each, made as they are
+    /// read (a thousand letters of 1 MiB are never in memory at once), remembering the most
+    /// letters one read asked for; `stop_short` makes it hand back at most 3 letters a read
+    /// with a cursor, as a broker's scanning budget does.
+    struct Synthetic {
+        count: i64,
+        payload_bytes: usize,
+        stop_short: bool,
+        most_read: std::cell::Cell<usize>,
+    }
+
+    impl Synthetic {
+        fn entry(&self, seq: i64) -> DlqEntry {
+            serde_json::from_value(serde_json::json!({
+                "seq": seq, "message_id": format!("m-{seq}"), "topic": "orders",
+                "dlq": "orders.DLQ", "class": "poison", "kind": "http.422", "reason": "r",
+                "attempts": 1, "created_at_ms": 1_000 + seq,
+                "envelope": {
+                    "original": {"topic": "orders", "id": format!("m-{seq}"), "headers": {},
+                                 "payload": "x".repeat(self.payload_bytes)},
+                    "attempts": 1, "errors": [], "consumerGroup": "g",
+                    "firstFailedAt": "x", "lastFailedAt": "x",
+                    "verdict": {"action": "dead-letter", "class": "poison", "reason": "r",
+                                "alert": "warning", "labels": {}},
+                    "policy": {"name": "rules", "version": "1", "sha256": "s"},
+                    "dlq": "orders.DLQ", "gateway": "gw", "deadLetteredAt": "x"
+                }
+            }))
+            .unwrap()
+        }
+    }
+
+    impl DeadLetters for Synthetic {
+        fn page(&self, filter: &DlqFilter, _now_ms: u64) -> Result<DlqPage, DlqError> {
+            let after: i64 = filter.after.as_deref().map_or(0, |a| a.parse().unwrap());
+            let mut limit = filter.limit.unwrap_or(PAGE_SIZE);
+            if self.stop_short {
+                limit = limit.min(3);
+            }
+            self.most_read.set(self.most_read.get().max(limit));
+            let last = (after + i64::try_from(limit).unwrap()).min(self.count);
+            let entries: Vec<DlqEntry> = (after + 1..=last).map(|s| self.entry(s)).collect();
+            Ok(DlqPage {
+                entries,
+                next: (last < self.count).then(|| last.to_string()),
+            })
+        }
+        fn stats(&self) -> Result<Vec<DlqStats>, DlqError> {
+            Ok(Vec::new())
+        }
+        fn replay(&self, _: &[DlqEntry], _: &str, _: &str) -> Result<Vec<String>, DlqError> {
+            Ok(Vec::new())
+        }
+        fn discard(&self, _: &[DlqEntry], _: &str) -> Result<u64, DlqError> {
+            Ok(0)
+        }
+        fn outcome(&self, _: &[String], _: &str) -> Result<CanaryProgress, DlqError> {
+            Ok(CanaryProgress::default())
+        }
+    }
+
+    /// Every page of `dlqs` from the start, each page's JSON size with it.
+    fn walk(dlqs: &Synthetic, limit: usize, max_bytes: usize) -> Vec<(Vec<i64>, usize)> {
+        let mut pages = Vec::new();
+        let mut filter = DlqFilter {
+            limit: Some(limit),
+            ..DlqFilter::default()
+        };
+        loop {
+            let page = page_within(dlqs, &filter, 0, max_bytes).unwrap();
+            let size = serde_json::to_vec(&page.entries).unwrap().len();
+            pages.push((page.entries.iter().map(|e| e.seq).collect(), size));
+            match page.next {
+                Some(next) => filter.after = Some(next),
+                None => return pages,
+            }
+        }
+    }
+
+    /// The shape of a thousand letters of 1 MiB under the 4 MiB default, at a 32nd of the
+    /// size (a debug build writes every byte of every page as JSON twice here).
+    #[test]
+    fn a_thousand_big_letters_come_in_pages_bounded_by_bytes_each_once() {
+        let dlqs = Synthetic {
+            count: 1_000,
+            payload_bytes: 32 << 10,
+            stop_short: false,
+            most_read: 0.into(),
+        };
+        let budget = PAGE_BYTES / 32;
+        let pages = walk(&dlqs, 1_000, budget);
+        let seqs: Vec<i64> = pages.iter().flat_map(|(s, _)| s.clone()).collect();
+        assert_eq!(seqs, (1..=1_000).collect::<Vec<_>>(), "each once, in order");
+        for (page, size) in &pages {
+            assert!(*size <= budget, "{} letters, {size} bytes", page.len());
+        }
+        // Three letters (and their envelopes) fit in four letters' bytes, a fourth does not.
+        assert_eq!(pages[0].0.len(), 3, "{:?}", pages[0]);
+        // Read a few at a time: what a page costs follows its budget, not its limit.
+        assert!(
+            dlqs.most_read.get() <= FIRST_READ,
+            "{}",
+            dlqs.most_read.get()
+        );
+    }
+
+    #[test]
+    fn a_letter_bigger_than_the_budget_comes_alone_and_small_ones_fill_the_limit() {
+        let big = Synthetic {
+            count: 5,
+            payload_bytes: 2 << 20,
+            stop_short: false,
+            most_read: 0.into(),
+        };
+        let pages = walk(&big, 1_000, 1 << 20);
+        assert_eq!(pages.len(), 5, "one letter a page, never none");
+        assert!(pages.iter().all(|(p, _)| p.len() == 1));
+        let small = Synthetic {
+            count: 250,
+            payload_bytes: 10,
+            stop_short: false,
+            most_read: 0.into(),
+        };
+        let pages = walk(&small, 100, PAGE_BYTES);
+        let sizes: Vec<usize> = pages.iter().map(|(p, _)| p.len()).collect();
+        assert_eq!(sizes, [100, 100, 50], "the count bounds small letters");
+    }
+
+    #[test]
+    fn a_source_that_stops_short_hands_its_cursor_on_and_nothing_is_skipped() {
+        let dlqs = Synthetic {
+            count: 20,
+            payload_bytes: 100,
+            stop_short: true,
+            most_read: 0.into(),
+        };
+        let pages = walk(&dlqs, 1_000, PAGE_BYTES);
+        let seqs: Vec<i64> = pages.iter().flat_map(|(s, _)| s.clone()).collect();
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+        assert!(pages.iter().all(|(p, _)| p.len() <= 3));
     }
 }

@@ -20,7 +20,10 @@ mod history;
 mod jobs;
 mod runtime;
 
-pub use backend::{CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_SIZE, matches};
+pub use backend::{
+    CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_BYTES, PAGE_BYTES_MAX, PAGE_SIZE, matches,
+    page_within,
+};
 pub(crate) use backend::{StatsTally, back_again, entry_from_headers, list_pages, position_after};
 pub use groups::{
     DlqGroup, Fingerprint, GroupSample, Grouping, MAX_REASON_CHARS, normalise_reason,

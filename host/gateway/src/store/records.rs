@@ -78,6 +78,10 @@ pub struct DlqFilter {
     /// Whose DLQs (the admin API's `?source=nats`): the embedded store when absent. Sources
     /// ignore it; whoever opens the DLQs reads it.
     pub source: Option<verdict_registry::SourceKind>,
+    /// The bytes of letters (as JSON) one page of the admin API holds at most (beside the
+    /// one letter a page always holds): `?max_bytes=`. Sources ignore it; the API pages by
+    /// it.
+    pub max_bytes: Option<usize>,
 }
 
 /// One dead letter.
