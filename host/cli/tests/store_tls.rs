@@ -1,7 +1,8 @@
 //! The shared stores over TLS, through the real binary. PostgreSQL: the machine's server
 //! (Debian's runs with `ssl = on` and its own certificate), libpq's `sslmode` and
-//! `sslrootcert` in the store URL, the connection seen encrypted from the server's side.
-//! MariaDB: a server of the test's own on a free loopback port with a certificate from a
+//! `sslrootcert` in the store URL, the connection seen encrypted from the server's side; and
+//! a server of the test's own that takes only TLS (`hostssl`), with a password user and a
+//! client-certificate user. MariaDB: a server of the test's own on a free loopback port with a certificate from a
 //! throwaway CA and a user that may only log in over TLS. For both, a certificate from the
 //! wrong CA stops the start with the setting named.
 
@@ -326,4 +327,201 @@ fn the_mariadb_store_verifies_its_server_and_a_tls_only_user_works_only_over_tls
         !stderr.contains("tls-password"),
         "the password is never shown: {stderr}"
     );
+}
+
+/// A PostgreSQL server of the test's own (`initdb` into a fresh directory, run as the
+/// `postgres` user): TLS with a certificate from a throwaway CA, and `pg_hba.conf` that
+/// takes only TLS from the network - user `tlsonly` by password, user `certuser` by its
+/// client certificate (`cert` authentication). Stopped and removed at the end.
+struct TlsPostgres {
+    dir: PathBuf,
+    port: u16,
+    bin: PathBuf,
+}
+
+impl Drop for TlsPostgres {
+    fn drop(&mut self) {
+        let _ = self.as_postgres(&["pg_ctl", "-D", "data", "stop", "-m", "immediate"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl TlsPostgres {
+    fn as_postgres(&self, args: &[&str]) -> std::process::Output {
+        let program = self.bin.join(args[0]);
+        Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(program)
+            .args(&args[1..])
+            .current_dir(&self.dir)
+            .output()
+            .expect("runuser (util-linux) runs")
+    }
+
+    fn start(pki: &Pki) -> TlsPostgres {
+        // Outside /root: the server runs as `postgres`.
+        let dir = std::env::temp_dir().join(format!("verdict-pg-tls-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("Debian's PostgreSQL server binaries")
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .find(|b| b.join("initdb").is_file())
+            .expect("an initdb under /usr/lib/postgresql/*/bin");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = TlsPostgres { dir, port, bin };
+        let chown = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&server.dir)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        let init = server.as_postgres(&["initdb", "-D", "data", "-A", "trust", "-U", "postgres"]);
+        assert!(init.status.success(), "{}", text(&init.stderr));
+        let data = server.dir.join("data");
+        // The server's key must be its own and private.
+        let leaf = pki.server("postgres", &["127.0.0.1", "localhost"]);
+        std::fs::copy(&leaf.cert, data.join("server.crt")).unwrap();
+        std::fs::copy(&leaf.key, data.join("server.key")).unwrap();
+        std::fs::copy(pki.ca_file(), data.join("root.crt")).unwrap();
+        let conf = format!(
+            "listen_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{socket}'\n\
+             ssl = on\nssl_cert_file = 'server.crt'\nssl_key_file = 'server.key'\n\
+             ssl_ca_file = 'root.crt'\nshared_buffers = 16MB\n",
+            socket = server.dir.display()
+        );
+        let mut postgresql = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
+        postgresql.push_str(&conf);
+        std::fs::write(data.join("postgresql.conf"), postgresql).unwrap();
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\n\
+             hostssl all tlsonly 127.0.0.1/32 scram-sha-256\n\
+             hostssl all certuser 127.0.0.1/32 cert\n\
+             hostnossl all all 127.0.0.1/32 reject\n",
+        )
+        .unwrap();
+        let chown = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&data)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        std::fs::set_permissions(
+            data.join("server.key"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+        let started = server.as_postgres(&["pg_ctl", "-D", "data", "-l", "log", "-w", "start"]);
+        let log = std::fs::read_to_string(server.dir.join("log")).unwrap_or_default();
+        assert!(started.status.success(), "{}\n{log}", text(&started.stderr));
+        let socket = server.dir.display().to_string();
+        let port_text = port.to_string();
+        let setup = server.as_postgres(&[
+            "psql",
+            "-h",
+            &socket,
+            "-p",
+            &port_text,
+            "-U",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-c",
+            "CREATE USER tlsonly PASSWORD 'tls-password'",
+            "-c",
+            "CREATE USER certuser",
+            "-c",
+            "CREATE DATABASE verdict OWNER tlsonly",
+            "-c",
+            "CREATE DATABASE verdict_cert OWNER certuser",
+        ]);
+        assert!(setup.status.success(), "{}", text(&setup.stderr));
+        server
+    }
+}
+
+/// The gateway logs in over TLS as a password user and as a certificate user, verifying
+/// the server's certificate against the test's CA (`verify-full`); plaintext is refused by
+/// the server, and the certificate user without its certificate cannot log in - each such
+/// start stops at once, naming the store, without the password.
+#[test]
+fn a_postgres_server_taking_only_tls_logs_the_gateway_in_by_password_or_client_certificate() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("store-tls-pg-own");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pki = Pki::new("store-tls-pg-own");
+    let server = TlsPostgres::start(&pki);
+    let consumer = spawn(
+        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--transient",
+            "0",
+            "--permanent",
+            "0",
+        ],
+    );
+    let ca = pki.ca_file().display().to_string();
+    let me = pki.client("certuser");
+    let port = server.port;
+    let by_password = format!(
+        "postgres://tlsonly:tls-password@127.0.0.1:{port}/verdict?sslmode=verify-full&sslrootcert={ca}"
+    );
+    let by_certificate = format!(
+        "postgres://certuser@127.0.0.1:{port}/verdict_cert?sslmode=verify-full&sslrootcert={ca}\
+         &sslcert={}&sslkey={}",
+        me.cert.display(),
+        me.key.display()
+    );
+    for (who, store) in [("password", &by_password), ("certificate", &by_certificate)] {
+        let config = write_config(&dir, store, &consumer.url);
+        let gw = spawn(
+            env!("CARGO_BIN_EXE_verdict"),
+            &["run", "-c", config.to_str().unwrap()],
+        );
+        let before = common::accepted(&consumer);
+        common::publish_batch(&gw.url, &dir, "orders", who, 30);
+        assert!(
+            wait_until(Duration::from_secs(60), || common::accepted(&consumer)
+                >= before + 30),
+            "{who}: 30 delivered"
+        );
+        let probe = common::probe_of(&config, "gateway.store");
+        let detail = probe["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(", TLS ("), "{who}: {probe:#}");
+        drop(gw);
+    }
+
+    // Plaintext to a server that takes only TLS, and the certificate user without its
+    // certificate: the server refuses each login (saying why), and the start stops naming
+    // the store, never its password.
+    let plain = by_password.replace("sslmode=verify-full", "sslmode=disable");
+    let no_certificate = by_certificate
+        .split("&sslcert=")
+        .next()
+        .unwrap()
+        .to_string();
+    for (what, store, why) in [
+        ("plaintext to a TLS-only server", plain, "no encryption"),
+        (
+            "a certificate user without its certificate",
+            no_certificate,
+            "certificate",
+        ),
+    ] {
+        let stderr = common::refused_start(&write_config(&dir, &store, &consumer.url), what, &[]);
+        assert!(
+            stderr.contains(&format!("store 127.0.0.1:{port}/"))
+                && stderr.contains(why)
+                && !stderr.contains("tls-password"),
+            "{what}: {stderr}"
+        );
+    }
 }
