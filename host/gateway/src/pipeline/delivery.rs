@@ -205,9 +205,21 @@ pub async fn deliver(
         .post(url)
         .timeout(Duration::from_millis(consumer.config.timeout_ms))
         .headers(headers);
-    let response = match request.body(message.payload.clone()).send().await {
+    let request = request.body(message.payload.clone());
+    // A pooled connection can close between being picked and being written to (a server
+    // that refuses the gateway's certificate closes it just after the TLS 1.3 handshake):
+    // the client then cancels the request unsent, naming no cause. Unsent, it is sent once
+    // more - on a new connection, whose failure names its cause.
+    let again = request.try_clone();
+    let response = match request.send().await {
         Ok(response) => response,
-        Err(e) => return Err(transport(&e)),
+        Err(e) => match again {
+            Some(again) if canceled_unsent(&e) => match again.send().await {
+                Ok(response) => response,
+                Err(e) => return Err(transport(&e)),
+            },
+            _ => return Err(transport(&e)),
+        },
     };
     let status = response.status();
     if status.is_success() {
@@ -234,6 +246,20 @@ async fn read_capped(mut response: reqwest::Response, max: usize) -> Vec<u8> {
         }
     }
     body
+}
+
+/// Whether the HTTP client canceled the request before sending any of it.
+fn canceled_unsent(e: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 fn transport(e: &reqwest::Error) -> DeliveryError {
