@@ -138,17 +138,7 @@ fn the_gateway_consumes_over_tls_with_an_nkey_and_names_every_setting_the_server
     let server = TlsNats::start("gw", &pki, &user.public_key());
     let me = pki.client("gateway");
     std::fs::write(dir.join("seed"), user.seed().unwrap() + "\n").unwrap();
-    let healthy = spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--transient",
-            "0",
-            "--permanent",
-            "0",
-        ],
-    );
+    let healthy = common::healthy_consumer();
 
     // TLS with a client certificate, NKey login: 200 messages delivered.
     let good = format!(
@@ -408,17 +398,7 @@ fn the_gateway_logs_in_with_a_credentials_file_in_operator_mode() {
         std::fs::read_to_string(dir.join("nats.log")).unwrap_or_default()
     );
     std::fs::write(dir.join("gateway.creds"), creds(&account)).unwrap();
-    let healthy = spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--transient",
-            "0",
-            "--permanent",
-            "0",
-        ],
-    );
+    let healthy = common::healthy_consumer();
     let write = |creds_file: &str| {
         std::fs::copy(common::rules(), dir.join("rules.wasm")).unwrap();
         let config = format!(

@@ -174,17 +174,7 @@ fn the_gateway_consumes_over_amqps_with_a_client_certificate_and_names_what_is_r
         prefix: format!("rtls{}", std::process::id()),
         runtime: tokio::runtime::Runtime::new().unwrap(),
     };
-    let consumer = spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--transient",
-            "0",
-            "--permanent",
-            "0",
-        ],
-    );
+    let consumer = common::healthy_consumer();
     let tls = |ca: &Path, client: Option<&Leaf>| match client {
         Some(c) => format!(
             "tls = {{ ca_file = \"{}\", client_cert = \"{}\", client_key = \"{}\" }}",

@@ -89,17 +89,7 @@ fn the_postgres_store_speaks_tls_as_sslmode_says_and_a_wrong_ca_stops_the_start(
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let db = Database::new("store_tls");
-    let consumer = spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--transient",
-            "0",
-            "--permanent",
-            "0",
-        ],
-    );
+    let consumer = common::healthy_consumer();
     let base = format!("postgres://postgres@127.0.0.1:5432/{}", db.0);
 
     for (mode, encrypted) in [("require", true), ("disable", false)] {
@@ -260,17 +250,7 @@ fn the_mariadb_store_verifies_its_server_and_a_tls_only_user_works_only_over_tls
     std::fs::create_dir_all(&dir).unwrap();
     let pki = Pki::new("store-tls-mariadb");
     let server = TlsMariadb::start(&pki);
-    let consumer = spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--transient",
-            "0",
-            "--permanent",
-            "0",
-        ],
-    );
+    let consumer = common::healthy_consumer();
     let base = format!(
         "mysql://tlsonly:tls-password@127.0.0.1:{}/verdict",
         server.port
@@ -457,17 +437,7 @@ fn a_postgres_server_taking_only_tls_logs_the_gateway_in_by_password_or_client_c
     std::fs::create_dir_all(&dir).unwrap();
     let pki = Pki::new("store-tls-pg-own");
     let server = TlsPostgres::start(&pki);
-    let consumer = spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--transient",
-            "0",
-            "--permanent",
-            "0",
-        ],
-    );
+    let consumer = common::healthy_consumer();
     let ca = pki.ca_file().display().to_string();
     let me = pki.client("certuser");
     let port = server.port;

@@ -303,6 +303,21 @@ pub fn metric_at(url: &str, name: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// A demo consumer on a free loopback port that accepts every message.
+pub fn healthy_consumer() -> Proc {
+    spawn(
+        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--transient",
+            "0",
+            "--permanent",
+            "0",
+        ],
+    )
+}
+
 pub fn consumer(listen: &str, permanent: u32) -> Proc {
     spawn(
         env!("CARGO_BIN_EXE_verdict-demo-consumer"),
