@@ -47,6 +47,7 @@ pub mod pipeline;
 pub mod probe;
 pub mod sources;
 pub mod store;
+mod tls_sniff;
 
 pub use error::GatewayError;
 pub use gateway::{Gateway, open_store};

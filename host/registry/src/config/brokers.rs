@@ -386,6 +386,24 @@ fn check_rabbitmq_access(r: &RabbitmqConfig) -> Result<(), (String, String)> {
         tls.client_config("rabbitmq.tls")
             .map_err(|e| (e.setting().to_string(), e.problem()))?;
     }
+    if logs_in_with_certificate(&r.url) {
+        if !tls_url || r.tls.as_ref().is_none_or(|t| t.client_cert.is_none()) {
+            return Err((
+                "rabbitmq.tls.client_cert".into(),
+                "not set, and the URL logs in with `auth_mechanism=external`: the client \
+                 certificate (over `amqps://`) is the login"
+                    .into(),
+            ));
+        }
+        if r.password.is_some() {
+            return Err((
+                "rabbitmq.password".into(),
+                "set, and the URL logs in with the client certificate \
+                 (`auth_mechanism=external`): the password would be ignored"
+                    .into(),
+            ));
+        }
+    }
     let authority = r
         .url
         .split_once("://")
@@ -401,6 +419,16 @@ fn check_rabbitmq_access(r: &RabbitmqConfig) -> Result<(), (String, String)> {
         ));
     }
     Ok(())
+}
+
+/// Whether an AMQP URL asks for the `EXTERNAL` login (the client certificate's subject is
+/// the user).
+pub fn logs_in_with_certificate(url: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, query)| {
+        query
+            .split('&')
+            .any(|pair| pair.eq_ignore_ascii_case("auth_mechanism=external"))
+    })
 }
 
 /// TLS and credentials of `[nats]`: the TLS files readable and usable, one way to log in.
@@ -497,5 +525,30 @@ mod tests {
             assert!(e.message.len() < 100, "{e}");
         }
         assert!(parse(&format!("delay_prefix = \"{}\"", "d".repeat(200))).is_ok());
+    }
+
+    #[test]
+    fn a_certificate_login_without_a_client_certificate_is_refused_naming_it() {
+        let config = |section: &str| {
+            format!(
+                "[rabbitmq]\n{section}\n[policies.rules]\npath = \"r.wasm\"\n[[routes]]\n\
+                 topic = \"orders\"\npolicy = \"rules\"\nsource = \"rabbitmq\"\n\
+                 consumer = {{ url = \"http://127.0.0.1:8081/\" }}\n"
+            )
+        };
+        let parse = |section: &str| crate::GatewayConfig::parse(&config(section), "v.toml");
+        for section in [
+            "url = \"amqps://127.0.0.1:5671/%2f?auth_mechanism=external\"",
+            "url = \"amqps://127.0.0.1:5671/%2f?heartbeat=10&AUTH_MECHANISM=EXTERNAL\"\ntls = {}",
+            "url = \"amqp://127.0.0.1:5672/%2f?auth_mechanism=external\"",
+        ] {
+            let e = parse(section).unwrap_err();
+            assert_eq!(e.field, "rabbitmq.tls.client_cert", "{section}: {e}");
+            assert!(e.message.contains("auth_mechanism=external"), "{e}");
+        }
+        assert!(parse("url = \"amqps://u@127.0.0.1:5671/%2f?heartbeat=10\"\ntls = {}").is_ok());
+        assert!(!logs_in_with_certificate(
+            "amqps://h/%2f?auth_mechanism=plain"
+        ));
     }
 }

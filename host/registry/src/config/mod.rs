@@ -40,7 +40,9 @@ mod storage;
 pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT, OpenReads};
 pub use admission::AdmissionConfig;
 pub use brokers::{DelayQueues, NatsConfig, RabbitmqConfig};
-pub use brokers::{MAX_DELAY_BUCKET_MS, covers_subject, subjects_overlap};
+pub use brokers::{
+    MAX_DELAY_BUCKET_MS, covers_subject, logs_in_with_certificate, subjects_overlap,
+};
 pub use console::ConsoleConfig;
 pub use defaults::Defaults;
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};

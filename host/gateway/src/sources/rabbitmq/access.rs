@@ -7,6 +7,7 @@ use lapin::tcp::{AsyncTcpStream, RustlsConnector};
 use lapin::uri::{AMQPScheme, AMQPUri};
 use lapin::{Connection, ConnectionProperties};
 use verdict_registry::RabbitmqConfig;
+use verdict_registry::config::logs_in_with_certificate;
 use verdict_runtime::text::redact_url;
 
 /// Why the gateway could not connect to RabbitMQ.
@@ -47,6 +48,8 @@ pub(crate) async fn connect(
             .read()
             .map_err(|e| refused("rabbitmq.password", format!("cannot be read: {e}")))?;
     }
+    let (host, port) = (uri.authority.host.clone(), uri.authority.port);
+    let scheme_is_plain = matches!(uri.scheme, AMQPScheme::AMQP);
     let tls = match uri.scheme {
         AMQPScheme::AMQPS => {
             let tls = config.tls.clone().unwrap_or_default();
@@ -85,8 +88,32 @@ pub(crate) async fn connect(
         properties,
     )
     .await;
-    connected.map_err(|e| failure(config, &e))
+    match connected {
+        Ok(conn) => Ok(conn),
+        Err(e) => {
+            let mut failed = failure(config, &e);
+            // Refused logins and TLS failures are named already; a reset or an answer in
+            // another protocol may be a TLS port.
+            if failed.setting == "rabbitmq.url"
+                && scheme_is_plain
+                && crate::tls_sniff::answers_tls(&host, port, SNIFF_WITHIN).await
+            {
+                failed = refused(
+                    "rabbitmq.url",
+                    format!(
+                        "{} reached a TLS listener in plaintext: use `amqps://` (and \
+                         `[rabbitmq] tls` for a private CA)",
+                        redact_url(&config.url)
+                    ),
+                );
+            }
+            Err(failed)
+        }
+    }
 }
+
+/// How long a failed plaintext connection's port is given to show it speaks TLS.
+const SNIFF_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What a failed connection means, naming the setting to look at.
 fn failure(config: &RabbitmqConfig, error: &lapin::Error) -> RabbitAccessError {
@@ -105,12 +132,22 @@ fn failure(config: &RabbitmqConfig, error: &lapin::Error) -> RabbitAccessError {
             format!("{}: TLS with {url} failed: {text}", tls.kind()),
         );
     }
+    if matches!(error.kind(), lapin::ErrorKind::ParsingError(_)) {
+        // Something answered, and not in AMQP 0-9-1: the port of another service.
+        // Reconnecting would only repeat it.
+        return refused(
+            "rabbitmq.url",
+            format!("{url} does not answer in AMQP 0-9-1 (the port of another service?): {text}"),
+        );
+    }
     let lower = text.to_ascii_lowercase();
     if lower.contains("access_refused")
         || lower.contains("authentication")
         || lower.contains("login")
     {
-        let setting = if config.password.is_some() {
+        let setting = if logs_in_with_certificate(&config.url) {
+            "rabbitmq.tls.client_cert (its subject is the user the login names)"
+        } else if config.password.is_some() {
             "rabbitmq.password"
         } else {
             "rabbitmq.url (user and password)"
