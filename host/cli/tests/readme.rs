@@ -243,6 +243,14 @@ fn the_documented_tls_settings_pass_check_with_their_files_in_place() {
         stdout.contains("orders.>") && stdout.contains("invoices"),
         "{stdout}"
     );
+    // The certificate login, in place of the password one.
+    let external = &blocks("## TLS and credentials", "toml")[1];
+    assert!(external.contains("auth_mechanism=external"), "{external}");
+    let rabbit_route = route.split("[[routes]]").nth(2).unwrap();
+    check(
+        "external.toml",
+        format!("{policy}\n{external}\n[[routes]]{rabbit_route}"),
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
