@@ -18,29 +18,36 @@ pub fn generation(admin: &AdminClient) -> Result<u64> {
     Ok(status["generation"].as_u64().unwrap_or(0))
 }
 
-/// Edit the config (`write`) and wait for the gateway to reload it. `Err` of a string when
-/// it did not within 10 s: a hot reload that does not happen is a violation of its own.
+/// Edit the configs (`write`) and wait for every gateway to reload its own. `Err` of a
+/// string when one did not within 10 s: a hot reload that does not happen is a violation of
+/// its own.
 pub fn reload(
-    admin: &AdminClient,
+    admins: &[AdminClient],
     write: impl FnOnce() -> std::io::Result<()>,
 ) -> Result<std::result::Result<(), String>> {
-    let before = generation(admin)?;
+    let before = admins
+        .iter()
+        .map(generation)
+        .collect::<Result<Vec<u64>>>()?;
     write().context("writing the config")?;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while generation(admin)? <= before {
-        if Instant::now() > deadline {
-            return Ok(Err(format!(
-                "a config edit was not reloaded within 10 s (generation {before} throughout)"
-            )));
+    for (k, (admin, before)) in admins.iter().zip(before).enumerate() {
+        while generation(admin)? <= before {
+            if Instant::now() > deadline {
+                return Ok(Err(format!(
+                    "gateway {k} did not reload a config edit within 10 s (generation \
+                     {before} throughout)"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
     }
     Ok(Ok(()))
 }
 
 fn source_query(name: SourceName) -> String {
     match name {
-        SourceName::Embedded => String::new(),
+        store if store.is_store() => String::new(),
         other => format!("source={}", other.as_str()),
     }
 }

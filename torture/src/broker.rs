@@ -19,7 +19,7 @@ use crate::sources::{Source, SourceName};
 /// takes connections.
 pub fn restart(source: &Source, down: Duration) -> Result<()> {
     match source.name {
-        SourceName::Embedded => Ok(()),
+        SourceName::Embedded | SourceName::Postgres | SourceName::Mysql => Ok(()),
         SourceName::Nats => match source.tls_nats() {
             Some(server) => {
                 server

@@ -16,18 +16,29 @@ pub struct Gateway {
     pub admin_url: String,
     /// Times it was started.
     pub starts: u32,
+    /// Its clock's offset from the machine's (a `faketime` spec such as `+30s`).
+    skew: Option<String>,
+    port: u16,
 }
 
 impl Gateway {
-    /// A gateway of `bin` whose config is `dir/verdict.toml`, its admin API on `port`.
-    pub fn new(bin: &Path, dir: &Path, port: u16) -> Gateway {
+    /// A gateway of `bin` whose config is `dir/verdict.toml`, its admin API on `port`,
+    /// run under `faketime -f <skew>` when a skew is given.
+    pub fn new(bin: &Path, dir: &Path, port: u16, skew: Option<String>) -> Gateway {
         Gateway {
             bin: bin.to_path_buf(),
             dir: dir.to_path_buf(),
             child: None,
             admin_url: format!("http://127.0.0.1:{port}"),
             starts: 0,
+            skew,
+            port,
         }
+    }
+
+    /// The admin API's port.
+    pub fn admin_port(&self) -> u16 {
+        self.port
     }
 
     /// The config file.
@@ -47,7 +58,15 @@ impl Gateway {
             .append(true)
             .open(self.log_path())
             .with_context(|| format!("{}", self.log_path().display()))?;
-        let mut command = Command::new(&self.bin);
+        // `faketime` execs the gateway in its own process: a kill still reaches it.
+        let mut command = match &self.skew {
+            Some(skew) => {
+                let mut c = Command::new("faketime");
+                c.arg("-f").arg(skew).arg(&self.bin);
+                c
+            }
+            None => Command::new(&self.bin),
+        };
         hermetic(&mut command);
         let child = command
             .arg("run")
@@ -147,6 +166,18 @@ impl Gateway {
             .map(|l| verdict_runtime::text::one_line(l, 300))
             .collect()
     }
+}
+
+/// `faketime` is there to run a gateway on a skewed clock, or an error saying how to get it.
+pub fn check_faketime() -> Result<()> {
+    let works = Command::new("faketime")
+        .args(["-f", "+0s", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        bail!("--skew runs gateways under `faketime` (Debian's package faketime), not found");
+    }
+    Ok(())
 }
 
 /// Leave out of `command` every `VERDICT_*` variable of the caller's but `VERDICT_LOG`: a

@@ -23,6 +23,7 @@ mod admin;
 mod broker;
 mod check;
 mod consumer;
+mod database;
 mod faults;
 mod gateway;
 mod letters;
@@ -106,6 +107,16 @@ struct Args {
     /// from a CA made for the run and verified by the gateway.
     #[arg(long)]
     tls: bool,
+    /// Gateways sharing each source: several consume NATS's and RabbitMQ's queues, claim
+    /// from one PostgreSQL or MariaDB store, and meet each fault (a kill strikes one of them
+    /// at random; reloads and rollbacks reach them all). The embedded store takes one.
+    #[arg(long, default_value_t = 1)]
+    gateways: usize,
+    /// Clock offsets for the gateways after the first, in turn (`faketime` specs, e.g.
+    /// `+30s,-30s`): on a shared store, leases, due times and pruning must follow the
+    /// database's clock, not a gateway's.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    skew: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -179,6 +190,8 @@ fn real_main() -> Result<bool> {
                 progress: !args.quiet,
                 max_backlog: args.max_backlog.or(args.soak.then_some(SOAK_BACKLOG)),
                 tls: args.tls,
+                gateways: args.gateways,
+                skew: args.skew.clone(),
             };
             let report = run::run(*name, &options)
                 .with_context(|| format!("{} with seed {}", name.as_str(), seed + s))?;
@@ -216,7 +229,7 @@ fn real_main() -> Result<bool> {
             eprintln!("  files: {dir}");
         }
         eprintln!(
-            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}{}",
+            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}{}{}{}",
             r.source,
             r.seed,
             messages,
@@ -235,7 +248,17 @@ fn real_main() -> Result<bool> {
             } else {
                 ""
             },
-            if args.tls { " --tls" } else { "" }
+            if args.tls { " --tls" } else { "" },
+            if r.gateways > 1 {
+                format!(" --gateways {}", r.gateways)
+            } else {
+                String::new()
+            },
+            if r.skew.is_empty() {
+                String::new()
+            } else {
+                format!(" --skew={}", r.skew.join(","))
+            }
         );
     }
     Ok(failed.is_empty())
@@ -290,7 +313,7 @@ fn build_rules(bin: &std::path::Path) -> Result<PathBuf> {
 
 fn table(reports: &[run::Report]) -> String {
     let mut out = format!(
-        "{:<9} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>9} {:>6}\n",
+        "{:<11} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>9} {:>6}\n",
         "SOURCE",
         "SEED",
         "MSGS",
@@ -310,8 +333,12 @@ fn table(reports: &[run::Report]) -> String {
     );
     for r in reports {
         out += &format!(
-            "{:<9} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>7}ms {:>6}\n",
-            r.source,
+            "{:<11} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>7}ms {:>6}\n",
+            if r.gateways > 1 {
+                format!("{} x{}", r.source, r.gateways)
+            } else {
+                r.source.clone()
+            },
             r.seed,
             r.messages,
             r.refused,

@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 use verdict_cli::client::AdminClient;
 
 use crate::plan::Planned;
-use crate::sources::{Published, Source, SourceName};
+use crate::sources::{Published, Source};
 
 /// Publish `batch`, many at once; what each came to, in `batch`'s order.
 pub fn publish_batch(
@@ -20,7 +20,7 @@ pub fn publish_batch(
             .block_on(source.publish(m, admin))
             .with_context(|| format!("publishing message {}", m.key))
     };
-    if source.name == SourceName::Embedded {
+    if source.name.is_store() {
         // The admin API is plain blocking HTTP: a few threads keep it busy.
         let next = std::sync::atomic::AtomicUsize::new(0);
         let out: Vec<std::sync::Mutex<Option<Result<Published>>>> =

@@ -94,6 +94,12 @@ pub struct Options {
     pub max_backlog: Option<usize>,
     /// The consumer over HTTPS and NATS over TLS, certificates from a CA made for the run.
     pub tls: bool,
+    /// Gateways sharing the source (more than one on NATS, RabbitMQ and the SQL stores;
+    /// the embedded store is one gateway's own).
+    pub gateways: usize,
+    /// Clock offsets (`faketime` specs such as `+30s`) for the gateways after the first, in
+    /// turn: the first gateway keeps the true clock.
+    pub skew: Vec<String>,
 }
 
 /// What a run found.
@@ -105,6 +111,10 @@ pub struct Report {
     pub seed: u64,
     /// The consumer and NATS were reached over TLS (`--tls`).
     pub tls: bool,
+    /// Gateways sharing the source.
+    pub gateways: usize,
+    /// The clock offsets of the gateways after the first.
+    pub skew: Vec<String>,
     /// Messages planned.
     pub messages: usize,
     /// Messages the source refused at publish (never expected anywhere).
@@ -144,8 +154,10 @@ pub struct Report {
     pub not_terminal: usize,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn config(
     source: &Source,
+    instance: usize,
     port: u16,
     component: &str,
     consumer: &str,
@@ -169,7 +181,7 @@ decide_timeout_ms = 1000
 listen = "127.0.0.1:{port}"
 token_file = "token"
 [gateway]
-instance = "torture-{name}"
+instance = "torture-{name}-{instance}"
 consumer_group = "torture-{name}"
 # Short leases (the store's): a delivery slower than the route's timeout, or a message
 # claimed ahead of a free slot, outlives one unless the gateway keeps extending it.
@@ -201,7 +213,7 @@ config = {{ max_attempts = {MAX_ATTEMPTS}, honor_retry_after = false, rules = [
     {{ match = ["http.4*", "torture.*"], dead_letter = "poison" }},
 ], default = {{ retry = {{ strategy = "fixed", delay_ms = {delay_ms} }} }} }}
 "#,
-        name = source.name.as_str(),
+        name = source.name.route_source(),
         timeout = p.timeout_ms,
         concurrency = p.concurrency,
         consumer_tls = source.consumer_tls_table(),
@@ -238,10 +250,13 @@ struct Run<'a> {
     runtime: &'a tokio::runtime::Runtime,
     source: &'a Source,
     consumer: Consumer,
-    gw: Gateway,
+    /// The gateways sharing the source; the first keeps the true clock.
+    gws: Vec<Gateway>,
+    /// The first gateway's admin API: publishing (on a store), the DLQ, the census.
     admin: AdminClient,
+    /// Every gateway's, first included: reloads and rollbacks go to each.
+    admins: Vec<AdminClient>,
     dir: PathBuf,
-    port: u16,
     /// The retry delay of the config as last written: every edit names one no earlier
     /// generation had, since an edit that restores the active routes (after a rollback,
     /// say) changes no route and is rightly no reload.
@@ -274,20 +289,41 @@ impl<'a> Run<'a> {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| dir.display().to_string())?;
         let token = format!("torture-{}", o.seed);
-        std::fs::write(dir.join("token"), &token)?;
-        let port = free_port()?;
-        let gw = Gateway::new(&o.bin, &dir, port);
-        let admin = AdminClient::new(&gw.admin_url, Some(token));
+        if o.gateways > 1 && !name.is_shared() {
+            anyhow::bail!(
+                "--gateways {}: the embedded store is one gateway's own; several gateways \
+                 share postgres, mysql, nats or rabbitmq",
+                o.gateways
+            );
+        }
+        if !o.skew.is_empty() {
+            crate::gateway::check_faketime()?;
+        }
+        let mut gws = Vec::new();
+        let mut admins = Vec::new();
+        for k in 0..o.gateways.max(1) {
+            let gw_dir = dir.join(format!("gw-{k}"));
+            std::fs::create_dir_all(&gw_dir)?;
+            std::fs::write(gw_dir.join("token"), &token)?;
+            let skew = match k {
+                0 => None,
+                k => o.skew.get((k - 1) % o.skew.len().max(1)).cloned(),
+            };
+            let gw = Gateway::new(&o.bin, &gw_dir, free_port()?, skew);
+            admins.push(AdminClient::new(&gw.admin_url, Some(token.clone())));
+            gws.push(gw);
+        }
+        let admin = AdminClient::new(&gws[0].admin_url, Some(token));
         let mut run = Run {
             name,
             o,
             runtime,
             source,
             consumer,
-            gw,
+            gws,
             admin,
+            admins,
             dir,
-            port,
             delay_ms: 200,
             narrow: false,
             rng: Rng::new(o.seed, 0x4641_554c),
@@ -296,14 +332,18 @@ impl<'a> Run<'a> {
                 source: name.as_str().into(),
                 seed: o.seed,
                 tls: o.tls,
+                gateways: o.gateways.max(1),
+                skew: o.skew.clone(),
                 messages: o.messages,
                 ..Report::default()
             },
             progress: Progress::new(o.progress, name.as_str()),
         };
         run.write_config()?;
-        run.gw.start(Duration::from_secs(60))?;
-        run.report.rss_start_kb = run.gw.rss_kb();
+        for gw in &mut run.gws {
+            gw.start(Duration::from_secs(60))?;
+        }
+        run.report.rss_start_kb = run.gws[0].rss_kb();
         Ok(run)
     }
 
@@ -322,13 +362,13 @@ impl<'a> Run<'a> {
             Some(kinds) => kinds
                 .iter()
                 .copied()
-                .filter(|k| *k != Fault::BrokerRestart || self.name != SourceName::Embedded)
+                .filter(|k| *k != Fault::BrokerRestart || !self.name.is_store())
                 .filter(|k| *k != Fault::Operator || self.name == SourceName::Rabbitmq)
                 .collect(),
             None => fault_kinds(
                 &mut self.rng,
                 o.faults,
-                self.name != SourceName::Embedded && o.broker_restarts,
+                !self.name.is_store() && o.broker_restarts,
                 self.name == SourceName::Rabbitmq,
             ),
         };
@@ -338,13 +378,21 @@ impl<'a> Run<'a> {
         self.judge(&planned, &published)
     }
 
-    /// The config with the current retry delay, written whole and then renamed: a reload
-    /// sees one file or the other.
+    /// Every gateway's config with the current retry delay, each written whole and then
+    /// renamed: a reload sees one file or the other.
     fn write_config(&self) -> std::io::Result<()> {
+        for (k, gw) in self.gws.iter().enumerate() {
+            self.write_config_of(k, gw)?;
+        }
+        Ok(())
+    }
+
+    fn write_config_of(&self, k: usize, gw: &Gateway) -> std::io::Result<()> {
         let component = self.o.component.display().to_string();
         let text = config(
             self.source,
-            self.port,
+            k,
+            gw.admin_port(),
             &component,
             self.consumer.url(),
             self.delay_ms,
@@ -357,9 +405,10 @@ impl<'a> Run<'a> {
         } else {
             text
         };
-        let tmp = self.dir.join("verdict.toml.tmp");
+        let path = gw.config_path();
+        let tmp = path.with_extension("toml.tmp");
         std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, self.dir.join("verdict.toml"))
+        std::fs::rename(&tmp, path)
     }
 
     /// Publish `planned` in batches, concurrently within one; a fault strikes between two
@@ -416,10 +465,14 @@ impl<'a> Run<'a> {
         let from_ms = now_ms();
         match fault {
             Fault::Kill => {
-                self.gw.kill();
+                let k = self.rng.below(self.gws.len() as u64) as usize;
+                self.gws[k].kill();
                 std::thread::sleep(Duration::from_millis(self.rng.below(300)));
-                self.gw.start(Duration::from_secs(60))?;
-                self.excuse(from_ms, now_ms(), Excuse::Redelivery);
+                self.gws[k].start(Duration::from_secs(60))?;
+                // On a shared store another gateway may take the dead one's leases over when
+                // they expire, a lease later.
+                let takeover = if self.gws.len() > 1 { 2 * LEASE_MS } else { 0 };
+                self.excuse(from_ms, now_ms() + takeover, Excuse::Redelivery);
                 self.report.faults.gateway_kills += 1;
             }
             Fault::BrokerRestart => {
@@ -427,7 +480,9 @@ impl<'a> Run<'a> {
                 broker::restart(self.source, down)?;
                 // Until the gateway has its consumers back, and the broker's ack wait after
                 // that: what was unacknowledged comes again that late.
-                self.gw.wait_ready(Duration::from_secs(120))?;
+                for gw in &mut self.gws {
+                    gw.wait_ready(Duration::from_secs(120))?;
+                }
                 self.excuse(from_ms, now_ms() + ACK_WAIT_MS, Excuse::Redelivery);
                 self.report.faults.broker_restarts += 1;
             }
@@ -468,19 +523,26 @@ impl<'a> Run<'a> {
             }
             Fault::Rollback => {
                 // A rollback needs an earlier generation: a fresh gateway gets one first.
-                if admin::generation(&self.admin)? < 2 {
+                // Every gateway is rolled back, as an operator of a fleet would.
+                let mut fresh = false;
+                for admin in &self.admins {
+                    fresh |= admin::generation(admin)? < 2;
+                }
+                if fresh {
                     self.reload()?;
                 }
-                match self
-                    .admin
-                    .post::<serde_json::Value>("/v1/rollback", &serde_json::json!({}))
-                {
-                    Ok(_) => self.report.faults.rollbacks += 1,
-                    Err(e) => self
-                        .report
-                        .violations
-                        .push(format!("a rollback to the previous generation failed: {e}")),
+                let mut failed = Vec::new();
+                for admin in &self.admins {
+                    if let Err(e) =
+                        admin.post::<serde_json::Value>("/v1/rollback", &serde_json::json!({}))
+                    {
+                        failed.push(format!("a rollback to the previous generation failed: {e}"));
+                    }
                 }
+                if failed.is_empty() {
+                    self.report.faults.rollbacks += 1;
+                }
+                self.report.violations.extend(failed);
             }
         }
         Ok(())
@@ -500,7 +562,7 @@ impl<'a> Run<'a> {
         // On NATS and the store the routes change shape too: a narrower route added or
         // removed while messages of its subject wait for a retry.
         self.narrow = !self.narrow && self.name != SourceName::Rabbitmq;
-        match admin::reload(&self.admin, || self.write_config())? {
+        match admin::reload(&self.admins, || self.write_config())? {
             Ok(()) => self.report.faults.reloads += 1,
             Err(violation) => self.report.violations.push(violation),
         }
@@ -555,7 +617,7 @@ impl<'a> Run<'a> {
             .map(|m| (sha256_hex(&m.payload), m.key.clone()))
             .collect();
         self.report.still_held = match self.name {
-            SourceName::Embedded => admin::store_census(&self.admin),
+            store if store.is_store() => admin::store_census(&self.admin),
             _ => self.runtime.block_on(self.source.census()),
         };
         let letters = match self.name {
@@ -565,7 +627,7 @@ impl<'a> Run<'a> {
         let dead = letters::tally(&letters, &by_digest);
         self.progress.done();
         let report = &mut self.report;
-        report.rss_end_kb = self.gw.rss_kb();
+        report.rss_end_kb = self.gws[0].rss_kb();
         let log = self.consumer.log();
         let found = check::check(&check::Inputs {
             name: self.name,
@@ -592,8 +654,12 @@ impl<'a> Run<'a> {
         // at most the route's concurrency, and on a restart (or a channel an operator's hand
         // closed) the prefetch window too.
         let concurrency = self.o.profile.concurrency;
-        report.duplicates_allowed = if self.name == SourceName::Embedded {
-            self.gw.counted_redeliveries()
+        report.duplicates_allowed = if self.name.is_store() {
+            self.gws
+                .iter()
+                .map(Gateway::counted_redeliveries)
+                .sum::<u64>()
+                + self.runtime.block_on(self.source.store_redeliveries())?
         } else {
             u64::from(report.faults.gateway_kills) * concurrency
                 + u64::from(report.faults.broker_restarts + report.faults.operator_acts)
@@ -605,15 +671,18 @@ impl<'a> Run<'a> {
                 report.duplicates, report.duplicates_allowed
             ));
         }
-        report.violations.extend(
-            self.gw
-                .panics()
-                .into_iter()
-                .map(|l| format!("the gateway panicked: {l}")),
-        );
+        for (k, gw) in self.gws.iter().enumerate() {
+            report.violations.extend(
+                gw.panics()
+                    .into_iter()
+                    .map(|l| format!("gateway {k} panicked: {l}")),
+            );
+        }
         report.requests = log.len();
         report.dead_lettered = dead.len();
-        self.gw.kill();
+        for gw in &mut self.gws {
+            gw.kill();
+        }
         if report.violations.is_empty() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
@@ -647,7 +716,8 @@ fn unfinished(missing: &[(String, usize)], held: &[(String, u64)]) -> Vec<String
             .iter()
             .map(|(key, requests)| {
                 format!(
-                    "message {key} is lost: neither delivered nor dead-lettered, and the                      source holds nothing ({requests} request(s))"
+                    "message {key} is lost: neither delivered nor dead-lettered, and the \
+                     source holds nothing ({requests} request(s))"
                 )
             })
             .collect();
@@ -662,7 +732,8 @@ fn unfinished(missing: &[(String, usize)], held: &[(String, u64)]) -> Vec<String
     )];
     if total < missing_n {
         out.push(format!(
-            "at least {} message(s) lost: {missing_n} are neither delivered nor dead-lettered,              the source holds only {total}",
+            "at least {} message(s) lost: {missing_n} are neither delivered nor dead-lettered, \
+             the source holds only {total}",
             missing_n - total
         ));
     }

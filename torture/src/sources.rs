@@ -1,5 +1,6 @@
-//! The three sources a run drives: the broker section of the gateway's config, the topics
-//! it publishes to, how a hostile producer publishes there, and the names it cleans up.
+//! The sources a run drives - the embedded store, PostgreSQL or MariaDB shared by several
+//! gateways, NATS, RabbitMQ: the section of the gateway's config, the topics it publishes
+//! to, how a hostile producer publishes there, and the names it cleans up.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -11,6 +12,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeleteOptio
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
+use crate::database::{Database, Server};
 use crate::letters::Letter;
 use crate::plan::{Abilities, Planned};
 use verdict_cli::tls_peers::{Certificates, TlsNats};
@@ -26,6 +28,10 @@ pub const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 pub enum SourceName {
     /// The embedded store (messages published through the admin API).
     Embedded,
+    /// A PostgreSQL store the run's gateways share (published through the admin API).
+    Postgres,
+    /// A MariaDB store the run's gateways share (published through the admin API).
+    Mysql,
     /// NATS JetStream.
     Nats,
     /// RabbitMQ.
@@ -37,8 +43,33 @@ impl SourceName {
     pub fn as_str(self) -> &'static str {
         match self {
             SourceName::Embedded => "embedded",
+            SourceName::Postgres => "postgres",
+            SourceName::Mysql => "mysql",
             SourceName::Nats => "nats",
             SourceName::Rabbitmq => "rabbitmq",
+        }
+    }
+
+    /// A store's rows hold the messages (the embedded store or a shared SQL one): published
+    /// through the admin API, routes with `source = "embedded"`.
+    pub fn is_store(self) -> bool {
+        matches!(
+            self,
+            SourceName::Embedded | SourceName::Postgres | SourceName::Mysql
+        )
+    }
+
+    /// Whether several gateways can share it.
+    pub fn is_shared(self) -> bool {
+        self != SourceName::Embedded
+    }
+
+    /// The routes' `source`.
+    pub fn route_source(self) -> &'static str {
+        if self.is_store() {
+            "embedded"
+        } else {
+            self.as_str()
         }
     }
 }
@@ -54,6 +85,8 @@ pub struct Source {
     /// With `--tls`: the TLS-only NATS server of the run's own (on NATS), and the CA that
     /// signed it and the consumer's certificate.
     tls: Option<Tls>,
+    /// The database of a shared SQL store.
+    database: Option<Database>,
 }
 
 /// A `--tls` run's peers.
@@ -108,9 +141,12 @@ impl Source {
             nats: None,
             rabbit: tokio::sync::Mutex::new(None),
             tls,
+            database: None,
         };
         match name {
             SourceName::Embedded => {}
+            // Created after the clean-up below (which would drop it), afresh either way.
+            SourceName::Postgres | SourceName::Mysql => {}
             SourceName::Nats => {
                 let url = source.nats_url();
                 let mut options = async_nats::ConnectOptions::new();
@@ -134,6 +170,17 @@ impl Source {
             }
         }
         source.clean().await;
+        let server = match name {
+            SourceName::Postgres => Some(Server::Postgres),
+            SourceName::Mysql => Some(Server::Mysql),
+            _ => None,
+        };
+        if let Some(server) = server {
+            let db_name = prefix.to_string();
+            source.database = Some(
+                tokio::task::spawn_blocking(move || Database::create(server, &db_name)).await??,
+            );
+        }
         Ok(source)
     }
 
@@ -186,7 +233,7 @@ impl Source {
     /// What a producer can send here.
     pub fn abilities(&self) -> Abilities {
         match self.name {
-            SourceName::Embedded => Abilities {
+            SourceName::Embedded | SourceName::Postgres | SourceName::Mysql => Abilities {
                 binary: false,
                 max_payload: 1 << 20,
                 binary_headers: false,
@@ -210,6 +257,14 @@ impl Source {
         let p = &self.prefix;
         match self.name {
             SourceName::Embedded => String::new(),
+            // Inside `[gateway]`, where the section goes.
+            SourceName::Postgres | SourceName::Mysql => format!(
+                "store = \"{}\"\n",
+                self.database
+                    .as_ref()
+                    .map(Database::url)
+                    .unwrap_or_default()
+            ),
             SourceName::Nats => format!(
                 "[nats]\nurl = \"{url}\"\nstream = \"{p}\"\ndlq_stream = \"{p}_DLQ\"\n\
                  dlq_subject_prefix = \"{p}dlq\"\naudit_stream = \"{p}_AUDIT\"\n\
@@ -223,7 +278,10 @@ impl Source {
             ),
             SourceName::Rabbitmq => format!(
                 "[rabbitmq]\nurl = \"{RABBITMQ_URL}\"\nprefetch = 32\n\
-                 delay_prefix = \"{p}.delay\"\naudit_queue = \"{p}.audit\"\n"
+                 delay_prefix = \"{p}.delay\"\naudit_queue = \"{p}.audit\"\n\
+                 # One key for every gateway of the run: they share the queues, and a retry\n\
+                 # one of them signed must count its attempts at another.\n\
+                 history_key_file = \"../history.key\"\n"
             ),
         }
     }
@@ -243,7 +301,9 @@ impl Source {
             let deadline = tokio::time::Instant::now() + PUBLISH_PATIENCE;
             loop {
                 let tried = match self.name {
-                    SourceName::Embedded => publish_embedded(m, admin),
+                    SourceName::Embedded | SourceName::Postgres | SourceName::Mysql => {
+                        publish_embedded(m, admin)
+                    }
                     SourceName::Nats => self.publish_nats(m).await,
                     SourceName::Rabbitmq => self.publish_rabbit(m).await,
                 };
@@ -253,7 +313,7 @@ impl Source {
                         break;
                     }
                     // A broker restarting: a producer retries, as real ones do.
-                    Err(e) if self.name != SourceName::Embedded => {
+                    Err(e) if !self.name.is_store() => {
                         if tokio::time::Instant::now() > deadline {
                             return Err(e.context(format!(
                                 "the broker took no publish for {PUBLISH_PATIENCE:?}"
@@ -423,13 +483,22 @@ impl Source {
         queues
     }
 
+    /// Deliveries a shared SQL store recorded as possible duplicates (leases taken over
+    /// after they expired); none elsewhere.
+    pub async fn store_redeliveries(&self) -> Result<u64> {
+        match self.database.clone() {
+            Some(db) => tokio::task::spawn_blocking(move || db.counted_redeliveries()).await?,
+            None => Ok(0),
+        }
+    }
+
     /// Where the broker still holds the run's messages: each NATS consumer's pending and
     /// unacknowledged messages, RabbitMQ's route queue and delay buckets (nothing for the
     /// embedded store, whose census the admin API gives: [`crate::admin::store_census`]).
     /// Asked of the broker, never of the gateway.
     pub async fn census(&self) -> Vec<(String, u64)> {
         match self.name {
-            SourceName::Embedded => Vec::new(),
+            SourceName::Embedded | SourceName::Postgres | SourceName::Mysql => Vec::new(),
             SourceName::Rabbitmq => self.still_queued().await,
             SourceName::Nats => self.nats_census().await,
         }
@@ -511,6 +580,9 @@ impl Source {
 
     pub async fn clean(&self) {
         let p = &self.prefix;
+        if let Some(db) = self.database.clone() {
+            let _ = tokio::task::spawn_blocking(move || db.drop_database()).await;
+        }
         if let Some(js) = &self.nats {
             for stream in [p.clone(), format!("{p}_DLQ"), format!("{p}_AUDIT")] {
                 let _ = js.delete_stream(&stream).await;

@@ -216,12 +216,23 @@ pub fn publish(topic: &str, body: &[u8], now_ms: u64) -> Result<Vec<NewMessage>,
                 "request body: message {i}: id: 1 to {MAX_ID_BYTES} bytes"
             )));
         }
+        let content_type = m.content_type.unwrap_or_else(|| default_type.into());
+        // Every store keeps the same messages: PostgreSQL's text cannot hold U+0000, so no
+        // store takes one in a text field (the payload is bytes and may hold anything).
+        for (field, text) in [("id", &id), ("content_type", &content_type)] {
+            if text.contains('\0') {
+                return Err(ApiError::bad_request(format!(
+                    "request body: message {i}: {field}: holds U+0000 (NUL), which no store \
+                     keeps in text"
+                )));
+            }
+        }
         messages.push(NewMessage {
             id,
             topic: topic.to_string(),
             headers: m.headers,
             payload,
-            content_type: Some(m.content_type.unwrap_or_else(|| default_type.into())),
+            content_type: Some(content_type),
         });
     }
     Ok(messages)
@@ -260,6 +271,29 @@ mod tests {
         let e = publish("t", br#"[{"payload": 1}, {"payload": 1, "id": 7}]"#, 0).unwrap_err();
         assert!(
             e.message.starts_with("request body: message 1: id:"),
+            "{}",
+            e.message
+        );
+        let e = publish(
+            "t",
+            br#"[{"payload": "a\u0000b", "id": "x\r\ny"}, {"payload": 1, "id": "a\u0000"}]"#,
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            e.message
+                .starts_with("request body: message 1: id: holds U+0000"),
+            "{}",
+            e.message
+        );
+        let e = publish(
+            "t",
+            br#"{"payload": 1, "content_type": "text/plain\u0000"}"#,
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("content_type: holds U+0000"),
             "{}",
             e.message
         );

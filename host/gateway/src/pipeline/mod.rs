@@ -266,7 +266,9 @@ impl Pipeline {
         result: Result<(), DeliveryError>,
         route_topic: &str,
     ) -> Settlement {
-        let now = now_ms();
+        // The store's clock (a shared database's), not this gateway's: attempt times, dead
+        // letters and what the policy sees agree across a fleet whose clocks differ.
+        let now = self.store.now_ms();
         let stats = self.stats.record(&message.topic, now, result.is_err());
         let error = match result {
             Ok(()) => return Settlement::Delivered,
@@ -425,7 +427,7 @@ impl Pipeline {
         reason: &str,
         fault: Option<verdict_runtime::Fault>,
     ) -> Settlement {
-        let now = now_ms();
+        let now = self.store.now_ms();
         let reason = reason.to_string();
         let failed = AttemptRecord {
             at_ms: now,

@@ -307,8 +307,14 @@ impl Session<'_> {
                     dlqs: self.dlqs.clone(),
                     failures: self.failures.clone(),
                     slots: self.slots.clone(),
-                    owned_elsewhere: ownership.owner(&message.subject, seq)
-                        != Some(durable.as_str()),
+                    owned_elsewhere: ownership
+                        .owner(&message.subject, seq)
+                        .filter(|owner| *owner != durable.as_str())
+                        .map(|owner| Elsewhere {
+                            durable: owner.to_string(),
+                            confirm: ownership.member(owner).is_some_and(|m| m.active),
+                            seq,
+                        }),
                 };
                 tokio::spawn(async move {
                     job.handle(message).await;
@@ -374,19 +380,38 @@ struct Job {
     /// The source's `max_in_flight` slots.
     slots: Arc<Semaphore>,
     /// Another consumer of the group delivers this message ([`Ownership`]).
-    owned_elsewhere: bool,
+    owned_elsewhere: Option<Elsewhere>,
+}
+
+/// The consumer that delivers a message instead of the one that fetched it.
+struct Elsewhere {
+    durable: String,
+    /// It is a route consumed now in this session's view: whether it still delivers the
+    /// message is asked of the server before the message is left to it. Another gateway
+    /// may have retired it since (a fleet part-way through a config change); left to a
+    /// consumer that no longer takes it, the message would be acknowledged by both.
+    confirm: bool,
+    seq: u64,
 }
 
 impl Job {
     /// Deliver one message and apply its settlement; nothing that happens here leaves it
     /// unsettled without a bound (see [`SettleFailures`]).
     async fn handle(self, message: jetstream::Message) {
-        if self.owned_elsewhere {
-            // Delivered by the consumer that owns it; done here.
-            if let Err(e) = message.ack().await {
-                tracing::debug!(error = %e, "nats source: acknowledging another route's message failed; it comes back and is skipped again");
+        if let Some(owner) = &self.owned_elsewhere {
+            // A retired owner's boundary never moves: what it holds up to it, it delivers.
+            let left_to_it =
+                !owner.confirm || self.broker.still_delivers(&owner.durable, owner.seq).await;
+            if left_to_it {
+                // Delivered by the consumer that owns it; done here.
+                if let Err(e) = message.ack().await {
+                    tracing::debug!(error = %e, "nats source: acknowledging another route's message failed; it comes back and is skipped again");
+                }
+                return;
             }
-            return;
+            // Its owner in this session's view no longer takes it: delivered here (on the
+            // route that takes its subject in this gateway's config) rather than by nobody.
+            tracing::debug!(durable = %owner.durable, seq = owner.seq, "nats source: the consumer this message was left to no longer delivers it; delivering it here");
         }
         let received = Instant::now();
         let run = std::panic::AssertUnwindSafe(handle(

@@ -246,6 +246,23 @@ impl Broker {
         format!("{}.{seq}", self.inner.history_prefix)
     }
 
+    /// Whether the consumer `durable` still delivers the message at stream sequence `seq`,
+    /// as the server has it now: it exists and was not retired before `seq`. Read after the
+    /// message was handed out: a consumer another gateway retired since this session
+    /// started (a fleet part-way through a config change) is then seen retired, with a
+    /// boundary that covers every message handed out before it was marked.
+    pub(crate) async fn still_delivers(&self, durable: &str, seq: u64) -> bool {
+        let Ok(stream) = self.inner.js.get_stream_no_info(self.stream_name()).await else {
+            return false;
+        };
+        match stream.consumer_info(durable).await {
+            Ok(info) => Marks::parse(info.config.description.as_deref())
+                .retired_through
+                .is_none_or(|through| seq <= through),
+            Err(_) => false,
+        }
+    }
+
     /// The group's durable consumers for `routes` (the NATS routes consumed now), each
     /// created when missing or brought to the configured settings, and every retired one
     /// (a route no longer consumed) with the boundary of what it still delivers: the
