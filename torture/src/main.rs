@@ -1,5 +1,7 @@
-//! `verdict-torture`: drives the real `verdict` gateway on each source with a seeded hostile
-//! consumer, hostile producers and faults (gateway `kill -9`, broker restarts, consumer
+//! `verdict-torture`: drives the real `verdict` gateway - one, or several sharing a source,
+//! some on skewed clocks - on each source (the embedded store, PostgreSQL and MariaDB
+//! stores, NATS, RabbitMQ) with a seeded hostile consumer, hostile producers and faults
+//! (gateway `kill -9`, broker restarts, consumer
 //! outages, hot reloads that reshape the routes, rollbacks, an operator deleting a RabbitMQ
 //! delay exchange or refusing writes), then checks the delivery invariants: nothing lost, at most one dead
 //! letter per message, no delivery after a terminal state, duplicates only as many as the

@@ -245,7 +245,7 @@ impl Session<'_> {
         };
         let room = Arc::new(Semaphore::new(room.max(1)));
         loop {
-            if let Some(through) = me.retired_through.filter(|_| !me.active)
+            if let Some(through) = me.retired_through()
                 && drained(&consumer, through).await
             {
                 let stream = broker.jetstream().get_stream(broker.stream_name()).await?;
@@ -310,10 +310,13 @@ impl Session<'_> {
                     owned_elsewhere: ownership
                         .owner(&message.subject, seq)
                         .filter(|owner| *owner != durable.as_str())
+                        .and_then(|owner| ownership.member(owner))
                         .map(|owner| Elsewhere {
-                            durable: owner.to_string(),
-                            confirm: ownership.member(owner).is_some_and(|m| m.active),
+                            durable: owner.durable.clone(),
+                            filter: owner.filter.clone(),
+                            confirm: owner.active,
                             seq,
+                            mine: (durable.clone(), me.filter.clone()),
                         }),
                 };
                 tokio::spawn(async move {
@@ -386,12 +389,17 @@ struct Job {
 /// The consumer that delivers a message instead of the one that fetched it.
 struct Elsewhere {
     durable: String,
+    /// Its route.
+    filter: String,
     /// It is a route consumed now in this session's view: whether it still delivers the
     /// message is asked of the server before the message is left to it. Another gateway
-    /// may have retired it since (a fleet part-way through a config change); left to a
-    /// consumer that no longer takes it, the message would be acknowledged by both.
+    /// may have removed its route since, or added this one's again (a fleet part-way
+    /// through a config change); left to a consumer that no longer takes it, the message
+    /// would be acknowledged by both.
     confirm: bool,
     seq: u64,
+    /// The consumer that fetched it, and its route.
+    mine: (String, String),
 }
 
 impl Job {
@@ -399,9 +407,17 @@ impl Job {
     /// unsettled without a bound (see [`SettleFailures`]).
     async fn handle(self, message: jetstream::Message) {
         if let Some(owner) = &self.owned_elsewhere {
-            // A retired owner's boundary never moves: what it holds up to it, it delivers.
-            let left_to_it =
-                !owner.confirm || self.broker.still_delivers(&owner.durable, owner.seq).await;
+            // A retired owner's lives never change again: what it holds within them, it
+            // delivers.
+            let left_to_it = !owner.confirm
+                || self
+                    .broker
+                    .leaves_to(
+                        (&owner.mine.0, &owner.mine.1),
+                        (&owner.durable, &owner.filter),
+                        owner.seq,
+                    )
+                    .await;
             if left_to_it {
                 // Delivered by the consumer that owns it; done here.
                 if let Err(e) = message.ack().await {

@@ -5,19 +5,21 @@
 //! deliver it; the others acknowledge their copy and move on. The rule is a pure function
 //! of the message's subject and stream sequence, computed the same way by every consumer:
 //!
-//! - among the consumers whose filter covers the subject - the routes consumed now, and the
-//!   *retired* consumers (routes a reload or a restart removed) for the messages they were
-//!   responsible for, stream sequences up to their boundary - the most specific filter owns
-//!   the message (exact before wildcard, `orders.*` before `orders.>`), as routing does.
+//! - among the consumers whose filter covers the subject and that were responsible for its
+//!   stream sequence - each consumer is responsible for the *lives* of its route: from the
+//!   stream's last sequence when the route was added (exclusive) to its boundary when it was
+//!   removed (inclusive), open while it is consumed - the most specific filter owns the
+//!   message (exact before wildcard, `orders.*` before `orders.>`), as routing does.
 //!
-//! A retired consumer's boundary is fixed when it is retired: the furthest stream sequence
-//! it or any consumer overlapping it had been handed. Up to there, messages of its subjects
-//! were (or would have been) delivered by it under the old routes - the retries it holds
-//! come back to it and it delivers them on the route that takes their subject now - and the
-//! other consumers skipped them. Beyond it, the routes of now deliver; the retired consumer
-//! acknowledges what it sees there, and is deleted once everything up to its boundary is
-//! acknowledged. So removing, narrowing or widening a route hands every waiting retry on,
-//! and replays nothing another consumer already delivered.
+//! A life's boundary is fixed when its route is removed: the furthest stream sequence the
+//! consumer or any consumer overlapping it had been handed. Within a life, messages of its
+//! subjects were (or would have been) delivered by it - the retries it holds come back to it
+//! and it delivers them on the route that takes their subject now - and the other consumers
+//! skipped them. Outside its lives (before its route was added, between a removal and the
+//! route being added again, after a removal) the other routes delivered them; it
+//! acknowledges what it sees there, and a retired consumer is deleted once everything up to
+//! its last boundary is acknowledged. So removing, narrowing, widening or restoring a route
+//! hands every waiting retry on, and replays nothing another consumer already delivered.
 
 use verdict_registry::config::covers_subject as covers;
 
@@ -28,13 +30,53 @@ pub(crate) struct Member {
     pub durable: String,
     /// Its filter subject (its route's pattern).
     pub filter: String,
-    /// The stream's last sequence when it was made: what was published before belongs to
-    /// the consumers that existed then (0: made by a version that did not record it).
-    pub born_after: u64,
-    /// Retired (its route removed): the last stream sequence it is responsible for.
-    pub retired_through: Option<u64>,
+    /// The spans of stream sequences it is responsible for (see [`Life`]).
+    pub lives: Vec<Life>,
     /// Whether its route is consumed now.
     pub active: bool,
+}
+
+/// One span of a route's consumer's responsibility: the messages published after `after`
+/// (the stream's last sequence when its route was added) up to `through` (the boundary
+/// fixed when it was removed), or without end while it is consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Life {
+    /// The stream's last sequence when the route was added (0: made by a version that did
+    /// not record it).
+    pub after: u64,
+    /// The last stream sequence it is responsible for, once its route was removed.
+    pub through: Option<u64>,
+}
+
+impl Life {
+    fn covers(&self, seq: u64) -> bool {
+        seq > self.after && self.through.is_none_or(|t| seq <= t)
+    }
+}
+
+impl Member {
+    /// Whether it was responsible for the message at stream sequence `seq`.
+    pub(crate) fn responsible(&self, seq: u64) -> bool {
+        lives_cover(&self.lives, seq)
+    }
+
+    /// A retired consumer's last boundary: it is deleted once everything up to there is
+    /// acknowledged. `None` while its route is consumed.
+    pub(crate) fn retired_through(&self) -> Option<u64> {
+        if self.active {
+            return None;
+        }
+        self.lives.iter().filter_map(|l| l.through).max()
+    }
+}
+
+/// Whether `lives` cover `seq`; no recorded lives is one life from the stream's start (a
+/// consumer an earlier version made).
+fn lives_cover(lives: &[Life], seq: u64) -> bool {
+    if lives.is_empty() {
+        return seq > 0;
+    }
+    lives.iter().any(|l| l.covers(seq))
 }
 
 /// The consumers of one session: the routes consumed now and the retired ones draining.
@@ -55,19 +97,25 @@ impl Ownership {
     }
 
     /// The durable name of the consumer that delivers the message at stream sequence `seq`
-    /// on `subject`: among the consumers that were responsible for it - routes consumed now
-    /// that existed when it was published, retired ones up to their boundary - the most
-    /// specific; when none was (a route made for subjects nobody consumed), the most
-    /// specific route consumed now. `None` when no consumer covers the subject.
+    /// on `subject`: among the consumers that were responsible for it (within one of their
+    /// lives) the most specific; when none was (a route made for subjects nobody consumed),
+    /// the most specific route consumed now. `None` when no consumer covers the subject.
     pub(crate) fn owner(&self, subject: &str, seq: u64) -> Option<&str> {
         let covering = || self.members.iter().filter(|m| covers(&m.filter, subject));
-        let responsible = covering().filter(|m| {
-            (m.active && seq > m.born_after) || m.retired_through.is_some_and(|t| seq <= t)
-        });
+        let responsible = covering().filter(|m| m.responsible(seq));
         most_specific(responsible)
             .or_else(|| most_specific(covering().filter(|m| m.active)))
             .map(|m| m.durable.as_str())
     }
+}
+
+/// Whether the consumer of route `mine` leaves the message at `seq` it fetched to the
+/// consumer of route `theirs`, both as the server records them now: the other is
+/// responsible for it, and either this one is not or the other's route is more specific.
+/// When neither is (a consumer this session does not know took it over), it is delivered
+/// here: a duplicate at worst, never a message nobody delivers.
+pub(crate) fn leaves_to(mine: (&str, &Marks), theirs: (&str, &Marks), seq: u64) -> bool {
+    theirs.1.responsible(seq) && (!mine.1.responsible(seq) || more_specific(theirs.0, mine.0))
 }
 
 /// The member with the most specific filter; the first of equals.
@@ -79,39 +127,108 @@ fn most_specific<'a>(members: impl Iterator<Item = &'a Member>) -> Option<&'a Me
 }
 
 /// What the gateway records in a consumer's description (`nats consumer info` shows it):
-/// when the consumer was made, and up to where a retired one still delivers.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// the lives of its route, the spans of stream sequences it is responsible for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Marks {
-    /// See [`Member::born_after`].
-    pub born_after: Option<u64>,
-    /// See [`Member::retired_through`].
-    pub retired_through: Option<u64>,
+    /// See [`Member::lives`]; empty in a description the gateway did not write.
+    pub lives: Vec<Life>,
 }
 
 impl Marks {
-    /// The marks in a description the gateway wrote (none in any other).
-    pub(crate) fn parse(description: Option<&str>) -> Marks {
-        let number = |key: &str| {
-            description?
-                .split([' ', ';'])
-                .find_map(|word| word.strip_prefix(key)?.parse::<u64>().ok())
-        };
+    /// A consumer made now, the stream's last sequence being `last`.
+    pub(crate) fn born(last: u64) -> Marks {
         Marks {
-            born_after: number("born-after="),
-            retired_through: number("retired-through="),
+            lives: vec![Life {
+                after: last,
+                through: None,
+            }],
         }
+    }
+
+    /// The marks in a description the gateway wrote (none in any other). Reads the
+    /// `born-after=` / `retired-through=` of earlier versions as one life.
+    pub(crate) fn parse(description: Option<&str>) -> Marks {
+        let words = || description.into_iter().flat_map(|d| d.split([' ', ';']));
+        if let Some(spans) = words().find_map(|w| w.strip_prefix("lives=")) {
+            let lives = spans
+                .split(',')
+                .filter_map(|span| {
+                    let (after, through) = span.split_once("..")?;
+                    Some(Life {
+                        after: after.parse().ok()?,
+                        through: match through {
+                            "" => None,
+                            t => Some(t.parse().ok()?),
+                        },
+                    })
+                })
+                .collect();
+            return Marks { lives };
+        }
+        let number = |key: &str| words().find_map(|w| w.strip_prefix(key)?.parse::<u64>().ok());
+        let (born, retired) = (number("born-after="), number("retired-through="));
+        if born.is_none() && retired.is_none() {
+            return Marks::default();
+        }
+        Marks {
+            lives: vec![Life {
+                after: born.unwrap_or(0),
+                through: retired,
+            }],
+        }
+    }
+
+    /// Whether its route is consumed (its last life is open; a consumer without marks
+    /// counts as one life from the stream's start).
+    pub(crate) fn open(&self) -> bool {
+        self.lives.last().is_none_or(|l| l.through.is_none())
+    }
+
+    /// Its route removed: the open life ends at `through`.
+    pub(crate) fn close(&mut self, through: u64) {
+        match self.lives.last_mut() {
+            Some(life) => life.through = Some(through),
+            None => self.lives.push(Life {
+                after: 0,
+                through: Some(through),
+            }),
+        }
+    }
+
+    /// Its route added again, the stream's last sequence being `last`: a new life.
+    pub(crate) fn reopen(&mut self, last: u64) {
+        self.lives.push(Life {
+            after: last,
+            through: None,
+        });
+    }
+
+    /// The last boundary, once its route is removed.
+    pub(crate) fn through(&self) -> Option<u64> {
+        self.lives.iter().filter_map(|l| l.through).max()
+    }
+
+    /// Whether it is responsible for the message at `seq`.
+    pub(crate) fn responsible(&self, seq: u64) -> bool {
+        lives_cover(&self.lives, seq)
     }
 
     /// The description of the consumer of `route` with these marks.
     pub(crate) fn describe(&self, route: &str) -> String {
-        let mut text = format!("verdict: consumer of route {route}");
-        if let Some(n) = self.born_after {
-            text.push_str(&format!("; born-after={n}"));
-        }
-        if let Some(n) = self.retired_through {
-            text.push_str(&format!(
-                "; retired-through={n} (route removed: delivers what it holds up to there, then is deleted)"
-            ));
+        let spans: Vec<String> = self
+            .lives
+            .iter()
+            .map(|l| match l.through {
+                Some(t) => format!("{}..{t}", l.after),
+                None => format!("{}..", l.after),
+            })
+            .collect();
+        let mut text = format!(
+            "verdict: consumer of route {route}; lives={}",
+            spans.join(",")
+        );
+        if !self.open() {
+            text.push_str(" (route removed: delivers what it holds of those, then is deleted)");
         }
         text
     }
@@ -147,19 +264,24 @@ mod tests {
         Member {
             durable: format!("gw-{filter}"),
             filter: filter.into(),
-            born_after,
-            retired_through: None,
+            lives: Marks::born(born_after).lives,
             active: true,
         }
     }
 
     fn retired(filter: &str, through: u64) -> Member {
+        lived(filter, &[(0, Some(through))], false)
+    }
+
+    fn lived(filter: &str, lives: &[(u64, Option<u64>)], active: bool) -> Member {
         Member {
             durable: format!("gw-{filter}"),
             filter: filter.into(),
-            born_after: 0,
-            retired_through: Some(through),
-            active: false,
+            lives: lives
+                .iter()
+                .map(|&(after, through)| Life { after, through })
+                .collect(),
+            active,
         }
     }
 
@@ -235,16 +357,75 @@ mod tests {
     }
 
     #[test]
+    fn a_route_removed_keeps_nothing_from_before_it_was_added() {
+        // `orders.vip` added at 50 and removed at 80: the wide route's retries of vip
+        // messages published before 50 stay the wide route's (the vip consumer skipped
+        // them while it was consumed), up to 80 they are the vip consumer's.
+        let o = Ownership::new(vec![
+            route("orders.>", 0),
+            lived("orders.vip", &[(50, Some(80))], false),
+        ]);
+        assert_eq!(owner(&o, "orders.vip", 20).as_deref(), Some("orders.>"));
+        assert_eq!(owner(&o, "orders.vip", 60).as_deref(), Some("orders.vip"));
+        assert_eq!(owner(&o, "orders.vip", 81).as_deref(), Some("orders.>"));
+    }
+
+    #[test]
+    fn a_route_added_again_leaves_the_gap_to_the_route_that_had_it() {
+        // `orders.vip` consumed over (50, 80], removed, added again at 120: what was
+        // published in the gap was the wide route's, and stays so.
+        let o = Ownership::new(vec![
+            route("orders.>", 0),
+            lived("orders.vip", &[(50, Some(80)), (120, None)], true),
+        ]);
+        assert_eq!(owner(&o, "orders.vip", 60).as_deref(), Some("orders.vip"));
+        assert_eq!(owner(&o, "orders.vip", 100).as_deref(), Some("orders.>"));
+        assert_eq!(owner(&o, "orders.vip", 121).as_deref(), Some("orders.vip"));
+    }
+
+    #[test]
+    fn a_message_is_left_only_to_a_consumer_the_server_says_delivers_it() {
+        let wide = Marks::born(0);
+        let mut vip = Marks::born(50);
+        // Both responsible: the more specific delivers.
+        assert!(leaves_to(("orders.>", &wide), ("orders.vip", &vip), 60));
+        assert!(!leaves_to(("orders.vip", &vip), ("orders.>", &wide), 60));
+        // Another gateway removed the vip route at 80: past it, the wide route delivers.
+        vip.close(80);
+        assert!(!leaves_to(("orders.>", &wide), ("orders.vip", &vip), 90));
+        assert!(leaves_to(("orders.vip", &vip), ("orders.>", &wide), 90));
+        // ...and added it again at 100.
+        vip.reopen(100);
+        assert!(!leaves_to(("orders.vip", &vip), ("orders.>", &wide), 101));
+        assert!(leaves_to(("orders.>", &wide), ("orders.vip", &vip), 101));
+    }
+
+    #[test]
     fn marks_survive_a_round_trip_through_the_description() {
-        let marks = Marks {
-            born_after: Some(12),
-            retired_through: Some(40),
-        };
+        let mut marks = Marks::born(12);
+        assert!(marks.open());
+        marks.close(40);
+        assert!(!marks.open() && marks.through() == Some(40));
         assert_eq!(Marks::parse(Some(&marks.describe("orders.>"))), marks);
+        marks.reopen(90);
+        assert!(marks.open() && marks.responsible(91) && !marks.responsible(60));
+        assert_eq!(Marks::parse(Some(&marks.describe("orders.>"))), marks);
+        // An earlier version's marks read as one life.
+        let legacy = Marks::parse(Some(
+            "verdict: consumer of route a.>; born-after=12; retired-through=40 (route removed)",
+        ));
+        assert_eq!(
+            legacy.lives,
+            vec![Life {
+                after: 12,
+                through: Some(40)
+            }]
+        );
         assert_eq!(
             Marks::parse(Some("someone else's consumer")),
             Marks::default()
         );
         assert_eq!(Marks::parse(None), Marks::default());
+        assert!(Marks::default().open() && Marks::default().responsible(1));
     }
 }

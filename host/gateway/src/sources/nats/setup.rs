@@ -246,21 +246,34 @@ impl Broker {
         format!("{}.{seq}", self.inner.history_prefix)
     }
 
-    /// Whether the consumer `durable` still delivers the message at stream sequence `seq`,
-    /// as the server has it now: it exists and was not retired before `seq`. Read after the
-    /// message was handed out: a consumer another gateway retired since this session
-    /// started (a fleet part-way through a config change) is then seen retired, with a
-    /// boundary that covers every message handed out before it was marked.
-    pub(crate) async fn still_delivers(&self, durable: &str, seq: u64) -> bool {
+    /// Whether the consumer `mine` (durable, route) leaves the message at stream sequence
+    /// `seq` it fetched to the consumer `theirs`, by both consumers' lives as the server
+    /// has them now ([`super::ownership::leaves_to`]). Read after the message was handed
+    /// out: a route another gateway removed or added again since this session started (a
+    /// fleet part-way through a config change) is then seen so, with a boundary that
+    /// covers every message handed out before it was marked. Unreadable: not left.
+    pub(crate) async fn leaves_to(
+        &self,
+        mine: (&str, &str),
+        theirs: (&str, &str),
+        seq: u64,
+    ) -> bool {
         let Ok(stream) = self.inner.js.get_stream_no_info(self.stream_name()).await else {
             return false;
         };
-        match stream.consumer_info(durable).await {
-            Ok(info) => Marks::parse(info.config.description.as_deref())
-                .retired_through
-                .is_none_or(|through| seq <= through),
-            Err(_) => false,
-        }
+        let marks = |durable: &str| {
+            let stream = &stream;
+            let durable = durable.to_string();
+            async move {
+                let info = stream.consumer_info(durable).await.ok()?;
+                Some(Marks::parse(info.config.description.as_deref()))
+            }
+        };
+        let (Some(my_marks), Some(their_marks)) = (marks(mine.0).await, marks(theirs.0).await)
+        else {
+            return false;
+        };
+        super::ownership::leaves_to((mine.1, &my_marks), (theirs.1, &their_marks), seq)
     }
 
     /// The group's durable consumers for `routes` (the NATS routes consumed now), each
@@ -297,8 +310,8 @@ impl Broker {
             .iter()
             .filter(|i| !routes.contains(&i.config.filter_subject))
         {
-            let marks = Marks::parse(info.config.description.as_deref());
-            let through = match marks.retired_through {
+            let mut marks = Marks::parse(info.config.description.as_deref());
+            let through = match marks.through().filter(|_| !marks.open()) {
                 Some(through) => through,
                 None => {
                     let through = ours
@@ -309,10 +322,7 @@ impl Broker {
                         })
                         .map(|o| o.delivered.stream_sequence)
                         .fold(info.delivered.stream_sequence, u64::max);
-                    let marks = Marks {
-                        retired_through: Some(through),
-                        ..marks
-                    };
+                    marks.close(through);
                     self.mark(&stream, info, &marks).await?;
                     tracing::warn!(
                         route = %info.config.filter_subject,
@@ -332,11 +342,7 @@ impl Broker {
                 tracing::info!(durable = %info.name, "nats source: a retired route consumer delivered all it held; deleted");
                 continue;
             }
-            retired.push((
-                info.config.filter_subject.clone(),
-                info.name.clone(),
-                through,
-            ));
+            retired.push((info.config.filter_subject.clone(), info.name.clone(), marks));
         }
 
         let mut members = Vec::new();
@@ -345,16 +351,20 @@ impl Broker {
             let durable = self.route_durable(route);
             let existing = ours.iter().find(|i| i.name == durable);
             let (consumer, marks) = match existing {
-                Some(info) => (
-                    self.reconcile(&stream, info).await?,
-                    Marks::parse(info.config.description.as_deref()),
-                ),
+                Some(info) => {
+                    let mut marks = Marks::parse(info.config.description.as_deref());
+                    if !marks.open() {
+                        // Its route added again before the consumer was drained and
+                        // deleted: a new life from now. What was published in between went
+                        // to the routes of then, and stays theirs.
+                        marks.reopen(last);
+                        tracing::info!(durable = %info.name, "nats source: a removed route is consumed again by its consumer");
+                    }
+                    (self.reconcile(&stream, info, &marks).await?, marks)
+                }
                 None => {
                     let from = self.start_of(&infos, route);
-                    let marks = Marks {
-                        born_after: Some(last),
-                        retired_through: None,
-                    };
+                    let marks = Marks::born(last);
                     let mut config = consumer_config(self.config(), &durable, route, from);
                     config.description = Some(marks.describe(route));
                     let consumer = stream.create_consumer(config).await.with_context(|| {
@@ -366,13 +376,12 @@ impl Broker {
             members.push(Member {
                 durable: durable.clone(),
                 filter: route.clone(),
-                born_after: marks.born_after.unwrap_or(0),
-                retired_through: marks.retired_through,
+                lives: marks.lives,
                 active: true,
             });
             consumers.push((durable, consumer));
         }
-        for (filter, durable, through) in retired {
+        for (filter, durable, marks) in retired {
             let consumer: PullConsumer = stream
                 .get_consumer(&durable)
                 .await
@@ -380,8 +389,7 @@ impl Broker {
             members.push(Member {
                 durable: durable.clone(),
                 filter,
-                born_after: 0,
-                retired_through: Some(through),
+                lives: marks.lives,
                 active: false,
             });
             consumers.push((durable, consumer));
@@ -428,6 +436,7 @@ impl Broker {
         &self,
         stream: &jetstream::stream::Stream,
         info: &consumer::Info,
+        marks: &Marks,
     ) -> anyhow::Result<PullConsumer> {
         let want = consumer_config(
             self.config(),
@@ -449,7 +458,22 @@ impl Broker {
         .into_iter()
         .filter_map(|(name, differs)| differs.then_some(name))
         .collect();
-        if !drift.is_empty() {
+        let description = marks.describe(&info.config.filter_subject);
+        if info.config.description.as_deref() != Some(description.as_str()) {
+            // The lives change in the same update as any setting (one write, never one
+            // undoing the other).
+            let mut config = info.config.clone();
+            config.ack_wait = want.ack_wait;
+            config.max_ack_pending = want.max_ack_pending;
+            config.max_deliver = want.max_deliver;
+            config.description = Some(description);
+            stream.create_consumer(config).await.with_context(|| {
+                format!(
+                    "recording on consumer `{}` that its route is consumed again",
+                    info.name
+                )
+            })?;
+        } else if !drift.is_empty() {
             let mut config = info.config.clone();
             config.ack_wait = want.ack_wait;
             config.max_ack_pending = want.max_ack_pending;
