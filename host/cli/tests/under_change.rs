@@ -195,6 +195,76 @@ fn removing_an_overlapping_nats_route_hands_its_waiting_retries_to_the_wider_rou
     assert_eq!(healthy.accepted(), each_once(&all), "nothing twice");
 }
 
+/// Route `orders.>` only (503 once, retried after 6 s). Five messages on `orders.vip` are
+/// delivered once and wait out their retry; meanwhile a reload adds route `orders.vip`
+/// (always 503, retried after 6 s: one message published now waits in it too) and another
+/// removes it again. The five were the wide route's before the vip route existed and stay
+/// its own: each comes back and is accepted there, none is acknowledged unseen by the
+/// removed route's consumer (which still holds its own message, and hands that on).
+#[test]
+fn a_route_added_and_removed_while_a_wider_one_waits_leaves_its_retries_with_it() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (once, down) = (
+        app(&runtime, Behaviour::FailsFirst(1)),
+        app(&runtime, Behaviour::FailsFirst(u32::MAX)),
+    );
+    let nats = Nats::new("flap");
+    let dir = scratch("reload-nats-flap");
+    let wide = route(&nats.subject("orders.>"), "nats", &once, 6_000);
+    let vip = route(&nats.subject("orders.vip"), "nats", &down, 6_000);
+    let config = write_config(&dir, &nats.head(), &wide);
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    assert!(wait_until(Duration::from_secs(20), || nats
+        .has_consumer_of("orders.>")));
+    let waiting = ids("w", 5);
+    nats.publish("orders.vip", &waiting);
+    assert!(
+        wait_until(Duration::from_secs(20), || once.deliveries().len() == 5),
+        "{:?}",
+        once.deliveries()
+    );
+    reload(&gw, &dir, &nats.head(), &format!("{wide}{vip}"));
+    assert!(wait_until(Duration::from_secs(20), || nats
+        .has_consumer_of("orders.vip")));
+    let own = ids("x", 1);
+    nats.publish("orders.vip", &own);
+    // The vip route's consumer starts where the wide one's acknowledgements stand: it sees
+    // the five, skips them (published before its route existed) and delivers its own.
+    let vip_durable =
+        verdict_gateway::sources::nats::route_durable(&nats.prefix, &nats.subject("orders.vip"));
+    assert!(
+        wait_until(Duration::from_secs(20), || down.deliveries().len() == 1
+            && nats
+                .consumers()
+                .iter()
+                .any(|(name, pending, _)| *name == vip_durable && *pending == 0)),
+        "{:?} {:?}",
+        down.deliveries(),
+        nats.consumers()
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    reload(&gw, &dir, &nats.head(), &wide);
+
+    let mut all = waiting.clone();
+    all.extend(own.clone());
+    assert!(
+        wait_until(Duration::from_secs(40), || once.accepted().len() == 6),
+        "retries never came back to the route that takes them: accepted {:?}, \
+         deliveries {:?}, vip {:?}, dead letters {:?}, consumers {:?}",
+        once.accepted(),
+        once.deliveries(),
+        down.deliveries(),
+        nats.dead_letters(),
+        nats.consumers()
+    );
+    assert_eq!(once.accepted(), each_once(&all));
+    assert_eq!(down.deliveries(), each_once(&own), "the vip route's own, once");
+    assert_eq!(nats.dead_letters(), Vec::new());
+}
+
 /// A route's durable consumer made earlier with other settings (`ack_wait` 1 s, JetStream
 /// giving up after 3 deliveries) is brought to the configured ones when the gateway starts,
 /// not silently reused: `max_deliver` 3 would make JetStream drop a message the gateway
