@@ -58,16 +58,15 @@ impl Gateway {
             .append(true)
             .open(self.log_path())
             .with_context(|| format!("{}", self.log_path().display()))?;
-        // `faketime` execs the gateway in its own process: a kill still reaches it.
-        let mut command = match &self.skew {
-            Some(skew) => {
-                let mut c = Command::new("faketime");
-                c.arg("-f").arg(skew).arg(&self.bin);
-                c
-            }
-            None => Command::new(&self.bin),
-        };
+        let mut command = Command::new(&self.bin);
         hermetic(&mut command);
+        if let Some(skew) = &self.skew {
+            // libfaketime preloaded into the gateway itself: the `faketime` command would
+            // run it as a child of its own, which a kill of the command leaves running.
+            command
+                .env("LD_PRELOAD", libfaketime()?)
+                .env("FAKETIME", skew);
+        }
         let child = command
             .arg("run")
             .arg("-c")
@@ -168,16 +167,21 @@ impl Gateway {
     }
 }
 
-/// `faketime` is there to run a gateway on a skewed clock, or an error saying how to get it.
-pub fn check_faketime() -> Result<()> {
-    let works = Command::new("faketime")
-        .args(["-f", "+0s", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !works {
-        bail!("--skew runs gateways under `faketime` (Debian's package faketime), not found");
+/// libfaketime, to run a gateway on a skewed clock, or an error saying how to get it.
+pub fn libfaketime() -> Result<PathBuf> {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .find(|lib| lib.is_file());
+    match found {
+        Some(lib) => Ok(lib),
+        None => bail!(
+            "--skew preloads libfaketime into the gateways (Debian's package faketime), and \
+             no /usr/lib/*/faketime/libfaketime.so.1 is here"
+        ),
     }
-    Ok(())
 }
 
 /// Leave out of `command` every `VERDICT_*` variable of the caller's but `VERDICT_LOG`: a

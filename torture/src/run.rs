@@ -297,7 +297,7 @@ impl<'a> Run<'a> {
             );
         }
         if !o.skew.is_empty() {
-            crate::gateway::check_faketime()?;
+            crate::gateway::libfaketime()?;
         }
         let mut gws = Vec::new();
         let mut admins = Vec::new();

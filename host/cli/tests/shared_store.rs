@@ -591,14 +591,15 @@ fn gateways_whose_clocks_are_30s_apart_on_mariadb_neither_duplicate_nor_retry_ea
 /// measures every instant on the database's clock.
 fn skewed_clocks(server: Server) {
     use verdict_cli::demo::DemoConsumer;
-    let faketime = "faketime";
-    assert!(
-        std::process::Command::new(faketime)
-            .args(["-f", "+0s", "true"])
-            .status()
-            .is_ok_and(|s| s.success()),
-        "this test runs gateways under Debian's `faketime` (apt-get install faketime)"
-    );
+    // libfaketime preloaded into the gateway itself: the `faketime` command runs its
+    // program as a child, which the test's kill at the end would leave running.
+    let libfaketime = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .find(|lib| lib.is_file())
+        .expect("this test runs gateways with Debian's libfaketime (apt-get install faketime)");
     let dir = scratch(&format!("shared-store-skew-{server:?}"));
     let db = Database::new(server);
     // `slow-*` take 1 s and succeed; `fail-*` are answered 503 every time.
@@ -654,15 +655,12 @@ fn skewed_clocks(server: Server) {
         .zip(2..)
         .map(|(skew, n)| {
             let config = config(n);
-            spawn(
-                faketime,
+            common::spawn_with_env(
+                verdict_bin,
+                &["run", "-c", config.to_str().unwrap()],
                 &[
-                    "-f",
-                    skew,
-                    verdict_bin,
-                    "run",
-                    "-c",
-                    config.to_str().unwrap(),
+                    ("LD_PRELOAD", libfaketime.to_str().unwrap()),
+                    ("FAKETIME", skew),
                 ],
             )
         })

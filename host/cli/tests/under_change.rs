@@ -217,8 +217,7 @@ fn a_route_added_and_removed_while_a_wider_one_waits_leaves_its_retries_with_it(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
     );
-    assert!(wait_until(Duration::from_secs(20), || nats
-        .has_consumer_of("orders.>")));
+    assert!(wait_until(Duration::from_secs(20), || nats.has_consumer_of("orders.>")));
     let waiting = ids("w", 5);
     nats.publish("orders.vip", &waiting);
     assert!(
@@ -236,11 +235,13 @@ fn a_route_added_and_removed_while_a_wider_one_waits_leaves_its_retries_with_it(
     let vip_durable =
         verdict_gateway::sources::nats::route_durable(&nats.prefix, &nats.subject("orders.vip"));
     assert!(
-        wait_until(Duration::from_secs(20), || down.deliveries().len() == 1
-            && nats
-                .consumers()
-                .iter()
-                .any(|(name, pending, _)| *name == vip_durable && *pending == 0)),
+        wait_until(Duration::from_secs(20), || {
+            down.deliveries().len() == 1
+                && nats
+                    .consumers()
+                    .iter()
+                    .any(|(name, pending, _)| *name == vip_durable && *pending == 0)
+        }),
         "{:?} {:?}",
         down.deliveries(),
         nats.consumers()
@@ -261,7 +262,11 @@ fn a_route_added_and_removed_while_a_wider_one_waits_leaves_its_retries_with_it(
         nats.consumers()
     );
     assert_eq!(once.accepted(), each_once(&all));
-    assert_eq!(down.deliveries(), each_once(&own), "the vip route's own, once");
+    assert_eq!(
+        down.deliveries(),
+        each_once(&own),
+        "the vip route's own, once"
+    );
     assert_eq!(nats.dead_letters(), Vec::new());
 }
 

@@ -188,18 +188,6 @@ async fn start(
             }
         }
     }
-    let mut deliveries = Vec::new();
-    for source in sources_of(&config, history_key) {
-        if let Some(ready) = source.readiness() {
-            pipeline.add_source(ready);
-        }
-        tracing::debug!(source = source.name(), "starting a source");
-        deliveries.push(tokio::spawn(source.run(
-            pipeline.clone(),
-            stopped.clone(),
-            SHUTDOWN_GRACE,
-        )));
-    }
     // Read before binding, so a bad certificate stops the start with its file named.
     let tls = match (&config.admin.tls_cert, &config.admin.tls_key) {
         (Some(cert), Some(key)) => Some(verdict_tls::server_config(
@@ -228,6 +216,20 @@ async fn start(
         .await
         .map_err(listen)?;
     let admin = listener.local_addr().map_err(listen)?;
+    // Sources start once the admin listener is bound: a start that fails there leaves no
+    // broker session to be torn down under its feet.
+    let mut deliveries = Vec::new();
+    for source in sources_of(&config, history_key) {
+        if let Some(ready) = source.readiness() {
+            pipeline.add_source(ready);
+        }
+        tracing::debug!(source = source.name(), "starting a source");
+        deliveries.push(tokio::spawn(source.run(
+            pipeline.clone(),
+            stopped.clone(),
+            SHUTDOWN_GRACE,
+        )));
+    }
     let state = AdminState::new(
         registry.clone(),
         metrics,

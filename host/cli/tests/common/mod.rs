@@ -117,8 +117,14 @@ impl Drop for Proc {
 /// Start `program args`, wait for the `http://` (or `https://`) address it prints on
 /// stderr.
 pub fn spawn(program: &str, args: &[&str]) -> Proc {
+    spawn_with_env(program, args, &[])
+}
+
+/// [`spawn`] with `env` set.
+pub fn spawn_with_env(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
     let mut child = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .env_remove("VERDICT_ADMIN_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
