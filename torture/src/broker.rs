@@ -19,7 +19,18 @@ use crate::sources::{Source, SourceName};
 /// takes connections.
 pub fn restart(source: &Source, down: Duration) -> Result<()> {
     match source.name {
-        SourceName::Embedded | SourceName::Postgres | SourceName::Mysql => Ok(()),
+        SourceName::Embedded => Ok(()),
+        // The run's own database: its connections cut, twice `down` apart (the gateways'
+        // reconnections meet the second), the server itself left alone.
+        SourceName::Postgres | SourceName::Mysql => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(source.cut_store_connections())?;
+            std::thread::sleep(down);
+            runtime.block_on(source.cut_store_connections())?;
+            Ok(())
+        }
         SourceName::Nats => match source.tls_nats() {
             Some(server) => {
                 server

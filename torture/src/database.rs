@@ -72,6 +72,42 @@ impl Database {
         }
     }
 
+    /// Cut every connection to it (the gateways' and any other): their next statement fails
+    /// and they reconnect, as after a network fault or a failover. How many were cut.
+    pub fn cut_connections(&self) -> Result<u64> {
+        match self.server {
+            Server::Postgres => {
+                let url = format!("{}/postgres", self.server_url());
+                let mut client = postgres::Client::connect(&url, postgres::NoTls)
+                    .with_context(|| format!("PostgreSQL at {url}"))?;
+                let row = client.query_one(
+                    "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                     WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    &[&self.name],
+                )?;
+                Ok(row.get::<_, i64>(0).max(0) as u64)
+            }
+            Server::Mysql => {
+                use mysql::prelude::Queryable as _;
+                let url = self.server_url();
+                let mut conn = mysql::Conn::new(mysql::Opts::from_url(url)?)
+                    .with_context(|| format!("MariaDB at {url}"))?;
+                let ids: Vec<u64> = conn.exec(
+                    "SELECT id FROM information_schema.processlist WHERE db = ? AND id <> CONNECTION_ID()",
+                    (&self.name,),
+                )?;
+                let mut cut = 0;
+                for id in ids {
+                    // Gone already (it ended on its own): nothing to cut.
+                    if conn.query_drop(format!("KILL {id}")).is_ok() {
+                        cut += 1;
+                    }
+                }
+                Ok(cut)
+            }
+        }
+    }
+
     /// Drop it (the gateways stopped first: PostgreSQL's `FORCE` ends their sessions
     /// anyway).
     pub fn drop_database(&self) -> Result<()> {

@@ -130,6 +130,10 @@ pub struct Report {
     /// The most duplicates the faults can explain: what was in flight or prefetched at
     /// each gateway kill and broker restart.
     pub duplicates_allowed: u64,
+    /// On a store: the deliveries the gateways and the store themselves counted as possible
+    /// duplicates (leases recovered at a start, taken over after they expired), reported
+    /// beside the harness's own allowance, never used for it.
+    pub store_counted_redeliveries: Option<u64>,
     /// The faults injected.
     pub faults: Faults,
     /// Longest time from publish to a terminal state (ms).
@@ -362,13 +366,15 @@ impl<'a> Run<'a> {
             Some(kinds) => kinds
                 .iter()
                 .copied()
-                .filter(|k| *k != Fault::BrokerRestart || !self.name.is_store())
+                .filter(|k| *k != Fault::BrokerRestart || self.name != SourceName::Embedded)
                 .filter(|k| *k != Fault::Operator || self.name == SourceName::Rabbitmq)
                 .collect(),
             None => fault_kinds(
                 &mut self.rng,
                 o.faults,
-                !self.name.is_store() && o.broker_restarts,
+                // A shared store's "restart" cuts the connections to the run's own
+                // database, which disturbs nobody else: always on.
+                self.name.is_shared() && (o.broker_restarts || self.name.is_store()),
                 self.name == SourceName::Rabbitmq,
             ),
         };
@@ -483,7 +489,14 @@ impl<'a> Run<'a> {
                 for gw in &mut self.gws {
                     gw.wait_ready(Duration::from_secs(120))?;
                 }
-                self.excuse(from_ms, now_ms() + ACK_WAIT_MS, Excuse::Redelivery);
+                // On a shared store a settlement cut off may leave its lease to expire and
+                // another gateway to take the message over.
+                let late = if self.name.is_store() {
+                    2 * LEASE_MS
+                } else {
+                    ACK_WAIT_MS
+                };
+                self.excuse(from_ms, now_ms() + late, Excuse::Redelivery);
                 self.report.faults.broker_restarts += 1;
             }
             Fault::ConsumerDown => {
@@ -649,22 +662,37 @@ impl<'a> Run<'a> {
         report.duplicates = found.duplicates;
         report.delivered = found.delivered;
         report.max_publish_to_terminal_ms = found.max_publish_to_terminal_ms;
-        // The store counts what it may deliver twice (leases recovered at a start, outcomes
-        // fenced off); a broker redelivers what was unacknowledged at a kill or a restart:
-        // at most the route's concurrency, and on a restart (or a channel an operator's hand
-        // closed) the prefetch window too.
-        let concurrency = self.o.profile.concurrency;
-        report.duplicates_allowed = if self.name.is_store() {
-            self.gws
-                .iter()
-                .map(Gateway::counted_redeliveries)
-                .sum::<u64>()
-                + self.runtime.block_on(self.source.store_redeliveries())?
+        // What the faults can explain, from the harness's own record of them (never from
+        // what the gateway or the store say about themselves): a kill re-delivers what the
+        // gateway had in flight - at most the route's concurrency on each of its routes (two
+        // where the reloads add a narrower one); a broker restart, a channel an operator's hand closed, or a shared store's
+        // connections cut, what every gateway had in flight, and on RabbitMQ the prefetch
+        // window too. The store's own count of leases taken over is reported beside it.
+        let routes = if self.name == SourceName::Rabbitmq {
+            1
         } else {
-            u64::from(report.faults.gateway_kills) * concurrency
-                + u64::from(report.faults.broker_restarts + report.faults.operator_acts)
-                    * (concurrency + PREFETCH)
+            2
         };
+        let in_flight = self.o.profile.concurrency * routes;
+        let gateways = self.gws.len() as u64;
+        let prefetch = if self.name == SourceName::Rabbitmq {
+            PREFETCH
+        } else {
+            0
+        };
+        report.duplicates_allowed = u64::from(report.faults.gateway_kills) * in_flight
+            + u64::from(report.faults.broker_restarts + report.faults.operator_acts)
+                * gateways
+                * (in_flight + prefetch);
+        if self.name.is_store() {
+            report.store_counted_redeliveries = Some(
+                self.gws
+                    .iter()
+                    .map(Gateway::counted_redeliveries)
+                    .sum::<u64>()
+                    + self.runtime.block_on(self.source.store_redeliveries())?,
+            );
+        }
         if report.duplicates > report.duplicates_allowed {
             report.violations.push(format!(
                 "{} duplicate deliveries; the faults explain at most {}",

@@ -312,8 +312,9 @@ impl Source {
                         out.taken |= taken;
                         break;
                     }
-                    // A broker restarting: a producer retries, as real ones do.
-                    Err(e) if !self.name.is_store() => {
+                    // A broker restarting, or a store answering 503 while its database
+                    // connection is cut: a producer retries, as real ones do.
+                    Err(e) if !self.name.is_store() || unavailable(&e) => {
                         if tokio::time::Instant::now() > deadline {
                             return Err(e.context(format!(
                                 "the broker took no publish for {PUBLISH_PATIENCE:?}"
@@ -483,6 +484,14 @@ impl Source {
         queues
     }
 
+    /// Cut every connection to a shared SQL store's database (nothing elsewhere).
+    pub async fn cut_store_connections(&self) -> Result<u64> {
+        match self.database.clone() {
+            Some(db) => tokio::task::spawn_blocking(move || db.cut_connections()).await?,
+            None => Ok(0),
+        }
+    }
+
     /// Deliveries a shared SQL store recorded as possible duplicates (leases taken over
     /// after they expired); none elsewhere.
     pub async fn store_redeliveries(&self) -> Result<u64> {
@@ -636,6 +645,14 @@ async fn rabbit_connect() -> lapin::Result<(Connection, lapin::Channel)> {
         .confirm_select(ConfirmSelectOptions::default())
         .await?;
     Ok((conn, channel))
+}
+
+/// The admin API answered 503: the gateway is up but cannot take the message now.
+fn unavailable(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<verdict_cli::client::ClientError>(),
+        Some(verdict_cli::client::ClientError::Api { status: 503, .. })
+    )
 }
 
 fn publish_embedded(m: &Planned, admin: &verdict_cli::client::AdminClient) -> Result<bool> {

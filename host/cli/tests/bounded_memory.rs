@@ -50,6 +50,8 @@ fn ever_new_subjects_under_a_wildcard_route_keep_statistics_for_at_most_10_000_t
     )
     .unwrap();
     let gw = common::run_logged(&config, &dir.join("gateway.log"));
+    // The stream exists once the source is ready, not when the admin API answers.
+    common::wait_ready(&gw.url);
     let pid = gw.child.id();
     let delivered = |n: usize| {
         wait_until(Duration::from_secs(120), || {

@@ -475,6 +475,63 @@ impl Drop for Outage<'_> {
 }
 
 #[test]
+fn connections_cut_under_a_postgres_gateway_are_made_again_and_the_call_runs_once_more() {
+    connections_cut(Server::Postgres);
+}
+
+#[test]
+fn connections_cut_under_a_mariadb_gateway_are_made_again_and_the_call_runs_once_more() {
+    connections_cut(Server::Mariadb);
+}
+
+/// Every connection to the gateway's database cut (`pg_terminate_backend`, `KILL`) right
+/// before each of five publishes: the call that meets a dead session reconnects and runs
+/// once more, so every publish is taken (no 503) and every message is delivered once.
+fn connections_cut(server: Server) {
+    let dir = scratch(&format!("shared-store-cut-{server:?}"));
+    let db = Database::new(server);
+    let consumer = common::healthy_consumer();
+    let gw = gateway(&gateway_config(&dir, 1, &db.url(), &consumer.url));
+    let cut = || match server {
+        Server::Postgres => server.admin_sql(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = '{}' AND pid <> pg_backend_pid()",
+            db.0
+        )),
+        Server::Mariadb => {
+            use mysql::prelude::Queryable as _;
+            let mut conn = mysql::Conn::new(mysql::Opts::from_url(&server.url()).unwrap()).unwrap();
+            let ids: Vec<u64> = conn
+                .exec(
+                    "SELECT id FROM information_schema.processlist WHERE db = ?",
+                    (&db.0,),
+                )
+                .unwrap();
+            for id in ids {
+                let _ = conn.query_drop(format!("KILL {id}"));
+            }
+        }
+    };
+    for round in 0..5 {
+        cut();
+        common::publish_batch(
+            &gw.url,
+            &dir.join("gw-1"),
+            "orders",
+            &format!("r{round}"),
+            10,
+        );
+    }
+    assert!(
+        wait_until(Duration::from_secs(60), || accepted(&consumer) >= 50),
+        "accepted {}",
+        accepted(&consumer)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(accepted(&consumer), 50, "each once");
+}
+
+#[test]
 fn a_gateway_polling_every_ten_minutes_still_delivers_at_once_and_retries_on_time() {
     let dir = scratch("shared-store-wake");
     let db = Database::new(Server::Postgres);

@@ -338,6 +338,22 @@ pub fn consumer(listen: &str, permanent: u32) -> Proc {
     )
 }
 
+/// Wait (at most a minute) until the gateway whose admin API is at `url` answers `/readyz`
+/// with 200: every route's source connected and set up (a NATS stream exists, say).
+pub fn wait_ready(url: &str) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    assert!(
+        wait_until(Duration::from_secs(60), || agent
+            .get(format!("{url}/readyz"))
+            .call()
+            .is_ok_and(|r| r.status() == 200)),
+        "{url} was not ready within a minute"
+    );
+}
+
 pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + limit;
     while Instant::now() < deadline {

@@ -32,6 +32,12 @@ pub enum StoreError {
     /// store does so a few times before passing this on as [`StoreError::Database`].
     #[error("store: {0}")]
     Retry(String),
+    /// The connection broke under a statement (the server ended the session, the network
+    /// cut it): the store reconnects and runs the call once more - safe whether or not the
+    /// first run committed, since every settlement is fenced by its lease and every
+    /// message id is unique - before passing this on as [`StoreError::Database`].
+    #[error("store: {0}")]
+    Disconnected(String),
     /// The store URL names no backend this build has, or is malformed.
     #[error("[gateway] store: {0}")]
     Url(String),
@@ -76,8 +82,17 @@ impl From<postgres::Error> for StoreError {
             *c == postgres::error::SqlState::T_R_DEADLOCK_DETECTED
                 || *c == postgres::error::SqlState::T_R_SERIALIZATION_FAILURE
         });
+        // The session ended under the call: the server's shutdown or an administrator's
+        // `pg_terminate_backend`, or a connection the client found closed.
+        let gone = e.is_closed()
+            || e.code().is_some_and(|c| {
+                *c == postgres::error::SqlState::ADMIN_SHUTDOWN
+                    || *c == postgres::error::SqlState::CRASH_SHUTDOWN
+            });
         if retry {
             StoreError::Retry(message)
+        } else if gone {
+            StoreError::Disconnected(message)
         } else {
             StoreError::Database(message)
         }

@@ -55,6 +55,16 @@ impl From<mysql::Error> for StoreError {
             mysql::Error::MySqlError(server) if server.code == 1213 || server.code == 1205 => {
                 StoreError::Retry(format!("mysql: {e}"))
             }
+            // The session ended under the call: killed (1927), the server gone (2006) or
+            // the connection lost (2013), or the socket itself failed.
+            mysql::Error::MySqlError(server) if matches!(server.code, 1927 | 2006 | 2013) => {
+                StoreError::Disconnected(format!("mysql: {e}"))
+            }
+            mysql::Error::IoError(_)
+            | mysql::Error::CodecError(_)
+            | mysql::Error::DriverError(mysql::DriverError::PacketOutOfSync) => {
+                StoreError::Disconnected(format!("mysql: {e}"))
+            }
             _ => StoreError::Database(format!("mysql: {e}")),
         }
     }
@@ -196,6 +206,7 @@ impl MysqlStore {
     ) -> Result<T, StoreError> {
         let mut guard = self.lock();
         let mut tries = 0;
+        let mut reconnected = false;
         loop {
             if guard.is_none() {
                 let mut conn = self
@@ -215,12 +226,26 @@ impl MysqlStore {
                 });
                 if let Err(e) = read {
                     *guard = None;
-                    return Err(e.into());
+                    match StoreError::from(e) {
+                        StoreError::Disconnected(_) if !reconnected => {
+                            reconnected = true;
+                            continue;
+                        }
+                        e => return Err(e),
+                    }
                 }
             }
             match f(conn) {
                 Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,
                 Err(StoreError::Retry(message)) => return Err(StoreError::Database(message)),
+                Err(StoreError::Disconnected(_)) if !reconnected => {
+                    *guard = None;
+                    reconnected = true;
+                }
+                Err(StoreError::Disconnected(message)) => {
+                    *guard = None;
+                    return Err(StoreError::Database(message));
+                }
                 Err(e @ StoreError::Database(_)) => {
                     // Whatever failed, a fresh session starts clean (no half transaction).
                     *guard = None;

@@ -69,6 +69,9 @@ impl MysqlStore {
                     Ok(()) => tx.query_drop("RELEASE SAVEPOINT settlement")?,
                     // A deadlock rolled the whole transaction back: run the batch again.
                     Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m.clone())),
+                    Err(StoreError::Disconnected(m)) => {
+                        return Err(StoreError::Disconnected(m.clone()));
+                    }
                     Err(_) => tx.query_drop("ROLLBACK TO SAVEPOINT settlement")?,
                 }
                 results[i] = Some(result);

@@ -309,6 +309,7 @@ impl PostgresStore {
     ) -> Result<T, StoreError> {
         let mut guard = self.lock();
         let mut tries = 0;
+        let mut reconnected = false;
         loop {
             if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
                 let client = connect(&self.config, self.tls.as_ref())
@@ -332,13 +333,29 @@ impl PostgresStore {
                     if conn.client.is_closed() {
                         *guard = None;
                     }
-                    return Err(e.into());
+                    match StoreError::from(e) {
+                        StoreError::Disconnected(_) if !reconnected => {
+                            *guard = None;
+                            reconnected = true;
+                            continue;
+                        }
+                        e => return Err(e),
+                    }
                 }
             }
             match f(conn) {
                 // A deadlock victim's transaction was rolled back whole: run it again.
                 Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,
                 Err(StoreError::Retry(message)) => return Err(StoreError::Database(message)),
+                // The session ended under the call: once more on a new one.
+                Err(StoreError::Disconnected(_)) if !reconnected => {
+                    *guard = None;
+                    reconnected = true;
+                }
+                Err(StoreError::Disconnected(message)) => {
+                    *guard = None;
+                    return Err(StoreError::Database(message));
+                }
                 Err(e) => {
                     if conn.client.is_closed() {
                         *guard = None;

@@ -163,12 +163,16 @@ fn settle_in(
                 Ok(()) => savepoint.commit()?,
                 // A deadlock aborted the transaction: the whole batch runs again.
                 Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m.clone())),
+                Err(StoreError::Disconnected(m)) => {
+                    return Err(StoreError::Disconnected(m.clone()));
+                }
                 Err(_) => savepoint.rollback()?,
             }
             result
         } else {
             match apply(&mut tx, p, seq, lease, settlement, now_ms) {
                 Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m)),
+                Err(StoreError::Disconnected(m)) => return Err(StoreError::Disconnected(m)),
                 Err(StoreError::Fenced { seq, lease }) => Err(StoreError::Fenced { seq, lease }),
                 // Dropping the transaction rolls it back.
                 Err(_) => return Ok(None),
