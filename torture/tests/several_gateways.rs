@@ -1,11 +1,12 @@
 //! Several gateways under torture: every shared source - PostgreSQL and MariaDB stores, NATS,
-//! RabbitMQ - taken by two gateways, the second on a clock 30 s ahead (libfaketime), seeds 1
-//! and 2, 150 hostile messages and six faults (a kill of one gateway or the other, a broker restart -
-//! on a store, every connection to its database cut - a consumer outage, reloads that reshape the routes on both - one reloads before the
-//! other - and rollbacks of both). On the stores leases, due times and dead letters follow
-//! the database's clock; on NATS a message is left to another route's consumer only when
-//! the server says that consumer takes it. No message may be lost, and no duplicate appear
-//! beyond what the faults explain.
+//! RabbitMQ - taken by two gateways, the second on a clock 30 s ahead (libfaketime); seeds 1
+//! and 2, 150 hostile messages and six faults each: a kill of one gateway or the other, a
+//! broker restart (on a store, every connection to its database cut), a consumer outage,
+//! reloads that reshape the routes on both (one reloads before the other) and rollbacks of
+//! both. On the stores leases, due times and dead letters follow the database's clock; on
+//! NATS a message is left to another route's consumer only when the server says that
+//! consumer takes it. No message may be lost, and no duplicate appear beyond what the
+//! faults explain.
 
 use std::process::Command;
 
