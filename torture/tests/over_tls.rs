@@ -3,13 +3,13 @@
 //! run's own, restarted by the broker fault, each certificate from a CA made for the run.
 //! The invariants are the same as in plaintext.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn the_gateway_keeps_its_invariants_under_torture_over_tls() {
-    let workdir = std::env::temp_dir().join(format!("verdict-torture-tls-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_verdict-torture"))
-        .args([
+    let (workdir, reports) = common::torture(
+        "verdict-torture-tls",
+        &[
             "--sources",
             "embedded,nats",
             "--seed",
@@ -21,19 +21,11 @@ fn the_gateway_keeps_its_invariants_under_torture_over_tls() {
             "--duration",
             "90",
             "--tls",
-            "--json",
-            "--quiet",
-        ])
-        .arg("--workdir")
-        .arg(&workdir)
-        .output()
-        .expect("verdict-torture runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON reports");
-    let reports = reports.as_array().expect("one report per run");
+        ],
+        &[],
+    );
     assert_eq!(reports.len(), 2, "{reports:?}");
-    for r in reports {
+    for r in &reports {
         assert_eq!(r["tls"], true, "{r}");
         assert_eq!(r["violations"], serde_json::json!([]), "{r}");
         // Deliveries went through: a consumer the gateway could not reach over TLS would
@@ -50,5 +42,5 @@ fn the_gateway_keeps_its_invariants_under_torture_over_tls() {
         !left.iter().any(|n| n.to_string_lossy().ends_with("-nats")),
         "{left:?}"
     );
-    let _ = std::fs::remove_dir_all(&workdir);
+    common::clean(&workdir);
 }

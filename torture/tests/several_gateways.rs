@@ -8,14 +8,13 @@
 //! consumer takes it. No message may be lost, and no duplicate appear beyond what the
 //! faults explain.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn two_gateways_a_clock_apart_keep_the_invariants_on_every_shared_source() {
-    let workdir =
-        std::env::temp_dir().join(format!("verdict-torture-fleet-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_verdict-torture"))
-        .args([
+    let (workdir, reports) = common::torture(
+        "verdict-torture-fleet",
+        &[
             "--sources",
             "postgres,mysql,nats,rabbitmq",
             "--gateways",
@@ -31,19 +30,11 @@ fn two_gateways_a_clock_apart_keep_the_invariants_on_every_shared_source() {
             "6",
             "--duration",
             "90",
-            "--json",
-            "--quiet",
-        ])
-        .arg("--workdir")
-        .arg(&workdir)
-        .output()
-        .expect("verdict-torture runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON reports");
-    let reports = reports.as_array().expect("one report per run");
+        ],
+        &[],
+    );
     assert_eq!(reports.len(), 8, "{reports:?}");
-    for r in reports {
+    for r in &reports {
         assert_eq!(r["violations"], serde_json::json!([]), "{r}");
         assert_eq!(r["gateways"], 2, "{r}");
         assert_eq!(r["skew"], serde_json::json!(["+30s"]), "{r}");
@@ -58,5 +49,5 @@ fn two_gateways_a_clock_apart_keep_the_invariants_on_every_shared_source() {
         // On the stores the broker fault cuts every connection to the run's database.
         assert!(faults["broker_restarts"].as_u64().unwrap() >= 1, "{r}");
     }
-    let _ = std::fs::remove_dir_all(&workdir);
+    common::clean(&workdir);
 }

@@ -4,17 +4,13 @@
 //! delay exchange of the waiting retries), through the real `verdict` binary. The
 //! long runs (`--soak`, more seeds) are run by hand; see RELIABILITY.md.
 
-use std::process::Command;
+mod common;
 
 #[test]
 fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
-    let workdir = std::env::temp_dir().join(format!("verdict-torture-{}", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_verdict-torture"))
-        // Hermetic: a caller's admin settings reach neither the harness nor its gateways.
-        .env("VERDICT_ADMIN_TOKEN", "the-callers-token-not-the-runs")
-        .env("VERDICT_ADMIN_URL", "http://127.0.0.1:9")
-        .env("VERDICT_LOG_FORMAT", "json")
-        .args([
+    let (workdir, reports) = common::torture(
+        "verdict-torture",
+        &[
             "--sources",
             "embedded,nats,rabbitmq",
             "--seed",
@@ -27,19 +23,16 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
             "6",
             "--duration",
             "90",
-            "--json",
-            "--quiet",
-        ])
-        .arg("--workdir")
-        .arg(&workdir)
-        .output()
-        .expect("verdict-torture runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON reports");
-    let reports = reports.as_array().expect("one report per run");
+        ],
+        // Hermetic: a caller's admin settings reach neither the harness nor its gateways.
+        &[
+            ("VERDICT_ADMIN_TOKEN", "the-callers-token-not-the-runs"),
+            ("VERDICT_ADMIN_URL", "http://127.0.0.1:9"),
+            ("VERDICT_LOG_FORMAT", "json"),
+        ],
+    );
     assert_eq!(reports.len(), 6, "{reports:?}");
-    for r in reports {
+    for r in &reports {
         assert_eq!(r["violations"], serde_json::json!([]), "{r}");
         let terminal = r["delivered"].as_u64().unwrap() + r["dead_lettered"].as_u64().unwrap();
         let expected = r["messages"].as_u64().unwrap() - r["refused"].as_u64().unwrap();
@@ -67,5 +60,5 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
             "{r}"
         );
     }
-    let _ = std::fs::remove_dir_all(&workdir);
+    common::clean(&workdir);
 }

@@ -498,18 +498,20 @@ mod tests {
         assert!(!subjects_overlap("a.*", "a.b.c"));
     }
 
+    /// A config with one RabbitMQ route and `section` in `[rabbitmq]`, parsed.
+    fn parse(section: &str) -> Result<crate::GatewayConfig, crate::GatewayConfigError> {
+        let config = format!(
+            "[rabbitmq]\n{section}\n[policies.rules]\npath = \"r.wasm\"\n[[routes]]\n\
+             topic = \"orders\"\npolicy = \"rules\"\nsource = \"rabbitmq\"\n\
+             consumer = {{ url = \"http://127.0.0.1:8081/\" }}\n"
+        );
+        crate::GatewayConfig::parse(&config, "v.toml")
+    }
+
     #[test]
     fn rabbitmq_names_past_a_short_string_are_refused_when_the_config_is_read() {
         // Found by `tests/fuzz.rs`: accepted, then a panic in the client at the first delay
         // bucket or audit record.
-        let config = |section: &str| {
-            format!(
-                "[rabbitmq]\n{section}\n[policies.rules]\npath = \"r.wasm\"\n[[routes]]\n\
-                 topic = \"orders\"\npolicy = \"rules\"\nsource = \"rabbitmq\"\n\
-                 consumer = {{ url = \"http://127.0.0.1:8081/\" }}\n"
-            )
-        };
-        let parse = |section: &str| crate::GatewayConfig::parse(&config(section), "v.toml");
         for (section, field) in [
             (
                 format!("delay_prefix = \"{}\"", "d".repeat(250)),
@@ -529,14 +531,6 @@ mod tests {
 
     #[test]
     fn a_certificate_login_without_a_client_certificate_is_refused_naming_it() {
-        let config = |section: &str| {
-            format!(
-                "[rabbitmq]\n{section}\n[policies.rules]\npath = \"r.wasm\"\n[[routes]]\n\
-                 topic = \"orders\"\npolicy = \"rules\"\nsource = \"rabbitmq\"\n\
-                 consumer = {{ url = \"http://127.0.0.1:8081/\" }}\n"
-            )
-        };
-        let parse = |section: &str| crate::GatewayConfig::parse(&config(section), "v.toml");
         for section in [
             "url = \"amqps://127.0.0.1:5671/%2f?auth_mechanism=external\"",
             "url = \"amqps://127.0.0.1:5671/%2f?heartbeat=10&AUTH_MECHANISM=EXTERNAL\"\ntls = {}",
