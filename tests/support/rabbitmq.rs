@@ -10,7 +10,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use verdict_gateway::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
+use verdict_gateway::sources::rabbitmq::topology::delay_names;
 
 /// The server the tests use (started by `.ci/run` when down).
 pub const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -193,14 +193,7 @@ impl RabbitFixture {
             queues.push(self.queue(topic));
             queues.push(format!("{}.DLQ", self.queue(topic)));
         }
-        let mut d = 1;
-        let mut buckets = Vec::new();
-        while d <= MAX_BUCKET_MS {
-            let b = bucket_ms(d);
-            buckets.push(format!("{}.delay.{b}", self.prefix));
-            buckets.push(format!("{}.delay.qq.{b}", self.prefix));
-            d = b + 1;
-        }
+        let buckets = delay_names(&format!("{}.delay", self.prefix));
         queues.extend(buckets.iter().cloned());
         self.runtime.block_on(async {
             // A failed delete closes its channel: one channel each.

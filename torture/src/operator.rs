@@ -43,7 +43,11 @@ pub fn strike(
         // The bucket the retries wait in: classic (`[rabbitmq] delay_queues`' default), or
         // quorum in a run that refuses writes (a length limit drops what a classic queue
         // holds).
-        let kind = if refuse_writes { "delay.qq" } else { "delay" };
+        let kind = if refuse_writes {
+            "delay.qq"
+        } else {
+            "delay.wait"
+        };
         let exchange = format!("{p}.{kind}.{}", bucket_ms(delay_ms));
         runtime.block_on(source.delete_exchange(&exchange))?;
         return Ok(Act::DeleteExchange);

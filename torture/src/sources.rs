@@ -465,8 +465,8 @@ impl Source {
         Ok(letters)
     }
 
-    /// Every queue a RabbitMQ run may leave: the route's queue, its DLQ, the audit queue and
-    /// each delay bucket.
+    /// Every queue a RabbitMQ run may leave: the route's queue, its DLQ, the audit queue,
+    /// each delay bucket and the due queues.
     fn rabbit_queues(&self) -> Vec<String> {
         let p = &self.prefix;
         let mut queues = vec![
@@ -474,13 +474,9 @@ impl Source {
             format!("{p}.orders.DLQ"),
             format!("{p}.audit"),
         ];
-        let mut d = 1;
-        while d <= verdict_gateway::sources::rabbitmq::headers::MAX_BUCKET_MS {
-            let b = verdict_gateway::sources::rabbitmq::headers::bucket_ms(d);
-            queues.push(format!("{p}.delay.{b}"));
-            queues.push(format!("{p}.delay.qq.{b}"));
-            d = b + 1;
-        }
+        queues.extend(verdict_gateway::sources::rabbitmq::topology::delay_names(
+            &format!("{p}.delay"),
+        ));
         queues
     }
 

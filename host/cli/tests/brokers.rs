@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{Proc, accepted, consumer, rules, spawn, wait_until};
 use futures_util::StreamExt as _;
 use verdict_cli::demo::{Behaviour, by_percent};
-use verdict_gateway::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
+use verdict_gateway::sources::rabbitmq::topology::delay_names;
 
 const RULES: &str = r#"{ max_attempts = 8, rules = [
     { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
@@ -470,14 +470,7 @@ consumer = {{ url = "{}/", timeout_ms = 2000 }}
         }
         // Every delay bucket the run may have declared (a failed delete closes its
         // channel: one channel each).
-        let mut buckets = Vec::new();
-        let mut d = 1;
-        while d <= MAX_BUCKET_MS {
-            let b = bucket_ms(d);
-            buckets.push(format!("{prefix}.delay.{b}"));
-            buckets.push(format!("{prefix}.delay.qq.{b}"));
-            d = b + 1;
-        }
+        let buckets = delay_names(&format!("{prefix}.delay"));
         let queues = [queue.clone(), dlq.clone(), format!("{prefix}.audit")];
         for q in queues.iter().chain(&buckets) {
             if let Ok(ch) = conn.create_channel().await {

@@ -598,19 +598,12 @@ audit_queue = "{p}.audit"
 
 impl Drop for Rabbit {
     fn drop(&mut self) {
-        use verdict_gateway::sources::rabbitmq::headers::{MAX_BUCKET_MS, bucket_ms};
+        use verdict_gateway::sources::rabbitmq::topology::delay_names;
         let (conn, _channel) = self.channel();
         let p = self.prefix.clone();
         let queue = self.queue();
         self.runtime.block_on(async move {
-            let mut buckets = Vec::new();
-            let mut d = 1;
-            while d <= MAX_BUCKET_MS {
-                let b = bucket_ms(d);
-                buckets.push(format!("{p}.delay.{b}"));
-                buckets.push(format!("{p}.delay.qq.{b}"));
-                d = b + 1;
-            }
+            let buckets = delay_names(&format!("{p}.delay"));
             let queues = [queue.clone(), format!("{queue}.DLQ"), format!("{p}.audit")];
             // A failed delete closes its channel: one channel each.
             for q in queues.iter().chain(&buckets) {
@@ -799,7 +792,7 @@ fn a_deleted_delay_exchange_is_declared_again_and_loses_nothing() {
     let rabbit = Rabbit::new("exchange");
     let messages = ids("m", 5);
     let (gw, down) = one_rabbit_gateway(&rabbit, &runtime, "exchange", &messages);
-    let exchange = format!("{}.delay.{}", rabbit.prefix, bucket_ms(1_000));
+    let exchange = format!("{}.delay.wait.{}", rabbit.prefix, bucket_ms(1_000));
     let (_conn, channel) = rabbit.channel();
     rabbit
         .runtime
@@ -911,25 +904,20 @@ fn identical_messages_without_an_id_get_ids_of_their_own() {
     drop(gw);
 }
 
-/// With `delay_queues = "quorum"`, retries wait in buckets that move them back with
-/// at-least-once dead-lettering:
-/// an operator deletes the route queue while five retries wait (the gateway stopped, so
-/// nothing declares it again), the retries expire into nowhere - and are kept, not dropped.
-/// Once a gateway declares the queue again, every one arrives and is accepted - when the
-/// broker next tries to move them, about three minutes later. (Classic buckets dropped all
-/// five: the hop back was at most once.)
-#[test]
-fn retries_expiring_while_their_route_queue_is_gone_are_kept_not_dropped() {
+/// Retries wait in their bucket; the gateway is stopped and an operator deletes the route
+/// queue (so nothing declares it again), and the retries expire while it is gone - they
+/// are kept, not dropped. Once a gateway declares the queue again every one arrives and is
+/// accepted once. `delay_queues` is the kind of bucket (`None`: the default); returns how
+/// long the kept retries took to arrive after the gateway came back.
+fn route_queue_gone_while_retries_expire(name: &str, delay_queues: Option<&str>) -> Duration {
     use lapin::options::QueueDeleteOptions;
     use verdict_gateway::sources::rabbitmq::headers::bucket_ms;
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let rabbit = Rabbit::new("hop");
+    let rabbit = Rabbit::new(name);
     let flaky = app(&runtime, Behaviour::FailsFirst(1));
-    let dir = scratch("operator-hop");
-    let head = format!(
-        "instance = \"gw-hop\"\n{}delay_queues = \"quorum\"\n",
-        rabbit.section()
-    );
+    let dir = scratch(&format!("operator-{name}"));
+    let kind = delay_queues.map_or(String::new(), |k| format!("delay_queues = \"{k}\"\n"));
+    let head = format!("instance = \"gw-{name}\"\n{}{kind}", rabbit.section());
     let config = write_config(
         &dir,
         &head,
@@ -946,7 +934,12 @@ fn retries_expiring_while_their_route_queue_is_gone_are_kept_not_dropped() {
     let gw = start();
     let messages = ids("m", 5);
     rabbit.publish(&messages);
-    let bucket = format!("{}.delay.qq.{}", rabbit.prefix, bucket_ms(2_000));
+    let infix = if delay_queues == Some("quorum") {
+        "qq"
+    } else {
+        "wait"
+    };
+    let bucket = format!("{}.delay.{infix}.{}", rabbit.prefix, bucket_ms(2_000));
     assert!(
         wait_until(Duration::from_secs(20), || rabbit.depth(&bucket) == 5),
         "five retries wait in `{bucket}`: {}; deliveries {:?}",
@@ -973,10 +966,108 @@ fn retries_expiring_while_their_route_queue_is_gone_are_kept_not_dropped() {
         waited.elapsed(),
         flaky.deliveries()
     );
-    eprintln!(
-        "the kept retries arrived {:?} after the route queue came back",
-        waited.elapsed()
-    );
+    let arrived = waited.elapsed();
+    eprintln!("the kept retries arrived {arrived:?} after the route queue came back");
+    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(flaky.accepted(), each_once(&messages));
+    drop(gw);
+    arrived
+}
+
+/// Classic buckets (the default) expire into the due queue, and a gateway moves each retry
+/// on with a confirm: the retries that expired while their route queue was gone wait in
+/// the due queue and arrive as soon as a gateway is back. (When classic buckets
+/// dead-lettered straight into the route queue, at most once, all five were dropped.)
+#[test]
+fn retries_expiring_while_their_route_queue_is_gone_are_kept_not_dropped() {
+    let arrived = route_queue_gone_while_retries_expire("hop", None);
+    assert!(
+        arrived < Duration::from_secs(30),
+        "moved by the gateway as soon as it is back, not on the broker's timer: {arrived:?}"
+    );
+}
+
+/// With `delay_queues = "quorum"` the broker moves expired retries itself, with
+/// at-least-once dead-lettering: they stay in their bucket and arrive when the broker next
+/// tries, about three minutes later.
+#[test]
+fn quorum_buckets_keep_retries_whose_route_queue_is_gone() {
+    route_queue_gone_while_retries_expire("hopqq", Some("quorum"));
+}
+
+/// An operator sets a `reject-publish` length limit of 0 on the route queue while five
+/// retries wait in their bucket, the gateway running: the retries expire into the due queue
+/// and the route queue refuses each move. They go back to a bucket to wait (1 s doubling),
+/// `/readyz` names the queue, and the consumer is not called meanwhile; once the limit is
+/// cleared every retry arrives and is accepted once.
+#[test]
+fn a_route_queue_refusing_moves_keeps_its_retries_waiting() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let rabbit = Rabbit::new("refusemove");
+    let flaky = app(&runtime, Behaviour::FailsFirst(1));
+    let dir = scratch("operator-refusemove");
+    let head = format!("instance = \"gw-refusemove\"\n{}", rabbit.section());
+    let config = write_config(
+        &dir,
+        &head,
+        &route(&rabbit.queue(), "rabbitmq", &flaky, 2_000),
+    );
+    let gw = spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    );
+    assert!(wait_until(Duration::from_secs(30), || readyz(&gw).starts_with("ready")));
+    let messages = ids("m", 5);
+    rabbit.publish(&messages);
+    assert!(wait_until(Duration::from_secs(20), || flaky
+        .deliveries()
+        .len()
+        == 5));
+    let policy = format!("{}-refusemove", rabbit.prefix);
+    let pattern = format!(r"^{}\.orders$", rabbit.prefix);
+    rabbitmqctl(&[
+        "set_policy",
+        "--apply-to",
+        "queues",
+        &policy,
+        &pattern,
+        r#"{"max-length": 0, "overflow": "reject-publish"}"#,
+    ]);
+    struct Clear(String);
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("rabbitmqctl")
+                .args(["clear_policy", &self.0])
+                .output();
+        }
+    }
+    let clear = Clear(policy);
+    assert!(
+        wait_until(Duration::from_secs(20), || readyz(&gw)
+            .contains("retries cannot go back to queue")),
+        "/readyz: {:?}",
+        readyz(&gw)
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        flaky.deliveries(),
+        each_once(&messages),
+        "no retry reaches the consumer while its queue refuses it"
+    );
+    drop(clear);
+    assert!(
+        wait_until(Duration::from_secs(60), || flaky.accepted().len() == 5),
+        "accepted {:?}; deliveries {:?}; /readyz {:?}",
+        flaky.accepted(),
+        flaky.deliveries(),
+        readyz(&gw)
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(flaky.accepted(), each_once(&messages));
+    assert!(
+        flaky.deliveries().values().all(|n| *n == 2),
+        "{:?}",
+        flaky.deliveries()
+    );
     drop(gw);
 }

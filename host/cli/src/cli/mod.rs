@@ -425,6 +425,14 @@ fn broker_objects(config: &verdict_registry::GatewayConfig) -> Vec<String> {
         out.push(format!(
             "rabbitmq delay exchanges and {kind} queues `{pattern}<ms>`, as delays need them"
         ));
+        if config.rabbitmq.delay_queues == verdict_registry::DelayQueues::Classic {
+            out.push(format!(
+                "rabbitmq queue `{}` (retries due to go back) and, for messages in it no \
+                 gateway put there, `{}`",
+                config.rabbitmq.due_queue(),
+                config.rabbitmq.due_invalid_queue()
+            ));
+        }
     }
     out
 }

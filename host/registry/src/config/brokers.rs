@@ -131,14 +131,16 @@ pub struct RabbitmqConfig {
     pub url: String,
     /// Deliveries unacknowledged at once per queue (the consumer's `basic.qos`).
     pub prefetch: u16,
-    /// Prefix of the delay exchanges and queues, one per delay bucket: `<prefix>.<ms>`
-    /// (classic buckets) or `<prefix>.qq.<ms>` (quorum).
+    /// Prefix of the delay exchanges and queues, one per delay bucket:
+    /// `<prefix>.wait.<ms>` (classic buckets, expiring into the due queue `<prefix>.due`)
+    /// or `<prefix>.qq.<ms>` (quorum).
     pub delay_prefix: String,
-    /// The kind of queue a retry waits in. `classic` (the default): at its expiry the broker
-    /// moves it back to its route's queue at most once - a retry expiring while its route
-    /// queue is deleted or full is lost. `quorum`: moved with at-least-once dead-lettering,
-    /// kept and moved again later when the route queue is missing or refusing (RabbitMQ 3.10
-    /// or later; see the README for a broker fault to know about first).
+    /// The kind of queue a retry waits in. `classic` (the default): at its expiry the
+    /// broker moves it to the gateways' due queue, from which a gateway moves it to its
+    /// route's queue with a publisher confirm - a route queue that is deleted or refusing
+    /// keeps it waiting, never drops it. `quorum`: the broker moves it back itself with
+    /// at-least-once dead-lettering (RabbitMQ 3.10 or later; see the README for a broker
+    /// fault to know about first).
     pub delay_queues: DelayQueues,
     /// The queue audit records (discards) are published to; declared durable.
     pub audit_queue: String,
@@ -162,7 +164,8 @@ pub struct RabbitmqConfig {
 pub enum DelayQueues {
     /// Quorum queues moving expired retries with at-least-once dead-lettering.
     Quorum,
-    /// Classic queues: an expired retry is moved at most once.
+    /// Classic queues expiring into the due queue; a gateway moves each retry on from
+    /// there with a confirm.
     Classic,
 }
 
@@ -180,8 +183,35 @@ impl RabbitmqConfig {
     pub fn bucket_name(&self, bucket_ms: u64) -> String {
         match self.delay_queues {
             DelayQueues::Quorum => format!("{}.qq.{bucket_ms}", self.delay_prefix),
-            DelayQueues::Classic => format!("{}.{bucket_ms}", self.delay_prefix),
+            DelayQueues::Classic => format!("{}.wait.{bucket_ms}", self.delay_prefix),
         }
+    }
+
+    /// The queue classic buckets expire into: every gateway with classic buckets consumes
+    /// it and moves each retry on to the queue it names.
+    pub fn due_queue(&self) -> String {
+        format!("{}.due", self.delay_prefix)
+    }
+
+    /// Where the due queue's gateways put a message that names no queue to go back to
+    /// (published there by hand, not by a gateway): kept for an operator, never dropped.
+    pub fn due_invalid_queue(&self) -> String {
+        format!("{}.due.invalid", self.delay_prefix)
+    }
+
+    /// Every queue and exchange name a gateway may create under `delay_prefix`: the buckets
+    /// of both kinds for every delay up to `max_bucket_ms` (`buckets` lists them, rounded
+    /// as delays are), the due queues, and the buckets of earlier versions
+    /// (`<prefix>.<ms>`). For tools that clean a prefix away.
+    pub fn delay_names(&self, buckets: &[u64]) -> Vec<String> {
+        let p = &self.delay_prefix;
+        let mut names = vec![self.due_queue(), self.due_invalid_queue()];
+        for b in buckets {
+            names.push(format!("{p}.wait.{b}"));
+            names.push(format!("{p}.qq.{b}"));
+            names.push(format!("{p}.{b}"));
+        }
+        names
     }
 }
 

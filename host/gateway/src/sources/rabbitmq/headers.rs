@@ -148,6 +148,19 @@ pub fn bucket_ms(delay_ms: u64) -> u64 {
     bucket.min(MAX_BUCKET_MS)
 }
 
+/// Every delay bucket, shortest first: what a tool cleaning a delay prefix away must look
+/// for.
+pub fn all_buckets() -> Vec<u64> {
+    let mut buckets = Vec::new();
+    let mut delay = 1;
+    while delay <= MAX_BUCKET_MS {
+        let bucket = bucket_ms(delay);
+        buckets.push(bucket);
+        delay = bucket + 1;
+    }
+    buckets
+}
+
 /// How a consumed copy's history headers were read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HistoryCheck {

@@ -34,6 +34,7 @@ use verdict_runtime::text::Clean;
 
 mod access;
 mod dlq;
+mod due;
 pub mod headers;
 pub mod topology;
 
@@ -191,6 +192,29 @@ impl Session<'_> {
                 .with_context(|| format!("consuming queue `{queue}`"))?;
             streams.push((queue.as_str(), consumer));
         }
+        // Classic buckets expire into the due queue: every gateway with them moves what
+        // is due on to its route queue, whichever route it came from.
+        let due = if self.config.delay_queues == verdict_registry::DelayQueues::Classic {
+            let name = self.config.due_queue();
+            topology.queue(&name).await?;
+            let channel = conn.create_channel().await?;
+            channel
+                .basic_qos(self.config.prefetch.max(1), BasicQosOptions::default())
+                .await?;
+            let consumer = channel
+                .basic_consume(
+                    ShortString::from(name.as_str()),
+                    ShortString::from(""),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+                .with_context(|| format!("consuming queue `{name}`"))?;
+            let mover = Topology::new(conn.create_channel().await?, self.config).await?;
+            Some((consumer, mover))
+        } else {
+            None
+        };
         let poller = Topology::new(conn.create_channel().await?, self.config).await?;
         let _poller = AbortOnDrop(tokio::spawn(poll_dlq_depths(
             poller,
@@ -200,10 +224,35 @@ impl Session<'_> {
         )));
         self.ready.set(true);
         tracing::info!(queues = ?queues, "rabbitmq source: consuming");
-        let loops = streams.into_iter().map(|(queue, consumer)| {
-            self.consume_queue(&topology, queue, consumer, shutdown.clone())
-                .boxed()
-        });
+        let mut loops: Vec<BoxFuture<'_, anyhow::Result<()>>> = streams
+            .into_iter()
+            .map(|(queue, consumer)| {
+                self.consume_queue(&topology, queue, consumer, shutdown.clone())
+                    .boxed()
+            })
+            .collect();
+        let mover = due.as_ref().map(|(_, mover)| mover.clone());
+        if let Some((consumer, mover)) = due {
+            let topology = topology.clone();
+            let moving = async move {
+                due::move_due(
+                    &mover,
+                    &topology,
+                    self.config,
+                    self.ready,
+                    consumer,
+                    shutdown,
+                )
+                .await
+            };
+            loops.push(moving.boxed());
+        }
+        let mover_broken = async {
+            match &mover {
+                Some(mover) => mover.broken().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             done = futures_util::future::try_join_all(loops) => {
                 done?;
@@ -211,6 +260,9 @@ impl Session<'_> {
             }
             error = topology.broken() => Err(anyhow::anyhow!(
                 "the publishing channel closed ({error}); rebuilding the session"
+            )),
+            error = mover_broken => Err(anyhow::anyhow!(
+                "the channel moving due retries closed ({error}); rebuilding the session"
             )),
         }
     }

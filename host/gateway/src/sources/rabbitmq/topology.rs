@@ -3,16 +3,20 @@
 //! Delays: per-message TTL only expires at a queue's head, so one queue with mixed delays
 //! would hold a 1 s retry behind a 1 h one. Each delay bucket gets its own fanout exchange
 //! and queue ([`RabbitmqConfig::bucket_name`]) with `x-message-ttl = ms` and the default
-//! exchange as its dead-letter exchange: a copy published there with the origin queue as
-//! routing key expires after exactly its bucket's TTL and is routed back to the origin queue.
+//! exchange as its dead-letter exchange: a copy published there expires after exactly its
+//! bucket's TTL, timed by the broker's clock alone, and is routed on.
 //! Every message in a bucket waits equally long, so the head always expires first. Buckets
 //! are declared on first use, and again after a publish finds one gone (an operator deleted
 //! its queue).
 //!
-//! The hop back is the broker's dead-lettering. Quorum buckets (the default) use its
-//! at-least-once strategy: an expired retry stays in its bucket until the route queue has
-//! confirmed it - an operator deleting the route queue, or a length limit refusing it,
-//! delays the retry instead of dropping it. Classic buckets dead-letter at most once.
+//! The hop back must not lose a retry when its route queue is deleted or refusing, and the
+//! broker's own dead-lettering into the route queue is at most once for classic queues.
+//! So classic buckets (the default) dead-letter into the gateways' due queue
+//! ([`RabbitmqConfig::due_queue`], a queue of their own that every gateway consumes), and
+//! a gateway moves each retry from there to the queue its `x-verdict-queue` header names
+//! with a publisher confirm before acking it ([`super::due`]). Quorum buckets use the
+//! broker's at-least-once strategy instead: an expired retry stays in its bucket until the
+//! route queue has confirmed it.
 //!
 //! An operator's hand on the broker closes the publishing channel (a publish to an exchange
 //! someone deleted is a channel error): the topology then reports itself broken and the
@@ -31,6 +35,17 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, ExchangeKind};
 
 use verdict_registry::{DelayQueues, RabbitmqConfig};
+
+/// Every queue and exchange name a gateway may create under `delay_prefix` (the buckets
+/// of both kinds and of earlier versions, the due queues): what a tool cleaning a prefix
+/// away, or counting what waits under it, must look at.
+pub fn delay_names(delay_prefix: &str) -> Vec<String> {
+    let config = RabbitmqConfig {
+        delay_prefix: delay_prefix.to_string(),
+        ..RabbitmqConfig::default()
+    };
+    config.delay_names(&super::headers::all_buckets())
+}
 
 /// A channel in confirm mode, and what has been declared on it.
 #[derive(Clone)]
@@ -71,6 +86,12 @@ impl Topology {
             // The sender lives as long as `self`: never.
             None => std::future::pending().await,
         }
+    }
+
+    /// Whether the channel is still open: a publish that failed on a closed channel may
+    /// have reached its queue or not (its confirm was lost with the channel).
+    pub fn is_open(&self) -> bool {
+        self.channel.status().connected()
     }
 
     fn forget(&self, name: &str) {
@@ -145,12 +166,19 @@ impl Topology {
             "x-dead-letter-exchange".into(),
             AMQPValue::LongString(LongString::from("")),
         );
-        if self.config.delay_queues == DelayQueues::Quorum {
-            let text = |s: &str| AMQPValue::LongString(LongString::from(s));
-            args.insert("x-queue-type".into(), text("quorum"));
-            args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
-            // The strategy's condition: without it the broker falls back to at most once.
-            args.insert("x-overflow".into(), text("reject-publish"));
+        let text = |s: &str| AMQPValue::LongString(LongString::from(s));
+        match self.config.delay_queues {
+            DelayQueues::Quorum => {
+                args.insert("x-queue-type".into(), text("quorum"));
+                args.insert("x-dead-letter-strategy".into(), text("at-least-once"));
+                // The strategy's condition: without it the broker falls back to at most once.
+                args.insert("x-overflow".into(), text("reject-publish"));
+            }
+            DelayQueues::Classic => {
+                let due = self.config.due_queue();
+                self.queue(&due).await?;
+                args.insert("x-dead-letter-routing-key".into(), text(&due));
+            }
         }
         self.channel
             .queue_declare(
@@ -182,10 +210,11 @@ impl Topology {
         payload: &[u8],
         properties: BasicProperties,
     ) -> anyhow::Result<()> {
-        let exchange = if bucket_ms == 0 {
-            String::new()
+        let (exchange, properties) = if bucket_ms == 0 {
+            (String::new(), properties)
         } else {
-            self.bucket(bucket_ms).await?
+            let exchange = self.bucket(bucket_ms).await?;
+            (exchange, super::due::bound_for(properties, queue))
         };
         let published = self.publish(&exchange, queue, payload, properties).await;
         if published.is_err() && !exchange.is_empty() {
@@ -208,6 +237,17 @@ impl Topology {
             self.forget(queue);
         }
         published
+    }
+
+    /// Publish to `queue` through the default exchange, confirmed, without declaring it:
+    /// a queue that does not exist makes the message unroutable, an error.
+    pub async fn to_existing_queue(
+        &self,
+        queue: &str,
+        payload: &[u8],
+        properties: BasicProperties,
+    ) -> anyhow::Result<()> {
+        self.publish("", queue, payload, properties).await
     }
 
     /// Publish and wait for the broker's confirm; an unroutable message (returned) or a
