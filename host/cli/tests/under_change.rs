@@ -781,6 +781,31 @@ fn rabbitmqctl(args: &[&str]) {
     );
 }
 
+/// A RabbitMQ policy named `policy` (cleared when dropped).
+struct Policy(String);
+
+impl Drop for Policy {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rabbitmqctl")
+            .args(["clear_policy", &self.0])
+            .output();
+    }
+}
+
+/// An operator's `reject-publish` length limit of 0 on the queues `pattern` matches: every
+/// write to them refused until the returned policy is dropped.
+fn refuse_writes(policy: String, pattern: &str) -> Policy {
+    rabbitmqctl(&[
+        "set_policy",
+        "--apply-to",
+        "queues",
+        &policy,
+        pattern,
+        r#"{"max-length": 0, "overflow": "reject-publish"}"#,
+    ]);
+    Policy(policy)
+}
+
 /// An operator deletes the delay bucket's exchange while retries wait in it: the next
 /// retry's publish closes the gateway's channel; the session is rebuilt (the exchange
 /// declared again) and every message still ends in the DLQ after its three attempts - at
@@ -827,23 +852,7 @@ fn a_broker_refusing_every_write_gets_no_hot_loop() {
     let (gw, down) = one_rabbit_gateway(&rabbit, &runtime, "refuse", &messages);
     let policy = format!("{}-refuse", rabbit.prefix);
     let pattern = format!(r"^{}\.(delay\..*|orders\.DLQ)$", rabbit.prefix);
-    rabbitmqctl(&[
-        "set_policy",
-        "--apply-to",
-        "queues",
-        &policy,
-        &pattern,
-        r#"{"max-length": 0, "overflow": "reject-publish"}"#,
-    ]);
-    struct Clear(String);
-    impl Drop for Clear {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("rabbitmqctl")
-                .args(["clear_policy", &self.0])
-                .output();
-        }
-    }
-    let _clear = Clear(policy);
+    let _clear = refuse_writes(policy, &pattern);
     std::thread::sleep(Duration::from_secs(25));
     let deliveries = down.deliveries();
     eprintln!("deliveries in 25 s of refused writes: {deliveries:?}");
@@ -1025,23 +1034,7 @@ fn a_route_queue_refusing_moves_keeps_its_retries_waiting() {
         == 5));
     let policy = format!("{}-refusemove", rabbit.prefix);
     let pattern = format!(r"^{}\.orders$", rabbit.prefix);
-    rabbitmqctl(&[
-        "set_policy",
-        "--apply-to",
-        "queues",
-        &policy,
-        &pattern,
-        r#"{"max-length": 0, "overflow": "reject-publish"}"#,
-    ]);
-    struct Clear(String);
-    impl Drop for Clear {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("rabbitmqctl")
-                .args(["clear_policy", &self.0])
-                .output();
-        }
-    }
-    let clear = Clear(policy);
+    let clear = refuse_writes(policy, &pattern);
     assert!(
         wait_until(Duration::from_secs(20), || readyz(&gw)
             .contains("retries cannot go back to queue")),

@@ -177,39 +177,14 @@ impl Session<'_> {
         topology.queue(&self.config.audit_queue).await?;
         let mut streams = Vec::new();
         for queue in queues {
-            let channel = conn.create_channel().await?;
-            channel
-                .basic_qos(self.config.prefetch.max(1), BasicQosOptions::default())
-                .await?;
-            let consumer = channel
-                .basic_consume(
-                    ShortString::from(queue.as_str()),
-                    ShortString::from(""),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .with_context(|| format!("consuming queue `{queue}`"))?;
-            streams.push((queue.as_str(), consumer));
+            streams.push((queue.as_str(), self.consume(&conn, queue).await?));
         }
         // Classic buckets expire into the due queue: every gateway with them moves what
         // is due on to its route queue, whichever route it came from.
         let due = if self.config.delay_queues == verdict_registry::DelayQueues::Classic {
             let name = self.config.due_queue();
             topology.queue(&name).await?;
-            let channel = conn.create_channel().await?;
-            channel
-                .basic_qos(self.config.prefetch.max(1), BasicQosOptions::default())
-                .await?;
-            let consumer = channel
-                .basic_consume(
-                    ShortString::from(name.as_str()),
-                    ShortString::from(""),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
-                .await
-                .with_context(|| format!("consuming queue `{name}`"))?;
+            let consumer = self.consume(&conn, &name).await?;
             let mover = Topology::new(conn.create_channel().await?, self.config).await?;
             Some((consumer, mover))
         } else {
@@ -265,6 +240,27 @@ impl Session<'_> {
                 "the channel moving due retries closed ({error}); rebuilding the session"
             )),
         }
+    }
+
+    /// A consumer of `queue` on a channel of its own, at most `prefetch` deliveries unacked.
+    async fn consume(
+        &self,
+        conn: &lapin::Connection,
+        queue: &str,
+    ) -> anyhow::Result<lapin::Consumer> {
+        let channel = conn.create_channel().await?;
+        channel
+            .basic_qos(self.config.prefetch.max(1), BasicQosOptions::default())
+            .await?;
+        channel
+            .basic_consume(
+                ShortString::from(queue),
+                ShortString::from(""),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("consuming queue `{queue}`"))
     }
 
     /// Take `queue`'s deliveries as the broker hands them (at most `prefetch` unacked per
