@@ -136,6 +136,19 @@ fn dead_letters_group_by_cause_and_a_group_is_replayed_by_a_job_with_a_cut_off()
     assert!(orders.contains(&group["sample"]["message_id"].as_str().unwrap().to_string()));
     let id = group["id"].as_str().unwrap().to_string();
     assert_eq!(id.len(), 16);
+    // A page at a time: one group a page, largest first, the cursor walking both once.
+    let (first, next): (Vec<Value>, _) = gw.admin.get_page("/v1/dlq/groups?limit=1").unwrap();
+    assert_eq!((first.len(), first[0]["id"].as_str()), (1, Some(&*id)));
+    let next = next.expect("a second page");
+    let (second, last): (Vec<Value>, _) = gw
+        .admin
+        .get_page(&format!("/v1/dlq/groups?limit=1&after={next}"))
+        .unwrap();
+    assert_eq!((second[0]["id"].clone(), last), (other["id"].clone(), None));
+    assert_eq!(
+        status_of(gw.admin.get::<Value>("/v1/dlq/groups?limit=many")).0,
+        400
+    );
     let members: Vec<Value> = gw.admin.get(&format!("/v1/dlq?group={id}")).unwrap();
     assert_eq!(members.len(), 6);
     assert!(members.iter().all(|m| m["topic"] == "orders"));
@@ -235,6 +248,11 @@ fn dead_letters_group_by_cause_and_a_group_is_replayed_by_a_job_with_a_cut_off()
     let done = finished(&gw, job["id"].as_str().unwrap());
     assert_eq!(done["state"], "cancelled", "{done}");
     assert!(done["done"].as_u64().unwrap() < 3, "{done}");
+    // The job list is bounded too: `limit` of them, newest first.
+    let newest: Vec<Value> = gw.admin.get("/v1/jobs?limit=1").unwrap();
+    assert_eq!((newest.len(), &newest[0]["id"]), (1, &job["id"]));
+    assert!(gw.admin.get::<Vec<Value>>("/v1/jobs").unwrap().len() > 1);
+    assert_eq!(status_of(gw.admin.get::<Value>("/v1/jobs?limit=-1")).0, 400);
     assert_eq!(
         status_of(gw.admin.post::<Value>(&cancel, &json!({}))),
         (409, "job_ended".to_string())

@@ -100,6 +100,15 @@ fn round_trip(dlqs: &dyn DeadLetters, consumer: &Consumer, topic: &str) {
         bad.contains("after") && bad.contains("not-a-cursor"),
         "{bad}"
     );
+    // One letter by its number, as `dlq show` and `replay --seq` name it: that one alone
+    // (a broker's DLQ once matched every letter here, so `replay --seq` replayed them all).
+    let one = DlqFilter {
+        seq: Some(entries[3].seq),
+        ..DlqFilter::default()
+    };
+    let found = dlqs.list(&one, u64::MAX).unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].message_id, entries[3].message_id);
     let other = DlqFilter {
         class: Some("poison".into()),
         ..DlqFilter::default()
@@ -188,6 +197,14 @@ fn the_dlq_tools_work_on_jetstream() {
     assert_eq!(stats[0]["depth"], 10, "{stats}");
     let listed: serde_json::Value = gw.admin.get("/v1/dlq?source=nats&limit=3").unwrap();
     assert_eq!(listed.as_array().map(Vec::len), Some(3), "{listed}");
+    // One letter on its own, by its number.
+    let seq = &listed[1]["seq"];
+    let one: serde_json::Value = gw.admin.get(&format!("/v1/dlq/{seq}?source=nats")).unwrap();
+    assert_eq!(one["message_id"], listed[1]["message_id"], "{one}");
+    let anonymous = gw
+        .anonymous
+        .get::<serde_json::Value>(&format!("/v1/dlq/{seq}?source=nats"));
+    assert!(format!("{anonymous:?}").contains("401"), "{anonymous:?}");
     // Grouped across every source: the store holds none, the stream ten - one group, from
     // NATS. Reading a broker needs the token.
     let anonymous = gw

@@ -400,7 +400,7 @@ fn dlq_pages_are_bounded_by_bytes_and_their_cursor_walks_every_letter_once() {
         loop {
             let (page, next): (Vec<Value>, _) = gw
                 .admin
-                .get_page(&format!("/v1/dlq?limit=1000{query}{after}"))
+                .get_page(&format!("/v1/dlq?limit=1000&payloads=full{query}{after}"))
                 .unwrap();
             let size = serde_json::to_vec(&page).unwrap().len();
             pages.push((
@@ -453,6 +453,36 @@ fn dlq_pages_are_bounded_by_bytes_and_their_cursor_walks_every_letter_once() {
         ),
         "{refused:?}"
     );
+
+    // By default a listing shows each 200 KB payload as its size and digest - all twelve
+    // letters in a few kilobytes - and a letter is fetched whole on its own.
+    let (page, next): (Vec<Value>, _) = gw.admin.get_page("/v1/dlq").unwrap();
+    assert_eq!((page.len(), next), (LETTERS as usize, None));
+    let size = serde_json::to_vec(&page).unwrap().len();
+    assert!(size < 64 << 10, "{size} bytes");
+    let digest = verdict_runtime::digest::sha256_hex(big.as_bytes());
+    for letter in &page {
+        assert_eq!(letter["payload_summary"]["bytes"], 200_000, "{letter}");
+        assert_eq!(letter["payload_summary"]["sha256"], digest.as_str());
+        assert!(letter["envelope"]["original"].get("payload").is_none());
+    }
+    let seq = page[0]["seq"].as_i64().unwrap();
+    let whole: Value = gw.admin.get(&format!("/v1/dlq/{seq}")).unwrap();
+    assert_eq!(
+        whole["envelope"]["original"]["payload"].as_str(),
+        Some(&*big)
+    );
+    assert!(whole.get("payload_summary").is_none());
+    for (path, status) in [("/v1/dlq/999999", 404), ("/v1/dlq/lots", 400)] {
+        let refused = gw.admin.get::<Value>(path);
+        assert!(
+            matches!(
+                refused,
+                Err(verdict_cli::client::ClientError::Api { status: s, .. }) if s == status
+            ),
+            "{path}: {refused:?}"
+        );
+    }
 }
 
 #[test]

@@ -88,13 +88,14 @@ pub fn store_census(admin: &AdminClient) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// The DLQ, page by page through the admin API.
+/// The DLQ, page by page through the admin API, every payload whole (the judge keys a
+/// letter by the message its payload holds; pages stay bounded by bytes).
 pub fn dead_letters(admin: &AdminClient, name: SourceName) -> Result<Vec<Letter>> {
     let mut out = Vec::new();
     let source = source_query(name);
     let mut after = String::new();
     loop {
-        let path = format!("/v1/dlq?limit=1000&{source}{after}");
+        let path = format!("/v1/dlq?limit=1000&payloads=full&{source}{after}");
         let (page, next): (Vec<DlqEntry>, _) = admin
             .get_page(&path)
             .with_context(|| format!("reading the DLQ ({path})"))?;

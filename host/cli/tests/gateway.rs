@@ -150,6 +150,30 @@ fn kill_9_mid_run_loses_nothing_and_a_canary_replay_drains_the_dlq() {
     let missing = verdict(&["dlq", "show", "999999", "-c", config_arg], None);
     assert!(!missing.status.success() && text(&missing.stderr).contains("no dead letter 999999"));
 
+    // A page at a time: the page says how to list the next, which starts after it.
+    let page = |extra: &[&str]| {
+        let out = verdict(
+            &[&["dlq", "list", "--json", "-c", config_arg], extra].concat(),
+            None,
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let entries: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let seqs: Vec<i64> = entries.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+        let next = text(&out.stderr)
+            .split("--after ")
+            .nth(1)
+            .map(|n| n.trim().to_string());
+        (seqs, next)
+    };
+    let (two, next) = page(&["--limit", "2"]);
+    let next = next.expect("a next page");
+    let (after, _) = page(&["--limit", "2", "--after", &next]);
+    assert_eq!(two.len() + after.len(), 4);
+    assert!(two.iter().all(|s| !after.contains(s)), "{two:?} {after:?}");
+    // A byte budget below one letter still moves a letter a page.
+    let (one, next) = page(&["--max-bytes", "1"]);
+    assert_eq!((one.len(), next.is_some()), (1, true));
+
     // Look at the DLQ; a dry run moves nothing.
     let list = verdict(&["dlq", "list", "-c", config_arg], None);
     assert!(

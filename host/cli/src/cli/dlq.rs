@@ -71,23 +71,40 @@ fn store_path(config_path: &Path, config: &GatewayConfig) -> PathBuf {
         .join(&config.gateway.database)
 }
 
-/// `verdict dlq list`: one line per dead letter (or JSON).
+/// `verdict dlq list`: one page of dead letters, one line each (or a JSON array), at most
+/// `filter.limit` (1,000 when absent) and `max_bytes` of them as JSON; the page ends with the
+/// flag that lists the next one (on stderr with `--json`, so stdout stays one array).
 pub fn list(
     config_path: &Path,
     source: SourceKind,
     filter: &DlqFilter,
+    max_bytes: usize,
     as_json: bool,
 ) -> Result<String> {
     let (_, dlqs) = open(config_path, source)?;
-    let entries = dlqs.list(filter, verdict_gateway::pipeline::now_ms())?;
+    let mut filter = filter.clone();
+    filter.limit = Some(filter.limit.unwrap_or(verdict_gateway::dlq::PAGE_SIZE));
+    let page = verdict_gateway::dlq::page_within(
+        dlqs.as_ref(),
+        &filter,
+        verdict_gateway::pipeline::now_ms(),
+        max_bytes.max(1),
+    )?;
+    let more = page
+        .next
+        .as_ref()
+        .map(|next| format!("more: list again with --after {next}\n"));
     if as_json {
-        return Ok(serde_json::to_string_pretty(&entries)? + "\n");
+        if let Some(more) = &more {
+            eprint!("{more}");
+        }
+        return Ok(serde_json::to_string_pretty(&page.entries)? + "\n");
     }
     let mut out = format!(
         "{:>6}  {:<24} {:<16} {:<18} {:<10} {:<24} {:>8}  {}\n",
         "SEQ", "DEAD-LETTERED", "TOPIC", "DLQ", "CLASS", "KIND", "ATTEMPTS", "MESSAGE ID"
     );
-    for e in &entries {
+    for e in &page.entries {
         writeln!(
             out,
             "{:>6}  {:<24} {:<16} {:<18} {:<10} {:<24} {:>8}  {}",
@@ -101,7 +118,8 @@ pub fn list(
             e.message_id
         )?;
     }
-    writeln!(out, "{} dead letter(s)", entries.len())?;
+    writeln!(out, "{} dead letter(s)", page.entries.len())?;
+    out.push_str(more.as_deref().unwrap_or_default());
     Ok(out)
 }
 
@@ -111,9 +129,14 @@ pub fn show(config_path: &Path, source: SourceKind, seq: i64) -> Result<String> 
         open_store(config_path)?.1.dlq_entry(seq)?
     } else {
         let (_, dlqs) = open(config_path, source)?;
-        dlqs.list(&DlqFilter::default(), verdict_gateway::pipeline::now_ms())?
+        let filter = DlqFilter {
+            seq: Some(seq),
+            limit: Some(1),
+            ..DlqFilter::default()
+        };
+        dlqs.list(&filter, verdict_gateway::pipeline::now_ms())?
             .into_iter()
-            .find(|e| e.seq == seq)
+            .next()
     };
     let entry = entry.with_context(|| format!("no dead letter {seq} (see `verdict dlq list`)"))?;
     Ok(serde_json::to_string_pretty(&entry)? + "\n")

@@ -5,11 +5,13 @@
 //! and never creates anything there. A listing is a page of at most [`DEFAULT_LIMIT`]
 //! entries and [`PAGE_BYTES`] of them as JSON (`max_bytes`, up to [`PAGE_BYTES_MAX`]; a
 //! letter bigger than that comes alone); when more follow, [`NEXT_HEADER`] holds the
-//! `after` of the next one. No answer carries a broker password.
+//! `after` of the next one. A payload past [`INLINE_PAYLOAD_BYTES`] is listed as its size
+//! and digest (`payload_summary`) unless the request says `payloads=full`; `GET
+//! /v1/dlq/{seq}` answers one letter whole. No answer carries a broker password.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Query, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
@@ -19,6 +21,8 @@ use super::identity::{Identity, Role};
 use super::{AdminState, ApiError, bodies};
 use crate::dlq::{DeadLetters, PAGE_BYTES, PAGE_BYTES_MAX, ReplayReport, page_within};
 use crate::pipeline::{Pipeline, now_ms};
+#[cfg(doc)]
+use crate::store::INLINE_PAYLOAD_BYTES;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
 use verdict_registry::SourceKind;
 
@@ -123,6 +127,35 @@ pub(crate) async fn list(
         headers.insert(NEXT_HEADER, next);
     }
     Ok((headers, Json(page.entries)))
+}
+
+/// `GET /v1/dlq/{seq}`: one dead letter with its whole payload (a listing summarises large
+/// ones), from the store or `?source=` a broker's DLQs.
+pub(crate) async fn show(
+    State(state): State<AdminState>,
+    Path(seq): Path<String>,
+    query: Result<Query<SourceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<DlqEntry>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let seq: i64 = seq.parse().map_err(|_| {
+        ApiError::bad_request(format!(
+            "seq: `{}`: expected a dead letter's number, as listings show it",
+            verdict_runtime::text::one_line(&seq, 32)
+        ))
+    })?;
+    let filter = DlqFilter {
+        seq: Some(seq),
+        limit: Some(1),
+        ..DlqFilter::default()
+    };
+    let found = with_dlqs(&state, query.source, move |d| d.list(&filter, now_ms())).await?;
+    found.into_iter().next().map(Json).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_such_letter",
+            format!("no dead letter {seq} in these DLQs (see GET /v1/dlq)"),
+        )
+    })
 }
 
 /// Which source's DLQs.

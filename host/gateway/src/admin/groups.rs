@@ -1,6 +1,7 @@
 //! Dead letters grouped by cause over HTTP: `GET /v1/dlq/groups` lists the groups of one
 //! source's DLQs (`?source=all`: the store's and every broker's a route uses, folded
-//! together; role `read`), and `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (role
+//! together; role `read`), largest first, [`DEFAULT_GROUPS`] a page (`limit`, `after`; the
+//! next page's `after` in `x-verdict-next`), and `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (role
 //! `operate`) starts a
 //! job on one group, cut off at the instant it starts (see [`crate::dlq::Jobs`]). A
 //! replay leaves parked letters out; the job answers at once (202) and runs on.
@@ -11,7 +12,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 
-use super::dlq::{gateway, with_dlqs};
+use super::dlq::{NEXT_HEADER, gateway, with_dlqs};
 use super::handlers::body_bytes;
 use super::identity::Identity;
 use super::{AdminState, ApiError, bodies};
@@ -36,12 +37,24 @@ pub(crate) struct GroupsQuery {
     class: Option<String>,
     kind: Option<String>,
     min_age_ms: Option<u64>,
+    /// Groups an answer holds at most ([`DEFAULT_GROUPS`] when absent, never more than
+    /// [`MAX_GROUPS`]).
+    limit: Option<usize>,
+    /// Groups to skip: the `x-verdict-next` of the page before.
+    after: Option<usize>,
 }
+
+/// Groups a page holds when the request names no `limit`: each group is bounded (its
+/// reason normalised and cut, its sample without payload), so a page is too.
+pub const DEFAULT_GROUPS: usize = 100;
+
+/// The most groups a request may ask a page to hold.
+pub const MAX_GROUPS: usize = 1_000;
 
 pub(crate) async fn list(
     State(state): State<AdminState>,
     query: Result<Query<GroupsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Vec<DlqGroup>>, ApiError> {
+) -> Result<(axum::http::HeaderMap, Json<Vec<DlqGroup>>), ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
     let sources: Vec<SourceKind> = match query.source.as_deref() {
         None => vec![SourceKind::Embedded],
@@ -81,7 +94,16 @@ pub(crate) async fn list(
         .await?;
         found.into_iter().for_each(|g| all.absorb(g));
     }
-    Ok(Json(all.into_groups()))
+    let limit = query.limit.unwrap_or(DEFAULT_GROUPS).clamp(1, MAX_GROUPS);
+    let skip = query.after.unwrap_or(0);
+    let groups = all.into_groups();
+    let mut headers = axum::http::HeaderMap::new();
+    let end = skip.saturating_add(limit);
+    if end < groups.len() {
+        headers.insert(NEXT_HEADER, end.into());
+    }
+    let page = groups.into_iter().skip(skip).take(limit).collect();
+    Ok((headers, Json(page)))
 }
 
 pub(crate) async fn act(

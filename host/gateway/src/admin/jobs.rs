@@ -1,4 +1,5 @@
-//! The gateway's DLQ jobs over HTTP: `GET /v1/jobs` (newest first), `GET /v1/jobs/{id}`,
+//! The gateway's DLQ jobs over HTTP: `GET /v1/jobs` (newest first, at most `limit`, 100 by
+//! default and at most), `GET /v1/jobs/{id}`,
 //! and `POST /v1/jobs/{id}/cancel` (token), which stops a running job at its next step.
 
 use axum::Json;
@@ -6,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 
 use super::{AdminState, ApiError};
-use crate::dlq::JobView;
+use crate::dlq::{JobView, KEPT_JOBS};
 
 pub(crate) fn no_such_job(id: &str) -> ApiError {
     ApiError::new(
@@ -19,8 +20,26 @@ pub(crate) fn no_such_job(id: &str) -> ApiError {
     )
 }
 
-pub(crate) async fn list(State(state): State<AdminState>) -> Json<Vec<JobView>> {
-    Json(state.jobs.list())
+/// `GET /v1/jobs`'s query.
+#[derive(serde::Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct JobsQuery {
+    /// Jobs an answer holds at most, newest first ([`KEPT_JOBS`] when absent).
+    limit: Option<usize>,
+}
+
+/// The jobs, newest first: at most `limit` of them, so the answer stays bounded however
+/// many run at once (each job's fields are bounded: its note and filter by the request
+/// that started it).
+pub(crate) async fn list(
+    State(state): State<AdminState>,
+    query: Result<axum::extract::Query<JobsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<JobView>>, ApiError> {
+    let axum::extract::Query(query) = query.map_err(|e| ApiError::bad_request(e.body_text()))?;
+    let limit = query.limit.unwrap_or(KEPT_JOBS).clamp(1, KEPT_JOBS);
+    let mut jobs = state.jobs.list();
+    jobs.truncate(limit);
+    Ok(Json(jobs))
 }
 
 pub(crate) async fn get(

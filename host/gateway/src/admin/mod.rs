@@ -14,8 +14,9 @@
 //! | GET | `/v1/shadow` | summary | shadow reports |
 //! | POST | `/v1/decide` | summary | `{"topic", "failure"}` -> decision |
 //! | GET | `/v1/dlq/stats` | summary (`read` for `?source=` a broker) | DLQ depths |
-//! | GET | `/v1/dlq` | read | the dead letters, a page at a time (query: source, topic, dlq, class, kind, group, min_age_ms, dead_before_ms, max_repeats, limit, max_bytes, after; the next page's `after` in the `x-verdict-next` header) |
-//! | GET | `/v1/dlq/groups` | read | dead letters grouped by topic, class, kind and normalised reason (`?source=` one source or `all`): count, first/last seen, sources, policy versions, parked, a sample |
+//! | GET | `/v1/dlq` | read | the dead letters, a page at a time (query: source, topic, dlq, class, kind, group, min_age_ms, dead_before_ms, max_repeats, limit, max_bytes, after, payloads; the next page's `after` in the `x-verdict-next` header; payloads past 64 KiB as their size and digest unless `payloads=full`) |
+//! | GET | `/v1/dlq/{seq}` | read | one dead letter with its whole payload (`?source=`) |
+//! | GET | `/v1/dlq/groups` | read | dead letters grouped by topic, class, kind and normalised reason (`?source=` one source or `all`): count, first/last seen, sources, policy versions, parked, a sample (no payload); largest first, 100 a page (`limit` up to 1,000, `after`; the next page's `after` in `x-verdict-next`) |
 //! | GET | `/v1/jobs`, `/v1/jobs/{id}` | read | DLQ jobs, newest first: state, done/total, canary, dry-run decisions |
 //! | POST | `/v1/topics/{topic}/messages` | operate | publish one message or a batch into the store |
 //! | POST | `/v1/dlq/replay` | operate | `{"filter", "dry_run", "rate_per_s", "canary", "note"}` |
@@ -196,6 +197,7 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
     let reads = Router::new()
         .route("/v1/dlq", get(dlq::list))
         .route("/v1/dlq/groups", get(groups::list))
+        .route("/v1/dlq/{seq}", get(dlq::show))
         .route("/v1/jobs", get(jobs::list))
         .route("/v1/jobs/{id}", get(jobs::get))
         .route_layer(middleware::from_fn_with_state(

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use crate::model::{REPLAY_HEADER, letter_headers};
-use crate::store::{DlqEntry, DlqFilter, DlqStats, Store, StoreError};
+use crate::store::{
+    DlqEntry, DlqFilter, DlqStats, INLINE_PAYLOAD_BYTES, PayloadView, Store, StoreError,
+};
 
 /// Why a DLQ operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -129,7 +131,9 @@ pub(crate) fn list_pages(
 /// on from. The source is read a few letters at a time (as many as the budget left holds
 /// at the largest size seen so far), so the memory a page costs follows its budget, not its
 /// `limit`; in all it is asked for no more than `limit` letters, as one [`DeadLetters::page`]
-/// would be. Like that, a page may hold fewer than asked and still have a `next`.
+/// would be. Like that, a page may hold fewer than asked and still have a `next`. Unless
+/// the filter asks for [`PayloadView::Full`], payloads past [`INLINE_PAYLOAD_BYTES`] are
+/// summarised before they are counted.
 pub fn page_within(
     dlqs: &(impl DeadLetters + ?Sized),
     filter: &DlqFilter,
@@ -137,6 +141,7 @@ pub fn page_within(
     max_bytes: usize,
 ) -> Result<DlqPage, DlqError> {
     let limit = filter.limit.unwrap_or(PAGE_SIZE);
+    let summarise = filter.payloads.unwrap_or_default() == PayloadView::Summary;
     let mut entries: Vec<DlqEntry> = Vec::new();
     let (mut bytes, mut largest) = (0usize, 0usize);
     // Letters asked of the source so far: a page reads no more than `limit` in all, as one
@@ -152,7 +157,10 @@ pub fn page_within(
         read.limit = Some(now);
         asked = asked.saturating_add(now);
         let page = dlqs.page(&read, now_ms)?;
-        for entry in page.entries {
+        for mut entry in page.entries {
+            if summarise {
+                entry.summarise_payload(INLINE_PAYLOAD_BYTES);
+            }
             let size = json_size(&entry);
             if !entries.is_empty() && bytes.saturating_add(size) > max_bytes {
                 // The budget is spent inside what was read: the next page starts at this
@@ -206,6 +214,7 @@ fn json_size(entry: &DlqEntry) -> usize {
 pub fn matches(filter: &DlqFilter, entry: &DlqEntry, now_ms: u64) -> bool {
     let is = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
     in_group(filter, entry)
+        && filter.seq.is_none_or(|seq| entry.seq == seq)
         && filter
             .dead_before_ms
             .is_none_or(|t| entry.created_at_ms < t)
@@ -250,6 +259,7 @@ pub(crate) fn entry_from_headers(
         created_at_ms: header(AT_MS).parse().unwrap_or(0),
         envelope,
         repeats: 0,
+        payload_summary: None,
     })
 }
 
@@ -491,11 +501,22 @@ mod tests {
         }
     }
 
-    /// Every page of `dlqs` from the start, each page's JSON size with it.
+    /// Every page of `dlqs` from the start with every payload in full, each page's JSON
+    /// size with it.
     fn walk(dlqs: &Synthetic, limit: usize, max_bytes: usize) -> Vec<(Vec<i64>, usize)> {
+        walk_showing(dlqs, limit, max_bytes, PayloadView::Full)
+    }
+
+    fn walk_showing(
+        dlqs: &Synthetic,
+        limit: usize,
+        max_bytes: usize,
+        payloads: PayloadView,
+    ) -> Vec<(Vec<i64>, usize)> {
         let mut pages = Vec::new();
         let mut filter = DlqFilter {
             limit: Some(limit),
+            payloads: Some(payloads),
             ..DlqFilter::default()
         };
         loop {
@@ -572,5 +593,42 @@ mod tests {
         // A page reads no more than its limit's worth in all: two reads here (4, then the
         // rest of 1,000 asked), 3 letters each.
         assert_eq!(pages[0].0.len(), 6, "{pages:?}");
+    }
+
+    /// By default a listing shows a big payload as its size and digest: a thousand letters
+    /// of 1 MiB are one page of a few hundred kilobytes, the payloads fetched one at a time.
+    #[test]
+    fn big_payloads_are_summarised_by_default_and_small_ones_shown() {
+        let big = Synthetic {
+            count: 1_000,
+            payload_bytes: 1 << 20,
+            stop_short: false,
+            most_read: 0.into(),
+        };
+        let pages = walk_showing(&big, 1_000, PAGE_BYTES, PayloadView::Summary);
+        assert_eq!(pages.len(), 1, "every letter on one page");
+        assert_eq!(pages[0].0.len(), 1_000);
+        assert!(pages[0].1 < PAGE_BYTES, "{} bytes", pages[0].1);
+        let mut entry = big.entry(7);
+        entry.summarise_payload(INLINE_PAYLOAD_BYTES);
+        let summary = entry.payload_summary.as_ref().expect("summarised");
+        assert_eq!(summary.bytes, 1 << 20);
+        let digest = verdict_runtime::digest::sha256_hex("x".repeat(1 << 20).as_bytes());
+        assert_eq!(summary.sha256, digest);
+        assert!(entry.envelope.original.payload.is_none());
+        // At the threshold a payload is shown; a letter without one is left alone.
+        let small = Synthetic {
+            count: 1,
+            payload_bytes: INLINE_PAYLOAD_BYTES,
+            stop_short: false,
+            most_read: 0.into(),
+        };
+        let mut entry = small.entry(1);
+        entry.summarise_payload(INLINE_PAYLOAD_BYTES);
+        assert!(entry.payload_summary.is_none());
+        assert!(entry.envelope.original.payload.is_some());
+        entry.envelope.original.payload = None;
+        entry.summarise_payload(0);
+        assert!(entry.payload_summary.is_none());
     }
 }

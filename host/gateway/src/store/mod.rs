@@ -28,7 +28,8 @@ mod url_params;
 
 pub use error::StoreError;
 pub use records::{
-    Claimed, DlqEntry, DlqFilter, DlqStats, NewMessage, Pruned, Published, Repair, StateCounts,
+    Claimed, DlqEntry, DlqFilter, DlqStats, INLINE_PAYLOAD_BYTES, NewMessage, PayloadSummary,
+    PayloadView, Pruned, Published, Repair, StateCounts,
 };
 
 use crate::model::Settlement;

@@ -82,6 +82,33 @@ pub struct DlqFilter {
     /// one letter a page always holds): `?max_bytes=`. Sources ignore it; the API pages by
     /// it.
     pub max_bytes: Option<usize>,
+    /// How a listing shows payloads (`?payloads=full`): by default one past
+    /// [`INLINE_PAYLOAD_BYTES`] is summarised ([`DlqEntry::payload_summary`]) and fetched one
+    /// letter at a time. Sources ignore it; listings read it.
+    pub payloads: Option<PayloadView>,
+}
+
+/// The payload bytes a listing shows in full by default; a larger payload is summarised.
+pub const INLINE_PAYLOAD_BYTES: usize = 64 << 10;
+
+/// How a listing shows payloads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadView {
+    /// Payloads up to [`INLINE_PAYLOAD_BYTES`] in full, larger ones as their size and digest.
+    #[default]
+    Summary,
+    /// Every payload in full (a page still ends at its byte budget).
+    Full,
+}
+
+/// What a listing shows of a payload it left out.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PayloadSummary {
+    /// The payload's size, as the envelope holds it.
+    pub bytes: u64,
+    /// Its SHA-256 (hex).
+    pub sha256: String,
 }
 
 /// One dead letter.
@@ -112,6 +139,32 @@ pub struct DlqEntry {
     /// lower it; a broker's DLQ does not keep it and says 0.
     #[serde(default)]
     pub repeats: u32,
+    /// Set by a listing that left a large payload out of [`Self::envelope`] (see
+    /// [`PayloadView`]): fetch the letter alone (`GET /v1/dlq/{seq}`, `verdict dlq show`)
+    /// for all of it. Never set on a letter that is replayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_summary: Option<PayloadSummary>,
+}
+
+impl DlqEntry {
+    /// Leave the payload out of this entry when it takes more than `inline_bytes`, keeping
+    /// its size and digest: what a listing shows by default.
+    pub fn summarise_payload(&mut self, inline_bytes: usize) {
+        let original = &mut self.envelope.original;
+        if original.payload.is_none() && original.payload_base64.is_none() {
+            return;
+        }
+        let bytes = original.payload_bytes();
+        if bytes.len() <= inline_bytes {
+            return;
+        }
+        original.payload = None;
+        original.payload_base64 = None;
+        self.payload_summary = Some(PayloadSummary {
+            bytes: bytes.len() as u64,
+            sha256: verdict_runtime::digest::sha256_hex(&bytes),
+        });
+    }
 }
 
 /// What an operator changed in a dead letter before resubmitting it: each part left `None`

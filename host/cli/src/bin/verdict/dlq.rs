@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Subcommand;
 use verdict_cli::cli;
 use verdict_gateway::dlq::ReplayOptions;
-use verdict_gateway::store::DlqFilter;
+use verdict_gateway::store::{DlqFilter, PayloadView};
 use verdict_registry::SourceKind;
 
 /// Which dead letters.
@@ -59,10 +59,22 @@ impl FilterArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum DlqArgs {
-    /// Dead letters, oldest first.
+    /// Dead letters, oldest first, a page at a time: at most `--limit` (1,000 by default)
+    /// and `--max-bytes` of them as JSON; the command that lists the next page is printed
+    /// after it. Payloads past 64 KiB are shown as their size and digest (`dlq show` has
+    /// them whole) unless `--payloads full`.
     List {
         #[command(flatten)]
         filter: FilterArgs,
+        /// Start after this cursor (printed after the page before).
+        #[arg(long)]
+        after: Option<String>,
+        /// The bytes of letters (as JSON) a page holds at most (one letter always).
+        #[arg(long, default_value_t = verdict_gateway::dlq::PAGE_BYTES)]
+        max_bytes: usize,
+        /// `summary` (payloads past 64 KiB as their size and digest) or `full`.
+        #[arg(long, default_value = "summary", value_parser = ["summary", "full"])]
+        payloads: String,
     },
     /// One dead letter's envelope.
     Show {
@@ -128,7 +140,23 @@ pub fn run(
     command: DlqArgs,
 ) -> anyhow::Result<String> {
     Ok(match command {
-        DlqArgs::List { filter } => cli::dlq::list(config, source, &filter.filter(), as_json)?,
+        DlqArgs::List {
+            filter,
+            after,
+            max_bytes,
+            payloads,
+        } => {
+            let filter = DlqFilter {
+                after,
+                payloads: Some(if payloads == "full" {
+                    PayloadView::Full
+                } else {
+                    PayloadView::Summary
+                }),
+                ..filter.filter()
+            };
+            cli::dlq::list(config, source, &filter, max_bytes, as_json)?
+        }
         DlqArgs::Show { seq } => cli::dlq::show(config, source, seq)?,
         DlqArgs::Stats => cli::dlq::stats(config, source, as_json)?,
         DlqArgs::Groups {

@@ -181,5 +181,6 @@ fn entry_of(mut row: Row) -> Result<DlqEntry, StoreError> {
         created_at_ms: take::<i64>(&mut row, 8)?.max(0) as u64,
         envelope,
         repeats: u32::try_from(take::<i64>(&mut row, 11)?.max(0)).unwrap_or(u32::MAX),
+        payload_summary: None,
     })
 }

@@ -65,6 +65,7 @@ impl PostgresStore {
                         created_at_ms: r.get::<_, i64>(8).max(0) as u64,
                         envelope,
                         repeats: u32::try_from(r.get::<_, i64>(11).max(0)).unwrap_or(u32::MAX),
+                        payload_summary: None,
                     })
                 })
                 .collect()

@@ -57,6 +57,7 @@ impl SqliteStore {
                 created_at_ms: r.get(8)?,
                 envelope,
                 repeats: r.get(11)?,
+                payload_summary: None,
             }))
         })?;
         let mut out = Vec::new();
