@@ -73,6 +73,12 @@ struct Args {
     /// three minutes) - longer than a run settles.
     #[arg(long)]
     refuse_writes: bool,
+    /// On PostgreSQL and MariaDB, the broker fault restarts the machine's database server
+    /// itself (`pg_ctlcluster ... stop -m fast` and start; `mariadbd` stopped with SIGTERM
+    /// and started again) instead of cutting the run's own connections. Off by default:
+    /// everything else using the server sees the restart too.
+    #[arg(long)]
+    restart_databases: bool,
     /// Volume instead of variety: a million messages (unless --messages), every hostile
     /// shape but the slow answers and big payloads rare, 5 gateway kills and 2 broker
     /// restarts (besides 2 consumer outages, 2 reloads, a rollback and, on RabbitMQ, an
@@ -180,6 +186,7 @@ fn real_main() -> Result<bool> {
                 fault_kinds: fault_kinds.clone(),
                 broker_restarts: !args.no_broker_restarts,
                 refuse_writes: args.refuse_writes,
+                restart_databases: args.restart_databases,
                 profile: profile.clone(),
                 settle: Duration::from_secs(args.duration.unwrap_or(if args.soak {
                     900
@@ -231,7 +238,7 @@ fn real_main() -> Result<bool> {
             eprintln!("  files: {dir}");
         }
         eprintln!(
-            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}{}{}{}",
+            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}{}{}{}{}",
             r.source,
             r.seed,
             messages,
@@ -247,6 +254,11 @@ fn real_main() -> Result<bool> {
             },
             if args.refuse_writes {
                 " --refuse-writes"
+            } else {
+                ""
+            },
+            if args.restart_databases {
+                " --restart-databases"
             } else {
                 ""
             },

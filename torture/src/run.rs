@@ -77,6 +77,9 @@ pub struct Options {
     pub broker_restarts: bool,
     /// An operator's hand may also refuse writes to the delay buckets (RabbitMQ).
     pub refuse_writes: bool,
+    /// On the SQL stores, restart the machine's database server instead of cutting the
+    /// run's connections.
+    pub restart_databases: bool,
     /// The consumer's and the route's shape.
     pub profile: Profile,
     /// After publishing, how long to wait with no message becoming terminal before judging.
@@ -483,7 +486,7 @@ impl<'a> Run<'a> {
             }
             Fault::BrokerRestart => {
                 let down = Duration::from_millis(200 + self.rng.below(1_500));
-                broker::restart(self.source, down)?;
+                broker::restart(self.source, down, self.o.restart_databases)?;
                 // Until the gateway has its consumers back, and the broker's ack wait after
                 // that: what was unacknowledged comes again that late.
                 for gw in &mut self.gws {

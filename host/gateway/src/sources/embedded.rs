@@ -472,10 +472,7 @@ impl Task {
             }
         };
         let handled = settlement.handled();
-        let outcome = self
-            .committer
-            .settle(message.seq, message.lease, settlement)
-            .await;
+        let outcome = self.settle_while_held(&message, settlement).await;
         match outcome {
             Ok(()) => {
                 if self.failures.any() {
@@ -493,7 +490,48 @@ impl Task {
                      this outcome is not applied (the consumer may see the message twice)"
                 );
             }
-            Err(Written::Failed(e)) => self.settle_failed(&message, &e, received).await,
+            Err(Written::Failed(e) | Written::Unreachable(e, _)) => {
+                self.settle_failed(&message, &e, received).await
+            }
+        }
+    }
+
+    /// Write `settlement`; while the database cannot be reached (a restart, a cut network),
+    /// write it again every little while for as long as the message's lease lasts, instead
+    /// of giving the message up to a redelivery: the consumer has answered, and its answer
+    /// is applied once the database is back. Writing again is safe whether or not an
+    /// earlier write committed, since a settlement is fenced by its lease - a message taken
+    /// over meanwhile answers [`Written::Fenced`].
+    async fn settle_while_held(
+        &self,
+        message: &Claimed,
+        settlement: Settlement,
+    ) -> Result<(), Written> {
+        let lease = Duration::from_millis(self.pipeline.settings().lease_ms);
+        let mut waited = Duration::ZERO;
+        let mut pause = Duration::from_millis(100);
+        let mut settlement = settlement;
+        loop {
+            let outcome = self
+                .committer
+                .settle(message.seq, message.lease, settlement)
+                .await;
+            match outcome {
+                Err(Written::Unreachable(e, back)) if waited + pause < lease => {
+                    settlement = *back;
+                    if waited.is_zero() {
+                        tracing::warn!(
+                            id = %verdict_runtime::text::Clean(&message.delivery.id),
+                            error = %verdict_runtime::text::Clean(&e),
+                            "the store cannot be reached; the delivery's outcome is written again while its lease lasts"
+                        );
+                    }
+                    tokio::time::sleep(pause).await;
+                    waited += pause;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                other => return other,
+            }
         }
     }
 
@@ -566,6 +604,9 @@ enum Written {
     Fenced,
     /// The store failed.
     Failed(String),
+    /// The database could not be reached: the same write (handed back) may succeed in a
+    /// moment.
+    Unreachable(String, Box<Settlement>),
 }
 
 /// Settlements waiting for the writer: `(seq, lease, settlement, reply)`.
@@ -617,22 +658,41 @@ fn write(store: &Store, batch: Vec<Pending>) {
         .iter()
         .map(|(seq, lease, s, _)| (*seq, *lease, s))
         .collect();
-    match store.settle(&items, store.now_ms()) {
-        Ok(results) => {
-            drop(items);
-            for ((_, _, _, done), result) in batch.into_iter().zip(results) {
-                let _ = done.send(result.map_err(|e| match e {
-                    StoreError::Fenced { .. } => Written::Fenced,
-                    other => Written::Failed(other.to_string()),
-                }));
-            }
-        }
+    let outcomes: Vec<Result<(), Unwritten>> = match store.settle(&items, store.now_ms()) {
+        Ok(results) => results
+            .into_iter()
+            .map(|r| r.map_err(|e| Unwritten::of(&e)))
+            .collect(),
         Err(e) => {
-            drop(items);
-            let e = e.to_string();
-            for (_, _, _, done) in batch {
-                let _ = done.send(Err(Written::Failed(e.clone())));
-            }
+            let why = Unwritten::of(&e);
+            items.iter().map(|_| Err(why.clone())).collect()
+        }
+    };
+    drop(items);
+    for ((_, _, settlement, done), outcome) in batch.into_iter().zip(outcomes) {
+        let _ = done.send(outcome.map_err(|why| match why {
+            Unwritten::Fenced => Written::Fenced,
+            Unwritten::Failed(e) => Written::Failed(e),
+            // Handed back to its delivery, to be written again.
+            Unwritten::Unreachable(e) => Written::Unreachable(e, Box::new(settlement)),
+        }));
+    }
+}
+
+/// Why one settlement of a batch was not written, before it is handed back.
+#[derive(Clone)]
+enum Unwritten {
+    Fenced,
+    Failed(String),
+    Unreachable(String),
+}
+
+impl Unwritten {
+    fn of(e: &StoreError) -> Unwritten {
+        match e {
+            StoreError::Fenced { .. } => Unwritten::Fenced,
+            e if e.is_unreachable() => Unwritten::Unreachable(e.to_string()),
+            e => Unwritten::Failed(e.to_string()),
         }
     }
 }

@@ -35,7 +35,7 @@ pub enum StoreError {
     /// The connection broke under a statement (the server ended the session, the network
     /// cut it): the store reconnects and runs the call once more - safe whether or not the
     /// first run committed, since every settlement is fenced by its lease and every
-    /// message id is unique - before passing this on as [`StoreError::Database`].
+    /// message id is unique - before passing it on.
     #[error("store: {0}")]
     Disconnected(String),
     /// The store URL names no backend this build has, or is malformed.
@@ -56,6 +56,18 @@ pub enum StoreError {
         /// The lease the settlement was for.
         lease: i64,
     },
+}
+
+impl StoreError {
+    /// Whether the database could not be reached (refused, or the session ended under the
+    /// call and a new one failed too) - a state that passes, unlike a statement the
+    /// database refused.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Connect { .. } | StoreError::Disconnected(_)
+        )
+    }
 }
 
 impl From<postgres::Error> for StoreError {

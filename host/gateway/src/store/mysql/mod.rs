@@ -242,9 +242,11 @@ impl MysqlStore {
                     *guard = None;
                     reconnected = true;
                 }
-                Err(StoreError::Disconnected(message)) => {
+                // Still gone: the caller decides (a settlement waits for the database
+                // while its lease holds).
+                Err(e @ StoreError::Disconnected(_)) => {
                     *guard = None;
-                    return Err(StoreError::Database(message));
+                    return Err(e);
                 }
                 Err(e @ StoreError::Database(_)) => {
                     // Whatever failed, a fresh session starts clean (no half transaction).

@@ -352,9 +352,11 @@ impl PostgresStore {
                     *guard = None;
                     reconnected = true;
                 }
-                Err(StoreError::Disconnected(message)) => {
+                // Still gone: the caller decides (a settlement waits for the database
+                // while its lease holds).
+                Err(e @ StoreError::Disconnected(_)) => {
                     *guard = None;
-                    return Err(StoreError::Database(message));
+                    return Err(e);
                 }
                 Err(e) => {
                     if conn.client.is_closed() {
