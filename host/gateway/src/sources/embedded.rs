@@ -491,7 +491,7 @@ impl Task {
                 );
             }
             Err(Written::Failed(e) | Written::Unreachable(e, _)) => {
-                self.settle_failed(&message, &e, received).await
+                self.settle_failed(&message, &e, received).await;
             }
         }
     }
