@@ -1,10 +1,12 @@
 //! Dead letters grouped by cause over HTTP: `GET /v1/dlq/groups` lists the groups of one
 //! source's DLQs (`?source=all`: the store's and every broker's a route uses, folded
 //! together; role `read`), largest first, [`DEFAULT_GROUPS`] a page (`limit`, `after`; the
-//! next page's `after` in `x-verdict-next`), and `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (role
-//! `operate`) starts a
-//! job on one group, cut off at the instant it starts (see [`crate::dlq::Jobs`]). A
-//! replay leaves parked letters out; the job answers at once (202) and runs on.
+//! next page's `after` in `x-verdict-next`). Groups are counted anew for each page, so a
+//! DLQ that changes between pages may move a group across a page boundary.
+//!
+//! `POST /v1/dlq/groups/{id}/{replay|discard|dry-run}` (role `operate`) starts a job on one
+//! group, cut off at the instant it starts (see [`crate::dlq::Jobs`]). A replay leaves
+//! parked letters out; the job answers at once (202) and runs on.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
