@@ -633,6 +633,25 @@ fn store_migrate(server: Server) {
     // A second run finds it current; an unknown scheme is refused naming the setting.
     let again = verdict(&["store", "migrate", "-c", config.to_str().unwrap()], None);
     assert!(again.status.success(), "{}", text(&again.stderr));
+    if let Server::Mariadb = server {
+        // DDL is not transactional on MariaDB: a migration cut off part-way (here: nothing
+        // recorded, a view and a column of the last migration missing, everything else
+        // made) runs again whole and completes - before, it stopped at "Table 'messages'
+        // already exists" on every start from then on.
+        server.admin_sql(&format!(
+            "DELETE FROM {0}.verdict_schema; DROP VIEW {0}.dead; \
+             ALTER TABLE {0}.dlq DROP COLUMN repeats",
+            db.0
+        ));
+        let resumed = verdict(&["store", "migrate", "-c", config.to_str().unwrap()], None);
+        assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+        let status: serde_json::Value = serde_json::from_slice(&resumed.stdout).unwrap();
+        assert_eq!(status["schema_version"], 2, "{status}");
+        server.admin_sql(&format!(
+            "SELECT repeats FROM {0}.dlq; SELECT * FROM {0}.dead",
+            db.0
+        ));
+    }
     let bad = gateway_config(&dir, 2, "oracle://db/x", "http://127.0.0.1:9");
     let out = verdict(&["store", "migrate", "-c", bad.to_str().unwrap()], None);
     assert!(!out.status.success());

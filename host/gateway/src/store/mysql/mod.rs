@@ -43,6 +43,10 @@ impl std::fmt::Debug for MysqlStore {
     }
 }
 
+/// The server's answers to a schema statement whose object exists already: table or view
+/// (1050), column (1060), key (1061).
+const ALREADY_MADE: [u16; 3] = [1050, 1060, 1061];
+
 /// How often a transaction chosen as a deadlock victim (or timed out on a lock) is run
 /// again before its error is returned.
 const RETRIES: usize = 3;
@@ -283,7 +287,19 @@ fn apply_migrations(c: &mut Conn, known: u32, target: &str) -> Result<u32, Store
     }
     for (n, statements) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
         for sql in *statements {
-            c.query_drop(sql)?;
+            match c.query_drop(sql) {
+                // DDL is not transactional here: a migration cut off part-way (a crash, a
+                // lost connection) left some of its tables, columns or keys behind, and
+                // running it again meets them. Each is exactly what the statement makes.
+                Err(mysql::Error::MySqlError(e)) if ALREADY_MADE.contains(&e.code) => {
+                    tracing::info!(
+                        migration = n + 1,
+                        "a statement of a migration cut off earlier had already run: {}",
+                        e.message
+                    );
+                }
+                done => done?,
+            }
         }
         c.exec_drop(
             "INSERT INTO verdict_schema (version) VALUES (?)",

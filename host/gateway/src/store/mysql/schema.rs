@@ -1,7 +1,10 @@
 //! The MariaDB/MySQL schema, as numbered migrations applied in order at connect (or by
 //! `verdict store migrate`): the SQLite store's tables with the same names and meanings,
 //! in InnoDB, and the operators' views. DDL is not transactional here; each migration is
-//! recorded once it has run, under a named lock so that two gateways never run one twice.
+//! recorded once it has run, under a named lock so that two gateways never run one twice,
+//! and a migration cut off part-way runs again whole, passing over what it had made (each
+//! statement makes one object, and its "already exists" answer means it ran). So every
+//! statement must be one that makes an object - a data change must be safe to repeat.
 
 /// Migration `n` is `MIGRATIONS[n - 1]`, one statement per element. Append, never edit.
 pub(super) const MIGRATIONS: &[&[&str]] = &[V1, V2];
