@@ -110,7 +110,29 @@ impl PostgresStore {
             clock: DbClock::default(),
         };
         store.migrate()?;
+        store.warn_without_autovacuum();
         Ok(store)
+    }
+
+    /// Say so when the server does not vacuum on its own: every settlement updates a
+    /// `messages` row, and without autovacuum the old versions pile up - the claim query
+    /// wades through them and throughput falls as the table grows (RELIABILITY.md, the
+    /// PostgreSQL soak).
+    fn warn_without_autovacuum(&self) {
+        let setting = self.with(|c| {
+            let row = c
+                .client
+                .query_one("SELECT current_setting('autovacuum')", &[])?;
+            Ok(row.get::<_, String>(0))
+        });
+        if matches!(setting.as_deref(), Ok("off")) {
+            tracing::warn!(
+                store = %self.target,
+                "autovacuum is off on this PostgreSQL server: the store's tables keep every \
+                 old row version and claims slow down as they grow; turn it on, or VACUUM the \
+                 messages table regularly"
+            );
+        }
     }
 
     /// Connect once to `url` and say what answered - the server's version, whether the
