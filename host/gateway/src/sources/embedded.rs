@@ -490,6 +490,14 @@ impl Task {
                      this outcome is not applied (the consumer may see the message twice)"
                 );
             }
+            // Which of the two cannot be told from here; a takeover is audited by the store
+            // (`lease-expired`) either way.
+            Err(Written::FencedOnRewrite) => tracing::info!(
+                id = %verdict_runtime::text::Clean(&message.delivery.id),
+                "an outcome written again once the store was back found its message no longer \
+                 held: its first write had committed before the connection broke, or the lease \
+                 ran out and another delivery took the message over"
+            ),
             Err(Written::Failed(e) | Written::Unreachable(e, _)) => {
                 self.settle_failed(&message, &e, received).await;
             }
@@ -529,6 +537,9 @@ impl Task {
                     tokio::time::sleep(pause).await;
                     waited += pause;
                     pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                Err(Written::Fenced) if !waited.is_zero() => {
+                    return Err(Written::FencedOnRewrite);
                 }
                 other => return other,
             }
@@ -607,6 +618,9 @@ enum Written {
     /// The database could not be reached: the same write (handed back) may succeed in a
     /// moment.
     Unreachable(String, Box<Settlement>),
+    /// Fenced when written again after the database was out of reach: the first write may
+    /// have committed before its connection broke.
+    FencedOnRewrite,
 }
 
 /// Settlements waiting for the writer: `(seq, lease, settlement, reply)`.
