@@ -107,7 +107,8 @@ pub enum PayloadView {
 pub struct PayloadSummary {
     /// The payload's size, as the envelope holds it.
     pub bytes: u64,
-    /// Its SHA-256 (hex).
+    /// The SHA-256 (hex) of those bytes: a JSON payload's as the envelope serialises it
+    /// again, which may differ byte for byte from what the producer sent.
     pub sha256: String,
 }
 
