@@ -66,14 +66,17 @@ pub fn dlq_depth(admin: &AdminClient) -> Result<u64> {
         .sum())
 }
 
-/// Where the embedded store still holds messages: its rows by state (`ready`, `scheduled`,
-/// `leased`), from the gateway's `verdict_messages` gauges (read from the store's rows at
-/// each scrape).
+/// Where the store still holds messages: its rows by state (`ready`, `scheduled`,
+/// `leased`), from the gateway's `verdict_messages` gauges (kept by the store itself, a
+/// shared store's for every gateway); empty when the gateway cannot be asked.
 pub fn store_census(admin: &AdminClient) -> Vec<(String, u64)> {
-    let Ok(text) = admin.get_text("/metrics") else {
-        return Vec::new();
-    };
-    ["ready", "scheduled", "leased"]
+    store_waiting(admin).unwrap_or_default()
+}
+
+/// The store's rows not terminal yet, by state (only states that hold some).
+pub fn store_waiting(admin: &AdminClient) -> Result<Vec<(String, u64)>> {
+    let text = admin.get_text("/metrics").context("reading /metrics")?;
+    Ok(["ready", "scheduled", "leased"]
         .into_iter()
         .filter_map(|state| {
             let series = format!("verdict_messages{{state=\"{state}\"}} ");
@@ -85,7 +88,7 @@ pub fn store_census(admin: &AdminClient) -> Vec<(String, u64)> {
                 .ok()? as u64;
             (n > 0).then(|| (format!("store rows {state}"), n))
         })
-        .collect()
+        .collect())
 }
 
 /// The DLQ, page by page through the admin API, every payload whole (the judge keys a

@@ -35,6 +35,7 @@ mod producer;
 mod progress;
 mod rng;
 mod run;
+mod skew;
 mod sources;
 
 use sources::SourceName;
@@ -123,7 +124,7 @@ struct Args {
     /// Clock offsets for the gateways after the first, in turn (`faketime` specs, e.g.
     /// `+30s,-30s`): on a shared store, leases, due times and pruning must follow the
     /// database's clock, not a gateway's.
-    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = skew::parse)]
     skew: Vec<String>,
 }
 
