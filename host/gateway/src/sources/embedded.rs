@@ -21,15 +21,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures_util::FutureExt as _;
 use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
+use super::settlement_driver::{Held, SettlementDriver, Unapplied};
 use super::{AbortOnDrop, Source};
 use crate::health::Readiness;
-use crate::model::Handled;
 use crate::model::Settlement;
-use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
+use crate::pipeline::{Pipeline, RouteTarget};
 use crate::store::{Claimed, Store, StoreError};
 
 /// The source's name in metrics.
@@ -40,7 +39,7 @@ pub const NAME: &str = "embedded";
 const UNROUTED_PER_ROUND: usize = 16;
 
 /// The leases this process holds: message seq -> lease number, for the keeper to extend.
-type Held = Arc<Mutex<HashMap<i64, i64>>>;
+type Leases = Arc<Mutex<HashMap<i64, i64>>>;
 
 /// The embedded store as a source, with its upkeep (retention, idle topics) running beside
 /// it.
@@ -89,8 +88,10 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     let slots = Arc::new(Semaphore::new(max));
     let poll = Duration::from_millis(settings.poll_ms.max(1));
     let (committer, writer) = Committer::start(store.clone());
-    let held: Held = Arc::default();
-    let failures = super::SettleFailures::default();
+    let held: Leases = Arc::default();
+    // The lease bounds how long an outcome is written again while the database is away.
+    let driver = SettlementDriver::new(NAME, pipeline.clone())
+        .rewrite_for(Duration::from_millis(settings.lease_ms));
     let _keeper = AbortOnDrop(tokio::spawn(keep_leases(
         store.clone(),
         held.clone(),
@@ -176,10 +177,9 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
                 .unwrap_or_else(PoisonError::into_inner)
                 .insert(message.seq, message.lease);
             let task = Task {
-                pipeline: pipeline.clone(),
+                driver: driver.clone(),
                 global: slots.clone(),
                 committer: committer.clone(),
-                failures: failures.clone(),
                 held: held.clone(),
                 freed: freed.clone(),
             };
@@ -378,7 +378,7 @@ pub async fn maintain(store: Arc<Store>, retention_ms: u64) {
 }
 
 /// Extend the leases of the deliveries this process runs, every third of `lease_ms`.
-async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
+async fn keep_leases(store: Arc<Store>, held: Leases, lease_ms: u64) {
     // At most a minute apart, however long the lease: extending early costs one statement.
     let every = Duration::from_millis((lease_ms / 3).clamp(10, 60_000));
     loop {
@@ -410,12 +410,11 @@ async fn keep_leases(store: Arc<Store>, held: Held, lease_ms: u64) {
 
 /// One delivery: process, settle, let go of its seat.
 struct Task {
-    pipeline: Arc<Pipeline>,
+    driver: SettlementDriver,
     /// The `max_in_flight` slots (a seat claimed ahead takes one when its turn comes).
     global: Arc<Semaphore>,
     committer: Committer,
-    failures: super::SettleFailures,
-    held: Held,
+    held: Leases,
     freed: Arc<Notify>,
 }
 
@@ -446,152 +445,59 @@ impl Task {
             }
             now => now,
         };
-        let processing = match &seat {
+        let target = match &seat {
             Seat::Now {
                 route: Some((target, _)),
                 ..
-            } => self
-                .pipeline
-                .process_held(&message.delivery, target)
-                .boxed(),
-            _ => self.pipeline.process(&message.delivery).boxed(),
+            } => Some(target.clone()),
+            _ => None,
         };
-        // Nothing from outside may end a delivery without a settlement: a panic in
-        // processing dead-letters the message through the gateway's own fallback.
-        let settlement = match std::panic::AssertUnwindSafe(processing)
-            .catch_unwind()
+        let settlement = self.driver.decide(&message.delivery, target.as_ref()).await;
+        let mut leased = Leased {
+            committer: self.committer.clone(),
+            seq: message.seq,
+            lease: message.lease,
+        };
+        self.driver
+            .settle(
+                &mut leased,
+                &message.seq.to_string(),
+                &message.delivery,
+                settlement,
+                seat,
+                received,
+            )
+            .await;
+    }
+}
+
+/// A claimed message, settled through the group-commit writer under its lease.
+struct Leased {
+    committer: Committer,
+    seq: i64,
+    lease: i64,
+}
+
+impl Held for Leased {
+    async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
+        self.committer
+            .settle(self.seq, self.lease, settlement)
             .await
-        {
-            Ok(settlement) => settlement,
-            Err(panic) => {
-                self.pipeline.metrics().fault(NAME, SettleFault::Panic);
-                let cause = super::panic_text(&*panic);
-                tracing::error!(id = %verdict_runtime::text::Clean(&message.delivery.id), cause = %verdict_runtime::text::Clean(&cause), "processing a delivery panicked; dead-lettering the message");
-                self.pipeline
-                    .fallback_dead_letter(&message.delivery, &cause)
-            }
-        };
-        let handled = settlement.handled();
-        let outcome = self.settle_while_held(&message, settlement).await;
-        match outcome {
-            Ok(()) => {
-                if self.failures.any() {
-                    self.failures.settled(&message.seq.to_string());
-                }
-                self.pipeline
-                    .metrics()
-                    .handled(NAME, handled, received.elapsed());
-            }
-            Err(Written::Fenced) => {
-                self.pipeline.metrics().fault(NAME, SettleFault::LeaseLost);
-                tracing::warn!(
-                    id = %verdict_runtime::text::Clean(&message.delivery.id),
-                    "a delivery outlived its lease and another delivery took the message over; \
-                     this outcome is not applied (the consumer may see the message twice)"
-                );
-            }
-            // Which of the two cannot be told from here; a takeover is audited by the store
-            // (`lease-expired`) either way.
-            Err(Written::FencedOnRewrite) => tracing::info!(
-                id = %verdict_runtime::text::Clean(&message.delivery.id),
-                "an outcome written again once the store was back found its message no longer \
-                 held: its first write had committed before the connection broke, or the lease \
-                 ran out and another delivery took the message over"
-            ),
-            Err(Written::Failed(e) | Written::Unreachable(e, _)) => {
-                self.settle_failed(&message, &e, received).await;
-            }
-        }
     }
 
-    /// Write `settlement`; while the database cannot be reached (a restart, a cut network),
-    /// write it again every little while for as long as the message's lease lasts, instead
-    /// of giving the message up to a redelivery: the consumer has answered, and its answer
-    /// is applied once the database is back. Writing again is safe whether or not an
-    /// earlier write committed, since a settlement is fenced by its lease - a message taken
-    /// over meanwhile answers [`Written::Fenced`].
-    async fn settle_while_held(
-        &self,
-        message: &Claimed,
-        settlement: Settlement,
-    ) -> Result<(), Written> {
-        let lease = Duration::from_millis(self.pipeline.settings().lease_ms);
-        let mut waited = Duration::ZERO;
-        let mut pause = Duration::from_millis(100);
-        let mut settlement = settlement;
-        loop {
-            let outcome = self
-                .committer
-                .settle(message.seq, message.lease, settlement)
-                .await;
-            match outcome {
-                Err(Written::Unreachable(e, back)) if waited + pause < lease => {
-                    settlement = *back;
-                    if waited.is_zero() {
-                        tracing::warn!(
-                            id = %verdict_runtime::text::Clean(&message.delivery.id),
-                            error = %verdict_runtime::text::Clean(&e),
-                            "the store cannot be reached; the delivery's outcome is written again while its lease lasts"
-                        );
-                    }
-                    tokio::time::sleep(pause).await;
-                    waited += pause;
-                    pause = (pause * 2).min(Duration::from_secs(2));
-                }
-                Err(Written::Fenced) if !waited.is_zero() => {
-                    return Err(Written::FencedOnRewrite);
-                }
-                other => return other,
-            }
-        }
-    }
-
-    /// Writing a settlement failed: dead-letter the message through the gateway's fallback
-    /// after [`super::MAX_SETTLE_FAILURES`] failures in a row, else release it for a later
-    /// delivery ([`super::release_delay`]); if even that cannot be written, its lease
-    /// expires and it is delivered again.
-    async fn settle_failed(&self, message: &Claimed, error: &str, received: Instant) {
-        let key = message.seq.to_string();
-        let failed = self.failures.failed(&key);
-        if failed >= super::MAX_SETTLE_FAILURES {
-            let letter = self.pipeline.fallback_dead_letter(&message.delivery, error);
-            if self
-                .committer
-                .settle(message.seq, message.lease, letter)
-                .await
-                .is_ok()
-            {
-                self.failures.settled(&key);
-                let metrics = self.pipeline.metrics();
-                metrics.fault(NAME, SettleFault::FallbackDeadLetter);
-                metrics.handled(NAME, Handled::DeadLettered, received.elapsed());
-                tracing::error!(id = %verdict_runtime::text::Clean(&message.delivery.id), error = %verdict_runtime::text::Clean(error), "a message could not be settled repeatedly; dead-lettered by the gateway");
-                return;
-            }
-        }
-        self.pipeline.metrics().fault(NAME, SettleFault::Released);
-        let wait = super::release_delay(failed);
-        tracing::error!(
-            id = %verdict_runtime::text::Clean(&message.delivery.id),
-            error = %verdict_runtime::text::Clean(error),
-            failed,
-            "recording a delivery's outcome failed; the message is delivered again"
-        );
+    async fn give_back(&mut self, wait: Duration) {
         let release = Settlement::Release {
             delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
         };
         // If this fails too, the lease expires and the message comes back all the same.
-        let _ = self
-            .committer
-            .settle(message.seq, message.lease, release)
-            .await;
+        let _ = self.committer.settle(self.seq, self.lease, release).await;
     }
 }
 
 /// Lets go of a delivery's lease when its task ends, however it ends, and says a seat is
 /// free (the seat itself, declared after this guard, is dropped before it).
 struct Release {
-    held: Held,
+    held: Leases,
     seq: i64,
     lease: i64,
     freed: Arc<Notify>,
@@ -609,22 +515,8 @@ impl Drop for Release {
     }
 }
 
-/// Why a settlement was not written.
-enum Written {
-    /// The message is no longer held by the delivery's lease.
-    Fenced,
-    /// The store failed.
-    Failed(String),
-    /// The database could not be reached: the same write (handed back) may succeed in a
-    /// moment.
-    Unreachable(String, Box<Settlement>),
-    /// Fenced when written again after the database was out of reach: the first write may
-    /// have committed before its connection broke.
-    FencedOnRewrite,
-}
-
 /// Settlements waiting for the writer: `(seq, lease, settlement, reply)`.
-type Pending = (i64, i64, Settlement, oneshot::Sender<Result<(), Written>>);
+type Pending = (i64, i64, Settlement, oneshot::Sender<Result<(), Unapplied>>);
 
 /// The most settlements one transaction takes.
 const MAX_BATCH: usize = 256;
@@ -655,14 +547,14 @@ impl Committer {
     }
 
     /// Write the settlement of message `seq` under `lease`; resolves once it is durable.
-    async fn settle(&self, seq: i64, lease: i64, settlement: Settlement) -> Result<(), Written> {
+    async fn settle(&self, seq: i64, lease: i64, settlement: Settlement) -> Result<(), Unapplied> {
         let (done, written) = oneshot::channel();
         self.queue
             .send((seq, lease, settlement, done))
-            .map_err(|_| Written::Failed("the settlement writer has stopped".into()))?;
+            .map_err(|_| Unapplied::Failed("the settlement writer has stopped".into()))?;
         written
             .await
-            .map_err(|_| Written::Failed("the settlement writer stopped before writing".into()))?
+            .map_err(|_| Unapplied::Failed("the settlement writer stopped before writing".into()))?
     }
 }
 
@@ -685,10 +577,13 @@ fn write(store: &Store, batch: Vec<Pending>) {
     drop(items);
     for ((_, _, settlement, done), outcome) in batch.into_iter().zip(outcomes) {
         let _ = done.send(outcome.map_err(|why| match why {
-            Unwritten::Fenced => Written::Fenced,
-            Unwritten::Failed(e) => Written::Failed(e),
+            Unwritten::Fenced => Unapplied::Fenced,
+            Unwritten::Failed(e) => Unapplied::Failed(e),
             // Handed back to its delivery, to be written again.
-            Unwritten::Unreachable(e) => Written::Unreachable(e, Box::new(settlement)),
+            Unwritten::Unreachable(error) => Unapplied::Unreachable {
+                error,
+                settlement: Box::new(settlement),
+            },
         }));
     }
 }

@@ -21,12 +21,13 @@ pub mod embedded;
 pub mod nats;
 pub mod rabbitmq;
 mod settle_failures;
+mod settlement_driver;
 mod source;
 mod store_outage;
 mod supervise;
 
 pub use settle_failures::MAX_SETTLE_FAILURES;
-pub(crate) use settle_failures::{SettleFailures, release_delay};
+pub(crate) use settlement_driver::{Held, Settled, SettlementDriver, Unapplied};
 pub use source::Source;
 pub(crate) use store_outage::StoreOutage;
 pub(crate) use supervise::{drained, supervise};

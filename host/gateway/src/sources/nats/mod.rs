@@ -39,10 +39,10 @@ use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, StreamExt};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 
-use super::{AbortOnDrop, SettleFailures, Source};
+use super::{AbortOnDrop, Held, Settled, SettlementDriver, Source, Unapplied};
 use crate::health::{BrokerDlqs, Readiness};
 use crate::model::{Delivery, Settlement};
-use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
+use crate::pipeline::{Pipeline, RouteTarget};
 use verdict_registry::{GatewaySection, NatsConfig};
 use verdict_runtime::text::Clean;
 
@@ -117,7 +117,7 @@ async fn consume(
     let settings = &pipeline.settings().clone();
     let (config, ready, dlqs) = (&config, &ready, &dlqs);
     let pipeline = &pipeline;
-    let failures = &SettleFailures::default();
+    let driver = &SettlementDriver::new(NAME, pipeline.clone());
     let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         let session = Session {
             pipeline: pipeline.clone(),
@@ -126,7 +126,7 @@ async fn consume(
             ready,
             dlqs,
             slots,
-            failures: failures.clone(),
+            driver: driver.clone(),
         };
         session.run(shutdown).await
     };
@@ -148,7 +148,7 @@ struct Session<'a> {
     ready: &'a Readiness,
     dlqs: &'a BrokerDlqs,
     slots: Arc<Semaphore>,
-    failures: SettleFailures,
+    driver: SettlementDriver,
 }
 
 /// Why a session's consumers stopped.
@@ -302,10 +302,9 @@ impl Session<'_> {
                 };
                 let seq = message.info().map_or(0, |i| i.stream_sequence);
                 let job = Job {
-                    pipeline: self.pipeline.clone(),
+                    driver: self.driver.clone(),
                     broker: broker.clone(),
                     dlqs: self.dlqs.clone(),
-                    failures: self.failures.clone(),
                     slots: self.slots.clone(),
                     owned_elsewhere: ownership
                         .owner(&message.subject, seq)
@@ -376,10 +375,9 @@ const FETCH_WAIT: Duration = Duration::from_secs(5);
 
 /// What one delivery's task needs.
 struct Job {
-    pipeline: Arc<Pipeline>,
+    driver: SettlementDriver,
     broker: Broker,
     dlqs: BrokerDlqs,
-    failures: SettleFailures,
     /// The source's `max_in_flight` slots.
     slots: Arc<Semaphore>,
     /// Another consumer of the group delivers this message ([`Ownership`]).
@@ -403,8 +401,8 @@ struct Elsewhere {
 }
 
 impl Job {
-    /// Deliver one message and apply its settlement; nothing that happens here leaves it
-    /// unsettled without a bound (see [`SettleFailures`]).
+    /// Deliver one message and apply its settlement through the driver, which bounds
+    /// whatever goes wrong on the way.
     async fn handle(self, message: jetstream::Message) {
         if let Some(owner) = &self.owned_elsewhere {
             // A retired owner's lives never change again: what it holds within them, it
@@ -431,67 +429,87 @@ impl Job {
         }
         let received = Instant::now();
         let run = std::panic::AssertUnwindSafe(handle(
-            &self.pipeline,
+            &self.driver,
             &self.broker,
             &self.dlqs,
-            &self.failures,
             &message,
             &self.slots,
+            received,
         ))
         .catch_unwind()
         .await;
-        match run {
-            Ok(Some(handled)) => self
-                .pipeline
-                .metrics()
-                .handled(NAME, handled, received.elapsed()),
-            Ok(None) => {}
-            Err(panic) => {
-                // Never expected (inputs are cleaned before they reach a header); if it
-                // happens the message is dead-lettered, not left for JetStream to loop.
-                let cause = super::panic_text(&*panic);
-                self.pipeline.metrics().fault(NAME, SettleFault::Panic);
-                tracing::error!(cause = %Clean(&cause), "nats source: handling a delivery panicked; dead-lettering the message");
-                let delivery = to_delivery(&message, self.broker.stream_name(), 0, 0);
-                let settlement = self.pipeline.fallback_dead_letter(&delivery, &cause);
-                let key = self
-                    .broker
-                    .history_key(message.info().map_or(0, |i| i.stream_sequence));
-                let applied = std::panic::AssertUnwindSafe(apply(
-                    &self.broker,
-                    &self.dlqs,
-                    &message,
-                    &delivery,
-                    &key,
-                    settlement,
-                    0,
-                ))
-                .catch_unwind()
+        if let Err(panic) = run {
+            // Never expected (inputs are cleaned before they reach a header); if it
+            // happens the message is dead-lettered like any delivery that panicked, within
+            // the bound on failed settlements - not left for JetStream to loop.
+            let (seq, delivered) = message.info().map_or((0, 0), |i| {
+                (i.stream_sequence, u64::try_from(i.delivered).unwrap_or(0))
+            });
+            let delivery = to_delivery(&message, self.broker.stream_name(), seq, 0);
+            let letter = self.driver.panicked(&delivery, &super::panic_text(&*panic));
+            let key = self.broker.history_key(seq);
+            let mut held = Fetched {
+                broker: &self.broker,
+                dlqs: &self.dlqs,
+                message: &message,
+                delivery: &delivery,
+                key: &key,
+                delivered,
+            };
+            self.driver
+                .settle(&mut held, &key, &delivery, letter, (), received)
                 .await;
-                if !matches!(applied, Ok(Ok(()))) {
-                    let _ = message
-                        .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
-                        .await;
-                }
-            }
         }
     }
 }
 
-/// Deliver one message and apply its settlement: what was done, or `None` when the
-/// message was given back to JetStream (to be delivered again).
+/// A JetStream message this gateway holds (its in-progress acks keep it here), settled in
+/// JetStream's terms.
+struct Fetched<'a> {
+    broker: &'a Broker,
+    dlqs: &'a BrokerDlqs,
+    message: &'a jetstream::Message,
+    delivery: &'a Delivery,
+    /// Its attempt history's key.
+    key: &'a str,
+    /// JetStream's delivery count.
+    delivered: u64,
+}
+
+impl Held for Fetched<'_> {
+    async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
+        apply(
+            self.broker,
+            self.dlqs,
+            self.message,
+            self.delivery,
+            self.key,
+            settlement,
+            self.delivered,
+        )
+        .await
+        .map_err(|e| Unapplied::Failed(format!("{e:#}")))
+    }
+
+    async fn give_back(&mut self, wait: Duration) {
+        let _ = self.message.ack_with(AckKind::Nak(Some(wait))).await;
+    }
+}
+
+/// Deliver one message and settle it; a message that cannot be read is given back to
+/// JetStream (to be delivered again) or terminated when it is not JetStream's at all.
 async fn handle(
-    pipeline: &Pipeline,
+    driver: &SettlementDriver,
     broker: &Broker,
     dlqs: &BrokerDlqs,
-    failures: &SettleFailures,
     message: &jetstream::Message,
     slots: &Arc<Semaphore>,
-) -> Option<crate::model::Handled> {
+    received: Instant,
+) {
     let Ok(info) = message.info() else {
         tracing::error!(subject = %Clean(&message.subject), "nats source: a message without JetStream metadata; terminating it");
         let _ = message.ack_with(AckKind::Term).await;
-        return None;
+        return;
     };
     let seq = info.stream_sequence;
     let delivered = u64::try_from(info.delivered).unwrap_or(0);
@@ -507,7 +525,7 @@ async fn handle(
                 let _ = message
                     .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
                     .await;
-                return None;
+                return;
             }
         }
     } else {
@@ -517,10 +535,10 @@ async fn handle(
         // Dead-lettered already; only the term was lost.
         if let Err(e) = message.double_ack_with(AckKind::Term).await {
             tracing::debug!(error = %e, seq, "nats source: terminating a dead-lettered message failed; it comes back and is terminated again");
-            return None;
+            return;
         }
         let _ = broker.history().forget(&key).await;
-        return None;
+        return;
     }
     let had_history = history.is_some();
     let mut delivery = to_delivery(message, broker.stream_name(), seq, published_at_ms);
@@ -533,6 +551,7 @@ async fn handle(
     // and while the consumer works. In the same task, not a spawned one: a task and a
     // message copy per delivery cost more than the delivery's own bookkeeping.
     let every = Duration::from_millis(broker.config().ack_wait_ms / 2);
+    let pipeline = driver.pipeline();
     let seats = tokio::select! {
         biased;
         seats = take_seats(pipeline, &delivery.topic, slots) => seats,
@@ -540,39 +559,31 @@ async fn handle(
     };
     let settlement = tokio::select! {
         biased;
-        settlement = async {
-            match &seats {
-                Some((target, _, _)) => pipeline.process_held(&delivery, target).await,
-                None => pipeline.process(&delivery).await,
-            }
-        } => settlement,
+        settlement = driver.decide(&delivery, seats.as_ref().map(|(target, _, _)| target)) => settlement,
         never = keep_alive(message, every) => match never {},
     };
-    let handled = settlement.handled();
-    let outcome = std::panic::AssertUnwindSafe(apply(
-        broker, dlqs, message, &delivery, &key, settlement, delivered,
-    ))
-    .catch_unwind()
-    .await
-    .unwrap_or_else(|panic| Err(anyhow::anyhow!("panicked: {}", super::panic_text(&*panic))));
-    match outcome {
-        Ok(()) => {
-            failures.settled(&key);
-            // Once the message is gone from the stream's point of view, so is its history.
-            if handled.is_final()
-                && had_history
-                && let Err(e) = broker.history().forget(&key).await
-            {
-                tracing::debug!(error = %e, seq, "nats source: a settled history was not purged (it expires)");
-            }
-            Some(handled)
-        }
-        Err(e) => {
-            settle_failed(
-                pipeline, broker, dlqs, failures, message, &delivery, &key, &e,
-            )
-            .await
-        }
+    let mut held = Fetched {
+        broker,
+        dlqs,
+        message,
+        delivery: &delivery,
+        key: &key,
+        delivered,
+    };
+    let settled = driver
+        .settle(&mut held, &key, &delivery, settlement, seats, received)
+        .await;
+    let fin = match settled {
+        Settled::Applied(handled) => handled.is_final(),
+        Settled::ByGateway => true,
+        Settled::GivenBack | Settled::Fenced => false,
+    };
+    // Once the message is gone from the stream's point of view, so is its history.
+    if fin
+        && had_history
+        && let Err(e) = broker.history().forget(&key).await
+    {
+        tracing::debug!(error = %e, seq, "nats source: a settled history was not purged (it expires)");
     }
 }
 
@@ -588,50 +599,6 @@ async fn take_seats(
     let slot = target.slots.clone().acquire_owned().await.ok()?;
     let global = slots.clone().acquire_owned().await.ok()?;
     Some((target, slot, global))
-}
-
-/// Applying a settlement failed: give the message back to be delivered again, at most
-/// [`super::MAX_SETTLE_FAILURES`] times in a row; then dead-letter it through the
-/// gateway's fallback, so that a message no settlement can be applied to does not loop.
-#[allow(clippy::too_many_arguments)]
-async fn settle_failed(
-    pipeline: &Pipeline,
-    broker: &Broker,
-    dlqs: &BrokerDlqs,
-    failures: &SettleFailures,
-    message: &jetstream::Message,
-    delivery: &Delivery,
-    key: &str,
-    error: &anyhow::Error,
-) -> Option<crate::model::Handled> {
-    let cause = format!("{error:#}");
-    let failed = failures.failed(key);
-    if failed >= super::MAX_SETTLE_FAILURES {
-        let letter = pipeline.fallback_dead_letter(delivery, &cause);
-        let applied =
-            std::panic::AssertUnwindSafe(apply(broker, dlqs, message, delivery, key, letter, 0))
-                .catch_unwind()
-                .await;
-        if matches!(applied, Ok(Ok(()))) {
-            failures.settled(key);
-            pipeline
-                .metrics()
-                .fault(NAME, SettleFault::FallbackDeadLetter);
-            tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "nats source: a message could not be settled repeatedly; dead-lettered by the gateway");
-            return Some(crate::model::Handled::DeadLettered);
-        }
-    }
-    let wait = super::release_delay(failed);
-    pipeline.metrics().fault(NAME, SettleFault::Released);
-    tracing::error!(
-        id = %Clean(&delivery.id),
-        error = %Clean(&cause),
-        failed,
-        retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-        "nats source: applying a verdict failed; the message is delivered again"
-    );
-    let _ = message.ack_with(AckKind::Nak(Some(wait))).await;
-    None
 }
 
 async fn apply(

@@ -24,11 +24,10 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
 
-use super::{AbortOnDrop, SettleFailures, Source};
+use super::{AbortOnDrop, Held, SettlementDriver, Source, Unapplied};
 use crate::health::{BrokerDlqs, Readiness};
-use crate::model::Handled;
 use crate::model::{AuditRecord, Delivery, Settlement};
-use crate::pipeline::{Pipeline, SettleFault, now_ms};
+use crate::pipeline::{Pipeline, now_ms};
 use verdict_registry::{GatewaySection, RabbitmqConfig};
 use verdict_runtime::text::Clean;
 
@@ -117,17 +116,16 @@ async fn consume(
     let settings = &pipeline.settings().clone();
     let (config, ready, dlqs, queues) = (&config, &ready, &dlqs, &queues);
     let pipeline = &pipeline;
-    let failures = &SettleFailures::default();
+    let driver = &SettlementDriver::new(NAME, pipeline.clone());
     let key = &key;
     let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         let session = Session {
-            pipeline,
             config,
             settings,
             ready,
             dlqs,
             slots: &slots,
-            failures,
+            driver,
             key,
         };
         session.run(queues, shutdown).await
@@ -144,13 +142,12 @@ async fn consume(
 }
 
 struct Session<'a> {
-    pipeline: &'a Arc<Pipeline>,
     config: &'a RabbitmqConfig,
     settings: &'a GatewaySection,
     ready: &'a Readiness,
     dlqs: &'a BrokerDlqs,
     slots: &'a Arc<Semaphore>,
-    failures: &'a SettleFailures,
+    driver: &'a SettlementDriver,
     key: &'a HistoryKey,
 }
 
@@ -287,10 +284,9 @@ impl Session<'_> {
                 None => anyhow::bail!("the broker closed the consumer of queue `{queue}`"),
             };
             let job = Job {
-                pipeline: self.pipeline.clone(),
+                driver: self.driver.clone(),
                 topology: topology.clone(),
                 dlqs: self.dlqs.clone(),
-                failures: self.failures.clone(),
                 key: self.key.clone(),
                 slots: self.slots.clone(),
                 ready: self.ready.clone(),
@@ -342,10 +338,9 @@ fn content_digest(queue: &str, message: &lapin::message::Delivery) -> String {
 
 /// What one delivery's task needs.
 struct Job {
-    pipeline: Arc<Pipeline>,
+    driver: SettlementDriver,
     topology: Topology,
     dlqs: BrokerDlqs,
-    failures: SettleFailures,
     key: HistoryKey,
     /// The source's `max_in_flight` slots.
     slots: Arc<Semaphore>,
@@ -356,7 +351,7 @@ impl Job {
     /// A copy signed by another gateway's history key: gateways on these queues do not
     /// share one. Counted, shown by `/readyz`, logged once a minute.
     fn foreign_key(&self, theirs: &str) {
-        self.pipeline.metrics().history_key_mismatch(NAME);
+        self.driver.pipeline().metrics().history_key_mismatch(NAME);
         let ours = self.key.id();
         let text = format!(
             "retried copies are signed with another gateway's history key (key id {theirs}, \
@@ -368,10 +363,8 @@ impl Job {
         }
     }
 
-    /// Deliver one message and apply its settlement. Nothing from outside may leave it
-    /// unsettled: a panic dead-letters it through the gateway's fallback, and a settlement
-    /// that cannot be applied gives it back (`nack`) at most
-    /// [`super::MAX_SETTLE_FAILURES`] times in a row before the gateway dead-letters it.
+    /// Deliver one message and apply its settlement through the driver, which bounds
+    /// whatever goes wrong on the way.
     async fn handle(self, queue: &str, message: lapin::message::Delivery) {
         let received = Instant::now();
         let (mut delivery, check) = headers::read_delivery(
@@ -395,7 +388,7 @@ impl Job {
         };
         // A slot of the route and one of `max_in_flight`, held until the settlement is
         // applied (none when no route takes the queue now: the pipeline releases it).
-        let held = match self.pipeline.route_target(queue) {
+        let held = match self.driver.pipeline().route_target(queue) {
             Some(target) => match target.slots.clone().acquire_owned().await {
                 Ok(slot) => Some((target, slot)),
                 Err(_) => None,
@@ -405,106 +398,74 @@ impl Job {
         let Ok(global) = self.slots.clone().acquire_owned().await else {
             return;
         };
-        let processing = async {
-            match &held {
-                Some((target, _slot)) => self.pipeline.process_held(&delivery, target).await,
-                None => self.pipeline.process(&delivery).await,
-            }
+        let settlement = self
+            .driver
+            .decide(&delivery, held.as_ref().map(|(target, _)| target))
+            .await;
+        let mut consumed = Consumed {
+            topology: &self.topology,
+            dlqs: &self.dlqs,
+            message: &message,
+            delivery: &delivery,
+            key: &self.key,
         };
-        let settlement = match std::panic::AssertUnwindSafe(processing)
-            .catch_unwind()
-            .await
-        {
-            Ok(settlement) => settlement,
-            Err(panic) => {
-                let cause = super::panic_text(&*panic);
-                self.pipeline.metrics().fault(NAME, SettleFault::Panic);
-                tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "rabbitmq source: processing a delivery panicked; dead-lettering the message");
-                self.pipeline.fallback_dead_letter(&delivery, &cause)
-            }
-        };
-        let handled = settlement.handled();
-        match self.apply(&message, &delivery, settlement).await {
-            Ok(()) => {
-                if self.failures.any() {
-                    self.failures.settled(&failure_key);
-                }
-                self.pipeline
-                    .metrics()
-                    .handled(NAME, handled, received.elapsed());
-            }
-            Err(e) => {
-                let cause = format!("{e:#}");
-                let failed = self.failures.failed(&failure_key);
-                if failed >= super::MAX_SETTLE_FAILURES {
-                    let letter = self.pipeline.fallback_dead_letter(&delivery, &cause);
-                    if self.apply(&message, &delivery, letter).await.is_ok() {
-                        self.failures.settled(&failure_key);
-                        self.pipeline
-                            .metrics()
-                            .fault(NAME, SettleFault::FallbackDeadLetter);
-                        self.pipeline.metrics().handled(
-                            NAME,
-                            Handled::DeadLettered,
-                            received.elapsed(),
-                        );
-                        tracing::error!(id = %Clean(&delivery.id), cause = %Clean(&cause), "rabbitmq source: a message could not be settled repeatedly; dead-lettered by the gateway");
-                        return;
-                    }
-                }
-                let wait = super::release_delay(failed);
-                self.pipeline.metrics().fault(NAME, SettleFault::Released);
-                tracing::error!(
-                    error = %Clean(&cause),
-                    id = %Clean(&delivery.id),
-                    failed,
-                    retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    "rabbitmq source: applying a verdict failed; the message is given back to be delivered again"
-                );
-                if !wait.is_zero() {
-                    // Past the bound: wait in a delay bucket, not in a tight requeue loop.
-                    let release = Settlement::Release {
-                        delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    };
-                    if self.apply(&message, &delivery, release).await.is_ok() {
-                        return;
-                    }
-                    // Not even the delay bucket takes it (deleted, full, refusing): wait
-                    // here instead, holding none of the gateway's slots, so the consumer
-                    // is called again at the bounded rate, never in a requeue loop.
-                    drop(held);
-                    drop(global);
-                    tokio::time::sleep(wait).await;
-                }
-                let requeue = BasicNackOptions {
-                    requeue: true,
-                    ..BasicNackOptions::default()
-                };
-                if let Err(e) = message.nack(requeue).await {
-                    tracing::warn!(error = %e, "rabbitmq source: giving a message back failed; the broker redelivers it when the channel closes");
-                }
-            }
-        }
+        self.driver
+            .settle(
+                &mut consumed,
+                &failure_key,
+                &delivery,
+                settlement,
+                (held, global),
+                received,
+            )
+            .await;
+    }
+}
+
+/// A message this gateway's channel holds unacknowledged, settled in RabbitMQ's terms.
+struct Consumed<'a> {
+    topology: &'a Topology,
+    dlqs: &'a BrokerDlqs,
+    message: &'a lapin::message::Delivery,
+    delivery: &'a Delivery,
+    key: &'a HistoryKey,
+}
+
+impl Held for Consumed<'_> {
+    async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
+        apply(
+            self.topology,
+            self.dlqs,
+            self.message,
+            self.delivery,
+            settlement,
+            self.key,
+        )
+        .await
+        .map_err(|e| Unapplied::Failed(format!("{e:#}")))
     }
 
-    /// [`apply`], with a panic in it turned into an error.
-    async fn apply(
-        &self,
-        message: &lapin::message::Delivery,
-        delivery: &Delivery,
-        settlement: Settlement,
-    ) -> anyhow::Result<()> {
-        std::panic::AssertUnwindSafe(apply(
-            &self.topology,
-            &self.dlqs,
-            message,
-            delivery,
-            settlement,
-            &self.key,
-        ))
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|panic| Err(anyhow::anyhow!("panicked: {}", super::panic_text(&*panic))))
+    async fn give_back(&mut self, wait: Duration) {
+        if !wait.is_zero() {
+            // Past the bound: wait in a delay bucket, not in a tight requeue loop.
+            let release = Settlement::Release {
+                delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+            };
+            if self.apply(release).await.is_ok() {
+                return;
+            }
+            // Not even the delay bucket takes it (deleted, full, refusing): wait here
+            // instead (the driver has let go of its slots), so the consumer is called again
+            // at the bounded rate, never in a requeue loop.
+            tokio::time::sleep(wait).await;
+        }
+        let requeue = BasicNackOptions {
+            requeue: true,
+            ..BasicNackOptions::default()
+        };
+        if let Err(e) = self.message.nack(requeue).await {
+            tracing::warn!(error = %e, "rabbitmq source: giving a message back failed; the broker redelivers it when the channel closes");
+        }
     }
 }
 
