@@ -459,14 +459,7 @@ impl Task {
             lease: message.lease,
         };
         self.driver
-            .settle(
-                &mut leased,
-                &message.seq.to_string(),
-                &message.delivery,
-                settlement,
-                seat,
-                received,
-            )
+            .settle(&mut leased, &message.delivery, settlement, seat, received)
             .await;
     }
 }
@@ -483,6 +476,10 @@ impl Held for Leased {
         self.committer
             .settle(self.seq, self.lease, settlement)
             .await
+    }
+
+    fn failure_key(&self) -> String {
+        self.seq.to_string()
     }
 
     async fn give_back(&mut self, wait: Duration) {

@@ -16,6 +16,11 @@
 //!
 //! Each source writes the new state *before* it lets go of the old one, so a crash between
 //! the two delivers a message twice, never zero times.
+//!
+//! What happens when a settlement cannot be applied - a panic, a store out of reach, a
+//! broker refusing writes - is not a source's to decide: every source hands its deliveries
+//! to the one `SettlementDriver` (`settlement_driver.rs`) and implements only `Held` (apply
+//! a settlement, give a message back), so the rules are the same on every source.
 
 pub mod embedded;
 pub mod nats;

@@ -64,6 +64,11 @@ pub(crate) trait Held: Send {
         settlement: Settlement,
     ) -> impl Future<Output = Result<(), Unapplied>> + Send;
 
+    /// What names the message across its deliveries, for the bound on failed settlements
+    /// (a store's sequence number, a stream's, a broker message's id). Asked only when a
+    /// settlement fails, or one succeeds while some message's have failed.
+    fn failure_key(&self) -> String;
+
     /// Give the message back to be delivered again after `wait` (zero: at once), holding
     /// none of the gateway's delivery slots meanwhile. Best effort: when this fails too, the
     /// source's own redelivery (an expired lease, an acknowledgement deadline, a closed
@@ -173,13 +178,12 @@ impl SettlementDriver {
         self.pipeline.fallback_dead_letter(delivery, cause)
     }
 
-    /// Apply `settlement` to the message `held` holds. `key` names the message across its
-    /// deliveries (for the bound on failures); `seats` are the delivery slots it holds, let
-    /// go before it waits to be given back; `received` is when the delivery began.
+    /// Apply `settlement` to the message `held` holds. `seats` are the delivery slots it
+    /// holds, let go before it waits to be given back; `received` is when the delivery
+    /// began.
     pub(crate) async fn settle<H: Held>(
         &self,
         held: &mut H,
-        key: &str,
         delivery: &Delivery,
         settlement: Settlement,
         seats: impl Send,
@@ -188,7 +192,9 @@ impl SettlementDriver {
         let handled = settlement.handled();
         match self.apply_while_held(held, settlement).await {
             Ok(()) => {
-                self.failures.settled(key);
+                if self.failures.any() {
+                    self.failures.settled(&held.failure_key());
+                }
                 self.pipeline
                     .metrics()
                     .handled(self.source, handled, received.elapsed());
@@ -219,8 +225,7 @@ impl SettlementDriver {
                 Settled::Fenced
             }
             Err(Stopped::Failed(error)) => {
-                self.failed(held, key, delivery, &error, seats, received)
-                    .await
+                self.failed(held, delivery, &error, seats, received).await
             }
         }
     }
@@ -275,18 +280,18 @@ impl SettlementDriver {
     async fn failed<H: Held>(
         &self,
         held: &mut H,
-        key: &str,
         delivery: &Delivery,
         error: &str,
         seats: impl Send,
         received: Instant,
     ) -> Settled {
-        let failed = self.failures.failed(key);
+        let key = held.failure_key();
+        let failed = self.failures.failed(&key);
         let metrics = self.pipeline.metrics();
         if failed >= MAX_SETTLE_FAILURES {
             let letter = self.pipeline.fallback_dead_letter(delivery, error);
             if apply_once(held, letter).await.is_ok() {
-                self.failures.settled(key);
+                self.failures.settled(&key);
                 metrics.fault(self.source, SettleFault::FallbackDeadLetter);
                 metrics.handled(self.source, Handled::DeadLettered, received.elapsed());
                 tracing::error!(
@@ -361,12 +366,14 @@ mod tests {
         /// Seats still held when the message was given back.
         seats_at_give_back: Vec<usize>,
         seats: Option<Arc<()>>,
+        key: &'static str,
     }
 
     impl Fake {
         fn new(script: &[Step]) -> Fake {
             Fake {
                 script: script.iter().copied().collect(),
+                key: "m-1",
                 ..Fake::default()
             }
         }
@@ -391,6 +398,10 @@ mod tests {
                 Step::Fail => Err(Unapplied::Failed("the broker refused it".into())),
                 Step::Panic => panic!("the source's apply panicked"),
             }
+        }
+
+        fn failure_key(&self) -> String {
+            self.key.into()
         }
 
         async fn give_back(&mut self, wait: Duration) {
@@ -450,7 +461,7 @@ mod tests {
         let seats = Arc::new(());
         fake.seats = Some(seats.clone());
         driver
-            .settle(fake, "m-1", &delivery(), s, seats, Instant::now())
+            .settle(fake, &delivery(), s, seats, Instant::now())
             .await
     }
 
@@ -597,17 +608,13 @@ mod tests {
             0
         );
         // Another message is not held back by this one's failures.
-        let mut other = Fake::new(&[Step::Fail]);
+        let mut other = Fake {
+            key: "m-2",
+            ..Fake::new(&[Step::Fail])
+        };
         let seats = Arc::new(());
         let settled = driver
-            .settle(
-                &mut other,
-                "m-2",
-                &delivery(),
-                retry(),
-                seats,
-                Instant::now(),
-            )
+            .settle(&mut other, &delivery(), retry(), seats, Instant::now())
             .await;
         assert_eq!(
             (settled, other.given_back),

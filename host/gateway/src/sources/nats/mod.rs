@@ -457,7 +457,7 @@ impl Job {
                 delivered,
             };
             self.driver
-                .settle(&mut held, &key, &delivery, letter, (), received)
+                .settle(&mut held, &delivery, letter, (), received)
                 .await;
         }
     }
@@ -489,6 +489,10 @@ impl Held for Fetched<'_> {
         )
         .await
         .map_err(|e| Unapplied::Failed(format!("{e:#}")))
+    }
+
+    fn failure_key(&self) -> String {
+        self.key.to_string()
     }
 
     async fn give_back(&mut self, wait: Duration) {
@@ -571,7 +575,7 @@ async fn handle(
         delivered,
     };
     let settled = driver
-        .settle(&mut held, &key, &delivery, settlement, seats, received)
+        .settle(&mut held, &delivery, settlement, seats, received)
         .await;
     let fin = match settled {
         Settled::Applied(handled) => handled.is_final(),

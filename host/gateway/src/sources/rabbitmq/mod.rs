@@ -408,11 +408,11 @@ impl Job {
             message: &message,
             delivery: &delivery,
             key: &self.key,
+            failure_key,
         };
         self.driver
             .settle(
                 &mut consumed,
-                &failure_key,
                 &delivery,
                 settlement,
                 (held, global),
@@ -429,6 +429,8 @@ struct Consumed<'a> {
     message: &'a lapin::message::Delivery,
     delivery: &'a Delivery,
     key: &'a HistoryKey,
+    /// Its id, or for one published without an id, a digest of its content.
+    failure_key: String,
 }
 
 impl Held for Consumed<'_> {
@@ -443,6 +445,10 @@ impl Held for Consumed<'_> {
         )
         .await
         .map_err(|e| Unapplied::Failed(format!("{e:#}")))
+    }
+
+    fn failure_key(&self) -> String {
+        self.failure_key.clone()
     }
 
     async fn give_back(&mut self, wait: Duration) {
