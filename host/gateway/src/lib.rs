@@ -35,19 +35,20 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-mod clock;
 pub mod dlq;
-pub mod envelope;
 mod error;
 mod gateway;
 pub mod health;
 mod metrics;
-pub mod model;
 pub mod pipeline;
 pub mod probe;
 pub mod sources;
-pub mod store;
 mod tls_sniff;
+
+/// The store, its records and the message model live in their own crate, below this one.
+pub use verdict_store as store;
+use verdict_store::clock;
+pub use verdict_store::{envelope, model};
 
 pub use error::GatewayError;
 pub use gateway::{Gateway, open_store};

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use mysql::{ClientIdentity, Opts, OptsBuilder, SslOpts};
 
-use crate::store::StoreError;
+use crate::StoreError;
 
 /// The URL's parameters this module takes out (the `mysql` client's option names).
 const TAKEN: [&str; 4] = ["ssl-mode", "ssl-ca", "ssl-cert", "ssl-key"];
@@ -31,7 +31,7 @@ pub(super) enum MysqlTls {
 /// to connect. Relative files are taken from `base`.
 pub(super) fn split(url: &str, base: &Path) -> Result<(Opts, MysqlTls), StoreError> {
     let bad = |e: String| StoreError::Url(format!("not a MySQL URL: {e}"));
-    let (rest, taken) = crate::store::url_params::take(url, &TAKEN).map_err(bad)?;
+    let (rest, taken) = crate::url_params::take(url, &TAKEN).map_err(bad)?;
     let plain = Opts::from_url(&rest).map_err(|e| bad(e.to_string()))?;
     let get = |name: &str| taken.get(name);
     let file = |name: &str| -> Result<Option<std::path::PathBuf>, StoreError> {

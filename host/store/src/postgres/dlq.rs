@@ -3,10 +3,8 @@
 use postgres::types::ToSql;
 
 use super::{PostgresStore, TOPICS_LOCK, audit};
-use crate::store::Repair;
-use crate::store::{
-    DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError, clamp_ms, dlq_conditions,
-};
+use crate::Repair;
+use crate::{DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError, clamp_ms, dlq_conditions};
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
                              created_at_ms, format, envelope";

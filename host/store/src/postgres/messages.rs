@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::{Conn, PostgresStore, TOPICS_LOCK};
 use crate::model::{AttemptRecord, Delivery};
-use crate::store::{Claimed, NewMessage, Published, StoreError, clamp_ms};
+use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
 /// The due messages of one topic, oldest first, that no other gateway is claiming right
 /// now (`SKIP LOCKED`: competing claims take different rows instead of waiting), leased,

@@ -70,6 +70,7 @@ impl StoreError {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<postgres::Error> for StoreError {
     /// The driver's `Display` says only "db error"; the server's message and detail are
     /// what an operator needs.

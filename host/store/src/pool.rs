@@ -38,6 +38,7 @@ impl<C> Pool<C> {
     }
 
     /// Every connection made so far, taken out of the pool.
+    #[cfg(feature = "postgres")]
     pub(crate) fn drain(&self) -> Vec<C> {
         self.slots
             .iter()

@@ -4,10 +4,8 @@ use mysql::prelude::Queryable as _;
 use mysql::{Params, Row, TxOpts, Value};
 
 use super::{MysqlStore, audit};
-use crate::store::Repair;
-use crate::store::{
-    DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError, clamp_ms, dlq_conditions,
-};
+use crate::Repair;
+use crate::{DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError, clamp_ms, dlq_conditions};
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
                              created_at_ms, format, envelope";

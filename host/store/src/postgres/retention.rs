@@ -3,7 +3,7 @@
 //! on the next pass, so pruning never waits on a delivery and never makes one wait long.
 
 use super::PostgresStore;
-use crate::store::{Pruned, StoreError, clamp_ms};
+use crate::{Pruned, StoreError, clamp_ms};
 
 impl PostgresStore {
     /// Delete what is older than `before_ms` and no longer needed, `batch` rows of each

@@ -4,8 +4,8 @@
 
 use super::SqliteStore;
 use super::messages::{dead_letter_in, delivered_in, discard_in, release_in, schedule_in};
+use crate::StoreError;
 use crate::model::Settlement;
-use crate::store::StoreError;
 
 impl SqliteStore {
     /// Apply each `(seq, lease, settlement)` of `batch` - the outcome of the delivery of
@@ -69,8 +69,8 @@ fn apply(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use crate::NewMessage;
     use crate::model::{AttemptRecord, DeadLetter};
-    use crate::store::NewMessage;
 
     fn store(name: &str) -> (SqliteStore, std::path::PathBuf) {
         let dir =
@@ -80,7 +80,7 @@ pub(super) mod tests {
     }
 
     /// A dead letter of a `permanent` failure, as tests settle it.
-    pub(in crate::store) fn letter() -> Settlement {
+    pub(crate) fn letter() -> Settlement {
         Settlement::DeadLetter {
             failed: failed(),
             letter: DeadLetter {
@@ -93,7 +93,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::store) fn failed() -> AttemptRecord {
+    pub(crate) fn failed() -> AttemptRecord {
         AttemptRecord {
             at_ms: 1_000,
             kind: "http.503".into(),

@@ -3,8 +3,8 @@
 use rusqlite::params;
 
 use super::{SqliteStore, audit};
-use crate::store::Repair;
-use crate::store::{DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError};
+use crate::Repair;
+use crate::{DlqArg, DlqEntry, DlqFilter, DlqStats, REPEATS, StoreError};
 
 const SELECT: &str = "SELECT seq, message_id, topic, dlq, class, kind, reason, attempts,
                              created_at_ms, format, envelope";
@@ -178,7 +178,7 @@ fn where_clause(
     now_ms: u64,
 ) -> Result<(String, Vec<rusqlite::types::Value>), StoreError> {
     use rusqlite::types::Value;
-    let (sql, args) = crate::store::dlq_conditions(f, now_ms, |n| format!("?{n}"))?;
+    let (sql, args) = crate::dlq_conditions(f, now_ms, |n| format!("?{n}"))?;
     let args = args
         .into_iter()
         .map(|a| match a {

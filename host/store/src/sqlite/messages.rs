@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteStore, audit};
 use crate::model::{AttemptRecord, DeadLetter, Delivery};
-use crate::store::{Claimed, NewMessage, Published, StoreError, clamp_ms};
+use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
 impl SqliteStore {
     /// Store `messages` as ready, in one transaction.
@@ -393,7 +393,7 @@ pub(super) fn dead_letter_in(
             "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
                               created_at_ms, format, envelope, state, repeats)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'dead', {})",
-            crate::store::repeats_of("?1")
+            crate::repeats_of("?1")
         ),
         params![
             seq,

@@ -11,7 +11,7 @@
 use rusqlite::params;
 
 use super::SqliteStore;
-use crate::store::{Pruned, StoreError, clamp_ms};
+use crate::{Pruned, StoreError, clamp_ms};
 
 impl SqliteStore {
     /// Delete what is older than `before_ms` and no longer needed, at most `batch` rows of
@@ -70,9 +70,9 @@ impl SqliteStore {
 
 #[cfg(test)]
 mod tests {
+    use crate::NewMessage;
     use crate::model::Settlement;
-    use crate::store::NewMessage;
-    use crate::store::sqlite::SqliteStore;
+    use crate::sqlite::SqliteStore;
 
     #[test]
     fn old_settled_rows_go_and_pending_messages_and_dead_letters_stay() {

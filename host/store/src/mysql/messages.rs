@@ -8,7 +8,7 @@ use mysql::{Conn, Row, TxOpts};
 
 use super::{MysqlStore, audit};
 use crate::model::{AttemptRecord, Delivery};
-use crate::store::{Claimed, NewMessage, Published, StoreError, clamp_ms};
+use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
 /// The due messages of one topic, oldest first, that no other gateway is claiming right now
 /// (`SKIP LOCKED`), locked for this transaction.

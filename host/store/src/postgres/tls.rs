@@ -21,7 +21,7 @@ use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use verdict_tls::{TlsConfig, Verify};
 
-use crate::store::StoreError;
+use crate::StoreError;
 
 /// The URL's parameters this module takes out, by libpq's names.
 const TAKEN: [&str; 4] = ["sslmode", "sslrootcert", "sslcert", "sslkey"];
@@ -33,7 +33,7 @@ pub(super) fn split(
     base: &Path,
 ) -> Result<(postgres::Config, Option<MakeRustls>), StoreError> {
     let bad = |e: String| StoreError::Url(format!("not a PostgreSQL URL: {e}"));
-    let (rest, taken) = crate::store::url_params::take(url, &TAKEN).map_err(bad)?;
+    let (rest, taken) = crate::url_params::take(url, &TAKEN).map_err(bad)?;
     let get = |name: &str| taken.get(name);
     let mode = get("sslmode").unwrap_or("prefer");
     let file = |name: &str| get(name).map(|v| base.join(v));

@@ -9,7 +9,7 @@ use postgres::{GenericClient, Statement, Transaction};
 
 use super::PostgresStore;
 use crate::model::{AttemptRecord, DeadLetter, Settlement};
-use crate::store::{StoreError, clamp_ms, in_seq_order};
+use crate::{StoreError, clamp_ms, in_seq_order};
 
 const DELIVERED: &str =
     "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = $3
@@ -55,7 +55,7 @@ static LETTER: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason,
                           attempts, created_at_ms, format, envelope, state, repeats)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'dead', {})",
-        crate::store::repeats_of("$1")
+        crate::repeats_of("$1")
     )
 });
 const ATTEMPT: &str =

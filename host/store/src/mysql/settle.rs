@@ -8,7 +8,7 @@ use mysql::{Params, Transaction, TxOpts, Value};
 
 use super::{MysqlStore, audit};
 use crate::model::{AttemptRecord, DeadLetter, Settlement};
-use crate::store::{StoreError, clamp_ms};
+use crate::{StoreError, clamp_ms};
 
 impl MysqlStore {
     /// Apply each `(seq, lease, settlement)` in one transaction: every row of the batch
@@ -54,7 +54,7 @@ impl MysqlStore {
                     (clamp_ms(now_ms),),
                 )?;
             }
-            for i in crate::store::in_seq_order(batch) {
+            for i in crate::in_seq_order(batch) {
                 if results[i].is_some() {
                     continue;
                 }
@@ -217,7 +217,7 @@ fn dead_letter(
             "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
                               created_at_ms, format, envelope, state, repeats)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'dead', {})",
-            crate::store::repeats_of("?")
+            crate::repeats_of("?")
         ),
         Params::Positional(args),
     )?;

@@ -4,7 +4,7 @@
 /// `url` without the query parameters named in `names`, and those parameters (decoded,
 /// the last of a repeated name wins in [`Taken::get`]).
 pub(super) fn take(url: &str, names: &[&str]) -> Result<(String, Taken), String> {
-    let mut parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
+    let mut parsed = url::Url::parse(url).map_err(|e| e.to_string())?;
     let (taken, kept): (Vec<Pair>, Vec<Pair>) = parsed
         .query_pairs()
         .map(|(k, v)| (k.into_owned(), v.into_owned()))

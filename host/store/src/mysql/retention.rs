@@ -5,7 +5,7 @@ use mysql::TxOpts;
 use mysql::prelude::Queryable as _;
 
 use super::MysqlStore;
-use crate::store::{Pruned, StoreError, clamp_ms};
+use crate::{Pruned, StoreError, clamp_ms};
 
 impl MysqlStore {
     /// Delete what is older than `before_ms` and no longer needed, `batch` rows of each
