@@ -48,11 +48,24 @@ pub enum GatewayError {
     Credentials(#[from] crate::admin::credentials::CredentialsError),
     /// NATS refused the gateway's TLS or credentials at start (a server merely down is
     /// waited for instead).
+    #[cfg(feature = "nats")]
     #[error(transparent)]
     NatsAccess(#[from] crate::sources::nats::NatsAccessError),
     /// RabbitMQ refused the gateway's TLS or credentials at start.
+    #[cfg(feature = "rabbitmq")]
     #[error(transparent)]
     RabbitAccess(#[from] crate::sources::rabbitmq::RabbitAccessError),
+    /// A route consumes from a source this build left out.
+    #[error(
+        "route `{topic}` has source = \"{source_name}\", and this gateway was built without \
+         the `{source_name}` feature of verdict-gateway (the `verdict` binary has every source)"
+    )]
+    LeftOut {
+        /// The source's name (and its feature's).
+        source_name: &'static str,
+        /// The first route on it.
+        topic: String,
+    },
     /// The admin listener's certificate or key could not be used.
     #[error(transparent)]
     AdminTls(#[from] verdict_tls::TlsError),

@@ -15,8 +15,6 @@ use crate::error::GatewayError;
 use crate::pipeline::{Pipeline, now_ms};
 use crate::sources::Source;
 use crate::sources::embedded::EmbeddedSource;
-use crate::sources::nats::NatsSource;
-use crate::sources::rabbitmq::{HistoryKey, RabbitmqSource};
 use crate::store::{Store, StoreError};
 use verdict_registry::SourceKind;
 use verdict_registry::{AdminConfig, ConfigWatcher, GatewayConfig, Registry};
@@ -88,6 +86,7 @@ async fn start(
             source,
         })?;
     let config = GatewayConfig::load(config_path)?;
+    sources_built(&config)?;
     // `load` has refused a non-loopback admin.listen unless allow_remote is set.
     let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
     let state_dir = base.join(&config.storage.dir);
@@ -155,39 +154,8 @@ async fn start(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let history_key = if config
-        .routes
-        .iter()
-        .any(|r| r.source == SourceKind::Rabbitmq)
-    {
-        history_key(&config.rabbitmq, &base, &state_dir)?
-    } else {
-        HistoryKey::new(Vec::new())
-    };
-    if config.routes.iter().any(|r| r.source == SourceKind::Nats) {
-        // The gateway's own TLS or credentials refused: stop now, naming the setting,
-        // rather than reconnect forever. A server that is only down is waited for.
-        match crate::sources::nats::probe(&config.nats, &config.gateway.instance).await {
-            Ok(seen) => tracing::debug!(?seen, "NATS reached"),
-            Err(e) if e.configuration => return Err(e.into()),
-            Err(e) => {
-                tracing::warn!(error = %e, "NATS is not reachable yet; the source keeps trying");
-            }
-        }
-    }
-    if config
-        .routes
-        .iter()
-        .any(|r| r.source == SourceKind::Rabbitmq)
-    {
-        match crate::sources::rabbitmq::probe(&config.rabbitmq, &config.gateway.instance).await {
-            Ok(seen) => tracing::debug!(%seen, "RabbitMQ reached"),
-            Err(e) if e.configuration => return Err(e.into()),
-            Err(e) => {
-                tracing::warn!(error = %e, "RabbitMQ is not reachable yet; the source keeps trying");
-            }
-        }
-    }
+    // Probed before the admin listener is bound; started once it is.
+    let brokers = broker_sources(&config, &base, &state_dir).await?;
     // Read before binding, so a bad certificate stops the start with its file named.
     let tls = match (&config.admin.tls_cert, &config.admin.tls_key) {
         (Some(cert), Some(key)) => Some(verdict_tls::server_config(
@@ -219,7 +187,8 @@ async fn start(
     // Sources start once the admin listener is bound: a start that fails there leaves no
     // broker session to be torn down under its feet.
     let mut deliveries = Vec::new();
-    for source in sources_of(&config, history_key) {
+    let embedded: Box<dyn Source> = Box::new(EmbeddedSource::new(config.storage.retention_ms));
+    for source in std::iter::once(embedded).chain(brokers) {
         if let Some(ready) = source.readiness() {
             pipeline.add_source(ready);
         }
@@ -270,13 +239,34 @@ async fn start(
     })
 }
 
-/// The embedded source, and each broker source some route consumes from at this start. The
-/// NATS source follows its routes across reloads (added, removed, narrowed, widened); the
-/// RabbitMQ source's queues are those of this start, and a broker no route used at start is
-/// consumed from the next start.
-fn sources_of(config: &GatewayConfig, history_key: HistoryKey) -> Vec<Box<dyn Source>> {
-    let mut sources: Vec<Box<dyn Source>> =
-        vec![Box::new(EmbeddedSource::new(config.storage.retention_ms))];
+/// Every route's source is one this build has: a route on a source left out of it
+/// (`--no-default-features`) stops the start before anything is opened, naming the route
+/// and the feature.
+fn sources_built(config: &GatewayConfig) -> Result<(), GatewayError> {
+    for route in &config.routes {
+        let (built, source_name) = match route.source {
+            SourceKind::Embedded => (true, "embedded"),
+            SourceKind::Nats => (cfg!(feature = "nats"), "nats"),
+            SourceKind::Rabbitmq => (cfg!(feature = "rabbitmq"), "rabbitmq"),
+        };
+        if !built {
+            return Err(GatewayError::LeftOut {
+                source_name,
+                topic: route.topic.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The broker sources the routes consume from, each broker probed first: the gateway's own
+/// TLS or credentials refused stops the start now, naming the setting, rather than a
+/// reconnect loop; a server that is only down is waited for.
+async fn broker_sources(
+    config: &GatewayConfig,
+    base: &Path,
+    state_dir: &Path,
+) -> Result<Vec<Box<dyn Source>>, GatewayError> {
     let topics = |kind: SourceKind| -> Vec<String> {
         config
             .routes
@@ -285,27 +275,49 @@ fn sources_of(config: &GatewayConfig, history_key: HistoryKey) -> Vec<Box<dyn So
             .map(|r| r.topic.clone())
             .collect()
     };
+    // A source this build left out has no route: `sources_built` has seen to that.
+    let mut sources: Vec<Box<dyn Source>> = Vec::new();
+    #[cfg(feature = "nats")]
     if !topics(SourceKind::Nats).is_empty() {
-        sources.push(Box::new(NatsSource::new(config.nats.clone())));
+        match crate::sources::nats::probe(&config.nats, &config.gateway.instance).await {
+            Ok(seen) => tracing::debug!(?seen, "NATS reached"),
+            Err(e) if e.configuration => return Err(e.into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "NATS is not reachable yet; the source keeps trying");
+            }
+        }
+        let source = crate::sources::nats::NatsSource::new(config.nats.clone());
+        sources.push(Box::new(source));
     }
-    let rabbitmq = topics(SourceKind::Rabbitmq);
-    if !rabbitmq.is_empty() {
-        sources.push(Box::new(RabbitmqSource::new(
-            config.rabbitmq.clone(),
-            rabbitmq,
-            history_key,
-        )));
+    #[cfg(feature = "rabbitmq")]
+    {
+        let queues = topics(SourceKind::Rabbitmq);
+        if !queues.is_empty() {
+            let key = history_key(&config.rabbitmq, base, state_dir)?;
+            match crate::sources::rabbitmq::probe(&config.rabbitmq, &config.gateway.instance).await
+            {
+                Ok(seen) => tracing::debug!(%seen, "RabbitMQ reached"),
+                Err(e) if e.configuration => return Err(e.into()),
+                Err(e) => {
+                    tracing::warn!(error = %e, "RabbitMQ is not reachable yet; the source keeps trying");
+                }
+            }
+            let source =
+                crate::sources::rabbitmq::RabbitmqSource::new(config.rabbitmq.clone(), queues, key);
+            sources.push(Box::new(source));
+        }
     }
-    sources
+    Ok(sources)
 }
 
 /// The key signing RabbitMQ history headers: `[rabbitmq] history_key_file`, or
 /// `<state dir>/history.key`, created with 32 random bytes (mode 0600) when missing.
+#[cfg(feature = "rabbitmq")]
 fn history_key(
     config: &verdict_registry::RabbitmqConfig,
     base: &Path,
     state_dir: &Path,
-) -> Result<HistoryKey, GatewayError> {
+) -> Result<crate::sources::rabbitmq::HistoryKey, GatewayError> {
     let path = if config.history_key_file.as_os_str().is_empty() {
         state_dir.join("history.key")
     } else {
@@ -313,7 +325,7 @@ fn history_key(
     };
     let key = verdict_runtime::fsutil::secret(&path)
         .map_err(|source| GatewayError::HistoryKey { path, source })?;
-    Ok(HistoryKey::new(key))
+    Ok(crate::sources::rabbitmq::HistoryKey::new(key))
 }
 
 /// The admin token: from the environment variable, else the token file. The one redactor

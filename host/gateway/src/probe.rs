@@ -72,6 +72,11 @@ fn said(text: String) -> Option<String> {
     ))
 }
 
+/// What a probe of a source this build left out says (`{}`: the source, and its feature).
+#[cfg(not(all(feature = "nats", feature = "rabbitmq")))]
+const LEFT_OUT: &str =
+    "this build has no {} source: verdict-gateway was built without its `{}` feature";
+
 /// Probe every peer of `config`: each route's consumer (once per distinct consumer), the
 /// brokers routes consume from, and a shared PostgreSQL or MariaDB store. Relative files in the store
 /// URL are taken from `base` (the config file's directory).
@@ -90,7 +95,13 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
     }
     if config.routes.iter().any(|r| r.source == SourceKind::Nats) {
         let mut probe = PeerProbe::new("nats".into(), &config.nats.url);
-        probe = match crate::sources::nats::probe(&config.nats, &config.gateway.instance).await {
+        #[cfg(not(feature = "nats"))]
+        {
+            probe = probe.failed(LEFT_OUT.replace("{}", "nats"));
+        }
+        #[cfg(feature = "nats")]
+        let probe = match crate::sources::nats::probe(&config.nats, &config.gateway.instance).await
+        {
             Ok(nats) => {
                 probe.detail = said(format!(
                     "nats-server {} ({}), {}, {}",
@@ -119,6 +130,9 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
         .any(|r| r.source == SourceKind::Rabbitmq)
     {
         let probe = PeerProbe::new("rabbitmq".into(), &config.rabbitmq.url);
+        #[cfg(not(feature = "rabbitmq"))]
+        probes.push(probe.failed(LEFT_OUT.replace("{}", "rabbitmq")));
+        #[cfg(feature = "rabbitmq")]
         probes.push(
             match crate::sources::rabbitmq::probe(&config.rabbitmq, &config.gateway.instance).await
             {
@@ -138,13 +152,8 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
     }) {
         let mut probe = PeerProbe::new("gateway.store".into(), url);
         let (url, base) = (url.to_string(), base.to_path_buf());
-        let seen = tokio::task::spawn_blocking(move || match url.split_once("://") {
-            Some(("mysql" | "mariadb", rest)) => {
-                crate::store::mysql::MysqlStore::probe(&format!("mysql://{rest}"), &base)
-            }
-            _ => crate::store::postgres::PostgresStore::probe(&url, &base),
-        })
-        .await;
+        let seen =
+            tokio::task::spawn_blocking(move || crate::store::Store::probe(&url, &base)).await;
         probe = match seen {
             Ok(Ok(detail)) => PeerProbe {
                 ok: true,

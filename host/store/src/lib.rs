@@ -148,6 +148,27 @@ impl Store {
         }
     }
 
+    /// Connect once to the shared database `url` names (`postgres://`, `mysql://`,
+    /// `mariadb://`) and say what answered - the server's version, whether the connection
+    /// is encrypted and with what - without touching the schema (`verdict check --probe`).
+    pub fn probe(url: &str, base: &Path) -> Result<String, StoreError> {
+        match url.split_once("://") {
+            #[cfg(feature = "mysql")]
+            Some(("mysql" | "mariadb", rest)) => {
+                mysql::MysqlStore::probe(&format!("mysql://{rest}"), base)
+            }
+            #[cfg(not(feature = "mysql"))]
+            Some(("mysql" | "mariadb", _)) => Err(left_out("MariaDB/MySQL", "mysql")),
+            #[cfg(feature = "postgres")]
+            _ => postgres::PostgresStore::probe(url, base),
+            #[cfg(not(feature = "postgres"))]
+            _ => {
+                let _ = base;
+                Err(left_out("PostgreSQL", "postgres"))
+            }
+        }
+    }
+
     /// Which backend, for logs and `/readyz`: `sqlite <path>` or `postgres host:port/db`
     /// (never a password).
     pub fn describe(&self) -> String {

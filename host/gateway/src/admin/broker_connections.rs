@@ -5,10 +5,16 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::dlq::DlqError;
+#[cfg(feature = "nats")]
 use crate::sources::nats::NatsDeadLetters;
+#[cfg(feature = "rabbitmq")]
 use crate::sources::rabbitmq::RabbitDeadLetters;
+use verdict_registry::GatewayConfig;
+#[cfg(feature = "nats")]
+use verdict_registry::NatsConfig;
+#[cfg(feature = "rabbitmq")]
+use verdict_registry::RabbitmqConfig;
 use verdict_registry::SourceKind;
-use verdict_registry::{GatewayConfig, NatsConfig, RabbitmqConfig};
 
 /// What a connection depends on: the broker's section, the gateway's name and the routes
 /// (which name the DLQs).
@@ -20,12 +26,15 @@ type Cached<S, T> = Mutex<Option<(Key<S>, Arc<T>)>>;
 /// The kept connections.
 #[derive(Default)]
 pub(crate) struct BrokerConnections {
+    #[cfg(feature = "nats")]
     nats: Cached<NatsConfig, NatsDeadLetters>,
+    #[cfg(feature = "rabbitmq")]
     rabbitmq: Cached<RabbitmqConfig, RabbitDeadLetters>,
 }
 
 impl BrokerConnections {
     /// The NATS DLQ connection for `config`; call from a blocking thread.
+    #[cfg(feature = "nats")]
     pub(crate) fn nats(
         &self,
         handle: &tokio::runtime::Handle,
@@ -42,6 +51,7 @@ impl BrokerConnections {
     }
 
     /// The RabbitMQ DLQ connection for `config`; call from a blocking thread.
+    #[cfg(feature = "rabbitmq")]
     pub(crate) fn rabbitmq(
         &self,
         handle: &tokio::runtime::Handle,
@@ -57,9 +67,11 @@ impl BrokerConnections {
     /// opens a new one.
     pub(crate) fn forget(&self, source: SourceKind) {
         match source {
+            #[cfg(feature = "nats")]
             SourceKind::Nats => *lock(&self.nats) = None,
+            #[cfg(feature = "rabbitmq")]
             SourceKind::Rabbitmq => *lock(&self.rabbitmq) = None,
-            SourceKind::Embedded => {}
+            _ => {}
         }
     }
 }

@@ -74,17 +74,31 @@ pub(super) async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
             kept.forget(source);
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "broker", e.to_string())
         };
-        let result = match source {
+        match source {
+            #[cfg(feature = "nats")]
             SourceKind::Nats => op(kept
                 .nats(&handle, &config)
                 .map_err(|e| broker(&e))?
-                .as_ref()),
-            _ => op(kept
+                .as_ref())
+            .map_err(|e| broker(&e)),
+            #[cfg(feature = "rabbitmq")]
+            SourceKind::Rabbitmq => op(kept
                 .rabbitmq(&handle, &config)
                 .map_err(|e| broker(&e))?
-                .as_ref()),
-        };
-        result.map_err(|e| broker(&e))
+                .as_ref())
+            .map_err(|e| broker(&e)),
+            other => {
+                let _ = (&handle, &config, &broker);
+                Err(ApiError::new(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "source_left_out",
+                    format!(
+                        "this gateway was built without the {other:?} source; its DLQ cannot \
+                         be read here"
+                    ),
+                ))
+            }
+        }
     })
     .await
     .map_err(store_error)?

@@ -20,16 +20,19 @@ mod history;
 mod jobs;
 mod runtime;
 
+pub(crate) use backend::list_pages;
 pub use backend::{
     CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_BYTES, PAGE_BYTES_MAX, PAGE_SIZE, matches,
     page_within,
 };
-pub(crate) use backend::{StatsTally, back_again, entry_from_headers, list_pages, position_after};
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) use backend::{StatsTally, back_again, entry_from_headers, position_after};
 pub use groups::{
     DlqGroup, Fingerprint, GroupSample, Grouping, MAX_REASON_CHARS, normalise_reason,
 };
 pub use history::{DlqHistory, DlqSample, KEPT_SAMPLES, SAMPLE_EVERY};
 pub use jobs::{Job, JobAction, JobState, JobView, Jobs, KEPT_JOBS};
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
 pub(crate) use runtime::Rt;
 
 /// How to replay.

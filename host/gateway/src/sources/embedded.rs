@@ -24,8 +24,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch};
 
-use super::settlement_driver::{Held, SettlementDriver, Unapplied};
-use super::{AbortOnDrop, Source};
+use super::{AbortOnDrop, Held, SettlementDriver, Source, Unapplied};
 use crate::health::Readiness;
 use crate::model::Settlement;
 use crate::pipeline::{Pipeline, RouteTarget};

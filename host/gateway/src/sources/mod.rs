@@ -23,7 +23,9 @@
 //! a settlement, give a message back), so the rules are the same on every source.
 
 pub mod embedded;
+#[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
 mod settle_failures;
 mod settlement_driver;
@@ -32,10 +34,14 @@ mod store_outage;
 mod supervise;
 
 pub use settle_failures::MAX_SETTLE_FAILURES;
-pub(crate) use settlement_driver::{Held, Settled, SettlementDriver, Unapplied};
+#[cfg(feature = "nats")]
+pub(crate) use settlement_driver::Settled;
+pub(crate) use settlement_driver::{Held, SettlementDriver, Unapplied};
 pub use source::Source;
 pub(crate) use store_outage::StoreOutage;
-pub(crate) use supervise::{drained, supervise};
+pub(crate) use supervise::drained;
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) use supervise::supervise;
 
 /// What a caught panic said, as text (a panic's payload is a `&str` or a `String` when it
 /// has a message at all).
