@@ -37,7 +37,9 @@ impl Drop for Scratch {
 /// Plain HTTP/1.1 over a socket, so the test needs no client (nor a TLS provider).
 async fn get(base: &str, path: &str) -> (u16, String) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let host = base.strip_prefix("http://").expect("a plain-HTTP admin API");
+    let host = base
+        .strip_prefix("http://")
+        .expect("a plain-HTTP admin API");
     let mut stream = tokio::net::TcpStream::connect(host)
         .await
         .expect("the admin API accepts");
