@@ -4,6 +4,8 @@
 //! - `verdict-runtime` is the embeddable layer: a consumer that takes it alone must not
 //!   inherit an async runtime, an HTTP stack, a database or a broker client;
 //! - `verdict-registry` (the control plane) neither: it reads files and decides;
+//! - `verdict-store` holds the databases' drivers and nothing of the network above them: no
+//!   HTTP stack, no broker client, nothing of the gateway;
 //! - `verdict-gateway` may use all of those, but not the `verdict` binary's crate.
 
 use std::process::Command;
@@ -70,6 +72,23 @@ fn the_registry_depends_on_no_gateway_machinery() {
     let mut forbidden = MACHINERY.to_vec();
     forbidden.extend(["verdict-gateway", "verdict-cli"]);
     assert_free_of("verdict-registry", &forbidden, "verdict-runtime");
+}
+
+#[test]
+fn the_store_depends_on_no_http_stack_broker_client_or_layer_above_it() {
+    assert_free_of(
+        "verdict-store",
+        &[
+            "axum",
+            "hyper",
+            "reqwest",
+            "lapin",
+            "async-nats",
+            "verdict-gateway",
+            "verdict-cli",
+        ],
+        "rusqlite",
+    );
 }
 
 #[test]
@@ -149,7 +168,13 @@ fn cycle(graph: &std::collections::BTreeMap<String, Vec<String>>) -> Option<Vec<
 
 #[test]
 fn no_crate_has_a_cycle_between_its_top_level_modules() {
-    for dir in ["host/runtime", "host/registry", "host/gateway", "host/cli"] {
+    for dir in [
+        "host/runtime",
+        "host/registry",
+        "host/store",
+        "host/gateway",
+        "host/cli",
+    ] {
         let graph = module_graph(dir);
         assert!(graph.len() > 3, "{dir}: too few modules read: {graph:?}");
         if let Some(found) = cycle(&graph) {

@@ -1,10 +1,68 @@
-//! What the gateway reports about its sources without asking them: whether each broker
-//! source is connected (`/readyz`) and the depths of the brokers' DLQs (`/metrics`).
+//! What the gateway reports about its health: whether it is ready (`/readyz`: every broker
+//! source connected and the store answering, with the warnings an operator must fix), and
+//! what it knows about its sources without asking them - each broker source's connection
+//! and the depths of the brokers' DLQs (`/metrics`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+/// Why the gateway is not ready.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unready {
+    /// These sources are not connected to their brokers.
+    SourcesDown(Vec<&'static str>),
+    /// The store does not answer (the message names the store).
+    Store(String),
+}
+
+/// Whether a gateway is ready, from its `sources`' readiness, its consumers' warnings and its
+/// `store`: `ready`, then a `warning:` line for each thing an operator must fix though the
+/// sources keep working; or why not.
+pub(crate) async fn ready(
+    sources: &[Readiness],
+    consumer_warnings: Vec<String>,
+    store: Arc<crate::store::Store>,
+) -> Result<String, Unready> {
+    let ready: String = std::iter::once("ready\n".to_string())
+        .chain(
+            sources
+                .iter()
+                .filter_map(|s| Some(format!("warning: {}: {}\n", s.name(), s.warning()?))),
+        )
+        .chain(
+            consumer_warnings
+                .into_iter()
+                .map(|w| format!("warning: consumer: {w}\n")),
+        )
+        .collect();
+    let down: Vec<&'static str> = sources
+        .iter()
+        .filter(|s| !s.is_up())
+        .map(|s| s.name())
+        .collect();
+    if !down.is_empty() {
+        return Err(Unready::SourcesDown(down));
+    }
+    let name = store.describe();
+    // Always naming the store: a connection the database cut fails with the driver's words
+    // only ("broken pipe"), which would leave the operator guessing which database.
+    let unready = |e: &dyn std::fmt::Display| {
+        let e = e.to_string();
+        let target = name.split_once(' ').map_or(name.as_str(), |(_, t)| t);
+        Unready::Store(if e.contains(target) {
+            e
+        } else {
+            format!("{name}: {e}")
+        })
+    };
+    match tokio::task::spawn_blocking(move || store.counts()).await {
+        Ok(Ok(_)) => Ok(ready),
+        Ok(Err(e)) => Err(unready(&e)),
+        Err(e) => Err(unready(&e)),
+    }
+}
 
 /// How long `/readyz` shows a warning after it was last seen.
 const WARNING_SHOWN_FOR: Duration = Duration::from_secs(600);

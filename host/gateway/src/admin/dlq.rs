@@ -229,54 +229,21 @@ pub(crate) async fn discard(
     Ok(Json(serde_json::json!({ "discarded": discarded })))
 }
 
+/// `/readyz`: the health module's answer, as the API says it.
 pub(crate) async fn ready(State(state): State<AdminState>) -> Result<String, ApiError> {
+    // A server with no gateway behind it (the API alone) is ready.
     let Some(pipeline) = state.gateway.clone() else {
         return Ok("ready\n".into());
     };
-    // Ready, with what an operator must fix though the sources keep working.
-    let ready: String = std::iter::once("ready\n".to_string())
-        .chain(
-            pipeline
-                .sources()
-                .iter()
-                .filter_map(|s| Some(format!("warning: {}: {}\n", s.name(), s.warning()?))),
-        )
-        .chain(
-            pipeline
-                .consumer_warnings()
-                .into_iter()
-                .map(|w| format!("warning: consumer: {w}\n")),
-        )
-        .collect();
-    let down: Vec<&str> = pipeline
-        .sources()
-        .iter()
-        .filter(|s| !s.is_up())
-        .map(|s| s.name())
-        .collect();
-    if !down.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "source_down",
-            format!("not connected to: {}", down.join(", ")),
-        ));
-    }
-    let store = pipeline.store().clone();
-    let name = store.describe();
-    // Always naming the store: a connection the database cut fails with the driver's words
-    // only ("broken pipe"), which would leave the operator guessing which database.
-    let unready = |e: &dyn std::fmt::Display| {
-        let e = e.to_string();
-        let target = name.split_once(' ').map_or(name.as_str(), |(_, t)| t);
-        store_error(if e.contains(target) {
-            e
-        } else {
-            format!("{name}: {e}")
+    let (sources, warnings) = (pipeline.sources(), pipeline.consumer_warnings());
+    crate::health::ready(&sources, warnings, pipeline.store().clone())
+        .await
+        .map_err(|unready| match unready {
+            crate::health::Unready::SourcesDown(down) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "source_down",
+                format!("not connected to: {}", down.join(", ")),
+            ),
+            crate::health::Unready::Store(why) => store_error(why),
         })
-    };
-    match tokio::task::spawn_blocking(move || store.counts()).await {
-        Ok(Ok(_)) => Ok(ready),
-        Ok(Err(e)) => Err(unready(&e)),
-        Err(e) => Err(unready(&e)),
-    }
 }
