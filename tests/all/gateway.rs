@@ -473,7 +473,16 @@ fn dlq_pages_are_bounded_by_bytes_and_their_cursor_walks_every_letter_once() {
         Some(&*big)
     );
     assert!(whole.get("payload_summary").is_none());
-    for (path, status) in [("/v1/dlq/999999", 404), ("/v1/dlq/lots", 400)] {
+    // Hostile paths and queries: a seq past i64, a negative one, a payload mode that is
+    // neither `summary` nor `full` (one with a line break in it too).
+    for (path, status) in [
+        ("/v1/dlq/999999", 404),
+        ("/v1/dlq/lots", 400),
+        ("/v1/dlq/99999999999999999999", 400),
+        ("/v1/dlq/-1", 404),
+        ("/v1/dlq?payloads=everything", 400),
+        ("/v1/dlq?payloads=full%0D%0Ax", 400),
+    ] {
         let refused = gw.admin.get::<Value>(path);
         assert!(
             matches!(
