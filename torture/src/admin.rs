@@ -73,9 +73,17 @@ pub fn store_census(admin: &AdminClient) -> Vec<(String, u64)> {
     store_waiting(admin).unwrap_or_default()
 }
 
-/// The store's rows not terminal yet, by state (only states that hold some).
+/// The store's rows not terminal yet, by state (only states that hold some). An error when
+/// the gateway could not read its store for this scrape: it leaves the store's series out
+/// rather than failing the scrape, and missing is not zero.
 pub fn store_waiting(admin: &AdminClient) -> Result<Vec<(String, u64)>> {
     let text = admin.get_text("/metrics").context("reading /metrics")?;
+    if !text
+        .lines()
+        .any(|l| l.starts_with("verdict_messages{state=\"delivered\"} "))
+    {
+        anyhow::bail!("/metrics holds no store counts (the store did not answer this scrape)");
+    }
     Ok(["ready", "scheduled", "leased"]
         .into_iter()
         .filter_map(|state| {

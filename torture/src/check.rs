@@ -6,7 +6,8 @@
 //! may deliver a message again and may cost it an attempt; a consumer outage may cost it
 //! attempts; writes the source refuses may cost attempts and have the gateway dead-letter a
 //! message itself. Nothing excuses a lost message, a second dead letter, a delivery after a
-//! dead letter, a dead letter that does not name its policy, or a panic.
+//! dead letter (beyond the slack between two clocks, [`LATE_MARGIN_MS`]), a dead letter that
+//! does not name its policy, or a panic.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -4,8 +4,9 @@
 //! dead-letter queues and an audit log - and the types every layer above speaks about them:
 //! the message model ([`model`]: a delivery, a settlement, a dead letter) and the
 //! dead-letter envelope ([`envelope`]). The gateway re-exports this crate as
-//! `verdict_gateway::store`. It depends on the runtime and the registry only, never on the
-//! gateway: no HTTP client, no broker, no async runtime of its own.
+//! `verdict_gateway::store`. It depends on the runtime, the registry and the TLS settings,
+//! never on the gateway: no HTTP client, no broker client (the PostgreSQL driver brings the
+//! Tokio it runs on).
 //!
 //! ```
 //! use verdict_store::{NewMessage, Store};

@@ -16,8 +16,9 @@
 //!   a redelivery and a duplicate. Writing again is safe whether or not an earlier write
 //!   committed: settlements are fenced by their lease.
 //! - **A settlement that keeps failing is bounded.** The message is given back to its source
-//!   at once up to [`MAX_SETTLE_FAILURES`] times in a row; then the gateway dead-letters it
-//!   itself (policy `verdict-gateway`); when even that cannot be written (the DLQ refuses),
+//!   at once after each failure in a row until the [`MAX_SETTLE_FAILURES`]th; at that one
+//!   the gateway dead-letters it itself (policy `verdict-gateway`); when even that cannot
+//!   be written (the DLQ refuses),
 //!   it is given back at a bounded rate (5 s doubling to 5 minutes) and counted - never
 //!   redelivered in a tight loop, never dropped.
 //!
@@ -273,9 +274,9 @@ impl SettlementDriver {
         }
     }
 
-    /// A settlement could not be applied: give the message back at once, at most
-    /// [`MAX_SETTLE_FAILURES`] times in a row; then dead-letter it through the gateway's
-    /// fallback; when even that fails, give it back at the bounded rate of
+    /// A settlement could not be applied: give the message back at once, until the
+    /// [`MAX_SETTLE_FAILURES`]th failure in a row; at that one dead-letter it through the
+    /// gateway's fallback; when even that fails, give it back at the bounded rate of
     /// [`release_delay`].
     async fn failed<H: Held>(
         &self,

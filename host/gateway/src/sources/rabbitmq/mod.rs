@@ -457,7 +457,12 @@ impl Held for Consumed<'_> {
             let release = Settlement::Release {
                 delay_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
             };
-            if self.apply(release).await.is_ok() {
+            // A panic here is a failure like any other: the message still waits and is
+            // given back below, never left unacknowledged.
+            let moved = std::panic::AssertUnwindSafe(self.apply(release))
+                .catch_unwind()
+                .await;
+            if matches!(moved, Ok(Ok(()))) {
                 return;
             }
             // Not even the delay bucket takes it (deleted, full, refusing): wait here
