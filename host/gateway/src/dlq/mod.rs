@@ -25,14 +25,12 @@ pub use backend::{
     CanaryProgress, DeadLetters, DlqError, DlqPage, PAGE_BYTES, PAGE_BYTES_MAX, PAGE_SIZE, matches,
     page_within,
 };
-#[cfg(any(feature = "nats", feature = "rabbitmq"))]
 pub(crate) use backend::{StatsTally, back_again, entry_from_headers, position_after};
 pub use groups::{
     DlqGroup, Fingerprint, GroupSample, Grouping, MAX_REASON_CHARS, normalise_reason,
 };
 pub use history::{DlqHistory, DlqSample, KEPT_SAMPLES, SAMPLE_EVERY};
 pub use jobs::{Job, JobAction, JobState, JobView, Jobs, KEPT_JOBS};
-#[cfg(any(feature = "nats", feature = "rabbitmq"))]
 pub(crate) use runtime::Rt;
 
 /// How to replay.

@@ -453,7 +453,7 @@ impl Task {
         };
         let settlement = self.driver.decide(&message.delivery, target.as_ref()).await;
         let mut leased = Leased {
-            committer: self.committer.clone(),
+            committer: self.committer,
             seq: message.seq,
             lease: message.lease,
         };

@@ -34,14 +34,10 @@ mod store_outage;
 mod supervise;
 
 pub use settle_failures::MAX_SETTLE_FAILURES;
-#[cfg(feature = "nats")]
-pub(crate) use settlement_driver::Settled;
-pub(crate) use settlement_driver::{Held, SettlementDriver, Unapplied};
+pub(crate) use settlement_driver::{Held, Settled, SettlementDriver, Unapplied};
 pub use source::Source;
 pub(crate) use store_outage::StoreOutage;
-pub(crate) use supervise::drained;
-#[cfg(any(feature = "nats", feature = "rabbitmq"))]
-pub(crate) use supervise::supervise;
+pub(crate) use supervise::{drained, supervise};
 
 /// What a caught panic said, as text (a panic's payload is a `&str` or a `String` when it
 /// has a message at all).
