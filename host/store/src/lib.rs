@@ -57,11 +57,14 @@ mod error;
 pub mod model;
 #[cfg(feature = "mysql")]
 pub mod mysql;
+pub mod plan;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod pool;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 mod records;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod shared;
 pub mod sqlite;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod url_params;

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use mysql::prelude::Queryable as _;
 use mysql::{Conn, Row, TxOpts};
 
-use super::{MysqlStore, audit};
+use super::MysqlStore;
+use super::session::MySession;
 use crate::model::{AttemptRecord, Delivery};
 use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
@@ -193,9 +194,10 @@ fn claim_in(
         c.lease += 1;
         c.delivery.history = by_seq.remove(&c.seq).unwrap_or_default();
     }
+    let mut session = MySession { q: &mut tx };
     for c in claimed.iter().filter(|c| c.delivery.redelivery) {
-        audit(
-            &mut tx,
+        crate::shared::audit::<super::My>(
+            &mut session,
             now_ms,
             &c.delivery.id,
             &c.delivery.topic,

@@ -8,48 +8,106 @@
 //! locks; a transaction the server picks as a deadlock victim is retried whole.
 
 use std::path::Path;
-use std::sync::MutexGuard;
 
 use mysql::prelude::Queryable as _;
-use mysql::{Conn, Opts};
+use mysql::{Conn, Opts, TxOpts};
 
-mod dlq;
 mod messages;
-mod retention;
 mod schema;
-mod settle;
+mod session;
+mod statements;
 mod tls;
 
-use super::db_clock::DbClock;
-use super::pool::Pool;
-use super::{StateCounts, StoreError};
+use session::MySession;
+
+use crate::StoreError;
+use crate::shared::{Dialect, Session, Shared, Statements};
 
 /// A MariaDB or MySQL store.
 pub struct MysqlStore {
-    opts: Opts,
-    /// TLS per the URL's `ssl-mode`.
-    tls: tls::MysqlTls,
-    target: String,
-    conns: Pool<Conn>,
-    /// The database's clock: every instant this store compares comes from it.
-    clock: DbClock,
+    shared: Shared<My>,
 }
 
 impl std::fmt::Debug for MysqlStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MysqlStore")
-            .field("target", &self.target)
+            .field("target", &self.shared.target)
             .finish_non_exhaustive()
+    }
+}
+
+/// The MariaDB/MySQL dialect: where the database is and how to reach it.
+struct My {
+    opts: Opts,
+    /// TLS per the URL's `ssl-mode`.
+    tls: tls::MysqlTls,
+    target: String,
+}
+
+impl Dialect for My {
+    type Conn = Conn;
+
+    const SQL: &'static Statements = &statements::SQL;
+
+    fn connect(&self) -> Result<Conn, StoreError> {
+        let mut conn = self
+            .tls
+            .connect(&self.opts)
+            .map_err(|e| tls::connect_failed(&self.target, e))?;
+        // Claims and publishes then take no gap locks.
+        conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
+        Ok(conn)
+    }
+
+    fn usable(_: &Conn) -> bool {
+        true
+    }
+
+    /// Whatever failed, a fresh session starts clean (no half transaction).
+    fn keeps_after_error(_: &Conn) -> bool {
+        false
+    }
+
+    fn session<T>(
+        conn: &mut Conn,
+        f: impl FnOnce(&mut dyn Session) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        f(&mut MySession { q: conn })
+    }
+
+    fn transaction<T, E: From<StoreError>>(
+        conn: &mut Conn,
+        f: impl FnOnce(&mut dyn Session) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut tx = conn
+            .start_transaction(TxOpts::default())
+            .map_err(StoreError::from)?;
+        let done = f(&mut MySession { q: &mut tx })?;
+        tx.commit().map_err(StoreError::from)?;
+        Ok(done)
+    }
+
+    /// Schema changes are not transactional here: each statement commits on its own,
+    /// under a named lock so that two gateways never run one migration together.
+    fn migrating<T>(
+        conn: &mut Conn,
+        f: impl FnOnce(&mut dyn Session) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let locked: Option<i64> = conn.query_first("SELECT GET_LOCK('verdict_migrate', 60)")?;
+        if locked != Some(1) {
+            return Err(StoreError::Database(
+                "another process held the migration lock for a minute".into(),
+            ));
+        }
+        let applied = f(&mut MySession { q: &mut *conn });
+        conn.query_drop("DO RELEASE_LOCK('verdict_migrate')")?;
+        applied
     }
 }
 
 /// The server's answers to a schema statement whose object exists already: table or view
 /// (1050), column (1060), key (1061).
 const ALREADY_MADE: [u16; 3] = [1050, 1060, 1061];
-
-/// How often a transaction chosen as a deadlock victim (or timed out on a lock) is run
-/// again before its error is returned.
-const RETRIES: usize = 3;
 
 impl From<mysql::Error> for StoreError {
     /// The server's "try again" errors - deadlock victim (1213), lock wait timeout (1205) -
@@ -97,11 +155,14 @@ impl MysqlStore {
             )));
         }
         let store = MysqlStore {
-            opts,
-            tls,
-            target,
-            conns: Pool::new(),
-            clock: DbClock::default(),
+            shared: Shared::new(
+                My {
+                    opts,
+                    tls,
+                    target: target.clone(),
+                },
+                target,
+            ),
         };
         store.migrate()?;
         Ok(store)
@@ -131,195 +192,15 @@ impl MysqlStore {
         })
     }
 
-    /// Now by the database server's clock (see [`DbClock`]): what every gateway sharing
-    /// this database compares leases, due times and retention with.
-    pub fn now_ms(&self) -> u64 {
-        self.clock.now_ms()
-    }
-
-    /// `host:port/database`, for logs and errors: never the password.
-    pub fn target(&self) -> &str {
-        &self.target
-    }
-
-    /// The schema version the database is at (0 before the first migration).
-    pub fn schema_version(&self) -> Result<u32, StoreError> {
-        self.with(|c| {
-            let exists: Option<i64> = c.query_first(
-                "SELECT COUNT(*) FROM information_schema.tables
-                 WHERE table_schema = DATABASE() AND table_name = 'verdict_schema'",
-            )?;
-            if exists.unwrap_or(0) == 0 {
-                return Ok(0);
-            }
-            let version: Option<i64> =
-                c.query_first("SELECT COALESCE(MAX(version), 0) FROM verdict_schema")?;
-            Ok(version.unwrap_or(0).max(0) as u32)
-        })
-    }
+    crate::shared::shared_operations!();
 
     /// Apply the migrations this database lacks; the schema version after.
     pub fn migrate(&self) -> Result<u32, StoreError> {
-        let known = schema::MIGRATIONS.len() as u32;
-        if self.schema_version()? == known {
-            return Ok(known);
-        }
-        self.with(|c| {
-            let locked: Option<i64> = c.query_first("SELECT GET_LOCK('verdict_migrate', 60)")?;
-            if locked != Some(1) {
-                return Err(StoreError::Connect {
-                    target: self.target.clone(),
-                    message: "another process held the migration lock for a minute".into(),
-                });
-            }
-            let applied = apply_migrations(c, known, &self.target);
-            c.query_drop("DO RELEASE_LOCK('verdict_migrate')")?;
-            applied
-        })
+        self.shared.migrate(schema::MIGRATIONS)
     }
 
-    /// Messages by state, counted (see the PostgreSQL store for why not kept).
-    pub fn counts(&self) -> Result<StateCounts, StoreError> {
-        self.with(|c| {
-            let rows: Vec<(String, i64)> =
-                c.query("SELECT state, COUNT(*) FROM messages GROUP BY state")?;
-            let mut counts = StateCounts::default();
-            for (state, n) in rows {
-                let n = n.max(0) as u64;
-                counts.set(&state, n)?;
-            }
-            Ok(counts)
-        })
+    /// Run `f` on the connection (see [`Shared::with`]).
+    fn with<T>(&self, f: impl FnMut(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.shared.with(f)
     }
-
-    /// Audit events with this name.
-    pub fn audit_count(&self, event: &str) -> Result<u64, StoreError> {
-        self.with(|c| {
-            let n: Option<i64> =
-                c.exec_first("SELECT COUNT(*) FROM audit WHERE event = ?", (event,))?;
-            Ok(n.unwrap_or(0).max(0) as u64)
-        })
-    }
-
-    /// Run `f` on the connection, connecting first when there is none. A deadlock victim
-    /// or a lock wait timeout runs `f` again (its transaction was rolled back whole); a
-    /// connection that failed is dropped, so the next call connects anew.
-    fn with<T>(
-        &self,
-        mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let mut guard = self.lock();
-        let mut tries = 0;
-        let mut reconnected = false;
-        loop {
-            if guard.is_none() {
-                let mut conn = self
-                    .tls
-                    .connect(&self.opts)
-                    .map_err(|e| tls::connect_failed(&self.target, e))?;
-                conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")?;
-                *guard = Some(conn);
-            }
-            let conn = guard.as_mut().expect("connected above");
-            if self.clock.stale() {
-                let read = self.clock.read(|| {
-                    conn.query_first::<i64, _>(
-                        "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
-                    )
-                    .map(Option::unwrap_or_default)
-                });
-                if let Err(e) = read {
-                    *guard = None;
-                    match StoreError::from(e) {
-                        StoreError::Disconnected(_) if !reconnected => {
-                            reconnected = true;
-                            continue;
-                        }
-                        e => return Err(e),
-                    }
-                }
-            }
-            match f(conn) {
-                Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,
-                Err(StoreError::Retry(message)) => return Err(StoreError::Database(message)),
-                Err(StoreError::Disconnected(_)) if !reconnected => {
-                    *guard = None;
-                    reconnected = true;
-                }
-                // Still gone: the caller decides (a settlement waits for the database
-                // while its lease holds).
-                Err(e @ StoreError::Disconnected(_)) => {
-                    *guard = None;
-                    return Err(e);
-                }
-                Err(e @ StoreError::Database(_)) => {
-                    // Whatever failed, a fresh session starts clean (no half transaction).
-                    *guard = None;
-                    return Err(e);
-                }
-                other => return other,
-            }
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
-        self.conns.get()
-    }
-}
-
-fn apply_migrations(c: &mut Conn, known: u32, target: &str) -> Result<u32, StoreError> {
-    c.query_drop(
-        "CREATE TABLE IF NOT EXISTS verdict_schema (
-             version INT NOT NULL PRIMARY KEY,
-             applied_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) ENGINE = InnoDB",
-    )?;
-    let current: Option<i64> =
-        c.query_first("SELECT COALESCE(MAX(version), 0) FROM verdict_schema")?;
-    let current = current.unwrap_or(0).max(0) as u32;
-    if current > known {
-        return Err(StoreError::Connect {
-            target: target.to_string(),
-            message: format!(
-                "the database's schema is version {current}, newer than this gateway's \
-                 {known}: upgrade the gateway"
-            ),
-        });
-    }
-    for (n, statements) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
-        for sql in *statements {
-            match c.query_drop(sql) {
-                // DDL is not transactional here: a migration cut off part-way (a crash, a
-                // lost connection) left some of its tables, columns or keys behind, and
-                // running it again meets them. Each is exactly what the statement makes.
-                Err(mysql::Error::MySqlError(e)) if ALREADY_MADE.contains(&e.code) => {
-                    tracing::info!(
-                        migration = n + 1,
-                        "a statement of a migration cut off earlier had already run: {}",
-                        e.message
-                    );
-                }
-                done => done?,
-            }
-        }
-        c.exec_drop(
-            "INSERT INTO verdict_schema (version) VALUES (?)",
-            (n as u32 + 1,),
-        )?;
-    }
-    Ok(known)
-}
-
-fn audit(
-    tx: &mut mysql::Transaction<'_>,
-    at_ms: u64,
-    message_id: &str,
-    topic: &str,
-    event: &str,
-    detail: &str,
-) -> Result<(), StoreError> {
-    tx.exec_drop(
-        "INSERT INTO audit (at_ms, message_id, topic, event, detail) VALUES (?, ?, ?, ?, ?)",
-        (super::clamp_ms(at_ms), message_id, topic, event, detail),
-    )?;
-    Ok(())
 }

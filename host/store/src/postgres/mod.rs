@@ -8,41 +8,34 @@
 //! not commit changed nothing, and a lease held by a gateway that cannot reach the database
 //! expires and is claimed by another.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::MutexGuard;
 
 use postgres::fallible_iterator::FallibleIterator as _;
-use postgres::{Client, NoTls, Statement};
+use postgres::{Client, NoTls};
 
 use tls::MakeRustls;
 
-mod dlq;
 mod messages;
-mod retention;
 mod schema;
+mod session;
 mod settle;
+mod statements;
 mod tls;
 
-use super::db_clock::DbClock;
-use super::pool::Pool;
-use super::{StateCounts, StoreError};
+use session::{PgSession, Prepared};
+
+use crate::StoreError;
+use crate::shared::{Dialect, Session, Shared, Statements};
 
 /// A PostgreSQL store.
 pub struct PostgresStore {
-    config: postgres::Config,
-    /// TLS per the URL's `sslmode` (`None`: disabled).
-    tls: Option<MakeRustls>,
-    target: String,
-    conns: Pool<Conn>,
-    /// The database's clock: every instant this store compares comes from it.
-    clock: DbClock,
+    shared: Shared<Pg>,
 }
 
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore")
-            .field("target", &self.target)
+            .field("target", &self.shared.target)
             .finish_non_exhaustive()
     }
 }
@@ -52,7 +45,7 @@ impl Drop for PostgresStore {
     /// an async worker - where the last handle on a store often goes (a gateway shutting
     /// down). The connection is let go on a plain thread instead.
     fn drop(&mut self) {
-        let conns = self.conns.drain();
+        let conns = self.shared.drain();
         if !conns.is_empty() {
             let _ = std::thread::Builder::new()
                 .name("verdict-pg-close".into())
@@ -61,21 +54,94 @@ impl Drop for PostgresStore {
     }
 }
 
+/// The PostgreSQL dialect: where the database is and how to reach it.
+struct Pg {
+    config: postgres::Config,
+    /// TLS per the URL's `sslmode` (`None`: disabled).
+    tls: Option<MakeRustls>,
+    target: String,
+}
+
 /// A live connection and the statements prepared on it.
 struct Conn {
     client: Client,
-    prepared: HashMap<&'static str, Statement>,
+    prepared: Prepared,
 }
 
 impl Conn {
     /// `sql`, prepared once per connection.
-    fn statement(&mut self, sql: &'static str) -> Result<Statement, StoreError> {
-        if let Some(s) = self.prepared.get(sql) {
-            return Ok(s.clone());
-        }
-        let s = self.client.prepare(sql)?;
-        self.prepared.insert(sql, s.clone());
-        Ok(s)
+    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, StoreError> {
+        self.prepared.get(&mut self.client, sql)
+    }
+}
+
+impl Dialect for Pg {
+    type Conn = Conn;
+
+    const SQL: &'static Statements = &statements::SQL;
+
+    fn connect(&self) -> Result<Conn, StoreError> {
+        let client = connect(&self.config, self.tls.as_ref())
+            .map_err(|e| tls::connect_failed(&self.target, e))?;
+        Ok(Conn {
+            client,
+            prepared: Prepared::default(),
+        })
+    }
+
+    fn usable(conn: &Conn) -> bool {
+        !conn.client.is_closed()
+    }
+
+    /// The driver rolls back a transaction it drops unfinished: the session is clean.
+    fn keeps_after_error(conn: &Conn) -> bool {
+        !conn.client.is_closed()
+    }
+
+    fn session<T>(
+        conn: &mut Conn,
+        f: impl FnOnce(&mut dyn Session) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        f(&mut PgSession {
+            client: &mut conn.client,
+            prepared: &mut conn.prepared,
+        })
+    }
+
+    fn transaction<T, E: From<StoreError>>(
+        conn: &mut Conn,
+        f: impl FnOnce(&mut dyn Session) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let mut tx = conn.client.transaction().map_err(StoreError::from)?;
+        let done = f(&mut PgSession {
+            client: &mut tx,
+            prepared: &mut conn.prepared,
+        })?;
+        tx.commit().map_err(StoreError::from)?;
+        Ok(done)
+    }
+
+    /// Schema changes are transactional here: the migrations run as one transaction
+    /// holding the migration lock, whole or not at all.
+    fn migrating<T>(
+        conn: &mut Conn,
+        f: impl FnOnce(&mut dyn Session) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        Self::transaction(conn, |s| {
+            s.execute(
+                "SELECT pg_advisory_xact_lock($1)",
+                &[crate::shared::Arg::Int(MIGRATE_LOCK)],
+            )?;
+            f(s)
+        })
+    }
+
+    fn deliver_only(
+        conn: &mut Conn,
+        batch: &[(i64, i64, &crate::model::Settlement)],
+        now_ms: u64,
+    ) -> Option<Result<Vec<Result<(), StoreError>>, StoreError>> {
+        Some(settle::deliver_only(conn, batch, now_ms))
     }
 }
 
@@ -83,8 +149,6 @@ impl Conn {
 /// exclusive: a topic must never be forgotten beside a publish that lists it again but has
 /// not committed yet (its message would wait, unclaimed, for the next publish).
 const TOPICS_LOCK: i64 = 0x7665_7264_6963_7401;
-/// How often a transaction the server picked as a deadlock victim is run again.
-const RETRIES: usize = 3;
 /// The channel publishes and replays notify at commit, so that every gateway claims at once
 /// instead of at its next poll.
 const CHANNEL: &str = "verdict_due";
@@ -102,12 +166,16 @@ impl PostgresStore {
     /// `sslcert`, `sslkey`) taken from `base`.
     pub fn connect_from(url: &str, base: &Path) -> Result<PostgresStore, StoreError> {
         let (config, tls) = tls::split(url, base)?;
+        let target = target_of(&config);
         let store = PostgresStore {
-            target: target_of(&config),
-            tls,
-            config,
-            conns: Pool::new(),
-            clock: DbClock::default(),
+            shared: Shared::new(
+                Pg {
+                    config,
+                    tls,
+                    target: target.clone(),
+                },
+                target,
+            ),
         };
         store.migrate()?;
         store.warn_without_autovacuum();
@@ -127,7 +195,7 @@ impl PostgresStore {
         });
         if matches!(setting.as_deref(), Ok("off")) {
             tracing::warn!(
-                store = %self.target,
+                store = %self.shared.target,
                 "autovacuum is off on this PostgreSQL server: the store's tables keep every \
                  old row version and claims slow down as they grow; turn it on, or VACUUM the \
                  messages table regularly"
@@ -171,97 +239,13 @@ impl PostgresStore {
         Ok(seen)
     }
 
-    /// Now by the database server's clock (see [`DbClock`]): what every gateway sharing
-    /// this database compares leases, due times and retention with.
-    pub fn now_ms(&self) -> u64 {
-        self.clock.now_ms()
-    }
+    crate::shared::shared_operations!();
 
-    /// `host:port/database`, for logs and errors: never the password.
-    pub fn target(&self) -> &str {
-        &self.target
-    }
-
-    /// The schema version the database is at (0 before the first migration).
-    pub fn schema_version(&self) -> Result<u32, StoreError> {
-        self.with(|c| {
-            let exists: bool = c
-                .client
-                .query_one("SELECT to_regclass('verdict_schema') IS NOT NULL", &[])?
-                .get(0);
-            if !exists {
-                return Ok(0);
-            }
-            let version: i32 = c
-                .client
-                .query_one("SELECT COALESCE(MAX(version), 0) FROM verdict_schema", &[])?
-                .get(0);
-            Ok(version.max(0) as u32)
-        })
-    }
-
-    /// Apply the migrations this database lacks; the schema version after. A database
-    /// already current is only read, so gateways whose user may not change the schema
-    /// start against one an operator migrated (`verdict store migrate`).
+    /// Apply the migrations this database lacks, in one transaction; the schema version
+    /// after. A database already current is only read, so gateways whose user may not
+    /// change the schema start against one an operator migrated (`verdict store migrate`).
     pub fn migrate(&self) -> Result<u32, StoreError> {
-        let known = schema::MIGRATIONS.len() as u32;
-        if self.schema_version()? == known {
-            return Ok(known);
-        }
-        self.with(|c| {
-            let mut tx = c.client.transaction()?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
-            tx.batch_execute(
-                "CREATE TABLE IF NOT EXISTS verdict_schema (
-                     version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
-            )?;
-            let current: i32 = tx
-                .query_one("SELECT COALESCE(MAX(version), 0) FROM verdict_schema", &[])?
-                .get(0);
-            let known = schema::MIGRATIONS.len() as i32;
-            if current > known {
-                return Err(StoreError::Connect {
-                    target: self.target.clone(),
-                    message: format!(
-                        "the database's schema is version {current}, newer than this \
-                         gateway's {known}: upgrade the gateway"
-                    ),
-                });
-            }
-            for (n, sql) in schema::MIGRATIONS.iter().enumerate().skip(current as usize) {
-                tx.batch_execute(sql)?;
-                tx.execute(
-                    "INSERT INTO verdict_schema (version) VALUES ($1)",
-                    &[&(n as i32 + 1)],
-                )?;
-            }
-            tx.commit()?;
-            Ok(known as u32)
-        })
-    }
-
-    /// Messages by state. Counted, not kept in counters: a counter row every settlement
-    /// updates would serialise the gateways sharing the database.
-    pub fn counts(&self) -> Result<StateCounts, StoreError> {
-        self.with(|c| {
-            let s = c.statement("SELECT state, COUNT(*) FROM messages GROUP BY state")?;
-            let mut counts = StateCounts::default();
-            for row in c.client.query(&s, &[])? {
-                let (state, n): (String, i64) = (row.get(0), row.get(1));
-                let n = n.max(0) as u64;
-                counts.set(&state, n)?;
-            }
-            Ok(counts)
-        })
-    }
-
-    /// Audit events with this name.
-    pub fn audit_count(&self, event: &str) -> Result<u64, StoreError> {
-        self.with(|c| {
-            let s = c.statement("SELECT COUNT(*) FROM audit WHERE event = $1")?;
-            let n: i64 = c.client.query_one(&s, &[&event])?.get(0);
-            Ok(n.max(0) as u64)
-        })
+        self.shared.migrate(schema::MIGRATIONS)
     }
 
     /// Call `wake(true)` on every notification of [`CHANNEL`], from a thread with a
@@ -270,7 +254,8 @@ impl PostgresStore {
     /// listens. Each reconnect wakes too: a notification sent while the listener was away
     /// is not lost work, only a late look.
     pub fn listen(&self, wake: impl Fn(bool) -> bool + Send + 'static) {
-        let (config, target, tls) = (self.config.clone(), self.target.clone(), self.tls.clone());
+        let pg = &self.shared.dialect;
+        let (config, target, tls) = (pg.config.clone(), pg.target.clone(), pg.tls.clone());
         let spawned = std::thread::Builder::new()
             .name("verdict-pg-listen".into())
             .spawn(move || {
@@ -322,77 +307,9 @@ impl PostgresStore {
         }
     }
 
-    /// Run `f` on a connection, connecting first when there is none; a deadlock victim runs
-    /// `f` again; a connection the call found broken is dropped, so the next call connects
-    /// anew.
-    fn with<T>(
-        &self,
-        mut f: impl FnMut(&mut Conn) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let mut guard = self.lock();
-        let mut tries = 0;
-        let mut reconnected = false;
-        loop {
-            if guard.as_ref().is_none_or(|c| c.client.is_closed()) {
-                let client = connect(&self.config, self.tls.as_ref())
-                    .map_err(|e| tls::connect_failed(&self.target, e))?;
-                *guard = Some(Conn {
-                    client,
-                    prepared: HashMap::new(),
-                });
-            }
-            let conn = guard.as_mut().expect("connected above");
-            if self.clock.stale() {
-                let read = self.clock.read(|| {
-                    conn.client
-                        .query_one(
-                            "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT",
-                            &[],
-                        )
-                        .map(|row| row.get::<_, i64>(0))
-                });
-                if let Err(e) = read {
-                    if conn.client.is_closed() {
-                        *guard = None;
-                    }
-                    match StoreError::from(e) {
-                        StoreError::Disconnected(_) if !reconnected => {
-                            *guard = None;
-                            reconnected = true;
-                            continue;
-                        }
-                        e => return Err(e),
-                    }
-                }
-            }
-            match f(conn) {
-                // A deadlock victim's transaction was rolled back whole: run it again.
-                Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,
-                Err(StoreError::Retry(message)) => return Err(StoreError::Database(message)),
-                // The session ended under the call: once more on a new one.
-                Err(StoreError::Disconnected(_)) if !reconnected => {
-                    *guard = None;
-                    reconnected = true;
-                }
-                // Still gone: the caller decides (a settlement waits for the database
-                // while its lease holds).
-                Err(e @ StoreError::Disconnected(_)) => {
-                    *guard = None;
-                    return Err(e);
-                }
-                Err(e) => {
-                    if conn.client.is_closed() {
-                        *guard = None;
-                    }
-                    return Err(e);
-                }
-                ok => return ok,
-            }
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
-        self.conns.get()
+    /// Run `f` on a connection (see [`Shared::with`]).
+    fn with<T>(&self, f: impl FnMut(&mut Conn) -> Result<T, StoreError>) -> Result<T, StoreError> {
+        self.shared.with(f)
     }
 }
 
@@ -418,25 +335,4 @@ fn target_of(config: &postgres::Config) -> String {
             .get_dbname()
             .unwrap_or(config.get_user().unwrap_or("?"))
     )
-}
-
-fn audit(
-    tx: &mut postgres::Transaction<'_>,
-    at_ms: u64,
-    message_id: &str,
-    topic: &str,
-    event: &str,
-    detail: &str,
-) -> Result<(), StoreError> {
-    tx.execute(
-        "INSERT INTO audit (at_ms, message_id, topic, event, detail) VALUES ($1, $2, $3, $4, $5)",
-        &[
-            &super::clamp_ms(at_ms),
-            &message_id,
-            &topic,
-            &event,
-            &detail,
-        ],
-    )?;
-    Ok(())
 }

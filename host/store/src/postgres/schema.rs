@@ -2,9 +2,10 @@
 //! `verdict store migrate`). The tables and columns are the SQLite store's, with the same
 //! names and meanings as the dead-letter envelope; the views are for operators with `psql`.
 
-/// Migration `n` is `MIGRATIONS[n - 1]`; `verdict_schema` records each one applied.
+/// Migration `n` is `MIGRATIONS[n - 1]` (one script each: schema changes are transactional
+/// here, so a script runs whole or not at all); `verdict_schema` records each one applied.
 /// Append, never edit: a gateway at version `n` applies only what comes after.
-pub(super) const MIGRATIONS: &[&str] = &[V1, V2];
+pub(super) const MIGRATIONS: &[&[&str]] = &[&[V1], &[V2]];
 
 const V1: &str = "
 CREATE TABLE messages (

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{SqliteStore, audit};
-use crate::model::{AttemptRecord, DeadLetter, Delivery};
+use crate::model::{AttemptRecord, Delivery};
+use crate::plan::Plan;
 use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
 impl SqliteStore {
@@ -303,158 +304,76 @@ fn claim_topic(
     Ok(())
 }
 
-/// Move message `seq` out of lease `lease` with `change` (an `UPDATE ... WHERE seq = ?1 AND
-/// lease = ?2 AND state = 'leased' RETURNING id, topic, attempt`): the fence every
-/// settlement passes. A message no longer held by that lease is [`StoreError::Fenced`].
-fn fenced(
+/// A [`Plan`] applied to message `seq` while lease `lease` holds it, and only then (the
+/// fence every settlement passes): the row changed, the failed attempt recorded, the
+/// dead letter written, the audit record kept - inside the caller's transaction (a batch:
+/// a savepoint each in one transaction). A message no longer held by that lease is
+/// [`StoreError::Fenced`] and changes nothing.
+pub(super) fn settle_in(
     tx: &Connection,
     seq: i64,
     lease: i64,
-    change: &str,
-    rest: &[&dyn rusqlite::ToSql],
-) -> Result<(String, String, u32), StoreError> {
-    let mut args: Vec<&dyn rusqlite::ToSql> = vec![&seq, &lease];
-    args.extend_from_slice(rest);
-    tx.prepare_cached(change)?
-        .query_row(args.as_slice(), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    plan: &Plan<'_>,
+) -> Result<(), StoreError> {
+    let (id, topic, attempts): (String, String, i64) = tx
+        .prepare_cached(
+            "UPDATE messages SET state = ?3, lease_until_ms = NULL,
+                    next_at_ms = COALESCE(?4, next_at_ms),
+                    attempt = MIN(attempt + ?5, 4294967295),
+                    deferrals = MIN(deferrals + ?6, 4294967295),
+                    dead_letterings = dead_letterings + ?7,
+                    deliveries = MAX(deliveries - ?8, 0),
+                    first_failed_at_ms = COALESCE(first_failed_at_ms, ?9),
+                    updated_at_ms = COALESCE(?10, updated_at_ms)
+             WHERE seq = ?1 AND lease = ?2 AND state = 'leased'
+             RETURNING id, topic, attempt",
+        )?
+        .query_row(
+            params![
+                seq,
+                lease,
+                plan.state,
+                plan.due_at_ms,
+                plan.attempts_spent,
+                plan.deferrals_counted,
+                plan.dead_letterings_counted,
+                plan.deliveries_returned,
+                plan.failed_at_ms,
+                plan.updated_at_ms,
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
         .optional()?
-        .ok_or(StoreError::Fenced { seq, lease })
-}
-
-// Each change as a statement list on a connection inside the caller's transaction (a batch:
-// a savepoint each in one transaction). Every one is fenced by the delivery's lease.
-
-pub(super) fn delivered_in(
-    conn: &Connection,
-    seq: i64,
-    lease: i64,
-    now_ms: u64,
-) -> Result<(), StoreError> {
-    fenced(
-        conn,
-        seq,
-        lease,
-        "UPDATE messages SET state = 'delivered', lease_until_ms = NULL, updated_at_ms = ?3
-         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
-        &[&clamp_ms(now_ms)],
-    )?;
-    Ok(())
-}
-
-pub(super) fn schedule_in(
-    tx: &Connection,
-    seq: i64,
-    lease: i64,
-    failed: &AttemptRecord,
-    next_at_ms: u64,
-    spend_attempt: bool,
-) -> Result<(), StoreError> {
-    let (attempt, deferral) = if spend_attempt { (1, 0) } else { (0, 1) };
-    fenced(
-        tx,
-        seq,
-        lease,
-        "UPDATE messages SET state = 'scheduled', lease_until_ms = NULL, next_at_ms = ?3,
-                attempt = MIN(attempt + ?4, 4294967295), deferrals = MIN(deferrals + ?5, 4294967295),
-                first_failed_at_ms = COALESCE(first_failed_at_ms, ?6), updated_at_ms = ?6
-         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
-        &[
-            &clamp_ms(next_at_ms),
-            &attempt,
-            &deferral,
-            &clamp_ms(failed.at_ms),
-        ],
-    )?;
-    record_attempt(tx, seq, failed)
-}
-
-pub(super) fn dead_letter_in(
-    tx: &Connection,
-    seq: i64,
-    lease: i64,
-    failed: &AttemptRecord,
-    entry: &DeadLetter,
-) -> Result<(), StoreError> {
-    let at = clamp_ms(failed.at_ms);
-    let (id, topic, attempt) = fenced(
-        tx,
-        seq,
-        lease,
-        "UPDATE messages SET state = 'dead', lease_until_ms = NULL,
-                attempt = MIN(attempt + 1, 4294967295),
-                dead_letterings = dead_letterings + 1,
-                first_failed_at_ms = COALESCE(first_failed_at_ms, ?3), updated_at_ms = ?3
-         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
-        &[&at],
-    )?;
-    record_attempt(tx, seq, failed)?;
-    tx.execute(
-        &format!(
-            "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
-                              created_at_ms, format, envelope, state, repeats)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'dead', {})",
-            crate::repeats_of("?1")
-        ),
-        params![
-            seq,
-            id,
-            topic,
-            entry.dlq,
-            entry.class,
-            failed.kind,
-            entry.reason,
-            attempt,
-            at,
-            entry.format,
-            entry.envelope
-        ],
-    )?;
-    audit(
-        tx,
-        failed.at_ms,
-        &id,
-        &topic,
-        "dead-lettered",
-        &entry.reason,
-    )?;
-    Ok(())
-}
-
-pub(super) fn discard_in(
-    tx: &Connection,
-    seq: i64,
-    lease: i64,
-    failed: &AttemptRecord,
-    reason: &str,
-) -> Result<(), StoreError> {
-    let (id, topic, _) = fenced(
-        tx,
-        seq,
-        lease,
-        "UPDATE messages SET state = 'discarded', lease_until_ms = NULL, updated_at_ms = ?3
-         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
-        &[&clamp_ms(failed.at_ms)],
-    )?;
-    record_attempt(tx, seq, failed)?;
-    audit(tx, failed.at_ms, &id, &topic, "discarded", reason)?;
-    Ok(())
-}
-
-pub(super) fn release_in(
-    conn: &Connection,
-    seq: i64,
-    lease: i64,
-    next_at_ms: u64,
-) -> Result<(), StoreError> {
-    fenced(
-        conn,
-        seq,
-        lease,
-        "UPDATE messages SET state = 'ready', lease_until_ms = NULL, next_at_ms = ?3,
-                deliveries = MAX(deliveries - 1, 0)
-         WHERE seq = ?1 AND lease = ?2 AND state = 'leased' RETURNING id, topic, attempt",
-        &[&clamp_ms(next_at_ms)],
-    )?;
+        .ok_or(StoreError::Fenced { seq, lease })?;
+    if let Some(failed) = plan.attempt {
+        record_attempt(tx, seq, failed)?;
+    }
+    if let (Some(letter), Some(failed)) = (plan.letter, plan.attempt) {
+        tx.execute(
+            &format!(
+                "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason,
+                                  attempts, created_at_ms, format, envelope, state, repeats)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'dead', {})",
+                crate::repeats_of("?1")
+            ),
+            params![
+                seq,
+                id,
+                topic,
+                letter.dlq,
+                letter.class,
+                failed.kind,
+                letter.reason,
+                attempts,
+                clamp_ms(failed.at_ms),
+                letter.format,
+                letter.envelope
+            ],
+        )?;
+    }
+    if let Some(a) = plan.audit {
+        audit(tx, a.at_ms, &id, &topic, a.event, a.detail)?;
+    }
     Ok(())
 }
 

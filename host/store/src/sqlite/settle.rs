@@ -3,9 +3,10 @@
 //! rolled back alone and reported alone, the rest still commit.
 
 use super::SqliteStore;
-use super::messages::{dead_letter_in, delivered_in, discard_in, release_in, schedule_in};
+use super::messages::settle_in;
 use crate::StoreError;
 use crate::model::Settlement;
+use crate::plan::plan;
 
 impl SqliteStore {
     /// Apply each `(seq, lease, settlement)` of `batch` - the outcome of the delivery of
@@ -42,28 +43,7 @@ fn apply(
     settlement: &Settlement,
     now_ms: u64,
 ) -> Result<(), StoreError> {
-    match settlement {
-        Settlement::Delivered => delivered_in(conn, seq, lease, now_ms),
-        Settlement::Again {
-            failed,
-            delay_ms,
-            spend_attempt,
-        } => schedule_in(
-            conn,
-            seq,
-            lease,
-            failed,
-            now_ms.saturating_add(*delay_ms),
-            *spend_attempt,
-        ),
-        Settlement::DeadLetter { failed, letter } => {
-            dead_letter_in(conn, seq, lease, failed, letter)
-        }
-        Settlement::Discard { failed, reason } => discard_in(conn, seq, lease, failed, reason),
-        Settlement::Release { delay_ms } => {
-            release_in(conn, seq, lease, now_ms.saturating_add(*delay_ms))
-        }
-    }
+    settle_in(conn, seq, lease, &plan(settlement, now_ms))
 }
 
 #[cfg(test)]
