@@ -22,4 +22,3 @@ mod policies;
 mod readme;
 mod registry;
 mod retry_budget;
-mod store_contract;

@@ -136,8 +136,6 @@ pub fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
 pub mod conformance;
 pub mod consumer;
 pub mod gateway;
-pub mod mariadb;
 pub mod nats;
-pub mod postgres;
 pub mod rabbitmq;
 pub mod scripted;

@@ -33,15 +33,22 @@
 //! their clients; without them a `postgres://` or `mysql://` URL is refused by name. The
 //! SQLite store is always built: it is the gateway's default and the one its tests use.
 //!
-//! Two backends behind one [`Store`], with the same tables, the same meanings and one
-//! contract test suite (`tests/all/store_contract.rs`):
+//! Three backends behind one [`Store`], with the same tables, the same meanings and one
+//! contract test suite (this crate's `tests/contract.rs`):
 //!
 //! - **SQLite** ([`sqlite`], the default): one file on one machine, WAL mode, group commit.
 //! - **PostgreSQL** ([`postgres`]) and **MariaDB/MySQL** ([`mysql`]): a database several
 //!   gateways share. Each claims with
 //!   `FOR UPDATE SKIP LOCKED`, so competing gateways never take the same message, and each
 //!   settlement is fenced by the lease it was claimed under, so a gateway that outlived its
-//!   lease cannot overwrite the outcome of the one that took the message over.
+//!   lease cannot overwrite the outcome of the one that took the message over. The two run
+//!   one algorithm (sessions and reconnects, migrations, settlement, the DLQ operations,
+//!   retention) over a dialect holding each statement's SQL; publishing and claiming are
+//!   each database's own, where PostgreSQL does more in one statement.
+//!
+//! What a settlement does to a message - its next state, the attempt it spends or not, the
+//! failure it records, the letter and the audit record it writes - is decided once, by
+//! [`plan::plan`], and applied by every backend.
 //!
 //! Every state change of a message is one transaction, so a crash at any instant leaves each
 //! message ready, leased (delivered again once the lease expires), scheduled, delivered,

@@ -14,6 +14,7 @@ use mysql::{Conn, Opts, TxOpts};
 
 mod messages;
 mod schema;
+pub use schema::MIGRATIONS;
 mod session;
 mod statements;
 mod tls;
@@ -196,7 +197,7 @@ impl MysqlStore {
 
     /// Apply the migrations this database lacks; the schema version after.
     pub fn migrate(&self) -> Result<u32, StoreError> {
-        self.shared.migrate(schema::MIGRATIONS)
+        self.shared.migrate(MIGRATIONS)
     }
 
     /// Run `f` on the connection (see [`Shared::with`]).

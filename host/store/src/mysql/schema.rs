@@ -6,8 +6,11 @@
 //! statement makes one object, and its "already exists" answer means it ran). So every
 //! statement must be one that makes an object - a data change must be safe to repeat.
 
-/// Migration `n` is `MIGRATIONS[n - 1]`, one statement per element. Append, never edit.
-pub(super) const MIGRATIONS: &[&[&str]] = &[V1, V2];
+/// The schema as numbered migrations: migration `n` is `MIGRATIONS[n - 1]`, one statement
+/// per element, each making one object (or a data change safe to repeat). What
+/// [`MysqlStore::migrate`](super::MysqlStore::migrate) applies, for an operator who reviews
+/// or runs it by hand. Append, never edit.
+pub const MIGRATIONS: &[&[&str]] = &[V1, V2];
 
 const V1: &[&str] = &[
     "CREATE TABLE messages (

@@ -108,6 +108,7 @@ impl<D: Dialect> Shared<D> {
 
     /// The connections this store holds, let go of (for a driver that must close them
     /// elsewhere than where the store is dropped).
+    #[cfg(feature = "postgres")]
     pub(crate) fn drain(&self) -> Vec<D::Conn> {
         self.conns.drain()
     }
