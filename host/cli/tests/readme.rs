@@ -77,7 +77,23 @@ fn metric(metrics: &str, series: &str) -> u64 {
 #[test]
 fn the_quickstart_runs_as_written() {
     let dir = checkout("quickstart");
-    let block = &blocks("## Quickstart", "sh")[0];
+    // The one command first, told to stop once it has summarised (a reader stops it with
+    // Ctrl-C, which `tests/demo.rs` sends).
+    let demo = &blocks("## Quickstart", "sh")[0];
+    assert!(
+        demo.contains("cargo run -q --bin verdict -- demo"),
+        "{demo}"
+    );
+    let out = sh(&dir, &demo.replace("-- demo", "-- demo --exit"));
+    let said = text(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the demo failed ({:?}): {said}",
+        out.status
+    );
+    assert!(said.contains("of 200 orders:"), "{said}");
+    assert!(said.contains("x poison (schema.unknown-version)"), "{said}");
+    let block = &blocks("## Quickstart", "sh")[1];
     let out = sh(&dir, block);
     let stdout = text(&out.stdout);
     assert!(
@@ -134,7 +150,7 @@ fn the_quickstart_runs_as_written() {
 #[test]
 fn asking_a_policy_one_question_prints_the_exhausted_verdict() {
     let dir = checkout("decide");
-    let block = &blocks("## Quickstart", "sh")[1];
+    let block = &blocks("## Quickstart", "sh")[2];
     let out = sh(&dir, block);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));

@@ -9,6 +9,7 @@ use serde::Serialize;
 use verdict_runtime::{Decision, FailureSpec, Host, Limits, SUPPORTED_CONTRACT, TopicSettings};
 
 pub mod admin_token;
+pub mod demo;
 pub mod dlq;
 pub mod jobs;
 mod new;

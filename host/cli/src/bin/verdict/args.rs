@@ -106,6 +106,33 @@ pub enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// The quickstart in one command: build the `rules` policy, start the demo consumer
+    /// and a gateway on the embedded store (in a directory of its own, removed at the
+    /// end), publish the orders, and print what became of them - delivered, dead-lettered
+    /// by cause - and the console's address; then run until Ctrl-C.
+    Demo {
+        /// The policy: a component, or a policy crate directory (built first).
+        #[arg(long, default_value = "policies/rules")]
+        policy: PathBuf,
+        /// How many orders to publish.
+        #[arg(long, default_value_t = 200)]
+        orders: u32,
+        /// Where the demo consumer listens (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:8081")]
+        consumer: std::net::SocketAddr,
+        /// Where the admin API and the console listen (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:9474")]
+        admin: std::net::SocketAddr,
+        /// Percent of orders the consumer fails 1-3 times before taking them.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(0..=100))]
+        transient: u32,
+        /// Percent of orders the consumer refuses for good.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100))]
+        permanent: u32,
+        /// Stop once the orders are settled instead of running until Ctrl-C.
+        #[arg(long)]
+        exit: bool,
+    },
     /// Inspect and change the policies of a running gateway (a client of its admin API).
     Policy {
         #[command(flatten)]

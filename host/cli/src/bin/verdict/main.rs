@@ -146,6 +146,31 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 running.wait().await
             })?;
         }
+        Command::Demo {
+            policy,
+            orders,
+            consumer,
+            admin,
+            transient,
+            permanent,
+            exit,
+        } => {
+            if transient + permanent > 100 {
+                anyhow::bail!(
+                    "--transient {transient} and --permanent {permanent}: together at most 100 percent"
+                );
+            }
+            let options = cli::demo::DemoOptions {
+                policy,
+                orders,
+                consumer,
+                admin,
+                transient_pct: transient,
+                permanent_pct: permanent,
+                exit,
+            };
+            cli::demo::demo(&options, &mut |line| eprintln!("verdict demo: {line}"))?;
+        }
         Command::Policy {
             admin,
             json,
