@@ -5,50 +5,26 @@
 use serde_json::{Value, json};
 use verdict_cli::client::{AdminClient, ClientError};
 use verdict_gateway::admin::{GenerationView, PolicyView};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir, variant};
 
 const TOKEN: &str = "test-token-7c1e";
 
-/// payments.> retries 5, orders 3; no default route. With `token`, changes need it.
+/// payments.> retries 5, orders 3; no default route. With `token`, changes need it. From
+/// a file: the tests reload it.
 fn gateway(name: &str, token: Option<&str>) -> Gateway {
     let dir = scratch_dir(&format!("admin-{name}"));
-    let mut text = format!(
-        r#"
-        [sandbox]
-        decide_timeout_ms = 1000
-        [admin]
-        listen = "127.0.0.1:0"
-        token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-        {token_line}
-        [policies.rules]
-        path = "{rules}"
-        vectors = ["{vectors}"]
-        [policies.rocketmq]
-        path = "{rocketmq}"
-        [[routes]]
-        topic = "payments.>"
-        policy = "rules"
-        config = {{ max_attempts = 5 }}
-        [[routes]]
-        topic = "orders"
-        policy = "rules"
-        config = {{ max_attempts = 3 }}
-        "#,
-        token_line = if token.is_some() {
-            "token_file = \"token\""
-        } else {
-            ""
-        },
-        rules = fixtures::RULES,
-        rocketmq = fixtures::ROCKETMQ,
-        vectors = fixtures::rules_vectors("limits.json").display(),
-    );
-    text = text.replace("\n        ", "\n");
-    if let Some(token) = token {
-        std::fs::write(dir.join("token"), format!("{token}\n")).unwrap();
+    let vectors = fixtures::rules_vectors("limits.json").display().to_string();
+    let mut config = TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .set("policies.rules.vectors", vec![vectors])
+        .policy("rocketmq", fixtures::ROCKETMQ)
+        .route(Route::new("payments.>", "rules").config("{ max_attempts = 5 }"))
+        .route(Route::new("orders", "rules").config("{ max_attempts = 3 }"));
+    if token.is_none() {
+        config = config.unset("admin.token_file");
     }
-    Gateway::start(&dir, &text, TOKEN)
+    Gateway::start(&dir, &config.text(), token.unwrap_or(TOKEN))
 }
 
 /// The error's status and code.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::json;
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir};
 
 fn rules_file() -> std::path::PathBuf {
@@ -40,14 +40,14 @@ fn every_metric_the_alert_rules_name_is_served_and_promtool_accepts_them() {
     let dir = scratch_dir("alerts");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
-    let text = format!(
-        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n[gateway]\npoll_ms = 10\n[policies.rules]\npath = \"{}\"\n\
-         [[routes]]\ntopic = \"orders\"\npolicy = \"rules\"\ncore = true\n\
-         consumer = {{ url = \"{}\" }}\n",
-        fixtures::RULES,
-        consumer.url()
-    );
-    let gw = Gateway::start_on(runtime, &dir, &text, "alerts-token");
+    let gw = TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .route(
+            Route::new("orders", "rules")
+                .set("core", true)
+                .set("consumer.url", consumer.url()),
+        )
+        .start_on(runtime, &dir, "alerts-token");
     let _: serde_json::Value = gw
         .admin
         .post(

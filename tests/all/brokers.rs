@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use verdict_gateway::envelope::Envelope;
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::nats::NatsFixture;
 use verdict_tests::rabbitmq::RabbitFixture;
 use verdict_tests::{fixtures, scratch_dir};
@@ -38,7 +38,7 @@ trait Broker: Sized {
     }
 
     /// A one-route gateway config.
-    fn config(&self, consumer_url: &str, rules: &str, concurrency: usize) -> String;
+    fn config(&self, consumer_url: &str, rules: &str, concurrency: usize) -> TestConfig;
 
     /// Publish `m-<i>` for each `i`, with a `tenant: eu` header and `{"order": i}`.
     fn publish(&self, ids: Range<u32>);
@@ -73,7 +73,7 @@ impl Broker for NatsFixture {
         self.subject("orders")
     }
 
-    fn config(&self, consumer_url: &str, rules: &str, concurrency: usize) -> String {
+    fn config(&self, consumer_url: &str, rules: &str, concurrency: usize) -> TestConfig {
         let topic = self.topic();
         broker_config(
             &self.section(),
@@ -125,7 +125,7 @@ impl Broker for RabbitFixture {
         self.queue("orders")
     }
 
-    fn config(&self, consumer_url: &str, rules: &str, concurrency: usize) -> String {
+    fn config(&self, consumer_url: &str, rules: &str, concurrency: usize) -> TestConfig {
         let topic = self.topic();
         broker_config(
             &self.section(),
@@ -199,8 +199,9 @@ fn a_thousand_messages_end_delivered_or_dead_lettered<B: Broker>(name: &str) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let broker = B::new(name);
     let consumer = Consumer::start(&runtime, behaviour);
-    let config = broker.config(&consumer.url(), RULES_CONFIG, 32);
-    let gw = Gateway::start_on(runtime, &dir, &config, "unused");
+    let gw = broker
+        .config(&consumer.url(), RULES_CONFIG, 32)
+        .start_on(runtime, &dir, "unused");
     gw.wait_ready();
     broker.publish(0..1_000);
 
@@ -260,12 +261,9 @@ fn retries_carry_their_history_and_are_never_early<B: Broker>(name: &str) {
             {{ match = ["http.5*"], retry = {{ strategy = "fixed", delay_ms = {DELAY_MS} }} }},
         ] }}"#
     );
-    let gw = Gateway::start_on(
-        runtime,
-        &dir,
-        &broker.config(&consumer.url(), &rules, 32),
-        "unused",
-    );
+    let gw = broker
+        .config(&consumer.url(), &rules, 32)
+        .start_on(runtime, &dir, "unused");
     gw.wait_ready();
     broker.publish(0..20);
     assert!(broker.wait_for(Duration::from_secs(60), || broker.dlq_depth() == 20));
@@ -302,13 +300,15 @@ fn a_retry_budget_holds_retries_without_losing_or_spending<B: Broker>(name: &str
         { match = ["auth.*"], dead_letter = "poison" },
         { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 50 } },
     ] }"#;
-    let config = broker.config(&consumer.url(), rules, 8).replace(
-        "policy = \"rules\"\n",
-        "policy = \"rules\"\nsettings = { guardrails = { retry_budget = \
-         { percent = 0, window_s = 2, min_per_s = 10 } } }\n",
-    );
-    assert!(config.contains("retry_budget"));
-    let gw = Gateway::start_on(runtime, &dir, &config, "unused");
+    let gw = broker
+        .config(&consumer.url(), rules, 8)
+        .map_routes(|r| {
+            r.merge(
+                "settings = { guardrails = { retry_budget = \
+                 { percent = 0, window_s = 2, min_per_s = 10 } } }",
+            )
+        })
+        .start_on(runtime, &dir, "unused");
     gw.wait_ready();
     let watch = super::retry_budget::RetryWatch::start(consumer.clone(), "m-", 20);
     broker.publish(0..20);
@@ -345,17 +345,12 @@ fn two_gateways_on_one_queue_split_the_load_and_lose_nothing<B: Broker>(name: &s
     let broker = B::new(name);
     let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
     let config = broker.config(&consumer.url(), RULES_CONFIG, 4);
-    let a = Gateway::start_on(
+    let a = config.start_on(
         runtime,
         &scratch_dir(&format!("{}-{name}-a", B::SOURCE)),
-        &config,
         "unused",
     );
-    let b = Gateway::start(
-        &scratch_dir(&format!("{}-{name}-b", B::SOURCE)),
-        &config,
-        "unused",
-    );
+    let b = config.start(&scratch_dir(&format!("{}-{name}-b", B::SOURCE)), "unused");
     a.wait_ready();
     b.wait_ready();
     broker.publish(0..600);
@@ -375,10 +370,10 @@ fn on_nats_in_progress_acks_keep_a_slow_delivery_from_being_redelivered() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     // The consumer takes 2.5 s; JetStream would redeliver after 1 s without progress acks.
     let consumer = Consumer::start(&runtime, |_| Behaviour::Slow(2_500));
-    let config = Broker::config(&nats, &consumer.url(), RULES_CONFIG, 8)
-        .replace("ack_wait_ms = 5000", "ack_wait_ms = 1000")
-        .replace("timeout_ms = 2000", "timeout_ms = 5000");
-    let gw = Gateway::start_on(runtime, &dir, &config, "unused");
+    let gw = Broker::config(&nats, &consumer.url(), RULES_CONFIG, 8)
+        .set("nats.ack_wait_ms", 1000)
+        .map_routes(|r| r.set("consumer.timeout_ms", 5000))
+        .start_on(runtime, &dir, "unused");
     gw.wait_ready();
     Broker::publish(&nats, 0..3);
     assert!(nats.wait_for(Duration::from_secs(30), || consumer.snapshot().1.len() == 3));
@@ -401,29 +396,20 @@ pub(crate) fn broker_config(
     consumer_url: &str,
     rules: &str,
     concurrency: usize,
-) -> String {
-    format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-[gateway]
-instance = "gw-{source}"
-consumer_group = "{group}"
-{section}
-[policies.rules]
-path = "{path}"
-[[routes]]
-topic = "{topic}"
-source = "{source}"
-policy = "rules"
-config = {rules}
-consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = {concurrency} }}
-"#,
-        path = fixtures::RULES,
-    )
+) -> TestConfig {
+    TestConfig::new()
+        .unset("admin.token_file")
+        .set("gateway.instance", format!("gw-{source}"))
+        .set("gateway.consumer_group", group)
+        .merge("gateway", section)
+        .policy("rules", fixtures::RULES)
+        .route(
+            Route::new(topic, "rules")
+                .set("source", source)
+                .config(rules)
+                .consumer(consumer_url)
+                .set("consumer.concurrency", concurrency as i64),
+        )
 }
 
 /// How late each retry came in `envelopes` (dead letters exhausted after four attempts of

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir, wait_for};
 
 use super::gateway::RULES_CONFIG;
@@ -30,26 +30,15 @@ fn the_console_shows_routes_causes_and_letters_and_never_runs_what_it_shows() {
     let dir = scratch_dir("console");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
-    let config = format!(
-        r#"
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-token_file = "token"
-[gateway]
-poll_ms = 10
-[policies.rules]
-path = "{rules}"
-[[routes]]
-topic = "orders"
-policy = "rules"
-config = {RULES_CONFIG}
-consumer = {{ url = "{url}", timeout_ms = 2000 }}
-"#,
-        rules = fixtures::RULES,
-        url = consumer.url(),
-    );
-    let gw = Gateway::start_on(runtime, &dir, &config, "console-token");
+    let gw = TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .route(
+            Route::new("orders", "rules")
+                .config(RULES_CONFIG)
+                .set("consumer.url", consumer.url())
+                .set("consumer.timeout_ms", 2000),
+        )
+        .start_on(runtime, &dir, "console-token");
     let hostile_id = "<script>alert('id')</script>";
     let _: Value = gw
         .admin

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use verdict_gateway::admin::identity::{Role, tokens_file_line};
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir, wait_for};
 
 use super::gateway::RULES_CONFIG;
@@ -27,43 +27,29 @@ const IDENTITIES: [(&str, Role); 3] = [
 ];
 
 /// Start a gateway on `config` with [`IDENTITIES`] in its tokens file.
-fn start(runtime: tokio::runtime::Runtime, dir: &std::path::Path, config: &str) -> Gateway {
+fn start(runtime: tokio::runtime::Runtime, dir: &std::path::Path, config: TestConfig) -> Gateway {
     let lines: Vec<String> = IDENTITIES
         .iter()
         .map(|(name, role)| tokens_file_line(name, *role, &format!("token-of-{name}")))
         .collect();
     std::fs::write(dir.join("tokens"), lines.join("\n")).unwrap();
-    Gateway::start_on(runtime, dir, config, TOKEN)
+    config.start_on(runtime, dir, TOKEN)
 }
 
-/// `orders` and `invoices` to one consumer; `console` goes into `[console]`.
-fn config(consumer_url: &str, console: &str) -> String {
+/// `orders` and `invoices` to one consumer; `console` (TOML lines) goes into `[console]`.
+fn config(consumer_url: &str, console: &str) -> TestConfig {
     let route = |topic: &str| {
-        format!(
-            "[[routes]]\ntopic = \"{topic}\"\npolicy = \"rules\"\nconfig = {RULES_CONFIG}\n\
-             consumer = {{ url = \"{consumer_url}\", timeout_ms = 2000 }}\n"
-        )
+        Route::new(topic, "rules")
+            .config(RULES_CONFIG)
+            .set("consumer.url", consumer_url)
+            .set("consumer.timeout_ms", 2000)
     };
-    format!(
-        r#"
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-token_file = "token"
-tokens_file = "tokens"
-[gateway]
-poll_ms = 10
-[console]
-{console}
-[policies.rules]
-path = "{rules}"
-{orders}
-{invoices}
-"#,
-        rules = fixtures::RULES,
-        orders = route("orders"),
-        invoices = route("invoices"),
-    )
+    TestConfig::new()
+        .set("admin.tokens_file", "tokens")
+        .merge("console", console)
+        .policy("rules", fixtures::RULES)
+        .route(route("orders"))
+        .route(route("invoices"))
 }
 
 /// A consumer that refuses everything (422 `schema.unknown-version`) until `fixed`.
@@ -192,7 +178,7 @@ fn a_group_is_replayed_from_the_console_only_by_a_logged_in_operator_from_its_ow
     let dir = scratch_dir("console-actions");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, fixed) = consumer(&runtime);
-    let gw = start(runtime, &dir, &config(&consumer.url(), ""));
+    let gw = start(runtime, &dir, config(&consumer.url(), ""));
     let batch: Vec<Value> = (0..4)
         .map(|i| json!({"id": format!("order-{i}"), "payload": {"n": i}}))
         .collect();
@@ -328,7 +314,7 @@ fn a_repair_from_the_console_is_audited_and_refused_where_edits_are_off() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, fixed) = consumer(&runtime);
     let console = "allow_edit_topics = [\"orders\"]";
-    let gw = start(runtime, &dir, &config(&consumer.url(), console));
+    let gw = start(runtime, &dir, config(&consumer.url(), console));
     let _: Value = gw
         .admin
         .post(
@@ -448,11 +434,7 @@ fn a_session_idle_past_session_idle_s_acts_no_more() {
     let dir = scratch_dir("console-idle");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, _) = consumer(&runtime);
-    let gw = start(
-        runtime,
-        &dir,
-        &config(&consumer.url(), "session_idle_s = 1"),
-    );
+    let gw = start(runtime, &dir, config(&consumer.url(), "session_idle_s = 1"));
     let _: Value = gw
         .admin
         .post(

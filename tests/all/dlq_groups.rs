@@ -10,38 +10,24 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use verdict_cli::client::ClientError;
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir, wait_for};
 
 use super::gateway::RULES_CONFIG;
 
-/// `orders` and `invoices` to one consumer; `extra` goes into `[gateway]`.
-fn config(consumer_url: &str, extra: &str) -> String {
+/// `orders` and `invoices` to one consumer.
+fn config(consumer_url: &str) -> TestConfig {
     let route = |topic: &str| {
-        format!(
-            "[[routes]]\ntopic = \"{topic}\"\npolicy = \"rules\"\nconfig = {RULES_CONFIG}\n\
-             consumer = {{ url = \"{consumer_url}\", timeout_ms = 2000, concurrency = 8 }}\n"
-        )
+        Route::new(topic, "rules")
+            .config(RULES_CONFIG)
+            .consumer(consumer_url)
+            .set("consumer.concurrency", 8)
     };
-    format!(
-        r#"
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-token_file = "token"
-[gateway]
-instance = "gw-groups"
-poll_ms = 10
-{extra}
-[policies.rules]
-path = "{rules}"
-{orders}
-{invoices}
-"#,
-        rules = fixtures::RULES,
-        orders = route("orders"),
-        invoices = route("invoices"),
-    )
+    TestConfig::new()
+        .set("gateway.instance", "gw-groups")
+        .policy("rules", fixtures::RULES)
+        .route(route("orders"))
+        .route(route("invoices"))
 }
 
 /// A consumer that refuses every id (422 `schema.unknown-version`) until it is in `fixed`.
@@ -104,7 +90,7 @@ fn dead_letters_group_by_cause_and_a_group_is_replayed_by_a_job_with_a_cut_off()
     let dir = scratch_dir("dlq-groups");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, fixed) = consumer(&runtime);
-    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), ""), "groups-token");
+    let gw = config(&consumer.url()).start_on(runtime, &dir, "groups-token");
     let orders = ids("order", 0..6);
     publish(&gw, "orders", &orders);
     publish(&gw, "invoices", &ids("invoice", 0..3));
@@ -268,12 +254,9 @@ fn a_letter_that_keeps_coming_back_is_parked_and_left_out_of_bulk_replays() {
     let dir = scratch_dir("dlq-parking");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, _) = consumer(&runtime);
-    let gw = Gateway::start_on(
-        runtime,
-        &dir,
-        &config(&consumer.url(), "park_after_repeats = 2"),
-        "groups-token",
-    );
+    let gw = config(&consumer.url())
+        .set("gateway.park_after_repeats", 2)
+        .start_on(runtime, &dir, "groups-token");
     publish(&gw, "orders", &ids("stuck", 0..2));
     assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 2));
     let bulk = |gw: &Gateway| -> Value {
@@ -334,11 +317,9 @@ fn a_repair_is_refused_unless_allowed_and_is_audited_with_who_changed_what() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let (consumer, fixed) = consumer(&runtime);
     // Repairs allowed on `invoices` only.
-    let text = config(&consumer.url(), "").replace(
-        "[policies.rules]",
-        "[console]\nallow_edit_topics = [\"invoices\"]\n[policies.rules]",
-    );
-    let gw = Gateway::start_on(runtime, &dir, &text, "groups-token");
+    let gw = config(&consumer.url())
+        .set("console.allow_edit_topics", vec!["invoices"])
+        .start_on(runtime, &dir, "groups-token");
     publish(&gw, "orders", &ids("order", 0..1));
     publish(&gw, "invoices", &ids("invoice", 0..1));
     assert!(wait_for(Duration::from_secs(30), || depth(&gw) == 2));

@@ -10,7 +10,7 @@ use verdict_gateway::sources::rabbitmq::RabbitDeadLetters;
 use verdict_gateway::store::DlqFilter;
 use verdict_registry::GatewayConfig;
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Route, TestConfig};
 use verdict_tests::nats::NatsFixture;
 use verdict_tests::rabbitmq::RabbitFixture;
 use verdict_tests::{scratch_dir, wait_for};
@@ -23,7 +23,7 @@ const ONE_ATTEMPT: &str = r#"{ max_attempts = 1, rules = [
     { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 20 } },
 ] }"#;
 
-fn config(section: &str, source: &str, topic: &str, consumer_url: &str) -> String {
+fn config(section: &str, source: &str, topic: &str, consumer_url: &str) -> TestConfig {
     let group = topic.replace('.', "-");
     broker_config(section, source, topic, &group, consumer_url, ONE_ATTEMPT, 8)
 }
@@ -174,18 +174,15 @@ fn the_dlq_tools_work_on_jetstream() {
     consumer.demo.set_down(true);
     let topic = nats.subject("orders");
     // Reading the broker's DLQ through the admin API needs the token.
-    let text = config(&nats.section(), "nats", &topic, &consumer.url()).replace(
-        "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"",
-        "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"\ntoken_file = \"token\"",
-    );
-    let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
+    let test_config = config(&nats.section(), "nats", &topic, &consumer.url());
+    let gw = test_config.start_on(runtime, &dir, "dlq-token");
     assert!(wait_for(Duration::from_secs(20), || {
         gw.anonymous
             .get_text("/readyz")
             .is_ok_and(|t| t == "ready\n")
     }));
     nats.publish("orders", 0..10);
-    let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
+    let config = GatewayConfig::parse(&test_config.text(), "(test config)").unwrap();
     let dlqs = NatsDeadLetters::connect(&config).unwrap();
     assert!(wait_for(Duration::from_secs(30), || depth(&dlqs) == 10));
     // The admin API reads the broker's DLQ too, with the token.
@@ -248,23 +245,16 @@ fn the_dlq_tools_work_on_rabbitmq() {
     consumer.demo.set_down(true);
     let topic = mq.queue("orders");
     let instance = format!("gw-{}", mq.prefix);
-    let text = config(&mq.section(), "rabbitmq", &topic, &consumer.url())
-        .replace(
-            "instance = \"gw-rabbitmq\"",
-            &format!("instance = \"{instance}\""),
-        )
-        .replace(
-            "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"",
-            "token_env = \"VERDICT_TEST_UNSET_TOKEN_VARIABLE\"\ntoken_file = \"token\"",
-        );
-    let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
+    let test_config = config(&mq.section(), "rabbitmq", &topic, &consumer.url())
+        .set("gateway.instance", instance.as_str());
+    let gw = test_config.start_on(runtime, &dir, "dlq-token");
     assert!(wait_for(Duration::from_secs(20), || {
         gw.anonymous
             .get_text("/readyz")
             .is_ok_and(|t| t == "ready\n")
     }));
     mq.publish("orders", 0..10);
-    let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
+    let config = GatewayConfig::parse(&test_config.text(), "(test config)").unwrap();
     let dlqs = RabbitDeadLetters::connect(&config).unwrap();
     assert!(wait_for(Duration::from_secs(30), || depth(&dlqs) == 10));
     // Through the admin API: pages and stats over one kept connection, and a page holds
@@ -329,14 +319,15 @@ fn broker_dlq_reads_create_nothing() {
         &nats.subject("orders"),
         "http://127.0.0.1:9",
     );
-    let text = format!(
-        "{nats_route}{}[[routes]]\ntopic = \"{}\"\nsource = \"rabbitmq\"\npolicy = \"rules\"\n\
-         consumer = {{ url = \"http://127.0.0.1:9\" }}\n",
-        mq.section(),
-        mq.queue("orders")
-    );
-    std::fs::write(dir.join("verdict.toml"), text).unwrap();
-    let config = GatewayConfig::load(&dir.join("verdict.toml")).unwrap();
+    let path = nats_route
+        .merge("", &mq.section())
+        .route(
+            Route::new(&mq.queue("orders"), "rules")
+                .set("source", "rabbitmq")
+                .set("consumer.url", "http://127.0.0.1:9"),
+        )
+        .write_toml(&dir);
+    let config = GatewayConfig::load(&path).unwrap();
     let on_nats = NatsDeadLetters::connect(&config).unwrap();
     let on_rabbit = RabbitDeadLetters::connect(&config).unwrap();
     for dlqs in [&on_nats as &dyn DeadLetters, &on_rabbit] {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use verdict_gateway::store::{DlqFilter, StateCounts};
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir};
 
 /// Retry 5xx and transport failures quickly (fixed 20 ms) up to 8 attempts; format errors
@@ -16,29 +16,21 @@ pub(crate) const RULES_CONFIG: &str = r#"{ max_attempts = 8, rules = [
     { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
 ] }"#;
 
-fn config(consumer_url: &str, extra: &str) -> String {
-    format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-token_file = "token"
-[gateway]
-instance = "gw-test"
-poll_ms = 10
-{extra}
-[policies.rules]
-path = "{rules}"
-[[routes]]
-topic = "orders"
-policy = "rules"
-config = {RULES_CONFIG}
-consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 16 }}
-"#,
-        rules = fixtures::RULES,
-    )
+/// `orders` decided by `rules` with `rules_config`, delivered to `consumer_url`.
+fn config_with(consumer_url: &str, rules_config: &str) -> TestConfig {
+    TestConfig::new()
+        .set("gateway.instance", "gw-test")
+        .policy("rules", fixtures::RULES)
+        .route(
+            Route::new("orders", "rules")
+                .config(rules_config)
+                .consumer(consumer_url),
+        )
+}
+
+/// [`config_with`] [`RULES_CONFIG`].
+fn config(consumer_url: &str) -> TestConfig {
+    config_with(consumer_url, RULES_CONFIG)
 }
 
 /// Message i: 5% permanent, 20% transient (1-3 failures first), the rest fine.
@@ -98,7 +90,7 @@ fn a_thousand_messages_end_delivered_or_dead_lettered_with_their_history() {
     let dir = scratch_dir("gateway-thousand");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, behaviour);
-    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), ""), "unused");
+    let gw = config(&consumer.url()).start_on(runtime, &dir, "unused");
     publish(&gw, 0..1_000);
     let counts = drained(&gw, Duration::from_secs(120));
 
@@ -146,15 +138,10 @@ fn retries_run_out_into_the_dlq_with_every_attempt() {
     let dir = scratch_dir("gateway-exhausted");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::FailsFirst(100));
-    let gw = Gateway::start_on(
-        runtime,
-        &dir,
-        &config(
-            &consumer.url(),
-            "dlq_format = \"msgpack\"\ndlq_naming = \"prefix\"",
-        ),
-        "unused",
-    );
+    let gw = config(&consumer.url())
+        .set("gateway.dlq_format", "msgpack")
+        .set("gateway.dlq_naming", "prefix")
+        .start_on(runtime, &dir, "unused");
     publish(&gw, 0..3);
     let counts = drained(&gw, Duration::from_secs(60));
     assert_eq!(counts.dead, 3, "{counts:?}");
@@ -180,7 +167,7 @@ fn publishing_bad_input_or_to_an_unknown_topic_stores_nothing() {
     let dir = scratch_dir("gateway-publish");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
-    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url(), ""), "pub-token");
+    let gw = config(&consumer.url()).start_on(runtime, &dir, "pub-token");
     // Publishing changes the store: without the token it is refused.
     match gw
         .anonymous
@@ -264,8 +251,7 @@ fn a_consumer_down_for_30_seconds_causes_retries_not_dead_letters() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
     consumer.demo.set_down(true);
-    let text = config(&consumer.url(), "").replace(RULES_CONFIG, OUTAGE_RULES);
-    let gw = Gateway::start_on(runtime, &dir, &text, "unused");
+    let gw = config_with(&consumer.url(), OUTAGE_RULES).start_on(runtime, &dir, "unused");
     publish(&gw, 0..50);
     std::thread::sleep(Duration::from_secs(30));
     let during = gw.store.counts().unwrap();
@@ -286,8 +272,7 @@ fn the_dlq_over_the_admin_api_lists_dry_runs_replays_and_discards() {
     let dir = scratch_dir("gateway-dlq-api");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
-    let text = config(&consumer.url(), "");
-    let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
+    let gw = config(&consumer.url()).start_on(runtime, &dir, "dlq-token");
     publish(&gw, 0..4);
     assert_eq!(drained(&gw, Duration::from_secs(30)).dead, 4);
 
@@ -374,8 +359,7 @@ fn dlq_pages_are_bounded_by_bytes_and_their_cursor_walks_every_letter_once() {
     let dir = scratch_dir("gateway-dlq-bytes");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, |_| Behaviour::Permanent);
-    let text = config(&consumer.url(), "");
-    let gw = Gateway::start_on(runtime, &dir, &text, "dlq-token");
+    let gw = config(&consumer.url()).start_on(runtime, &dir, "dlq-token");
     const LETTERS: u32 = 12;
     let big = "x".repeat(200_000);
     for chunk in (0..LETTERS).collect::<Vec<_>>().chunks(4) {
@@ -503,11 +487,7 @@ fn an_unreachable_consumer_is_retried_as_transport_failures_then_dead_lettered()
         .local_addr()
         .unwrap()
         .port();
-    let gw = Gateway::start(
-        &dir,
-        &config(&format!("http://127.0.0.1:{port}/"), ""),
-        "unused",
-    );
+    let gw = config(&format!("http://127.0.0.1:{port}/")).start(&dir, "unused");
     publish(&gw, 0..2);
     let counts = drained(&gw, Duration::from_secs(60));
     assert_eq!((counts.dead, counts.total()), (2, 2), "{counts:?}");
@@ -517,5 +497,33 @@ fn an_unreachable_consumer_is_retried_as_transport_failures_then_dead_lettered()
     assert!(
         errors.iter().all(|e| e.kind == "transport.refused"),
         "{errors:?}"
+    );
+}
+
+/// A gateway started from a config built in code (`Gateway::start_with`) answers with the
+/// token it was given, and has no file to reload: `POST /v1/reload` says so (409) instead
+/// of reading one from wherever the process runs.
+#[test]
+fn a_gateway_started_without_a_file_takes_its_token_and_refuses_a_reload() {
+    let dir = scratch_dir("gateway-no-file");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, |_| Behaviour::Ok);
+    let gw = config(&consumer.url()).start_on(runtime, &dir, "in-code-token");
+    assert!(!dir.join("verdict.toml").exists(), "no file is written");
+    publish(&gw, 0..1);
+    assert_eq!(drained(&gw, Duration::from_secs(30)).delivered, 1);
+    match gw.admin.post::<Value>("/v1/reload", &json!({})) {
+        Err(verdict_cli::client::ClientError::Api { status, code, .. }) => {
+            assert_eq!((status, code.as_str()), (409, "no_config_file"));
+        }
+        other => panic!("a reload without a file: {other:?}"),
+    }
+    let refused = gw.anonymous.post::<Value>("/v1/reload", &json!({}));
+    assert!(
+        matches!(
+            refused,
+            Err(verdict_cli::client::ClientError::Api { status: 401, .. })
+        ),
+        "{refused:?}"
     );
 }

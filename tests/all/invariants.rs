@@ -1,6 +1,6 @@
 //! The delivery invariants (README, "Guarantees"), each pinned by hostile input through a
-//! real gateway (`Gateway::start`, the code `verdict run` runs), a real HTTP consumer scripted
-//! to misbehave, and the real brokers on loopback:
+//! real gateway (`Gateway::start_with`: what `verdict run` runs, on a config built in
+//! code), a real HTTP consumer scripted to misbehave, and the real brokers on loopback:
 //!
 //! - I1 nothing lost, I2 no duplicate without a fault, I3 no poison loop, I4 routes
 //!   isolated, I5 outside input bounded and clean.
@@ -13,7 +13,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use serde_json::{Value, json};
 use verdict_gateway::store::{DlqFilter, StateCounts};
 use verdict_runtime::FailureSpec;
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, TestConfig};
 use verdict_tests::nats::NatsFixture;
 use verdict_tests::rabbitmq::RabbitFixture;
 use verdict_tests::scripted::{Reply, Scripted};
@@ -25,27 +25,14 @@ const STRICT: &str = r#"{ max_attempts = 3, rules = [
     { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
 ] }"#;
 
-/// A gateway on the embedded store: `gateway` goes into `[gateway]`, `routes` is the route
-/// list (TOML), with the `rules` policy available as `rules`.
-fn embedded(gateway: &str, routes: &str) -> String {
-    format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-token_file = "token"
-[gateway]
-instance = "gw-invariants"
-poll_ms = 10
-{gateway}
-[policies.rules]
-path = "{rules}"
-{routes}
-"#,
-        rules = fixtures::RULES,
-    )
+/// A gateway on the embedded store: `gateway` (TOML lines) goes into `[gateway]`,
+/// `routes` is the route list (TOML), with the `rules` policy available as `rules`.
+fn embedded(gateway: &str, routes: &str) -> TestConfig {
+    TestConfig::new()
+        .set("gateway.instance", "gw-invariants")
+        .merge("gateway", gateway)
+        .policy("rules", fixtures::RULES)
+        .merge("", routes)
 }
 
 fn route(topic: &str, consumer: &str, extra: &str, config: &str) -> String {
@@ -150,7 +137,7 @@ fn a_slow_consumer_gets_each_message_once_on_the_embedded_store() {
             STRICT,
         ),
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     publish(&gw, "orders", &ids("m", 5));
     assert!(
         until(&gw, 30, |c| c.delivered == 5),
@@ -191,12 +178,7 @@ fn a_hanging_route_does_not_hold_another_routes_slots_on_the_embedded_store() {
         "timeout_ms = 2000, concurrency = 4",
         STRICT,
     );
-    let gw = Gateway::start_on(
-        runtime,
-        &dir,
-        &embedded("max_in_flight = 8\nlease_ms = 5000", &routes),
-        "t",
-    );
+    let gw = embedded("max_in_flight = 8\nlease_ms = 5000", &routes).start_on(runtime, &dir, "t");
     publish(&gw, "a", &ids("a", 300));
     assert!(wait_for(Duration::from_secs(10), || slow.received().len() >= 4));
     let started = Instant::now();
@@ -229,7 +211,7 @@ fn a_hanging_queue_does_not_hold_another_queues_slots_on_rabbitmq() {
         ),
         &routes,
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     gw.wait_ready();
     rabbit.publish("orders", 0..100);
     assert!(wait_for(Duration::from_secs(10), || slow.received().len() >= 4));
@@ -262,7 +244,7 @@ fn a_route_in_backoff_does_not_slow_another_route_on_nats() {
         + &broker_route("nats", &nats.subject("b"), &up.url(), 2000, 8, STRICT);
     // `[nats]` keeps its default `max_ack_pending` (no limit per route consumer).
     let config = embedded(&nats_gateway(&nats), &routes);
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     gw.wait_ready();
 
     let b_latency = |from: u32| {
@@ -336,7 +318,7 @@ fn overlapping_nats_routes_deliver_each_message_once() {
     let routes = route(&nats.subject("orders.>"), &wide.url())
         + &route(&nats.subject("orders.vip"), &vip.url());
     let config = embedded(&nats_gateway(&nats), &routes);
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     gw.wait_ready();
     for (topic, prefix) in [("orders.eu", "eu"), ("orders.vip", "vip")] {
         for i in 0..10 {
@@ -412,7 +394,7 @@ fn route_consumers_take_over_from_the_shared_durable_of_an_earlier_version() {
         &nats_gateway(&nats),
         &broker_route("nats", &topic, &consumer_http.url(), 1000, 4, STRICT),
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     gw.wait_ready();
     assert!(wait_for(Duration::from_secs(20), || consumer_http
         .received()
@@ -444,8 +426,8 @@ fn a_kind_with_crlf_is_dead_lettered_once_not_looped_on_nats() {
         &nats_gateway(&nats),
         &broker_route("nats", &topic, &consumer.url(), 1000, 4, STRICT),
     )
-    .replacen("ack_wait_ms = 5000", "ack_wait_ms = 2000", 1);
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    .set("nats.ack_wait_ms", 2000);
+    let gw = config.start_on(runtime, &dir, "t");
     gw.wait_ready();
     nats.publish("orders", 0..1);
     assert!(wait_for(Duration::from_secs(20), || nats
@@ -473,7 +455,7 @@ fn a_kind_with_crlf_is_dead_lettered_once_not_looped_on_nats() {
     );
 }
 
-fn rabbit_config(rabbit: &RabbitFixture, consumer: &str, prefetch: u16) -> String {
+fn rabbit_config(rabbit: &RabbitFixture, consumer: &str, prefetch: u16) -> TestConfig {
     let section = rabbit
         .section()
         .replace("prefetch = 32", &format!("prefetch = {prefetch}"));
@@ -506,12 +488,7 @@ fn forged_history_headers_neither_loop_nor_stall_a_rabbitmq_queue() {
             Reply::ok()
         }
     });
-    let gw = Gateway::start_on(
-        runtime,
-        &dir,
-        &rabbit_config(&rabbit, &consumer.url(), 8),
-        "t",
-    );
+    let gw = rabbit_config(&rabbit, &consumer.url(), 8).start_on(runtime, &dir, "t");
     gw.wait_ready();
     for i in 0..8 {
         let mut headers = FieldTable::default();
@@ -611,12 +588,7 @@ fn a_dlq_that_refuses_letters_releases_the_message_at_a_bounded_rate_on_rabbitmq
     let consumer = Scripted::start(&runtime, |_| {
         Reply::status(422).body(r#"{"error": {"kind": "schema.bad"}}"#)
     });
-    let gw = Gateway::start_on(
-        runtime,
-        &dir,
-        &rabbit_config(&rabbit, &consumer.url(), 8),
-        "t",
-    );
+    let gw = rabbit_config(&rabbit, &consumer.url(), 8).start_on(runtime, &dir, "t");
     gw.wait_ready();
     rabbit.publish("orders", 0..1);
     // Three failed settlements in a row, then the gateway's own dead letter fails too: the
@@ -659,7 +631,7 @@ fn a_redirect_is_a_failure_and_is_never_followed() {
         "",
         &route("orders", &consumer.url(), "timeout_ms = 1000", STRICT),
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     publish(
         &gw,
         "orders",
@@ -693,7 +665,7 @@ fn a_retry_after_http_date_is_honoured() {
         "",
         &route("orders", &consumer.url(), "timeout_ms = 1000", STRICT),
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     publish(&gw, "orders", &ids("m", 1));
     assert!(wait_for(Duration::from_secs(15), || consumer.count("m-0") == 2));
     let seen = consumer.received();
@@ -720,7 +692,7 @@ fn producer_headers_cannot_speak_for_the_gateway() {
         "",
         &route("orders", &consumer.url(), "timeout_ms = 1000", STRICT),
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     publish(
         &gw,
         "orders",
@@ -763,7 +735,7 @@ fn a_huge_error_body_is_capped_and_its_message_bounded() {
         "",
         &route("orders", &consumer.url(), "timeout_ms = 5000", STRICT),
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     publish(&gw, "orders", &ids("m", 1));
     assert!(until(&gw, 20, |c| c.dead == 1), "{:?}", gw.store.counts());
     let dead = dead_letters(&gw);
@@ -780,11 +752,20 @@ fn a_lease_at_the_end_of_time_neither_wraps_nor_loops() {
     let dir = scratch_dir("inv-lease-max");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Scripted::start(&runtime, |_| Reply::ok());
-    let config = embedded(
-        "lease_ms = 18446744073709551615",
+    // `u64::MAX` is past what a TOML value built in code holds (an `i64`): written into the
+    // file's text, as an operator would write it.
+    let text = embedded(
+        "",
         &route("orders", &consumer.url(), "timeout_ms = 1000", STRICT),
+    )
+    .text()
+    .replacen(
+        "[gateway]\n",
+        "[gateway]\nlease_ms = 18446744073709551615\n",
+        1,
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    assert!(text.contains("lease_ms = 18446744073709551615"), "{text}");
+    let gw = Gateway::start_on(runtime, &dir, &text, "t");
     publish(&gw, "orders", &ids("m", 3));
     assert!(
         until(&gw, 10, |c| c.delivered == 3),
@@ -856,7 +837,7 @@ properties = false
         ),
         &routes,
     );
-    let gw = Gateway::start_on(runtime, &dir, &config, "t");
+    let gw = config.start_on(runtime, &dir, "t");
     gw.wait_ready();
     let bytes = [0xff, 0x00, 0xfe, b'a', 0x80];
     let properties = BasicProperties::default().with_message_id(ShortString::from("bin"));

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use verdict_gateway::store::DlqFilter;
 use verdict_runtime::{Decision, Failure};
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{failure, fixtures, host, scratch_dir};
 
 use crate::gateway::RULES_CONFIG;
@@ -167,54 +167,37 @@ fn one_gateway_routes_a_topic_to_each_language_with_the_same_outcome() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Consumer::start(&runtime, behaviour);
     let vectors = fixtures::rules_vectors("limits.json");
-    let mut config = format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-token_file = "token"
-[gateway]
-instance = "gw-languages"
-poll_ms = 10
-[policies.rules]
-path = "{rust}"
-[policies.rules_py]
-path = "{py}"
-vectors = ["{vectors}"]
-[policies.rules_js]
-path = "{js}"
-vectors = ["{vectors}"]
-"#,
-        rust = fixtures::RULES,
-        py = built(fixtures::RULES_PY),
-        js = built(fixtures::RULES_JS),
-        vectors = vectors.display(),
-    );
-    let routes = |py_policy: &str| {
-        let mut routes = String::new();
+    let vectors = vectors.display().to_string();
+    let (py, js) = (built(fixtures::RULES_PY), built(fixtures::RULES_JS));
+    // Three routes, `orders.py` to `py_policy`; the Rust route shadowed by the Python port:
+    // every verdict compared.
+    let config = |py_policy: &str| {
+        let mut config = TestConfig::new()
+            .set("gateway.instance", "gw-languages")
+            .policy("rules", fixtures::RULES)
+            .policy("rules_py", py)
+            .set("policies.rules_py.vectors", vec![vectors.as_str()])
+            .policy("rules_js", js)
+            .set("policies.rules_js.vectors", vec![vectors.as_str()]);
         for (topic, policy) in [
             ("orders.rs", "rules"),
             ("orders.py", py_policy),
             ("orders.js", "rules_js"),
         ] {
-            routes += &format!(
-                "[[routes]]\ntopic = \"{topic}\"\npolicy = \"{policy}\"\nconfig = {RULES_CONFIG}\n\
-                 consumer = {{ url = \"{}\", timeout_ms = 2000, concurrency = 16 }}\n",
-                consumer.url()
-            );
-            // The Rust route is shadowed by the Python port: every verdict compared.
+            let mut route = Route::new(topic, policy)
+                .config(RULES_CONFIG)
+                .consumer(&consumer.url());
             if topic == "orders.rs" {
-                routes +=
-                    &format!("shadow = {{ policy = \"rules_py\", config = {RULES_CONFIG} }}\n");
+                route = route.merge(&format!(
+                    "shadow = {{ policy = \"rules_py\", config = {RULES_CONFIG} }}"
+                ));
             }
+            config = config.route(route);
         }
-        routes
+        config
     };
-    let header = config.clone();
-    config += &routes("rules_py");
-    let gw = Gateway::start_on(runtime, &dir, &config, "unused");
+    // From a file: the test reloads it.
+    let gw = Gateway::start_on(runtime, &dir, &config("rules_py").text(), "unused");
     const N: u32 = 60;
     for lang in ["rs", "py", "js"] {
         let batch: Vec<Value> = (0..N)
@@ -294,7 +277,7 @@ vectors = ["{vectors}"]
         .find(|e| e.topic == "orders.js")
         .map(|e| e.envelope.policy.sha256.clone())
         .unwrap();
-    std::fs::write(dir.join("verdict.toml"), header + &routes("rules_js")).unwrap();
+    config("rules_js").write_toml(&dir);
     let reloaded: Value = gw.admin.post("/v1/reload", &json!({})).expect("reload");
     assert!(reloaded.to_string().contains("generation"), "{reloaded}");
     let later = failure(json!({"message-id": "x-1", "attempt": 1, "error": {"kind": "http.503"}}));

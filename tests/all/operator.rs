@@ -1,38 +1,32 @@
-//! What an operator relies on around the gateway, through a real gateway (`Gateway::start`)
+//! What an operator relies on around the gateway, through a real gateway (`Gateway::start_with`)
 //! and a scripted consumer: message deadlines and the facts the gateway adds for policies.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use verdict_gateway::store::DlqFilter;
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::scripted::{Reply, Scripted};
 use verdict_tests::{fixtures, scratch_dir, wait_for};
 
-fn config(consumer: &str, policy: &str, path: &str, route_config: &str, settings: &str) -> String {
-    format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-token_file = "token"
-[gateway]
-instance = "gw-operator"
-poll_ms = 10
-[admission]
-properties = false
-[policies.{policy}]
-path = "{path}"
-[[routes]]
-topic = "orders"
-policy = "{policy}"
-config = {route_config}
-consumer = {{ url = "{consumer}", timeout_ms = 1000 }}
-{settings}
-"#
-    )
+fn config(
+    consumer: &str,
+    policy: &str,
+    path: &str,
+    route_config: &str,
+    settings: &str,
+) -> TestConfig {
+    TestConfig::new()
+        .set("gateway.instance", "gw-operator")
+        .set("admission.properties", false)
+        .policy(policy, path)
+        .route(
+            Route::new("orders", policy)
+                .config(route_config)
+                .set("consumer.url", consumer)
+                .set("consumer.timeout_ms", 1000)
+                .merge(settings),
+        )
 }
 
 fn dead_letter(gw: &Gateway) -> Value {
@@ -58,18 +52,14 @@ fn a_message_deadline_reaches_the_policy() {
     let dir = scratch_dir("operator-deadline");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Scripted::start(&runtime, |_| Reply::status(503));
-    let gw = Gateway::start_on(
-        runtime,
-        &dir,
-        &config(
-            &consumer.url(),
-            "rules",
-            fixtures::RULES,
-            "{ max_attempts = 5 }",
-            "",
-        ),
-        "t",
-    );
+    let gw = config(
+        &consumer.url(),
+        "rules",
+        fixtures::RULES,
+        "{ max_attempts = 5 }",
+        "",
+    )
+    .start_on(runtime, &dir, "t");
     let _: Value = gw
         .admin
         .post(
@@ -90,18 +80,14 @@ fn policies_see_the_gateways_extension_facts_and_a_ttl_deadline() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = Scripted::start(&runtime, |_| Reply::status(503));
     // One attempt allowed: the echo policy's retry becomes a dead letter, labels and all.
-    let gw = Gateway::start_on(
-        runtime,
-        &dir,
-        &config(
-            &consumer.url(),
-            "hostile",
-            fixtures::HOSTILE,
-            r#"{ mode = "echo" }"#,
-            "settings = { guardrails = { max_attempts = 1 } }",
-        ),
-        "t",
-    );
+    let gw = config(
+        &consumer.url(),
+        "hostile",
+        fixtures::HOSTILE,
+        r#"{ mode = "echo" }"#,
+        "settings = { guardrails = { max_attempts = 1 } }",
+    )
+    .start_on(runtime, &dir, "t");
     let _: Value = gw
         .admin
         .post(
@@ -142,8 +128,9 @@ fn broker_dlq_reads_need_the_token_and_never_show_a_password() {
         fixtures::RULES,
         "{ max_attempts = 5 }",
         "",
-    ) + "\n[nats]\nurl = \"nats://app:s3cret-pass@127.0.0.1:9\"\n";
-    let gw = Gateway::start_on(runtime, &dir, &config, "the-token");
+    )
+    .set("nats.url", "nats://app:s3cret-pass@127.0.0.1:9");
+    let gw = config.start_on(runtime, &dir, "the-token");
     for path in ["/v1/dlq?source=nats", "/v1/dlq/stats?source=nats"] {
         let err = gw.anonymous.get::<Value>(path).unwrap_err().to_string();
         assert!(err.contains("401"), "{path}: {err}");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use verdict_gateway::store::DlqFilter;
 use verdict_tests::consumer::{Behaviour, Consumer};
-use verdict_tests::gateway::Gateway;
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir, wait_for};
 
 /// Retry 5xx every 50 ms, three deliveries in all.
@@ -26,33 +26,19 @@ const MESSAGES: u32 = 20;
 const WINDOW_S: u64 = 2;
 const PER_WINDOW: u64 = 20;
 
-fn config(consumer_url: &str) -> String {
-    format!(
-        r#"
-[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_env = "VERDICT_TEST_UNSET_TOKEN_VARIABLE"
-token_file = "token"
-[gateway]
-poll_ms = 10
-[policies.rules]
-path = "{rules}"
-[[routes]]
-topic = "orders"
-policy = "rules"
-config = {RETRY_FAST}
-settings = {{ guardrails = {{ retry_budget = {{ percent = 0, window_s = {WINDOW_S}, min_per_s = 10 }} }} }}
-consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 8 }}
-[[routes]]
-topic = "other"
-policy = "rules"
-config = {RETRY_FAST}
-consumer = {{ url = "{consumer_url}", timeout_ms = 2000, concurrency = 8 }}
-"#,
-        rules = fixtures::RULES,
-    )
+fn config(consumer_url: &str) -> TestConfig {
+    let route = |topic: &str| {
+        Route::new(topic, "rules")
+            .config(RETRY_FAST)
+            .consumer(consumer_url)
+            .set("consumer.concurrency", 8)
+    };
+    TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .route(route("orders").merge(&format!(
+            "settings = {{ guardrails = {{ retry_budget = {{ percent = 0, window_s = {WINDOW_S}, min_per_s = 10 }} }} }}"
+        )))
+        .route(route("other"))
 }
 
 fn publish(gw: &Gateway, topic: &str, prefix: &str) {
@@ -134,7 +120,7 @@ fn a_route_over_its_retry_budget_holds_retries_and_its_neighbour_does_not_wait()
     let consumer = Arc::new(Consumer::start(&runtime, |_| {
         Behaviour::FailsFirst(u32::MAX)
     }));
-    let gw = Gateway::start_on(runtime, &dir, &config(&consumer.url()), "budget-token");
+    let gw = config(&consumer.url()).start_on(runtime, &dir, "budget-token");
 
     let started = Instant::now();
     let watch = RetryWatch::start(consumer.clone(), "b-", MESSAGES);

@@ -39,7 +39,8 @@ pub struct Gateway {
     pub admin_url: String,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     deliveries: Vec<tokio::task::JoinHandle<()>>,
-    _watcher: ConfigWatcher,
+    /// The config file's watcher (none for a gateway started without a file).
+    _watcher: Option<ConfigWatcher>,
 }
 
 impl Gateway {
@@ -50,7 +51,81 @@ impl Gateway {
         config_path: &Path,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<Gateway, GatewayError> {
-        start(config_path, shutdown).await
+        // Every path in the config, the state directory, uploads and the watcher resolve
+        // against the config file's directory - once, here, whatever the working directory
+        // later is (`-c verdict.toml` has an empty parent; `-c conf/verdict.toml` must not
+        // become `conf/conf/...` when joined again).
+        let config_path =
+            std::path::absolute(config_path).map_err(|source| GatewayError::ConfigPath {
+                path: config_path.to_path_buf(),
+                source,
+            })?;
+        let config = GatewayConfig::load(&config_path)?;
+        let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let token = admin_token(&config.admin, &base)?;
+        launch(config, base, token, Some(config_path), shutdown).await
+    }
+
+    /// Start a gateway on `config`, as [`GatewayConfig::parse`] or [`GatewayConfig::load`]
+    /// made and checked it, without a file: relative paths in it (policies, the state
+    /// directory, TLS files) are taken from `base_dir`, and `admin_token` (if any) is the
+    /// admin API's token - the environment and `[admin] token_file` are not read. Nothing
+    /// is watched: the routes and policies stay as given until `POST /v1/policies`
+    /// changes them (`POST /v1/reload` answers 409). For embedders and tests; an operator's
+    /// gateway runs from a file ([`Gateway::start`]).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use verdict_gateway::Gateway;
+    /// use verdict_registry::GatewayConfig;
+    ///
+    /// let config = GatewayConfig::parse(
+    ///     r#"
+    ///     [admin]
+    ///     listen = "127.0.0.1:0"
+    ///     [policies.rules]
+    ///     path = "rules.component.wasm"
+    ///     [[routes]]
+    ///     topic = "orders"
+    ///     policy = "rules"
+    ///     consumer = { url = "http://127.0.0.1:8081/" }
+    ///     "#,
+    ///     "(inline)",
+    /// )?;
+    /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    /// let gateway = Gateway::start_with(
+    ///     config,
+    ///     std::path::Path::new("/srv/verdict"),
+    ///     Some("an-admin-token".into()),
+    ///     async {
+    ///         let _ = stopped.await;
+    ///     },
+    /// )
+    /// .await?;
+    /// println!("admin API on {}", gateway.admin_url);
+    /// let _ = stop.send(());
+    /// gateway.wait().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn start_with(
+        config: GatewayConfig,
+        base_dir: &Path,
+        admin_token: Option<String>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<Gateway, GatewayError> {
+        let base = std::path::absolute(base_dir).map_err(|source| GatewayError::ConfigPath {
+            path: base_dir.to_path_buf(),
+            source,
+        })?;
+        config.remember_secrets();
+        let token = admin_token
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+        if let Some(token) = &token {
+            verdict_runtime::redact::remember(token);
+        }
+        launch(config, base, token, None, shutdown).await
     }
 
     /// Wait until the server stops (after `shutdown` completes).
@@ -72,23 +147,17 @@ impl Gateway {
     }
 }
 
-async fn start(
-    config_path: &Path,
+/// Start a gateway on `config` (paths relative to `base`), its admin API accepting
+/// `token`; `config_path` is the file it came from, watched and reloaded (none: fixed).
+async fn launch(
+    config: GatewayConfig,
+    base: PathBuf,
+    token: Option<String>,
+    config_path: Option<PathBuf>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Gateway, GatewayError> {
-    // Every path in the config, the state directory, uploads and the watcher resolve
-    // against the config file's directory - once, here, whatever the working directory
-    // later is (`-c verdict.toml` has an empty parent; `-c conf/verdict.toml` must not
-    // become `conf/conf/...` when joined again).
-    let config_path =
-        &std::path::absolute(config_path).map_err(|source| GatewayError::ConfigPath {
-            path: config_path.to_path_buf(),
-            source,
-        })?;
-    let config = GatewayConfig::load(config_path)?;
     sources_built(&config)?;
-    // `load` has refused a non-loopback admin.listen unless allow_remote is set.
-    let base = config_path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    // Loading or parsing has refused a non-loopback admin.listen unless allow_remote is set.
     let state_dir = base.join(&config.storage.dir);
     verdict_runtime::fsutil::private_state_dir(&state_dir).map_err(|source| {
         GatewayError::StateDir {
@@ -97,7 +166,7 @@ async fn start(
         }
     })?;
     let credentials = admin::credentials::Credentials::load(
-        admin_token(&config.admin, &base)?,
+        token,
         config
             .admin
             .tokens_file
@@ -118,7 +187,10 @@ async fn start(
             .map_err(GatewayError::RegistryTask)??
     };
     let registry = Arc::new(registry);
-    let watcher = ConfigWatcher::start(registry.clone(), config_path, DEBOUNCE)?;
+    let watcher = match &config_path {
+        Some(path) => Some(ConfigWatcher::start(registry.clone(), path, DEBOUNCE)?),
+        None => None,
+    };
     let store = {
         let (config, base) = (config.clone(), base.clone());
         // Connecting to a shared database blocks (and its driver must not run on an async
@@ -199,18 +271,18 @@ async fn start(
             SHUTDOWN_GRACE,
         )));
     }
-    let state = AdminState::new(
-        registry.clone(),
-        metrics,
-        Some(PathBuf::from(config_path)),
-        credentials,
-    )
-    .with_gateway(pipeline.clone())
-    .with_dlq_history(sample_dlqs(store.clone(), stopped.clone()))
-    .with_allowed_hosts(admin::host_check::AllowedHosts::new(
-        admin,
-        &config.admin.allowed_hosts,
-    ));
+    let fixed = config_path.is_none().then(|| Arc::new(config.clone()));
+    let mut state = AdminState::new(registry.clone(), metrics, config_path, credentials);
+    if let Some(config) = fixed {
+        state = state.with_fixed_config(config);
+    }
+    let state = state
+        .with_gateway(pipeline.clone())
+        .with_dlq_history(sample_dlqs(store.clone(), stopped.clone()))
+        .with_allowed_hosts(admin::host_check::AllowedHosts::new(
+            admin,
+            &config.admin.allowed_hosts,
+        ));
     let (state, admin_url) = match tls {
         Some(_) => (state.with_tls(), format!("https://{admin}")),
         None => (state, format!("http://{admin}")),

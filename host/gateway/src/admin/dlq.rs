@@ -52,6 +52,7 @@ pub(super) async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
 ) -> Result<T, ApiError> {
     let pipeline = gateway(state)?;
     let config_path = state.config_path.clone();
+    let fixed_config = state.fixed_config.clone();
     let kept = state.broker_connections.clone();
     let handle = tokio::runtime::Handle::current();
     let source = source.unwrap_or_default();
@@ -59,15 +60,18 @@ pub(super) async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
         if source == SourceKind::Embedded {
             return op(pipeline.store().as_ref()).map_err(store_error);
         }
-        let path = config_path.ok_or_else(|| {
-            ApiError::new(
-                StatusCode::CONFLICT,
-                "no_config",
-                "this server has no config file",
-            )
-        })?;
-        let config = verdict_registry::GatewayConfig::load(&path)
-            .map_err(|e| ApiError::new(StatusCode::CONFLICT, "config", e.to_string()))?;
+        let config = match (config_path, fixed_config) {
+            (Some(path), _) => verdict_registry::GatewayConfig::load(&path)
+                .map_err(|e| ApiError::new(StatusCode::CONFLICT, "config", e.to_string()))?,
+            (None, Some(config)) => (*config).clone(),
+            (None, None) => {
+                return Err(ApiError::new(
+                    StatusCode::CONFLICT,
+                    "no_config",
+                    "this server has no config file",
+                ));
+            }
+        };
         // The message is redacted (as every answer's is): loading the config remembered
         // the brokers' passwords.
         let broker = |e: &dyn std::fmt::Display| {

@@ -86,6 +86,9 @@ pub struct AdminState {
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
     config_path: Option<PathBuf>,
+    /// The config of a gateway started without a file (`Gateway::start_with`): what the
+    /// broker DLQ tools read the brokers' settings from.
+    fixed_config: Option<Arc<verdict_registry::GatewayConfig>>,
     credentials: Arc<credentials::Credentials>,
     gateway: Option<Arc<Pipeline>>,
     broker_connections: Arc<broker_connections::BrokerConnections>,
@@ -114,6 +117,7 @@ impl AdminState {
             registry,
             metrics,
             config_path,
+            fixed_config: None,
             credentials: Arc::new(credentials),
             gateway: None,
             broker_connections: Arc::default(),
@@ -124,6 +128,14 @@ impl AdminState {
             auth_failures,
             tls: false,
         }
+    }
+
+    /// The config of a gateway started without a file: the broker DLQ tools read the
+    /// brokers' settings from it (a gateway started from a file reads the file again, so
+    /// they follow its reloads).
+    pub fn with_fixed_config(mut self, config: Arc<verdict_registry::GatewayConfig>) -> Self {
+        self.fixed_config = Some(config);
+        self
     }
 
     /// The listener serves HTTPS: the session cookie is `Secure`, answers carry HSTS.
