@@ -49,6 +49,8 @@
 pub mod admin;
 pub mod dlq;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod gateway;
 pub mod health;
 mod metrics;

@@ -1,6 +1,6 @@
 //! The admin API's request bodies, parsed and checked exactly as the handlers do before
 //! anything reaches the registry or the store: one function per endpoint that takes a
-//! body. Public (hidden) for the fuzz targets (`host/cli/tests/fuzz.rs`); not an API.
+//! body (and what the gateway's fuzz targets feed).
 //!
 //! Every error is a 400 `bad_request` whose message starts with `request body` (or
 //! `failure` for the failure inside a `POST /v1/decide`) and names the field.

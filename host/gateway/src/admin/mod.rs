@@ -56,8 +56,7 @@ use verdict_registry::Registry;
 
 mod auth;
 mod auth_limit;
-#[doc(hidden)]
-pub mod bodies;
+pub(crate) mod bodies;
 mod broker_connections;
 mod console;
 pub mod credentials;

@@ -27,10 +27,8 @@ mod topic_windows;
 pub use crate::clock::now_ms;
 pub use delivery::{Consumer, deliver};
 pub use delivery::{DeliveryError, MAX_ERROR_BODY_BYTES, REJECT_HEADER};
-/// What a consumer's answer becomes, and which producer headers reach the consumer: public
-/// for the fuzz targets (`host/cli/tests/fuzz.rs`), not an API.
-#[doc(hidden)]
-pub use delivery::{classify, forwardable};
+#[cfg(test)]
+pub(crate) use delivery::{classify, forwardable};
 use failure::{Observed, failure_of};
 use metrics::RouteMetrics;
 pub use metrics::{PipelineMetrics, SettleFault};

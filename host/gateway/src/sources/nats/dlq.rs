@@ -368,9 +368,8 @@ impl DeadLetters for NatsDeadLetters {
 /// the message's own, its id (`message_id`) and the replay's `token`. A dead letter is
 /// whatever the DLQ stream holds - anyone who may publish there may have written it - so a
 /// header NATS cannot carry is left out and the id and content type are made one line,
-/// rather than panicking in the client (its `insert` asserts). Public for the fuzz targets.
-#[doc(hidden)]
-pub fn replay_headers(original: &Original, message_id: &str, token: &str) -> HeaderMap {
+/// rather than panicking in the client (its `insert` asserts).
+pub(crate) fn replay_headers(original: &Original, message_id: &str, token: &str) -> HeaderMap {
     use std::str::FromStr;
     let mut headers = HeaderMap::new();
     for (k, v) in &original.headers {

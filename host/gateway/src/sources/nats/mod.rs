@@ -54,9 +54,8 @@ mod setup;
 
 pub use access::{NatsAccessError, NatsProbe, probe};
 pub use dlq::NatsDeadLetters;
-/// What a replay from the DLQ stream sends: public for the fuzz targets, not an API.
-#[doc(hidden)]
-pub use dlq::replay_headers;
+#[cfg(test)]
+pub(crate) use dlq::replay_headers;
 pub use history::History;
 use ownership::Ownership;
 pub use setup::{Broker, PullConsumer, connect};
@@ -713,9 +712,8 @@ fn to_delivery(
 }
 
 /// The delivery a JetStream message stands for, from its parts: what [`to_delivery`] reads
-/// of a message (public for the fuzz targets, `host/cli/tests/fuzz.rs`; not an API).
-#[doc(hidden)]
-pub fn delivery_of(
+/// of a message.
+pub(crate) fn delivery_of(
     subject: &str,
     payload: &[u8],
     headers: Option<&async_nats::HeaderMap>,

@@ -432,12 +432,15 @@ impl DeadLetters for RabbitDeadLetters {
 
 /// The properties a replay of the dead letter whose envelope's `original` is `original`
 /// carries: the message's own headers, its id (`message_id`) and the replay's `token`. A dead
-/// letter is whatever the DLQ queue holds - anyone who may publish there may have written it
-/// - so a header name longer than an AMQP short string (255 bytes) is left out and the id
+/// letter is whatever the DLQ queue holds (anyone who may publish there may have written
+/// it), so a header name longer than an AMQP short string (255 bytes) is left out and the id
 /// and content type are made one line of at most 255 bytes, rather than panicking in the
-/// client. Public for the fuzz targets.
-#[doc(hidden)]
-pub fn replay_properties(original: &Original, message_id: &str, token: &str) -> BasicProperties {
+/// client.
+pub(crate) fn replay_properties(
+    original: &Original,
+    message_id: &str,
+    token: &str,
+) -> BasicProperties {
     let short = |text: &str| ShortString::from(verdict_runtime::text::one_line(text, 255));
     let mut headers = FieldTable::default();
     for (k, v) in &original.headers {

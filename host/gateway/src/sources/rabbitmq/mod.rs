@@ -37,10 +37,9 @@ mod due;
 pub mod headers;
 pub mod topology;
 
-/// What a replay from a DLQ queue sends: public for the fuzz targets, not an API.
-#[doc(hidden)]
 pub use access::{RabbitAccessError, probe};
-pub use dlq::replay_properties;
+#[cfg(test)]
+pub(crate) use dlq::replay_properties;
 pub use dlq::{BROWSE_DEPTH_MAX, RabbitDeadLetters, SCAN_PER_PAGE, entry_of};
 pub use headers::HistoryKey;
 use topology::Topology;
