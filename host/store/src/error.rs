@@ -2,6 +2,10 @@
 
 use std::path::PathBuf;
 
+/// A database driver's error, kept as the source of the [`StoreError`] it caused: the
+/// message quotes it for people, the source keeps it for code (its SQL state, its kind).
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// Why the store failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -23,21 +27,43 @@ pub enum StoreError {
         target: String,
         /// Why, as the database or driver said it.
         message: String,
+        /// The driver's error, when it was one (downcast it to the driver's type to read
+        /// its code).
+        #[source]
+        cause: Option<Cause>,
     },
     /// A statement on the shared database failed (the connection may be gone: the next
     /// call reconnects).
-    #[error("store: {0}")]
-    Database(String),
+    #[error("store: {message}")]
+    Database {
+        /// What the database or driver said.
+        message: String,
+        /// The driver's error, when it was one.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// The database asked for the transaction to be run again (a deadlock victim); the
     /// store does so a few times before passing this on as [`StoreError::Database`].
-    #[error("store: {0}")]
-    Retry(String),
+    #[error("store: {message}")]
+    Retry {
+        /// What the database said.
+        message: String,
+        /// The driver's error.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// The connection broke under a statement (the server ended the session, the network
     /// cut it): the store reconnects and runs the call once more - safe whether or not the
     /// first run committed, since every settlement is fenced by its lease and every
     /// message id is unique - before passing it on.
-    #[error("store: {0}")]
-    Disconnected(String),
+    #[error("store: {message}")]
+    Disconnected {
+        /// What the driver said.
+        message: String,
+        /// The driver's error.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// The store URL names no backend this build has, or is malformed.
     #[error("[gateway] store: {0}")]
     Url(String),
@@ -65,8 +91,38 @@ impl StoreError {
     pub fn is_unreachable(&self) -> bool {
         matches!(
             self,
-            StoreError::Connect { .. } | StoreError::Disconnected(_)
+            StoreError::Connect { .. } | StoreError::Disconnected { .. }
         )
+    }
+
+    /// A statement's failure that no driver error stands behind.
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn database(message: impl Into<String>) -> StoreError {
+        StoreError::Database {
+            message: message.into(),
+            cause: None,
+        }
+    }
+}
+
+/// What a PostgreSQL error says to an operator: the server's message and detail (the
+/// driver's own `Display` says only "db error"), or the driver's error with its causes.
+#[cfg(feature = "postgres")]
+pub(crate) fn postgres_message(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("postgres: {}: {detail}", db.message()),
+            None => format!("postgres: {}", db.message()),
+        },
+        None => {
+            let mut m = format!("postgres: {e}");
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                m.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            m
+        }
     }
 }
 
@@ -75,21 +131,7 @@ impl From<postgres::Error> for StoreError {
     /// The driver's `Display` says only "db error"; the server's message and detail are
     /// what an operator needs.
     fn from(e: postgres::Error) -> Self {
-        let message = match e.as_db_error() {
-            Some(db) => match db.detail() {
-                Some(detail) => format!("postgres: {}: {detail}", db.message()),
-                None => format!("postgres: {}", db.message()),
-            },
-            None => {
-                let mut m = format!("postgres: {e}");
-                let mut source = std::error::Error::source(&e);
-                while let Some(s) = source {
-                    m.push_str(&format!(": {s}"));
-                    source = s.source();
-                }
-                m
-            }
-        };
+        let message = postgres_message(&e);
         // Deadlock victim, serialization failure: the transaction is to be run again.
         let retry = e.code().is_some_and(|c| {
             *c == postgres::error::SqlState::T_R_DEADLOCK_DETECTED
@@ -102,12 +144,13 @@ impl From<postgres::Error> for StoreError {
                 *c == postgres::error::SqlState::ADMIN_SHUTDOWN
                     || *c == postgres::error::SqlState::CRASH_SHUTDOWN
             });
+        let cause = Some(Box::new(e) as Cause);
         if retry {
-            StoreError::Retry(message)
+            StoreError::Retry { message, cause }
         } else if gone {
-            StoreError::Disconnected(message)
+            StoreError::Disconnected { message, cause }
         } else {
-            StoreError::Database(message)
+            StoreError::Database { message, cause }
         }
     }
 }

@@ -76,7 +76,7 @@ pub mod sqlite;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod url_params;
 
-pub use error::StoreError;
+pub use error::{Cause, StoreError};
 pub use records::{
     Claimed, DlqEntry, DlqFilter, DlqStats, INLINE_PAYLOAD_BYTES, NewMessage, PayloadSummary,
     PayloadView, Pruned, Published, Repair, StateCounts,

@@ -96,8 +96,8 @@ impl Dialect for My {
     ) -> Result<T, StoreError> {
         let locked: Option<i64> = conn.query_first("SELECT GET_LOCK('verdict_migrate', 60)")?;
         if locked != Some(1) {
-            return Err(StoreError::Database(
-                "another process held the migration lock for a minute".into(),
+            return Err(StoreError::database(
+                "another process held the migration lock for a minute",
             ));
         }
         let applied = f(&mut MySession { q: &mut *conn });
@@ -114,21 +114,24 @@ impl From<mysql::Error> for StoreError {
     /// The server's "try again" errors - deadlock victim (1213), lock wait timeout (1205) -
     /// are [`StoreError::Retry`]: the store runs the transaction again.
     fn from(e: mysql::Error) -> Self {
-        match &e {
-            mysql::Error::MySqlError(server) if server.code == 1213 || server.code == 1205 => {
-                StoreError::Retry(format!("mysql: {e}"))
-            }
-            // The session ended under the call: killed (1927), the server gone (2006) or
-            // the connection lost (2013), or the socket itself failed.
-            mysql::Error::MySqlError(server) if matches!(server.code, 1927 | 2006 | 2013) => {
-                StoreError::Disconnected(format!("mysql: {e}"))
-            }
-            mysql::Error::IoError(_)
-            | mysql::Error::CodecError(_)
-            | mysql::Error::DriverError(mysql::DriverError::PacketOutOfSync) => {
-                StoreError::Disconnected(format!("mysql: {e}"))
-            }
-            _ => StoreError::Database(format!("mysql: {e}")),
+        let message = format!("mysql: {e}");
+        let retry = matches!(&e, mysql::Error::MySqlError(server) if server.code == 1213 || server.code == 1205);
+        // The session ended under the call: killed (1927), the server gone (2006) or the
+        // connection lost (2013), or the socket itself failed.
+        let gone = matches!(&e, mysql::Error::MySqlError(server) if matches!(server.code, 1927 | 2006 | 2013))
+            || matches!(
+                &e,
+                mysql::Error::IoError(_)
+                    | mysql::Error::CodecError(_)
+                    | mysql::Error::DriverError(mysql::DriverError::PacketOutOfSync)
+            );
+        let cause = Some(Box::new(e) as crate::error::Cause);
+        if retry {
+            StoreError::Retry { message, cause }
+        } else if gone {
+            StoreError::Disconnected { message, cause }
+        } else {
+            StoreError::Database { message, cause }
         }
     }
 }

@@ -89,12 +89,12 @@ fn inline(sql: &str, args: &[Arg<'_>]) -> Result<Option<String>, StoreError> {
                     .join(", ");
             }
             Some(_) => {
-                return Err(StoreError::Database(
-                    "a statement with a list of keys takes integers only".into(),
+                return Err(StoreError::database(
+                    "a statement with a list of keys takes integers only",
                 ));
             }
             None => {
-                return Err(StoreError::Database(format!(
+                return Err(StoreError::database(format!(
                     "a statement has more placeholders than its {} arguments",
                     args.len()
                 )));

@@ -101,6 +101,7 @@ pub(super) fn connect_failed(target: &str, error: mysql::Error) -> StoreError {
     StoreError::Connect {
         target: target.to_string(),
         message: tls.unwrap_or_default() + &error.to_string(),
+        cause: Some(Box::new(error)),
     }
 }
 

@@ -98,7 +98,8 @@ pub(super) fn connect_failed(target: &str, error: postgres::Error) -> StoreError
     });
     StoreError::Connect {
         target: target.to_string(),
-        message: tls.unwrap_or_default() + &StoreError::from(error).to_string(),
+        message: tls.unwrap_or_default() + &crate::error::postgres_message(&error),
+        cause: Some(Box::new(error)),
     }
 }
 

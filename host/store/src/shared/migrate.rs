@@ -41,6 +41,7 @@ impl<D: Dialect> Shared<D> {
                     .max(0) as u32;
                 if current > known {
                     return Err(StoreError::Connect {
+                        cause: None,
                         target: self.target.clone(),
                         message: format!(
                             "the database's schema is version {current}, newer than this \

@@ -127,7 +127,7 @@ impl<D: Dialect> Shared<D> {
         loop {
             let conn = match self.connected(&mut guard) {
                 Ok(conn) => conn,
-                Err(StoreError::Disconnected(_)) if !reconnected => {
+                Err(StoreError::Disconnected { .. }) if !reconnected => {
                     *guard = None;
                     reconnected = true;
                     continue;
@@ -135,15 +135,17 @@ impl<D: Dialect> Shared<D> {
                 Err(e) => return Err(e),
             };
             match f(conn) {
-                Err(StoreError::Retry(_)) if tries < RETRIES => tries += 1,
-                Err(StoreError::Retry(message)) => return Err(StoreError::Database(message)),
-                Err(StoreError::Disconnected(_)) if !reconnected => {
+                Err(StoreError::Retry { .. }) if tries < RETRIES => tries += 1,
+                Err(StoreError::Retry { message, cause }) => {
+                    return Err(StoreError::Database { message, cause });
+                }
+                Err(StoreError::Disconnected { .. }) if !reconnected => {
                     *guard = None;
                     reconnected = true;
                 }
                 // Still gone: the caller decides (a settlement waits for the database
                 // while its lease holds).
-                Err(e @ StoreError::Disconnected(_)) => {
+                Err(e @ StoreError::Disconnected { .. }) => {
                     *guard = None;
                     return Err(e);
                 }

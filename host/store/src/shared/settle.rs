@@ -53,7 +53,7 @@ impl<D: Dialect> Shared<D> {
                     settle_in::<D>(s, batch, now_ms, true).map_err(|e| match e {
                         Abort::Error(e) => e,
                         Abort::Isolate => {
-                            StoreError::Database("a settlement batch failed even one by one".into())
+                            StoreError::database("a settlement batch failed even one by one")
                         }
                     })
                 }),
@@ -127,20 +127,23 @@ fn settle_in<D: Dialect>(
         let plan = plan(settlement, now_ms);
         let result = if isolated {
             s.batch("SAVEPOINT settlement")?;
-            let result = apply::<D>(s, seq, lease, &row, &plan);
-            match &result {
-                Ok(()) => s.batch("RELEASE SAVEPOINT settlement")?,
-                // The transaction itself failed: the whole batch runs again.
-                Err(StoreError::Retry(m)) => return Err(StoreError::Retry(m.clone()).into()),
-                Err(StoreError::Disconnected(m)) => {
-                    return Err(StoreError::Disconnected(m.clone()).into());
+            match apply::<D>(s, seq, lease, &row, &plan) {
+                Ok(()) => {
+                    s.batch("RELEASE SAVEPOINT settlement")?;
+                    Ok(())
                 }
-                Err(_) => s.batch("ROLLBACK TO SAVEPOINT settlement")?,
+                // The transaction itself failed: the whole batch runs again.
+                Err(e @ (StoreError::Retry { .. } | StoreError::Disconnected { .. })) => {
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    s.batch("ROLLBACK TO SAVEPOINT settlement")?;
+                    Err(e)
+                }
             }
-            result
         } else {
             match apply::<D>(s, seq, lease, &row, &plan) {
-                Err(e @ (StoreError::Retry(_) | StoreError::Disconnected(_))) => {
+                Err(e @ (StoreError::Retry { .. } | StoreError::Disconnected { .. })) => {
                     return Err(e.into());
                 }
                 Err(e @ StoreError::Fenced { .. }) => Err(e),

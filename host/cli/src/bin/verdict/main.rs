@@ -38,13 +38,28 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             // A config error may quote a consumer or broker URL: never its credentials.
-            eprintln!(
-                "error: {}",
-                verdict_runtime::redact::redact(&format!("{e:#}"))
-            );
+            eprintln!("error: {}", verdict_runtime::redact::redact(&one_line(&e)));
             ExitCode::FAILURE
         }
     }
+}
+
+/// `e` and its causes on one line, each said once: a cause whose text an earlier message
+/// already quotes (a store error quotes its driver's, and keeps the driver's error as its
+/// source) is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -332,5 +347,27 @@ fn emit(text: &str) -> anyhow::Result<()> {
     match std::io::stdout().lock().write_all(text.as_bytes()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("store: postgres: connection refused")]
+    struct Quoting(#[source] std::io::Error);
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        let driver =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let e = anyhow::Error::new(Quoting(driver)).context("opening the store");
+        assert_eq!(
+            one_line(&e),
+            "opening the store: store: postgres: connection refused"
+        );
+        let plain = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(one_line(&plain), "outer: inner");
     }
 }

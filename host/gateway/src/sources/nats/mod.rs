@@ -58,7 +58,7 @@ pub use dlq::NatsDeadLetters;
 pub(crate) use dlq::replay_headers;
 pub use history::History;
 use ownership::Ownership;
-pub use setup::{Broker, PullConsumer, connect};
+pub(crate) use setup::{Broker, PullConsumer, connect};
 pub use setup::{route_durable, widest as widest_subjects};
 
 /// The source's name in metrics and `/readyz`.

@@ -23,7 +23,7 @@ pub type PullConsumer = consumer::Consumer<consumer::pull::Config>;
 
 /// A connection with everything the source writes to.
 #[derive(Clone)]
-pub struct Broker {
+pub(crate) struct Broker {
     inner: Arc<Inner>,
 }
 

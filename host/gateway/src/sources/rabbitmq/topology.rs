@@ -49,7 +49,7 @@ pub fn delay_names(delay_prefix: &str) -> Vec<String> {
 
 /// A channel in confirm mode, and what has been declared on it.
 #[derive(Clone)]
-pub struct Topology {
+pub(crate) struct Topology {
     channel: Channel,
     /// Names the buckets and says their kind.
     config: Arc<RabbitmqConfig>,
