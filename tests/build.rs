@@ -33,7 +33,7 @@ fn main() {
         .to_path_buf();
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     for dir in [
-        "README.md",
+        "docs/src/embedding.md",
         "policies",
         "guest-sdk/src",
         "guest-sdk/python/verdict_sdk",
@@ -90,24 +90,24 @@ fn main() {
     write_readme_embedding_example(&root, &out, &rules);
 }
 
-/// The README's "Embed the decision engine" example as a function `readme_embed()` that
+/// The book's "Embed the decision engine" example (`docs/src/embedding.md`) as a function `readme_embed()` that
 /// returns its `decision`, with the component path pointed at the `rules` fixture: the test
-/// suite compiles and runs the README's code as a reader would copy it.
+/// suite compiles and runs the book's code as a reader would copy it.
 fn write_readme_embedding_example(root: &Path, out: &Path, component: &str) {
     const COMPONENT: &str = "\"target/wasm32-unknown-unknown/release/rules.component.wasm\"";
-    let readme = std::fs::read_to_string(root.join("README.md")).expect("reading README.md");
-    let block = readme
-        .split("## Embed the decision engine")
+    let chapter = std::fs::read_to_string(root.join("docs/src/embedding.md"))
+        .expect("reading docs/src/embedding.md");
+    let block = chapter
+        .split("```rust\n")
         .nth(1)
-        .and_then(|section| section.split("```rust\n").nth(1))
         .and_then(|rest| rest.split("\n```").next())
-        .expect("README.md: the `Embed the decision engine` section has a ```rust block");
+        .expect("docs/src/embedding.md: the chapter has a ```rust block");
     assert!(
         block.contains(COMPONENT) && block.contains("let decision ="),
-        "README.md: the embedding example must load {COMPONENT} and bind `decision`"
+        "docs/src/embedding.md: the embedding example must load {COMPONENT} and bind `decision`"
     );
     let code = format!(
-        "/// The README's embedding example, verbatim but for the component's path.\n\
+        "/// The book's embedding example, verbatim but for the component's path.\n\
          fn readme_embed() -> Result<verdict_runtime::Decision, Box<dyn std::error::Error>> {{\n\
          {}\nOk(decision)\n}}\n",
         block.replace(COMPONENT, &format!("{component:?}"))

@@ -193,7 +193,7 @@ fn invalid_vector_files_name_file_case_and_field() {
 
 #[test]
 fn a_new_policy_author_writes_a_vector_file_and_runs_it() {
-    // What the README's "Test your policy" section shows, end to end.
+    // What the book's "Test your policy against vectors" section shows, end to end.
     let path = scratch(
         "author.json",
         r#"{"suite": "my first vectors", "config": {"max_attempts": 2},

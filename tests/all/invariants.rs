@@ -1,4 +1,4 @@
-//! The delivery invariants (README, "Guarantees"), each pinned by hostile input through a
+//! The delivery invariants (the book's "Guarantees"), each pinned by hostile input through a
 //! real gateway (`Gateway::start_with`: what `verdict run` runs, on a config built in
 //! code), a real HTTP consumer scripted to misbehave, and the real brokers on loopback:
 //!

@@ -1,4 +1,4 @@
-//! The README's embedding example, compiled from the README itself by `build.rs` and run
+//! The book's embedding example (`docs/src/embedding.md`), compiled from the page itself by `build.rs` and run
 //! against the `rules` policy: the code a reader copies is the code that is tested.
 
 use verdict_runtime::Action;
@@ -7,7 +7,7 @@ include!(concat!(env!("OUT_DIR"), "/readme_embed.rs"));
 
 #[test]
 fn the_readmes_embedding_example_runs_and_decides() {
-    let decision = readme_embed().expect("the README's example runs");
+    let decision = readme_embed().expect("the book's example runs");
     // A second `db.timeout` on a topic configured for five attempts is retried.
     assert!(
         matches!(decision.verdict.action, Action::Retry { .. }),

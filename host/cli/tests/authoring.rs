@@ -44,18 +44,13 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("{program} runs: {e}"))
 }
 
-/// The `lang` code blocks of the README's "Write a policy" section.
+/// The `lang` code blocks of the book's "Write a policy in Rust" chapter.
 fn readme_blocks(lang: &str) -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .unwrap();
-    let section = readme
-        .split("## Write a policy")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("the README has a `Write a policy` section")
-        .to_string();
-    section
+    let chapter = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/src/policies/rust.md"),
+    )
+    .expect("reading docs/src/policies/rust.md");
+    chapter
         .split(&format!("```{lang}\n"))
         .skip(1)
         .filter_map(|block| block.split("```").next())

@@ -1,6 +1,7 @@
-//! The README's code, run as a reader would run it: the quickstart script, the one-question
-//! `decide`, the failure JSON, and the gateway configs through the admission gate. Each test
-//! works in a scratch copy of the layout the README assumes (`policies/`, `examples/`,
+//! The code of the README and of the book (`docs/src`), run as a reader would run it: the
+//! quickstart script and `verdict demo`, the one-question `decide`, the failure JSON, the
+//! simulator's examples, and the gateway configs through the admission gate. Each test
+//! works in a scratch copy of the layout the pages assume (`policies/`, `examples/`,
 //! `target/wasm32-unknown-unknown/release/rules.component.wasm`).
 
 mod common;
@@ -10,20 +11,52 @@ use std::process::{Command, Output};
 
 use common::{checkout, rules, text};
 
+/// The README and every chapter of the book (`docs/src`), one after the other: a section
+/// is found by its heading wherever it is.
 fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-        .expect("reading README.md")
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut text = std::fs::read_to_string(root.join("README.md")).expect("reading README.md");
+    let mut chapters = Vec::new();
+    for dir in ["docs/src", "docs/src/policies"] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("the book's chapters") {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                chapters.push(path);
+            }
+        }
+    }
+    chapters.sort();
+    for path in chapters {
+        text.push('\n');
+        text += &std::fs::read_to_string(&path).unwrap();
+    }
+    text
 }
 
-/// The `lang` code blocks of the README section whose heading starts with `heading`.
+/// The `lang` code blocks of the section whose heading (`## Quickstart`, `# Routing topics
+/// to policies`) starts with `heading`: up to the next heading of its level or above,
+/// outside code blocks (a shell comment is not a heading).
 fn blocks(heading: &str, lang: &str) -> Vec<String> {
     let readme = readme();
-    let section = readme
-        .split(&format!("\n{heading}"))
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .unwrap_or_else(|| panic!("the README has a `{heading}` section"))
-        .to_string();
+    let level = heading.chars().take_while(|c| *c == '#').count();
+    let mut lines = readme.lines().skip_while(|l| !l.starts_with(heading));
+    assert!(
+        lines.next().is_some(),
+        "the README or the book has a `{heading}` section"
+    );
+    let mut section = Vec::new();
+    let mut fenced = false;
+    for line in lines {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        let depth = line.chars().take_while(|c| *c == '#').count();
+        if !fenced && depth > 0 && depth <= level && line[depth..].starts_with(' ') {
+            break;
+        }
+        section.push(line);
+    }
+    let section = section.join("\n") + "\n";
     let blocks: Vec<String> = section
         .split(&format!("```{lang}\n"))
         .skip(1)
@@ -34,7 +67,7 @@ fn blocks(heading: &str, lang: &str) -> Vec<String> {
     blocks
 }
 
-/// Run a README shell block in `dir`, with `cargo run -q --bin X --` standing for the
+/// Run a README or book shell block in `dir`, with `cargo run -q --bin X --` standing for the
 /// binaries this test run built; background jobs are stopped when the script ends.
 fn sh(dir: &Path, block: &str) -> Output {
     let script = block
@@ -124,16 +157,16 @@ fn the_quickstart_runs_as_written() {
         ["orders", "poison", "schema.unknown-version"],
         "{group}"
     );
-    // The envelope the README documents has the keys the gateway wrote.
+    // The envelope the book documents has the keys the gateway wrote.
     let config = dir.join("examples/quickstart.toml");
     let shown = common::verdict(&["dlq", "show", "1", "-c", config.to_str().unwrap()], None);
     let shown = text(&shown.stdout);
     let envelope: serde_json::Value = serde_json::from_str(&shown).expect("dlq show prints JSON");
     let documented: serde_json::Value = serde_json::from_str(
-        blocks("## The gateway", "json")
+        blocks("# The gateway", "json")
             .iter()
             .find(|b| b.contains("\"original\""))
-            .expect("the README documents the envelope"),
+            .expect("the book documents the envelope"),
     )
     .unwrap();
     let keys = |v: &serde_json::Value| {
@@ -165,7 +198,7 @@ fn asking_a_policy_one_question_prints_the_exhausted_verdict() {
 
 #[test]
 fn the_documented_failure_json_is_accepted_by_decide() {
-    let failure = &blocks("## The `verdict` command", "json")[0];
+    let failure = &blocks("# The `verdict` command", "json")[0];
     let out = common::verdict(
         &["decide", "--policy", rules(), "--failure", "-"],
         Some(failure),
@@ -184,7 +217,7 @@ fn the_documented_failure_json_is_accepted_by_decide() {
 #[test]
 fn the_documented_gateway_configs_pass_the_admission_gate() {
     let dir = checkout("configs");
-    let routing = &blocks("## Routing topics to policies", "toml")[0];
+    let routing = &blocks("# Routing topics to policies", "toml")[0];
     std::fs::write(dir.join("routing.toml"), routing).unwrap();
     let out = common::verdict(
         &["check", "-c", dir.join("routing.toml").to_str().unwrap()],
@@ -195,7 +228,7 @@ fn the_documented_gateway_configs_pass_the_admission_gate() {
     assert!(stdout.contains("payments.>"), "{stdout}");
 
     // The broker section shows the routes and servers; the policy is the one above.
-    let brokers = &blocks("### On a broker", "toml")[0];
+    let brokers = &blocks("## On a broker", "toml")[0];
     let policy = routing.split("\n[[routes]]").next().unwrap();
     std::fs::write(dir.join("brokers.toml"), format!("{policy}\n{brokers}")).unwrap();
     let out = common::verdict(
@@ -211,12 +244,12 @@ fn the_documented_gateway_configs_pass_the_admission_gate() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The README's TLS settings, with the files they name made by a throwaway CA, pass
+/// The book's TLS settings, with the files they name made by a throwaway CA, pass
 /// `verdict check`: the HTTPS consumer block and the NATS and PostgreSQL block.
 #[test]
 fn the_documented_tls_settings_pass_check_with_their_files_in_place() {
     let dir = checkout("tls-configs");
-    let routing = &blocks("## Routing topics to policies", "toml")[0];
+    let routing = &blocks("# Routing topics to policies", "toml")[0];
     let policy = routing.split("\n[[routes]]").next().unwrap();
     let pki = verdict_tls::test_pki::Pki::new("readme-tls");
     let me = pki.client("gateway");
@@ -243,13 +276,13 @@ fn the_documented_tls_settings_pass_check_with_their_files_in_place() {
         );
         stdout
     };
-    let https = blocks("## The gateway", "toml")
+    let https = blocks("# The gateway", "toml")
         .into_iter()
         .find(|b| b.contains("consumer_tls"))
         .expect("the HTTPS consumer example");
     let stdout = check("https.toml", format!("{policy}\n{https}"));
     assert!(stdout.contains("payments.>"), "{stdout}");
-    let tls = &blocks("## TLS and credentials", "toml")[0];
+    let tls = &blocks("# TLS and credentials", "toml")[0];
     let route = "[[routes]]\ntopic = \"orders.>\"\npolicy = \"rules\"\nsource = \"nats\"\n\
                  consumer = { url = \"http://127.0.0.1:1/\", timeout_ms = 2000 }\n\
                  [[routes]]\ntopic = \"invoices\"\npolicy = \"rules\"\nsource = \"rabbitmq\"\n\
@@ -260,7 +293,7 @@ fn the_documented_tls_settings_pass_check_with_their_files_in_place() {
         "{stdout}"
     );
     // The certificate login, in place of the password one.
-    let external = &blocks("## TLS and credentials", "toml")[1];
+    let external = &blocks("# TLS and credentials", "toml")[1];
     assert!(external.contains("auth_mechanism=external"), "{external}");
     let rabbit_route = route.split("[[routes]]").nth(2).unwrap();
     check(
@@ -286,7 +319,7 @@ fn simulate_checkout(name: &str) -> std::path::PathBuf {
 #[test]
 fn the_simulate_example_prints_the_figures_the_readme_quotes() {
     let dir = simulate_checkout("simulate");
-    let block = &blocks("### Simulate it against an outage", "sh")[0];
+    let block = &blocks("## Simulate it against an outage", "sh")[0];
     let out = sh(&dir, block);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
@@ -311,7 +344,7 @@ fn the_simulate_example_prints_the_figures_the_readme_quotes() {
 #[test]
 fn the_retry_budget_comparison_prints_the_figures_the_readme_quotes() {
     let dir = simulate_checkout("simulate-budget");
-    let block = &blocks("### Simulate it against an outage", "sh")[1];
+    let block = &blocks("## Simulate it against an outage", "sh")[1];
     assert!(block.contains("--compare-settings"), "{block}");
     let out = sh(&dir, block);
     let stdout = text(&out.stdout);
@@ -333,4 +366,89 @@ fn the_retry_budget_comparison_prints_the_figures_the_readme_quotes() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The book holds together: every chapter in `docs/src` is listed in `SUMMARY.md` and every
+/// entry there exists; every relative link of the README and the book - to a chapter, an
+/// image or a file of the repository, and to a heading of a chapter - resolves.
+#[test]
+fn every_chapter_is_in_the_summary_and_every_link_resolves() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let src = root.join("docs/src");
+    let summary = std::fs::read_to_string(src.join("SUMMARY.md")).expect("docs/src/SUMMARY.md");
+    let listed: std::collections::BTreeSet<String> = summary
+        .split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .map(str::to_string)
+        .collect();
+    let mut pages = vec![root.join("README.md")];
+    for dir in [src.clone(), src.join("policies")] {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                let name = path.strip_prefix(&src).unwrap().display().to_string();
+                if name != "SUMMARY.md" {
+                    assert!(listed.contains(&name), "{name} is not in SUMMARY.md");
+                }
+                pages.push(path);
+            }
+        }
+    }
+    for entry in &listed {
+        assert!(src.join(entry).is_file(), "SUMMARY.md lists {entry}, which is not there");
+    }
+    // A heading's anchor as mdBook and GitHub make it.
+    let anchor = |heading: &str| -> String {
+        heading
+            .trim_start_matches('#')
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    };
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut fenced = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                fenced = !fenced;
+            }
+            if fenced {
+                continue;
+            }
+            for link in line.split("](").skip(1).filter_map(|r| r.split(')').next()) {
+                if link.starts_with("http") || link.starts_with("mailto:") {
+                    continue;
+                }
+                let (file, fragment) = link.split_once('#').unwrap_or((link, ""));
+                let target = if file.is_empty() {
+                    page.clone()
+                } else {
+                    page.parent().unwrap().join(file)
+                };
+                assert!(
+                    target.exists(),
+                    "{}: the link `{link}` leads nowhere",
+                    page.display()
+                );
+                if !fragment.is_empty() && target.extension().is_some_and(|e| e == "md") {
+                    let headings: Vec<String> = std::fs::read_to_string(&target)
+                        .unwrap()
+                        .lines()
+                        .filter(|l| l.starts_with('#'))
+                        .map(anchor)
+                        .collect();
+                    assert!(
+                        headings.iter().any(|h| h == fragment),
+                        "{}: `{link}`: no heading `#{fragment}` in {}",
+                        page.display(),
+                        target.display()
+                    );
+                }
+            }
+        }
+    }
 }
