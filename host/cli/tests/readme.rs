@@ -396,7 +396,10 @@ fn every_chapter_is_in_the_summary_and_every_link_resolves() {
         }
     }
     for entry in &listed {
-        assert!(src.join(entry).is_file(), "SUMMARY.md lists {entry}, which is not there");
+        assert!(
+            src.join(entry).is_file(),
+            "SUMMARY.md lists {entry}, which is not there"
+        );
     }
     // A heading's anchor as mdBook and GitHub make it.
     let anchor = |heading: &str| -> String {
