@@ -174,7 +174,8 @@ fn the_dlq_tools_work_on_jetstream() {
     consumer.demo.set_down(true);
     let topic = nats.subject("orders");
     // Reading the broker's DLQ through the admin API needs the token.
-    let test_config = config(&nats.section(), "nats", &topic, &consumer.url());
+    let test_config =
+        config(&nats.section(), "nats", &topic, &consumer.url()).set("admin.token_file", "token");
     let gw = test_config.start_on(runtime, &dir, "dlq-token");
     assert!(wait_for(Duration::from_secs(20), || {
         gw.anonymous
@@ -246,7 +247,8 @@ fn the_dlq_tools_work_on_rabbitmq() {
     let topic = mq.queue("orders");
     let instance = format!("gw-{}", mq.prefix);
     let test_config = config(&mq.section(), "rabbitmq", &topic, &consumer.url())
-        .set("gateway.instance", instance.as_str());
+        .set("gateway.instance", instance.as_str())
+        .set("admin.token_file", "token");
     let gw = test_config.start_on(runtime, &dir, "dlq-token");
     assert!(wait_for(Duration::from_secs(20), || {
         gw.anonymous

@@ -221,7 +221,8 @@ impl TestConfig {
         toml::to_string(&self.table).expect("a test config serialises")
     }
 
-    /// Write it to `dir/verdict.toml`; its path.
+    /// Write it to `dir/verdict.toml`; its path. The token file the defaults name
+    /// (`token_file = "token"`) is the caller's to write ([`Gateway::start`] writes it).
     pub fn write_toml(&self, dir: &Path) -> PathBuf {
         let path = dir.join("verdict.toml");
         std::fs::write(&path, self.text()).unwrap();
@@ -229,21 +230,30 @@ impl TestConfig {
     }
 
     /// Start a gateway on it in `dir` (its state directory and relative paths), with
-    /// `token` as the admin token; no file is written or watched.
+    /// `token` as the admin token - none when the config names no `[admin] token_file`, as a
+    /// gateway from such a file would have none (the `admin` client still sends `token`);
+    /// no file is written or watched.
     pub fn start(&self, dir: &Path, token: &str) -> Gateway {
         self.start_on(tokio::runtime::Runtime::new().unwrap(), dir, token)
     }
 
     /// The same on a given runtime (one that already runs a test consumer, say).
     pub fn start_on(&self, runtime: tokio::runtime::Runtime, dir: &Path, token: &str) -> Gateway {
-        let config = verdict_registry::GatewayConfig::parse(&self.text(), "(test config)")
+        // Named as the file it would be, so that what parsing resolves is taken from `dir`.
+        let file = dir.join("verdict.toml").display().to_string();
+        let config = verdict_registry::GatewayConfig::parse(&self.text(), &file)
             .unwrap_or_else(|e| panic!("the test config is refused: {e}\n{}", self.text()));
+        let has_token = self
+            .table
+            .get("admin")
+            .and_then(|admin| admin.get("token_file"))
+            .is_some();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = runtime
             .block_on(verdict_gateway::Gateway::start_with(
                 config,
                 dir,
-                Some(token.to_string()),
+                has_token.then(|| token.to_string()),
                 async {
                     let _ = stopped.await;
                 },

@@ -841,3 +841,29 @@ config = {{ max_attempts = 3, rules = [
     std::fs::write(&path, config).unwrap();
     path
 }
+
+/// A database the server refuses (here: one that does not exist) is said once, in the
+/// server's words, on one line - not again as the driver's "db error" and the server's raw
+/// `FATAL:` lines behind it - and the password in the URL never.
+#[test]
+fn a_refused_database_is_said_once_on_one_line() {
+    let dir = scratch("shared-store-refused");
+    let url = "postgres://postgres:s3cret@127.0.0.1:5432/verdict_no_such_database";
+    let config = gateway_config(&dir, 1, url, "http://127.0.0.1:9");
+    let out = verdict(&["store", "migrate", "-c", config.to_str().unwrap()], None);
+    assert!(!out.status.success());
+    let said = text(&out.stderr);
+    let error: Vec<&str> = said.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(error.len(), 1, "{said}");
+    assert!(error[0].contains("verdict_no_such_database"), "{said}");
+    assert_eq!(
+        error[0].matches("does not exist").count(),
+        1,
+        "said once: {said}"
+    );
+    assert!(
+        !said.contains("db error") && !said.contains("FATAL"),
+        "{said}"
+    );
+    assert!(!said.contains("s3cret"), "{said}");
+}

@@ -67,9 +67,12 @@ impl Gateway {
     }
 
     /// Start a gateway on `config`, as [`GatewayConfig::parse`] or [`GatewayConfig::load`]
-    /// made and checked it, without a file: relative paths in it (policies, the state
-    /// directory, TLS files) are taken from `base_dir`, and `admin_token` (if any) is the
-    /// admin API's token - the environment and `[admin] token_file` are not read. Nothing
+    /// made and checked it, without a file: the policies, the state directory, the tokens
+    /// file and the admin listener's certificate are taken relative to `base_dir`, and
+    /// `admin_token` (if any) is the admin API's token - the environment and `[admin]
+    /// token_file` are not read. (The consumers' and brokers' TLS and credential files are
+    /// resolved, and read, when the config is parsed, relative to the file name `parse` was
+    /// given: pass one in `base_dir`, as below, for all of them to be taken from there.) Nothing
     /// is watched: the routes and policies stay as given until `POST /v1/policies`
     /// changes them (`POST /v1/reload` answers 409). For embedders and tests; an operator's
     /// gateway runs from a file ([`Gateway::start`]).
@@ -90,7 +93,7 @@ impl Gateway {
     ///     policy = "rules"
     ///     consumer = { url = "http://127.0.0.1:8081/" }
     ///     "#,
-    ///     "(inline)",
+    ///     "/srv/verdict/verdict.toml",
     /// )?;
     /// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     /// let gateway = Gateway::start_with(

@@ -8,6 +8,7 @@
 //! The routing is the quickstart's own file (`examples/quickstart.toml`), with the paths,
 //! addresses and token of this run put in.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use verdict_gateway::Gateway;
-use verdict_gateway::dlq::DlqGroup;
+use verdict_gateway::dlq::Fingerprint;
+use verdict_gateway::store::{DlqFilter, Store};
 
 use crate::client::AdminClient;
 use crate::demo::{DemoConsumer, by_percent};
@@ -79,20 +81,32 @@ pub struct DemoSummary {
 }
 
 /// Run the demo, saying what happens through `say`, one line at a time.
+///
+/// Ctrl-C (or SIGTERM) at any point stops it cleanly: the gateway lets its deliveries
+/// finish, what settled so far is summarised, the directory is removed. A second Ctrl-C
+/// stops it at once.
 pub fn demo(options: &DemoOptions, say: &mut dyn FnMut(&str)) -> Result<DemoSummary> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    let stopping = Arc::new(AtomicBool::new(false));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let made: Arc<std::sync::Mutex<Option<PathBuf>>> = Arc::default();
+    runtime.spawn(signals(stop.clone(), stopping.clone(), made.clone()));
     say(&format!(
         "building the policy {} (the first build takes a minute)",
         options.policy.display()
     ));
     let component = std::path::absolute(super::bench_policy(&options.policy)?)?;
+    if stopping.load(Ordering::SeqCst) {
+        bail!("stopped before the gateway started");
+    }
     let dir = DemoDir::new()?;
+    *made
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(dir.path().into());
     let token = verdict_gateway::admin::identity::new_token().context("making an admin token")?;
     std::fs::write(dir.path().join("admin.token"), &token)?;
 
-    let runtime = tokio::runtime::Runtime::new()?;
     let consumer = DemoConsumer::new(by_percent(options.transient_pct, options.permanent_pct));
-    let stopping = Arc::new(AtomicBool::new(false));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
     let consumer_at =
         runtime.block_on(serve_consumer(&consumer, options.consumer, stopped.clone()))?;
     say(&format!(
@@ -106,13 +120,9 @@ pub fn demo(options: &DemoOptions, say: &mut dyn FnMut(&str)) -> Result<DemoSumm
         config_text(&component, consumer_at, options.admin)?,
     )?;
     let shutdown = {
-        let (stopping, mut stopped) = (stopping.clone(), stopped);
+        let mut stopped = stopped;
         async move {
-            tokio::select! {
-                () = super::shutdown_signal() => {}
-                _ = stopped.wait_for(|stop| *stop) => {}
-            }
-            stopping.store(true, Ordering::SeqCst);
+            let _ = stopped.wait_for(|stop| *stop).await;
         }
     };
     let gateway = runtime
@@ -152,6 +162,29 @@ pub fn demo(options: &DemoOptions, say: &mut dyn FnMut(&str)) -> Result<DemoSumm
     let _ = stop.send(true);
     say("stopped");
     Ok(summary)
+}
+
+/// The first Ctrl-C or SIGTERM stops the demo (`stop`, and `stopping` for the loops that
+/// poll); a second one stops the process at once, removing the directory `made` names.
+async fn signals(
+    stop: tokio::sync::watch::Sender<bool>,
+    stopping: Arc<AtomicBool>,
+    made: Arc<std::sync::Mutex<Option<PathBuf>>>,
+) {
+    super::shutdown_signal().await;
+    stopping.store(true, Ordering::SeqCst);
+    let _ = stop.send(true);
+    if tokio::signal::ctrl_c().await.is_ok() {
+        if let Some(dir) = made
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        eprintln!("verdict demo: stopped at once");
+        std::process::exit(130);
+    }
 }
 
 /// Serve `consumer` on `at` until `stopped` says so; the address it listens on.
@@ -233,9 +266,14 @@ fn publish_and_follow(
         .map(|n| json!({"id": format!("order-{n}"), "payload": {"order": n}}))
         .collect();
     for batch in orders.chunks(500) {
-        let _: Value = client
-            .post("/v1/topics/orders/messages", &batch)
-            .context("publishing the orders")?;
+        let published: Result<Value, _> = client.post("/v1/topics/orders/messages", &batch);
+        if let Err(e) = published {
+            // Stopped while publishing: the summary says what the store holds.
+            if stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            return Err(e).context("publishing the orders");
+        }
     }
     say(&format!(
         "published {} orders on `orders`; following them",
@@ -255,17 +293,8 @@ fn publish_and_follow(
                     SETTLE_LIMIT.as_secs()
                 ));
             }
-            let groups: Vec<DlqGroup> = client
-                .get("/v1/dlq/groups")
-                .context("reading the DLQ groups")?;
-            let mut causes: Vec<(String, String, String, u64)> = groups
-                .into_iter()
-                .map(|g| {
-                    let f = g.fingerprint;
-                    (f.class, f.kind, f.reason, g.count)
-                })
-                .collect();
-            causes.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| a.cmp(b)));
+            // From the store, not the admin API: a Ctrl-C may be stopping that already.
+            let causes = causes(&gateway.store)?;
             let seen = consumer.seen();
             return Ok(DemoSummary {
                 published: u64::from(options.orders),
@@ -287,6 +316,22 @@ fn publish_and_follow(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The dead letters by cause - class, kind, reason as the DLQ groups normalise it -
+/// largest first.
+fn causes(store: &Store) -> Result<Vec<(String, String, String, u64)>> {
+    let mut counted: BTreeMap<(String, String, String), u64> = BTreeMap::new();
+    for entry in store.dlq_list(&DlqFilter::default(), store.now_ms())? {
+        let f = Fingerprint::of(&entry);
+        *counted.entry((f.class, f.kind, f.reason)).or_default() += 1;
+    }
+    let mut causes: Vec<(String, String, String, u64)> = counted
+        .into_iter()
+        .map(|((class, kind, reason), n)| (class, kind, reason, n))
+        .collect();
+    causes.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| a.cmp(b)));
+    Ok(causes)
 }
 
 /// The summary as the demo prints it.

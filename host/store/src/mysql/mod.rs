@@ -64,9 +64,16 @@ impl Dialect for My {
         true
     }
 
-    /// Whatever failed, a fresh session starts clean (no half transaction).
-    fn keeps_after_error(_: &Conn) -> bool {
-        false
+    /// After anything the database said, a fresh session starts clean (no half
+    /// transaction); a failure of ours alone (a value that does not decode) keeps it.
+    fn keeps_after_error(_: &Conn, error: &StoreError) -> bool {
+        !matches!(
+            error,
+            StoreError::Database { .. }
+                | StoreError::Retry { .. }
+                | StoreError::Disconnected { .. }
+                | StoreError::Connect { .. }
+        )
     }
 
     fn session<T>(

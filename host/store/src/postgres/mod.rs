@@ -94,7 +94,7 @@ impl Dialect for Pg {
     }
 
     /// The driver rolls back a transaction it drops unfinished: the session is clean.
-    fn keeps_after_error(conn: &Conn) -> bool {
+    fn keeps_after_error(conn: &Conn, _: &StoreError) -> bool {
         !conn.client.is_closed()
     }
 

@@ -43,9 +43,10 @@ pub(crate) trait Dialect: Send + Sync + Sized + 'static {
     /// Whether `conn` can still be used (a driver that knows its socket closed says no).
     fn usable(conn: &Self::Conn) -> bool;
 
-    /// Whether `conn` is kept after a call on it failed with a [`StoreError::Database`]
-    /// error (a driver that rolls back its own half transactions keeps it).
-    fn keeps_after_error(conn: &Self::Conn) -> bool;
+    /// Whether `conn` is kept after a call on it failed with `error` (a driver that rolls
+    /// back its own half transactions keeps it; another keeps it only when the database
+    /// was not involved, such as a stored value that does not decode).
+    fn keeps_after_error(conn: &Self::Conn, error: &StoreError) -> bool;
 
     /// Run `f` on `conn` outside a transaction.
     fn session<T>(
@@ -150,7 +151,7 @@ impl<D: Dialect> Shared<D> {
                     return Err(e);
                 }
                 Err(e) => {
-                    if !D::keeps_after_error(conn) {
+                    if !D::keeps_after_error(conn, &e) {
                         *guard = None;
                     }
                     return Err(e);
@@ -178,7 +179,7 @@ impl<D: Dialect> Shared<D> {
                 })
             });
             if let Err(e) = read {
-                if !D::usable(conn) || !D::keeps_after_error(conn) {
+                if !D::usable(conn) || !D::keeps_after_error(conn, &e) {
                     **guard = None;
                 }
                 return Err(e);

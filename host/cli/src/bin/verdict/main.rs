@@ -45,19 +45,22 @@ fn main() -> ExitCode {
 }
 
 /// `e` and its causes on one line, each said once: a cause whose text an earlier message
-/// already quotes (a store error quotes its driver's, and keeps the driver's error as its
-/// source) is not repeated.
+/// already quotes is not repeated, and the chain ends at a store error - its message says
+/// what the database said, and the driver's error it keeps as its source (for code that
+/// reads it) would only say it again, in the driver's words.
 fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
         let text = cause.to_string();
-        if text.is_empty() || line.contains(&text) {
-            continue;
+        if !text.is_empty() && !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
         }
-        if !line.is_empty() {
-            line.push_str(": ");
+        if cause.is::<verdict_gateway::store::StoreError>() {
+            break;
         }
-        line.push_str(&text);
     }
     line
 }
@@ -369,5 +372,21 @@ mod tests {
         );
         let plain = anyhow::anyhow!("inner").context("outer");
         assert_eq!(one_line(&plain), "outer: inner");
+    }
+
+    #[test]
+    fn the_chain_ends_at_a_store_error_which_quotes_its_driver() {
+        let driver = std::io::Error::other("FATAL: password authentication failed\nDETAIL: x");
+        let store = verdict_gateway::store::StoreError::Connect {
+            target: "127.0.0.1:5432/verdict".into(),
+            message: "postgres: password authentication failed".into(),
+            cause: Some(Box::new(driver)),
+        };
+        let e = anyhow::Error::new(store).context("opening the store");
+        assert_eq!(
+            one_line(&e),
+            "opening the store: store 127.0.0.1:5432/verdict: postgres: password authentication \
+             failed"
+        );
     }
 }
