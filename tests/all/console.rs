@@ -1,5 +1,7 @@
-//! The operator console's pages, through the admin listener of a running gateway: what
-//! they show, and that what producers, consumers and policies wrote is shown, never run.
+//! The operator console's pages, through the admin router of a running gateway, in-process
+//! (the same routes, checks and state its listener serves; `console_actions.rs` and the
+//! browser tests go over the network): what they show, and that what producers, consumers
+//! and policies wrote is shown, never run.
 
 use std::time::Duration;
 
@@ -11,18 +13,9 @@ use verdict_tests::{fixtures, scratch_dir, wait_for};
 use super::gateway::RULES_CONFIG;
 
 /// A page: its status, its headers and its body.
-fn get(gw: &Gateway, path: &str, cookie: Option<&str>) -> (u16, ureq::http::HeaderMap, String) {
-    let mut request = ureq::get(&format!("{}{path}", gw.url))
-        .config()
-        .http_status_as_error(false)
-        .build();
-    if let Some(cookie) = cookie {
-        request = request.header("cookie", cookie);
-    }
-    let mut response = request.call().unwrap();
-    let headers = response.headers().clone();
-    let body = response.body_mut().read_to_string().unwrap();
-    (response.status().as_u16(), headers, body)
+fn get(gw: &Gateway, path: &str, cookie: Option<&str>) -> (u16, axum::http::HeaderMap, String) {
+    let headers: Vec<(&str, &str)> = cookie.map(|c| ("cookie", c)).into_iter().collect();
+    gw.call("GET", path, &headers, Vec::new())
 }
 
 #[test]
@@ -66,15 +59,14 @@ fn the_console_shows_routes_causes_and_letters_and_never_runs_what_it_shows() {
     assert!(page.contains("to see the dead letters by cause"), "{page}");
 
     // The overview, logged in: the route, the cause, the sample - escaped.
-    let login = ureq::post(&format!("{}/login", gw.url))
-        .config()
-        .http_status_as_error(false)
-        .max_redirects(0)
-        .build()
-        .send_form([("token", "console-token")])
-        .unwrap();
-    assert_eq!(login.status().as_u16(), 303);
-    let cookie = login.headers()["set-cookie"].to_str().unwrap();
+    let (status, headers, _) = gw.call(
+        "POST",
+        "/login",
+        &[("content-type", "application/x-www-form-urlencoded")],
+        b"token=console-token".to_vec(),
+    );
+    assert_eq!(status, 303);
+    let cookie = headers["set-cookie"].to_str().unwrap();
     let cookie = cookie.split(';').next().unwrap().to_string();
     let me = Some(cookie.as_str());
     let (status, headers, page) = get(&gw, "/", me);

@@ -21,6 +21,8 @@ pub struct Gateway {
     pub url: String,
     /// The directory of its config.
     pub dir: PathBuf,
+    /// What its admin listener serves, for requests in-process.
+    router: axum::Router,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     /// The runtime it runs on (also usable for helpers such as a test consumer).
     pub runtime: tokio::runtime::Runtime,
@@ -76,6 +78,7 @@ impl Gateway {
         let url = format!("http://{}", running.admin);
         let registry = running.registry.clone();
         let store = running.store.clone();
+        let router = running.router();
         runtime.spawn(running.wait());
         Gateway {
             registry,
@@ -84,9 +87,44 @@ impl Gateway {
             anonymous: AdminClient::new(&url, None),
             url,
             dir: dir.to_path_buf(),
+            router,
             stop: Some(stop),
             runtime,
         }
+    }
+
+    /// `method path` with `headers` and `body`, answered by the gateway's admin router in
+    /// this process - no port, no HTTP client - with the `Host` the listener answers to:
+    /// the status, the headers and the body as text.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> (u16, axum::http::HeaderMap, String) {
+        use tower::ServiceExt as _;
+        let host = self.url.trim_start_matches("http://").to_string();
+        let mut request = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", host);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
+            .body(axum::body::Body::from(body))
+            .expect("a request");
+        let router = self.router.clone();
+        self.runtime.block_on(async move {
+            let response = router.oneshot(request).await.expect("the router answers");
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .expect("the body");
+            (status, headers, String::from_utf8_lossy(&body).into_owned())
+        })
     }
 
     /// Wait until `/readyz` says ready (a broker source has connected and set up its

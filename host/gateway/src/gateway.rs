@@ -37,6 +37,8 @@ pub struct Gateway {
     pub admin: SocketAddr,
     /// The admin API's base URL: `https://` when `[admin]` has a certificate.
     pub admin_url: String,
+    /// What the admin listener serves: the API and the console.
+    router: axum::Router,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     deliveries: Vec<tokio::task::JoinHandle<()>>,
     /// The config file's watcher (none for a gateway started without a file).
@@ -129,6 +131,14 @@ impl Gateway {
             verdict_runtime::redact::remember(token);
         }
         launch(config, base, token, None, shutdown).await
+    }
+
+    /// The admin API and the console as a service for a caller in this process (an
+    /// embedder's own server, a test): the routes, checks and state the listener serves, no
+    /// port in between. A request needs a `Host` the listener answers to (its address, or
+    /// `localhost` / `127.0.0.1` with its port), as over the network.
+    pub fn router(&self) -> axum::Router {
+        self.router.clone()
     }
 
     /// Wait until the server stops (after `shutdown` completes).
@@ -292,7 +302,7 @@ async fn launch(
     };
     let router = admin::router(state, config.admin.max_body_bytes);
     let mut stopped_admin = stopped;
-    let server = tokio::spawn(admin::serve(listener, tls, router, async move {
+    let server = tokio::spawn(admin::serve(listener, tls, router.clone(), async move {
         let _ = stopped_admin.wait_for(|stop| *stop).await;
     }));
     let generation = registry.current();
@@ -308,6 +318,7 @@ async fn launch(
         pipeline,
         admin,
         admin_url,
+        router,
         server,
         deliveries,
         _watcher: watcher,
