@@ -420,35 +420,54 @@ fn each_verdict_settles_as_documented(b: &dyn Backend) {
 /// again - never half settled.
 fn a_settlement_the_database_refuses_fails_alone(b: &dyn Backend) {
     let store = b.open();
-    let msgs: Vec<NewMessage> = (0..3)
+    let msgs: Vec<NewMessage> = (0..4)
         .map(|i| message(&format!("n{i}"), "orders"))
         .collect();
     store.publish(&msgs, 0).unwrap();
-    let claimed = store.claim(10, &want("orders", 3), 60_000).unwrap();
-    let hostile = Settlement::Discard {
+    let claimed = store.claim(10, &want("orders", 4), 60_000).unwrap();
+    // A NUL PostgreSQL refuses; a class longer than MariaDB's column (64) it refuses -
+    // each shared database meets one settlement it will not write, beside ones it will.
+    let nul = Settlement::Discard {
         failed: failed(20, "stale"),
         reason: "nul \0 inside".into(),
     };
-    let outcomes = [&Settlement::Delivered, &hostile, &Settlement::Delivered];
+    let long_class = match dead_letter("n2", 20) {
+        Settlement::DeadLetter { failed, mut letter } => {
+            letter.class = "c".repeat(100);
+            Settlement::DeadLetter { failed, letter }
+        }
+        other => other,
+    };
+    let outcomes = [
+        &Settlement::Delivered,
+        &nul,
+        &long_class,
+        &Settlement::Delivered,
+    ];
     let batch: Vec<(i64, i64, &Settlement)> = claimed
         .iter()
         .zip(outcomes)
         .map(|(c, s)| (c.seq, c.lease, s))
         .collect();
     let results = store.settle(&batch, 30).unwrap();
-    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
-    let hostile_state = store.state_of(&claimed[1].delivery.id).unwrap().unwrap();
-    match &results[1] {
-        Ok(()) => assert_eq!(hostile_state, "discarded"),
-        Err(e) => {
-            assert_eq!(
-                hostile_state, "leased",
-                "refused, and nothing of it written"
-            );
-            // The driver's own error stays behind the store's, for code that reads it.
-            assert!(std::error::Error::source(e).is_some(), "{e:?}");
+    assert!(results[0].is_ok() && results[3].is_ok(), "{results:?}");
+    for (i, written) in [(1, "discarded"), (2, "dead")] {
+        let state = store.state_of(&claimed[i].delivery.id).unwrap().unwrap();
+        match &results[i] {
+            Ok(()) => assert_eq!(state, written),
+            Err(e) => {
+                assert_eq!(state, "leased", "refused, and nothing of it written");
+                // The driver's own error stays behind the store's, for code that reads it.
+                assert!(std::error::Error::source(e).is_some(), "{e:?}");
+            }
         }
     }
+    let dead = usize::from(results[2].is_ok());
+    assert_eq!(
+        store.dlq_list(&DlqFilter::default(), 100).unwrap().len(),
+        dead,
+        "a refused letter leaves no DLQ row"
+    );
     assert_eq!(store.counts().unwrap().delivered, 2);
 }
 
