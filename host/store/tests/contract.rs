@@ -32,29 +32,29 @@ impl Drop for Sqlite {
     }
 }
 
-#[cfg(feature = "postgres")]
-struct Postgres(support::postgres::TestDatabase);
+/// A shared database of the test's own, opened by its URL; dropped (the database with it)
+/// when the test ends.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+struct Shared {
+    url: String,
+    _database: Box<dyn std::any::Any>,
+}
 
-#[cfg(feature = "postgres")]
-impl Backend for Postgres {
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+impl Backend for Shared {
     fn open(&self) -> Store {
-        Store::connect(&self.0.url(), std::path::Path::new(".")).expect("connecting to PostgreSQL")
+        Store::connect(&self.url, std::path::Path::new("."))
+            .unwrap_or_else(|e| panic!("connecting to {}: {e}", self.url))
     }
 }
 
 #[cfg(feature = "mysql")]
-struct Mariadb(support::mariadb::TestDatabase);
-
-#[cfg(feature = "mysql")]
-impl Backend for Mariadb {
-    fn open(&self) -> Store {
-        Store::connect(&self.0.url(), std::path::Path::new(".")).expect("connecting to MariaDB")
+fn mariadb(_: &str) -> Shared {
+    let database = support::mariadb::TestDatabase::new("contract");
+    Shared {
+        url: database.url(),
+        _database: Box::new(database),
     }
-}
-
-#[cfg(feature = "mysql")]
-fn mariadb(_: &str) -> Mariadb {
-    Mariadb(support::mariadb::TestDatabase::new("contract"))
 }
 
 fn sqlite(name: &str) -> Sqlite {
@@ -62,8 +62,12 @@ fn sqlite(name: &str) -> Sqlite {
 }
 
 #[cfg(feature = "postgres")]
-fn postgres(name: &str) -> Postgres {
-    Postgres(support::postgres::TestDatabase::new(name))
+fn postgres(name: &str) -> Shared {
+    let database = support::postgres::TestDatabase::new(name);
+    Shared {
+        url: database.url(),
+        _database: Box::new(database),
+    }
 }
 
 fn message(id: &str, topic: &str) -> NewMessage {
