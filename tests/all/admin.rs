@@ -1,10 +1,11 @@
-//! The admin API of a running gateway (`verdict run` as a library), through its HTTP
-//! client: who may change what, JSON errors for bad input, upload -> activate -> rollback,
-//! shadow on and off, `/v1/decide` and `/metrics`.
+//! The admin API of a running gateway (`verdict run` as a library), through its router
+//! in-process: who may change what, JSON errors for bad input, upload -> activate ->
+//! rollback, shadow on and off, `/v1/decide` and `/metrics`.
 
 use serde_json::{Value, json};
-use verdict_cli::client::{AdminClient, ClientError};
+use verdict_cli::client::ClientError;
 use verdict_gateway::admin::{GenerationView, PolicyView};
+use verdict_tests::api::Api;
 use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir, variant};
 
@@ -39,7 +40,7 @@ fn api_error<T: std::fmt::Debug>(result: Result<T, ClientError>) -> (u16, String
     }
 }
 
-fn decide(client: &AdminClient, topic: &str, kind: &str, attempt: u32) -> Value {
+fn decide(client: &Api, topic: &str, kind: &str, attempt: u32) -> Value {
     client
         .post(
             "/v1/decide",
@@ -62,7 +63,7 @@ fn reads_are_open_and_every_change_needs_the_token() {
         1
     );
 
-    let wrong = AdminClient::new(&gw.url, Some("not-the-token".into()));
+    let wrong = gw.client(Some("not-the-token"));
     for client in [&gw.anonymous, &wrong] {
         let (status, code, _) = api_error(client.post::<Value>("/v1/rollback", &json!({})));
         assert_eq!((status, code.as_str()), (401, "unauthorized"));

@@ -85,7 +85,7 @@ fn the_console_shows_routes_causes_and_letters_and_never_runs_what_it_shows() {
     assert!(page.contains("<code>orders</code>"), "{page}");
     assert!(page.contains("schema.unknown-version"), "{page}");
     assert!(
-        page.contains("&lt;script&gt;alert(&#39;id&#39;)&lt;/script&gt;"),
+        page.contains("&lt;script&gt;alert('id')&lt;/script&gt;"),
         "{page}"
     );
     assert!(!page.contains("<script"), "{page}");

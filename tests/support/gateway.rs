@@ -1,11 +1,15 @@
-//! A gateway (`verdict run` as a library) on an ephemeral loopback port, for tests.
+//! A gateway (`verdict run` as a library) on an ephemeral loopback port, for tests. The
+//! tests call its admin API through its router in-process ([`Api`]): a connection adds
+//! nothing an API test asserts, only ways for a loaded machine to fail it. The listener
+//! still runs for what needs a socket (the `verdict` binary, a browser's session).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use verdict_cli::client::AdminClient;
 use verdict_gateway::store::Store;
 use verdict_registry::Registry;
+
+use crate::api::Api;
 
 /// A running gateway; stops when dropped.
 pub struct Gateway {
@@ -13,11 +17,13 @@ pub struct Gateway {
     pub registry: Arc<Registry>,
     /// Its store.
     pub store: Arc<Store>,
-    /// A client that sends the token.
-    pub admin: AdminClient,
-    /// A client that sends no token.
-    pub anonymous: AdminClient,
-    /// The admin API's base URL.
+    /// A client of its admin API, in-process, that sends the token.
+    pub admin: Api,
+    /// A client of its admin API, in-process, that sends no token.
+    pub anonymous: Api,
+    /// The admin listener's base URL: for a client that must cross a real socket (the
+    /// `verdict` binary, a browser's cookies and origin), and the `Host` the in-process
+    /// clients send, so the listener's `Host` check passes them as it would over the wire.
     pub url: String,
     /// The directory of its config.
     pub dir: PathBuf,
@@ -80,11 +86,20 @@ impl Gateway {
         let store = running.store.clone();
         let router = running.router();
         runtime.spawn(running.wait());
+        let client = |token: Option<&str>| {
+            Api::new(
+                router.clone(),
+                runtime.handle().clone(),
+                &url,
+                token.map(String::from),
+            )
+        };
+        let (admin, anonymous) = (client(Some(token)), client(None));
         Gateway {
             registry,
             store,
-            admin: AdminClient::new(&url, Some(token.into())),
-            anonymous: AdminClient::new(&url, None),
+            admin,
+            anonymous,
             url,
             dir: dir.to_path_buf(),
             router,
@@ -93,9 +108,20 @@ impl Gateway {
         }
     }
 
-    /// `method path` with `headers` and `body`, answered by the gateway's admin router in
-    /// this process - no port, no HTTP client - with the `Host` the listener answers to:
-    /// the status, the headers and the body as text.
+    /// A client of the admin API, in-process, that sends `token` (a wrong one, another
+    /// identity's) instead of the gateway's.
+    pub fn client(&self, token: Option<&str>) -> Api {
+        Api::new(
+            self.router.clone(),
+            self.runtime.handle().clone(),
+            &self.url,
+            token.map(String::from),
+        )
+    }
+
+    /// `method path` with `headers` and `body` and no token, answered by the gateway's admin
+    /// router in this process - no port, no HTTP client - with the `Host` the listener
+    /// answers to: the status, the headers and the body as text.
     pub fn call(
         &self,
         method: &str,
@@ -103,28 +129,7 @@ impl Gateway {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> (u16, axum::http::HeaderMap, String) {
-        use tower::ServiceExt as _;
-        let host = self.url.trim_start_matches("http://").to_string();
-        let mut request = axum::http::Request::builder()
-            .method(method)
-            .uri(path)
-            .header("host", host);
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        let request = request
-            .body(axum::body::Body::from(body))
-            .expect("a request");
-        let router = self.router.clone();
-        self.runtime.block_on(async move {
-            let response = router.oneshot(request).await.expect("the router answers");
-            let status = response.status().as_u16();
-            let headers = response.headers().clone();
-            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-                .await
-                .expect("the body");
-            (status, headers, String::from_utf8_lossy(&body).into_owned())
-        })
+        self.anonymous.call(method, path, headers, body)
     }
 
     /// Wait until `/readyz` says ready (a broker source has connected and set up its

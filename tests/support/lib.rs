@@ -133,6 +133,7 @@ pub fn wait_for(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     check()
 }
 
+pub mod api;
 pub mod conformance;
 pub mod consumer;
 pub mod gateway;

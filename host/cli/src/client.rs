@@ -198,6 +198,18 @@ fn finish<T: DeserializeOwned>(
             url: url.into(),
             message: e.to_string(),
         })?;
+    decode_answer(url, status, text)
+}
+
+/// The admin API's answer `text` with `status` from `url`, as this client reads it: a 2xx
+/// body decoded as `T`; any other status as [`ClientError::Api`] with the code and message
+/// of the API's JSON error (`{"error": {"code", "message"}}`), or the whole body as the
+/// message when it is no JSON.
+pub fn decode_answer<T: DeserializeOwned>(
+    url: &str,
+    status: u16,
+    text: String,
+) -> Result<T, ClientError> {
     if (200..300).contains(&status) {
         return serde_json::from_str(&text).map_err(|e| ClientError::Decode {
             url: url.into(),

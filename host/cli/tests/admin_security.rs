@@ -9,46 +9,37 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Proc, spawn, wait_until};
+use verdict_tests::gateway::{Route, TestConfig};
 
-/// A scratch directory with the rules component, the token file and a config of one route,
-/// `orders`, to the consumer at `consumer_url` (`admin_extra` goes into `[admin]`, `retry`
-/// into the route's policy config); returns the config's path.
-fn write_config(name: &str, admin_extra: &str, consumer_url: &str, retry: &str) -> PathBuf {
+/// A config of one route, `orders`, to the consumer at `consumer_url` (`retry` is the
+/// route's policy config).
+fn orders_to(consumer_url: &str, retry: &str) -> TestConfig {
+    TestConfig::new().policy("rules", "rules.wasm").route(
+        Route::new("orders", "rules")
+            .set("consumer.url", consumer_url)
+            .set("consumer.timeout_ms", 500)
+            .config(&format!("{{ {retry} }}")),
+    )
+}
+
+/// [`orders_to`] a consumer that is down, one attempt.
+fn orders_to_nowhere() -> TestConfig {
+    orders_to("http://127.0.0.1:9/hook", "max_attempts = 1")
+}
+
+/// A scratch directory with the rules component, the token file and `config`; returns the
+/// config's path.
+fn write_config(name: &str, config: &TestConfig) -> PathBuf {
     let dir = common::scratch_with_rules(name);
     std::fs::write(dir.join("token"), "operator-token\n").unwrap();
-    let config = dir.join("verdict.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[admin]
-listen = "127.0.0.1:0"
-token_file = "token"
-{admin_extra}
-[gateway]
-poll_ms = 10
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "orders"
-policy = "rules"
-consumer = {{ url = "{consumer_url}", timeout_ms = 500 }}
-config = {{ {retry} }}
-"#
-        ),
-    )
-    .unwrap();
-    config
+    config.write_toml(&dir)
 }
 
 /// A gateway on the embedded store with one route to a consumer that is down, and a dead
-/// letter whose payload holds a card number.
-fn gateway_with_a_letter(name: &str, admin_extra: &str) -> (Proc, PathBuf) {
-    let config = write_config(
-        name,
-        admin_extra,
-        "http://127.0.0.1:9/hook",
-        "max_attempts = 1",
-    );
+/// letter whose payload holds a card number; `config` is [`orders_to_nowhere`] with what a
+/// test adds.
+fn gateway_with_a_letter(name: &str, config: &TestConfig) -> (Proc, PathBuf) {
+    let config = write_config(name, config);
     let dir = config.parent().unwrap().to_path_buf();
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
@@ -116,7 +107,7 @@ fn raw_with(gw: &Proc, method: &str, path: &str, headers: &str) -> (u16, String)
 /// still work.
 #[test]
 fn a_request_naming_a_foreign_host_gets_421_and_nothing_else() {
-    let (gw, _dir) = gateway_with_a_letter("security-host", "");
+    let (gw, _dir) = gateway_with_a_letter("security-host", &orders_to_nowhere());
     let port = host(&gw).rsplit_once(':').unwrap().1.to_string();
     for path in [
         "/v1/dlq",
@@ -166,7 +157,10 @@ fn a_request_naming_a_foreign_host_gets_421_and_nothing_else() {
 fn allowed_hosts_let_a_proxys_name_in() {
     let (gw, _dir) = gateway_with_a_letter(
         "security-proxy",
-        r#"allowed_hosts = ["verdict.internal", "proxy.example:8443"]"#,
+        &orders_to_nowhere().set(
+            "admin.allowed_hosts",
+            vec!["verdict.internal", "proxy.example:8443"],
+        ),
     );
     assert_eq!(raw(&gw, "GET", "/healthz", "verdict.internal").0, 200);
     assert_eq!(raw(&gw, "GET", "/healthz", "verdict.internal:443").0, 200);
@@ -179,7 +173,7 @@ fn allowed_hosts_let_a_proxys_name_in() {
 /// login posted by a rebinding page (both headers its own name) never reaches the form.
 #[test]
 fn a_console_form_from_a_rebound_page_is_refused() {
-    let (gw, _dir) = gateway_with_a_letter("security-origin", "");
+    let (gw, _dir) = gateway_with_a_letter("security-origin", &orders_to_nowhere());
     let port = host(&gw).rsplit_once(':').unwrap().1.to_string();
     let (status, _) = raw_with(
         &gw,
@@ -226,12 +220,13 @@ fn a_consumer_urls_credentials_reach_no_answer_letter_or_log_line() {
     const KEY: &str = "SUPERSECRET123";
     let config = write_config(
         "security-canary",
-        "",
-        &format!("http://ops:{PASSWORD}@127.0.0.1:9/hook?api_key={KEY}"),
-        r#"max_attempts = 2, rules = [
+        &orders_to(
+            &format!("http://ops:{PASSWORD}@127.0.0.1:9/hook?api_key={KEY}"),
+            r#"max_attempts = 2, rules = [
     { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
     { match = ["transport.*"], retry = { strategy = "fixed", delay_ms = 50 } },
 ]"#,
+        ),
     );
     let dir = config.parent().unwrap().to_path_buf();
     let log_path = dir.join("gateway.log");
@@ -298,7 +293,7 @@ fn a_consumer_urls_credentials_reach_no_answer_letter_or_log_line() {
 /// the burst is a warning in the log naming the peer. A second later the right token works.
 #[test]
 fn wrong_credentials_past_ten_a_second_get_429_and_are_counted() {
-    let (gw, _dir) = gateway_with_a_letter("security-guessing", "");
+    let (gw, _dir) = gateway_with_a_letter("security-guessing", &orders_to_nowhere());
     let own = host(&gw);
     let statuses: Vec<u16> = (0..200)
         .map(|i| {
@@ -385,12 +380,8 @@ fn new_identity(name: &str, role: &str) -> (String, String) {
 /// binary. Summaries stay open until `open_reads = "none"` closes them on a reload.
 #[test]
 fn message_content_needs_a_credential_and_every_action_its_role() {
-    let config = write_config(
-        "security-roles",
-        "tokens_file = \"tokens\"",
-        "http://127.0.0.1:9/hook",
-        "max_attempts = 1",
-    );
+    let settings = orders_to_nowhere().set("admin.tokens_file", "tokens");
+    let config = write_config("security-roles", &settings);
     let dir = config.parent().unwrap().to_path_buf();
     let (reader, reader_line) = new_identity("rita", "read");
     let (operator, operator_line) = new_identity("ada", "operate");
@@ -489,12 +480,7 @@ fn message_content_needs_a_credential_and_every_action_its_role() {
     );
 
     // `open_reads = "none"`: after a reload, only health, readiness and metrics are open.
-    let text = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text.replace("[admin]\n", "[admin]\nopen_reads = \"none\"\n"),
-    )
-    .unwrap();
+    settings.set("admin.open_reads", "none").write_toml(&dir);
     let (status, body) = as_who("POST", "/v1/reload", Some("operator-token"));
     assert_eq!(status, 200, "{body}");
     for path in [
@@ -537,9 +523,9 @@ fn curl(ca: &Path, args: &[&str]) -> (bool, String) {
 fn the_admin_listener_serves_https_with_a_secure_cookie_and_hsts() {
     let config = write_config(
         "security-tls",
-        "tls_cert = \"cert.pem\"\ntls_key = \"key.pem\"",
-        "http://127.0.0.1:9/hook",
-        "max_attempts = 1",
+        &orders_to_nowhere()
+            .set("admin.tls_cert", "cert.pem")
+            .set("admin.tls_key", "key.pem"),
     );
     let dir = config.parent().unwrap().to_path_buf();
     let made = std::process::Command::new("openssl")
@@ -615,16 +601,10 @@ fn the_admin_listener_serves_https_with_a_secure_cookie_and_hsts() {
 /// what would make it safe.
 #[test]
 fn a_remote_admin_listener_without_tls_is_refused() {
-    let config = write_config(
-        "security-remote",
-        "allow_remote = true",
-        "http://127.0.0.1:9/hook",
-        "max_attempts = 1",
-    );
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("listen = \"127.0.0.1:0\"", "listen = \"0.0.0.0:0\"");
-    std::fs::write(&config, &text).unwrap();
+    let remote = orders_to_nowhere()
+        .set("admin.listen", "0.0.0.0:0")
+        .set("admin.allow_remote", true);
+    let config = write_config("security-remote", &remote);
     let out = common::verdict(&["check", "-c", config.to_str().unwrap()], None);
     assert!(!out.status.success());
     let stderr = common::text(&out.stderr);
@@ -632,14 +612,9 @@ fn a_remote_admin_listener_without_tls_is_refused() {
         stderr.contains("admin.allow_remote") && stderr.contains("tls_cert"),
         "{stderr}"
     );
-    std::fs::write(
-        &config,
-        text.replace(
-            "allow_remote = true",
-            "allow_remote = true\nallow_remote_plaintext = true",
-        ),
-    )
-    .unwrap();
+    remote
+        .set("admin.allow_remote_plaintext", true)
+        .write_toml(config.parent().unwrap());
     let out = common::verdict(&["check", "-c", config.to_str().unwrap()], None);
     let stderr = common::text(&out.stderr);
     assert!(

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::nats::Nats;
 use common::wait_until;
 use verdict_cli::demo::{Behaviour, DemoConsumer};
+use verdict_tests::gateway::{Route, TestConfig};
 
 /// Distinct subjects published: more than the gateway keeps statistics for.
 const SUBJECTS: usize = 12_000;
@@ -36,19 +37,15 @@ fn ever_new_subjects_under_a_wildcard_route_keep_statistics_for_at_most_10_000_t
 
     let nats = Nats::new("memory");
     let dir = common::scratch_with_rules("bounded-memory");
-    let config = dir.join("verdict.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[admin]\nlisten = \"127.0.0.1:0\"\n[gateway]\npoll_ms = 10\n{head}\n\
-             [policies.rules]\npath = \"rules.wasm\"\n\
-             [[routes]]\ntopic = \"{events}\"\nsource = \"nats\"\npolicy = \"rules\"\n\
-             consumer = {{ url = \"{consumer_url}\", timeout_ms = 2000 }}\n",
-            head = nats.head(),
-            events = nats.subject("ev.>"),
-        ),
-    )
-    .unwrap();
+    let config = nats
+        .configure(TestConfig::new().unset("admin.token_file"))
+        .policy("rules", "rules.wasm")
+        .route(
+            Route::new(&nats.subject("ev.>"), "rules")
+                .set("source", "nats")
+                .consumer(&consumer_url),
+        )
+        .write_toml(&dir);
     let gw = common::run_logged(&config, &dir.join("gateway.log"));
     // The stream exists once the source is ready, not when the admin API answers.
     common::wait_ready(&gw.url);

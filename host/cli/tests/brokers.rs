@@ -15,11 +15,25 @@ use common::{Proc, accepted, consumer, rules, spawn, wait_until};
 use futures_util::StreamExt as _;
 use verdict_cli::demo::{Behaviour, by_percent};
 use verdict_gateway::sources::rabbitmq::topology::delay_names;
+use verdict_tests::gateway::{Route, TestConfig};
 
 const RULES: &str = r#"{ max_attempts = 8, rules = [
     { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
     { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 50 } },
 ] }"#;
+
+/// A config of the route `topic` from `source` to `consumer`, without an admin token.
+fn config(topic: &str, source: &str, consumer: &Proc) -> TestConfig {
+    TestConfig::new()
+        .unset("admin.token_file")
+        .policy("rules", "rules.wasm")
+        .route(
+            Route::new(topic, "rules")
+                .set("source", source)
+                .config(RULES)
+                .consumer(&format!("{}/", consumer.url)),
+        )
+}
 
 fn gateway(config: &Path) -> Proc {
     spawn(
@@ -134,35 +148,16 @@ fn nats_kill_9_and_a_server_restart_lose_nothing() {
     let dir = dir("brokers-nats");
     let prefix = format!("k{}", std::process::id());
     let consumer = consumer("127.0.0.1:0", 5);
-    let config = dir.join("verdict.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[admin]
-listen = "127.0.0.1:0"
-[gateway]
-consumer_group = "{prefix}"
-[nats]
-stream = "{prefix}"
-dlq_stream = "{prefix}_DLQ"
-dlq_subject_prefix = "{prefix}dlq"
-audit_stream = "{prefix}_AUDIT"
-audit_subject_prefix = "{prefix}audit"
-history_bucket = "{prefix}-history"
-ack_wait_ms = 3000
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "{prefix}.orders"
-source = "nats"
-policy = "rules"
-config = {RULES}
-consumer = {{ url = "{}/", timeout_ms = 2000 }}
-"#,
-            consumer.url
-        ),
-    )
-    .unwrap();
+    let config = config(&format!("{prefix}.orders"), "nats", &consumer)
+        .set("gateway.consumer_group", prefix.as_str())
+        .set("nats.stream", prefix.as_str())
+        .set("nats.dlq_stream", format!("{prefix}_DLQ"))
+        .set("nats.dlq_subject_prefix", format!("{prefix}dlq"))
+        .set("nats.audit_stream", format!("{prefix}_AUDIT"))
+        .set("nats.audit_subject_prefix", format!("{prefix}audit"))
+        .set("nats.history_bucket", format!("{prefix}-history"))
+        .set("nats.ack_wait_ms", 3000)
+        .write_toml(&dir);
     let command = nats_server_command();
     let _restore = Restore {
         port: 4222,
@@ -332,28 +327,10 @@ fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
     let queue = format!("{prefix}.orders");
     let dlq = format!("{queue}.DLQ");
     let consumer = consumer("127.0.0.1:0", 5);
-    let config = dir.join("verdict.toml");
-    std::fs::write(
-        &config,
-        format!(
-            r#"[admin]
-listen = "127.0.0.1:0"
-[rabbitmq]
-delay_prefix = "{prefix}.delay"
-audit_queue = "{prefix}.audit"
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "{queue}"
-source = "rabbitmq"
-policy = "rules"
-config = {RULES}
-consumer = {{ url = "{}/", timeout_ms = 2000 }}
-"#,
-            consumer.url
-        ),
-    )
-    .unwrap();
+    let config = config(&queue, "rabbitmq", &consumer)
+        .set("rabbitmq.delay_prefix", format!("{prefix}.delay"))
+        .set("rabbitmq.audit_queue", format!("{prefix}.audit"))
+        .write_toml(&dir);
     let _restore = Restore {
         port: 5672,
         start: Box::new(|| rabbitmqctl(&["start_app"])),

@@ -6,7 +6,11 @@ mod common;
 use std::path::PathBuf;
 use std::process::Output;
 
-use common::{gateway_config, rules, text, vectors, verdict};
+use common::{
+    default_route, payments_route, rules, rules_config, rules_policy, scratch_with_rules, text,
+    vectors, verdict,
+};
+use verdict_tests::gateway::Route;
 
 fn json(out: &Output) -> serde_json::Value {
     assert!(
@@ -222,10 +226,14 @@ fn test_without_vectors_runs_the_property_checks() {
 
 #[test]
 fn check_says_what_a_routes_retry_budget_adds_to_its_worst_case() {
-    let config = gateway_config(
-        "gateway-budget",
-        "settings = { guardrails = { max_deferral_age_ms = 3600000, retry_budget = { percent = 20 } } }",
-    );
+    let config = rules_policy()
+        .route(
+            payments_route()
+                .set("settings.guardrails.max_deferral_age_ms", 3_600_000)
+                .set("settings.guardrails.retry_budget.percent", 20),
+        )
+        .route(default_route(3))
+        .write_toml(&scratch_with_rules("gateway-budget"));
     let v = json(&verdict(&["check", "-c", config.to_str().unwrap()], None));
     let lines = |route: usize| v["routes"][route]["worst_case"].as_array().unwrap().clone();
     let budget = lines(0)
@@ -248,7 +256,7 @@ fn check_says_what_a_routes_retry_budget_adds_to_its_worst_case() {
 
 #[test]
 fn check_runs_the_admission_gate_and_route_decides_per_topic() {
-    let config = gateway_config("gateway-ok", "");
+    let config = rules_config().write_toml(&scratch_with_rules("gateway-ok"));
     let v = json(&verdict(&["check", "-c", config.to_str().unwrap()], None));
     assert_eq!(v["generation"], 1);
     assert_eq!(v["routes"][0]["topic"], "payments.>");
@@ -314,9 +322,20 @@ fn check_runs_the_admission_gate_and_route_decides_per_topic() {
     assert_eq!(other["decision"]["generation"], 1);
 }
 
+/// [`common::rules_config`] with `input` - TOML as written by hand, the routes and sections a
+/// test means `verdict check` to refuse - between its two routes, in a fresh directory
+/// `name`; the config's path.
+fn refused_between(name: &str, input: &str) -> PathBuf {
+    rules_policy()
+        .route(payments_route())
+        .merge("", input)
+        .route(default_route(3))
+        .write_toml(&scratch_with_rules(name))
+}
+
 #[test]
 fn check_refuses_bad_gateway_configs_naming_the_problem() {
-    let ambiguous = gateway_config(
+    let ambiguous = refused_between(
         "gateway-ambiguous",
         "[[routes]]\ntopic = \"payments.*\"\npolicy = \"rules\"\n[[routes]]\ntopic = \"*.captured\"\npolicy = \"rules\"\n",
     );
@@ -328,7 +347,7 @@ fn check_refuses_bad_gateway_configs_naming_the_problem() {
         text(&out.stderr)
     );
 
-    let typo = gateway_config(
+    let typo = refused_between(
         "gateway-typo",
         "[[routes]]\ntopic = \"orders\"\npolicy = \"rulez\"\n",
     );
@@ -340,7 +359,7 @@ fn check_refuses_bad_gateway_configs_naming_the_problem() {
     );
 
     // A config the policy refuses: the policy's words, said once, naming the route.
-    let refused = gateway_config(
+    let refused = refused_between(
         "gateway-refused",
         "[[routes]]\ntopic = \"orders\"\npolicy = \"rules\"\nconfig = { max_atempts = 5 }\n",
     );
@@ -359,7 +378,7 @@ fn check_refuses_bad_gateway_configs_naming_the_problem() {
 /// connected": a NATS route capturing every subject would swallow the DLQ stream's.
 #[test]
 fn check_refuses_broker_subjects_that_overlap() {
-    let overlapping = gateway_config(
+    let overlapping = refused_between(
         "gateway-overlap",
         "[[routes]]\ntopic = \"events.>\"\nsource = \"nats\"\npolicy = \"rules\"\nconsumer = { url = \"http://127.0.0.1:1/\" }\n[nats]\ndlq_subject_prefix = \"events.dlq\"\n",
     );
@@ -370,7 +389,7 @@ fn check_refuses_broker_subjects_that_overlap() {
         err.contains("nats.dlq_subject_prefix") && err.contains("events.>"),
         "{err}"
     );
-    let bad_name = gateway_config(
+    let bad_name = refused_between(
         "gateway-stream-name",
         "[[routes]]\ntopic = \"events.>\"\nsource = \"nats\"\npolicy = \"rules\"\nconsumer = { url = \"http://127.0.0.1:1/\" }\n[nats]\nstream = \"my stream\"\n",
     );
@@ -381,10 +400,16 @@ fn check_refuses_broker_subjects_that_overlap() {
         text(&out.stderr)
     );
     // A good one says what `verdict run` would create on the broker, and creates nothing.
-    let good = gateway_config(
-        "gateway-brokers",
-        "[[routes]]\ntopic = \"events.>\"\nsource = \"nats\"\npolicy = \"rules\"\nconsumer = { url = \"http://127.0.0.1:1/\" }\n[nats]\nurl = \"nats://127.0.0.1:9\"\n",
-    );
+    let good = rules_policy()
+        .route(payments_route())
+        .route(
+            Route::new("events.>", "rules")
+                .set("source", "nats")
+                .set("consumer.url", "http://127.0.0.1:1/"),
+        )
+        .route(default_route(3))
+        .set("nats.url", "nats://127.0.0.1:9")
+        .write_toml(&scratch_with_rules("gateway-brokers"));
     let v = json(&verdict(&["check", "-c", good.to_str().unwrap()], None));
     let created: Vec<String> = serde_json::from_value(v["created_when_missing"].clone()).unwrap();
     assert!(

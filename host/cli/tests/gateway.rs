@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{Proc, accepted, consumer, rules, spawn, text, verdict, wait_until};
 use verdict_cli::demo::{Behaviour, by_percent};
 use verdict_gateway::store::Store;
+use verdict_tests::gateway::{Route, TestConfig};
 
 fn gateway(config: &Path) -> Proc {
     spawn(
@@ -21,28 +22,20 @@ fn gateway(config: &Path) -> Proc {
 fn write_config(dir: &Path, consumer_url: &str) -> PathBuf {
     std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
     std::fs::write(dir.join("token"), "operator-token\n").unwrap();
-    let config = format!(
-        r#"[admin]
-listen = "127.0.0.1:0"
-token_file = "token"
-[gateway]
-poll_ms = 10
-lease_ms = 5000
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "orders"
-policy = "rules"
-consumer = {{ url = "{consumer_url}/", timeout_ms = 2000 }}
-config = {{ max_attempts = 8, rules = [
-    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
-    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 20 }} }},
-] }}
-"#
-    );
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
+    TestConfig::new()
+        .set("gateway.lease_ms", 5000)
+        .policy("rules", "rules.wasm")
+        .route(
+            Route::new("orders", "rules")
+                .consumer(&format!("{consumer_url}/"))
+                .config(
+                    r#"{ max_attempts = 8, rules = [
+    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
+] }"#,
+                ),
+        )
+        .write_toml(dir)
 }
 
 #[test]

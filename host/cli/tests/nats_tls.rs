@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{spawn, wait_until};
+use verdict_tests::gateway::{Route, TestConfig};
 use verdict_tls::TlsConfig;
 use verdict_tls::test_pki::{Leaf, Pki};
 
@@ -89,34 +90,30 @@ authorization {{
     }
 }
 
-/// A config delivering `orders.>` from the TLS server to `consumer_url`, with `nats` the
-/// `[nats]` lines beyond the URL.
+/// A config delivering `orders.>` from the NATS server at `url` to `consumer_url`, as the
+/// gateway `instance` of the consumer group `group`, without an admin token.
+fn orders_from(url: &str, instance: &str, group: &str, consumer_url: &str) -> TestConfig {
+    TestConfig::new()
+        .unset("admin.token_file")
+        .set("gateway.instance", instance)
+        .set("gateway.consumer_group", group)
+        .set("nats.url", url)
+        .set("nats.ack_wait_ms", 5000)
+        .policy("rules", "rules.wasm")
+        .route(
+            Route::new("orders.>", "rules")
+                .set("source", "nats")
+                .consumer(&format!("{consumer_url}/"))
+                .config("{ max_attempts = 3 }"),
+        )
+}
+
+/// [`orders_from`] the TLS server, with `nats` the `[nats]` lines beyond the URL.
 fn write_config(dir: &Path, server: &TlsNats, nats: &str, consumer_url: &str) -> PathBuf {
     std::fs::copy(common::rules(), dir.join("rules.wasm")).unwrap();
-    let config = format!(
-        r#"[admin]
-listen = "127.0.0.1:0"
-[gateway]
-instance = "gw-tls"
-consumer_group = "tlsgroup"
-[nats]
-url = "{url}"
-ack_wait_ms = 5000
-{nats}
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "orders.>"
-policy = "rules"
-source = "nats"
-consumer = {{ url = "{consumer_url}/", timeout_ms = 2000 }}
-config = {{ max_attempts = 3 }}
-"#,
-        url = server.url()
-    );
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
+    orders_from(&server.url(), "gw-tls", "tlsgroup", consumer_url)
+        .merge("nats", nats)
+        .write_toml(dir)
 }
 
 fn client_tls(pki: &Pki, me: &Leaf) -> String {
@@ -401,17 +398,10 @@ fn the_gateway_logs_in_with_a_credentials_file_in_operator_mode() {
     let healthy = common::healthy_consumer();
     let write = |creds_file: &str| {
         std::fs::copy(common::rules(), dir.join("rules.wasm")).unwrap();
-        let config = format!(
-            "[admin]\nlisten = \"127.0.0.1:0\"\n[gateway]\ninstance = \"gw-creds\"\n\
-             consumer_group = \"credsgroup\"\n[nats]\nurl = \"nats://127.0.0.1:{port}\"\n\
-             ack_wait_ms = 5000\ncreds_file = \"{creds_file}\"\n[policies.rules]\npath = \"rules.wasm\"\n\
-             [[routes]]\ntopic = \"orders.>\"\npolicy = \"rules\"\nsource = \"nats\"\n\
-             consumer = {{ url = \"{}/\", timeout_ms = 2000 }}\nconfig = {{ max_attempts = 3 }}\n",
-            healthy.url
-        );
-        let path = dir.join("verdict.toml");
-        std::fs::write(&path, config).unwrap();
-        path
+        let url = format!("nats://127.0.0.1:{port}");
+        orders_from(&url, "gw-creds", "credsgroup", &healthy.url)
+            .set("nats.creds_file", creds_file)
+            .write_toml(&dir)
     };
     let config = write("gateway.creds");
     let gw = spawn(

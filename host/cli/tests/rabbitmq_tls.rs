@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{spawn, wait_until};
+use verdict_tests::gateway::{Route, TestConfig};
 use verdict_tls::test_pki::{Leaf, Pki};
 
 const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -142,31 +143,25 @@ impl Drop for Queues {
     }
 }
 
+/// A config delivering `<prefix>.orders` from the RabbitMQ at `url` to `consumer`, without an
+/// admin token, with `rabbitmq` the `[rabbitmq]` lines beyond the URL and the names.
 fn write_config(dir: &Path, url: &str, prefix: &str, rabbitmq: &str, consumer: &str) -> PathBuf {
     std::fs::copy(common::rules(), dir.join("rules.wasm")).unwrap();
-    let config = format!(
-        r#"[admin]
-listen = "127.0.0.1:0"
-[gateway]
-instance = "gw-rabbit-tls"
-[rabbitmq]
-url = "{url}"
-delay_prefix = "{prefix}.delay"
-audit_queue = "{prefix}.audit"
-{rabbitmq}
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "{prefix}.orders"
-source = "rabbitmq"
-policy = "rules"
-config = {{ max_attempts = 3 }}
-consumer = {{ url = "{consumer}/", timeout_ms = 2000 }}
-"#
-    );
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
+    TestConfig::new()
+        .unset("admin.token_file")
+        .set("gateway.instance", "gw-rabbit-tls")
+        .set("rabbitmq.url", url)
+        .set("rabbitmq.delay_prefix", format!("{prefix}.delay"))
+        .set("rabbitmq.audit_queue", format!("{prefix}.audit"))
+        .merge("rabbitmq", rabbitmq)
+        .policy("rules", "rules.wasm")
+        .route(
+            Route::new(&format!("{prefix}.orders"), "rules")
+                .set("source", "rabbitmq")
+                .config("{ max_attempts = 3 }")
+                .consumer(&format!("{consumer}/")),
+        )
+        .write_toml(dir)
 }
 
 #[test]

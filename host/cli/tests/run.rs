@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{gateway_config, text, verdict};
+use common::{default_route, payments_route, rules_config, rules_policy, text, verdict};
 
 const TOKEN: &str = "run-test-token";
 
@@ -28,18 +28,6 @@ impl Drop for Gateway {
 
 fn start(config: &Path) -> Gateway {
     start_in(Path::new("."), config)
-}
-
-/// Give `config` an `[admin]` section listening on an ephemeral port (no token), once.
-fn on_an_ephemeral_port(config: &Path) {
-    let original = std::fs::read_to_string(config).unwrap();
-    if !original.starts_with("[admin]") {
-        std::fs::write(
-            config,
-            format!("[admin]\nlisten = \"127.0.0.1:0\"\n\n{original}"),
-        )
-        .unwrap();
-    }
 }
 
 /// `verdict run -c <config>` with `cwd` as the working directory (`config` as given:
@@ -94,15 +82,20 @@ fn wait_for_generation(gw: &Gateway, n: u64) -> String {
     }
 }
 
+/// The text of [`common::rules_config`] with the default route allowing `max_attempts`: the
+/// file an edit writes.
+fn config_allowing(max_attempts: i64) -> String {
+    rules_policy()
+        .route(payments_route())
+        .route(default_route(max_attempts))
+        .text()
+}
+
 #[test]
 fn run_serves_the_registry_and_policy_commands_operate_it() {
-    let config = gateway_config("run-gateway", "");
-    let dir = config.parent().unwrap();
+    let dir = common::scratch_with_rules("run-gateway");
     std::fs::write(dir.join("token"), TOKEN).unwrap();
-    let _ = std::fs::remove_dir_all(dir.join(".verdict"));
-    let original = std::fs::read_to_string(&config).unwrap();
-    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n\n";
-    std::fs::write(&config, format!("{admin}{original}")).unwrap();
+    let config = rules_config().write_toml(&dir);
     let mut gw = start(&config);
 
     let (ok, out, err) = policy(&gw, &["list"], false);
@@ -120,8 +113,7 @@ fn run_serves_the_registry_and_policy_commands_operate_it() {
     );
 
     // An edit to the file goes live by itself: the default route now allows 4 attempts.
-    let edited = original.replace("max_attempts = 3", "max_attempts = 4");
-    std::fs::write(&config, format!("{admin}{edited}")).unwrap();
+    std::fs::write(&config, config_allowing(4)).unwrap();
     let history = wait_for_generation(&gw, 2);
     assert!(history.contains("*    2  config file"), "{history}");
 
@@ -186,18 +178,13 @@ fn run_serves_the_registry_and_policy_commands_operate_it() {
 /// an upload and activates it (paths resolve against the config file, once).
 #[test]
 fn relative_config_paths_reload_and_upload_from_any_working_directory() {
-    let config = gateway_config("run-relative/conf", "");
-    let conf = config.parent().unwrap().to_path_buf();
+    let conf = common::scratch_with_rules("run-relative/conf");
     let parent = conf.parent().unwrap().to_path_buf();
     std::fs::write(conf.join("token"), TOKEN).unwrap();
-    let _ = std::fs::remove_dir_all(conf.join(".verdict"));
-    let original = std::fs::read_to_string(&config).unwrap();
-    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n\n";
-    std::fs::write(&config, format!("{admin}{original}")).unwrap();
+    let config = rules_config().write_toml(&conf);
 
     let gw = start_in(&conf, Path::new("verdict.toml"));
-    let edited = original.replace("max_attempts = 3", "max_attempts = 4");
-    std::fs::write(&config, format!("{admin}{edited}")).unwrap();
+    std::fs::write(&config, config_allowing(4)).unwrap();
     let history = wait_for_generation(&gw, 2);
     assert!(history.contains("*    2  config file"), "{history}");
     drop(gw);
@@ -229,17 +216,11 @@ fn relative_config_paths_reload_and_upload_from_any_working_directory() {
 /// whole, not refused for the half that was read first.
 #[test]
 fn a_config_written_in_two_steps_is_reloaded_when_whole() {
-    let config = gateway_config("run-halfway", "");
-    let dir = config.parent().unwrap();
+    let dir = common::scratch_with_rules("run-halfway");
     std::fs::write(dir.join("token"), TOKEN).unwrap();
-    let original = std::fs::read_to_string(&config).unwrap();
-    let admin = "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n\n";
-    std::fs::write(&config, format!("{admin}{original}")).unwrap();
+    let config = rules_config().write_toml(&dir);
     let gw = start(&config);
-    let edited = format!(
-        "{admin}{}",
-        original.replace("max_attempts = 3", "max_attempts = 4")
-    );
+    let edited = config_allowing(4);
     // The first half ends inside a table header: alone it does not parse.
     let cut = edited.find("[[routes]]").unwrap() + 4;
     {
@@ -266,9 +247,8 @@ fn a_config_written_in_two_steps_is_reloaded_when_whole() {
 fn the_state_directory_is_private_or_the_gateway_does_not_start() {
     use std::os::unix::fs::PermissionsExt as _;
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-    let config = gateway_config("run-state-dir", "");
-    let dir = config.parent().unwrap();
-    on_an_ephemeral_port(&config);
+    let dir = common::scratch_with_rules("run-state-dir");
+    let config = rules_config().unset("admin.token_file").write_toml(&dir);
     let state = dir.join(".verdict");
     let _ = std::fs::remove_dir_all(&state);
     std::fs::create_dir_all(&state).unwrap();
@@ -292,8 +272,9 @@ fn the_state_directory_is_private_or_the_gateway_does_not_start() {
 /// admin token is printed before the address.
 #[test]
 fn warnings_show_without_asking() {
-    let config = gateway_config("run-warnings", "");
-    on_an_ephemeral_port(&config);
+    let config = rules_config()
+        .unset("admin.token_file")
+        .write_toml(&common::scratch_with_rules("run-warnings"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(["run", "-c", config.to_str().unwrap()])
         .env_remove("VERDICT_ADMIN_TOKEN")

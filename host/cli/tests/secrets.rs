@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::nats::Nats;
 use common::wait_until;
+use verdict_tests::gateway::{Route, TestConfig};
 
 const CANARIES: [&str; 6] = [
     "CONSUMER-PASSWORD-CANARY",
@@ -73,31 +74,33 @@ fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
     let consumer =
         "http://ops:CONSUMER-PASSWORD-CANARY@127.0.0.1:9/hook?api_key=CONSUMER-KEY-CANARY";
     let route = |topic: &str, source: &str| {
-        format!(
-            "[[routes]]\ntopic = \"{topic}\"\nsource = \"{source}\"\npolicy = \"rules\"\n\
-             consumer = {{ url = \"{consumer}\", timeout_ms = 500 }}\n\
-             config = {{ max_attempts = 1 }}\n"
-        )
+        Route::new(topic, "rules")
+            .set("source", source)
+            .set("consumer.url", consumer)
+            .set("consumer.timeout_ms", 500)
+            .set("config.max_attempts", 1)
     };
-    let config = dir.join("verdict.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n\
-             [gateway]\npoll_ms = 10\n\
-             store = \"postgres://postgres:PG-PASSWORD-CANARY@127.0.0.1:5432/{db}\"\n\
-             {nats}\n\
-             [rabbitmq]\nurl = \"amqp://canary:RABBIT-PASSWORD-CANARY@127.0.0.1:9/%2f\"\n\
-             delay_prefix = \"{p}.delay\"\naudit_queue = \"{p}.audit\"\n\
-             [policies.rules]\npath = \"rules.wasm\"\n{embedded}{on_nats}{on_rabbit}",
-            db = database.0,
-            nats = nats.head_at("nats://canary:NATS-PASSWORD-CANARY@127.0.0.1:4222"),
-            embedded = route("secrets.orders", "embedded"),
-            on_nats = route(&nats.subject("orders"), "nats"),
-            on_rabbit = route(&format!("{p}.queue"), "rabbitmq"),
-        ),
-    )
-    .unwrap();
+    let rabbit_at = |host: &str| format!("amqp://canary:RABBIT-PASSWORD-CANARY@{host}/%2f");
+    let settings = nats
+        .configure_at(
+            TestConfig::new(),
+            "nats://canary:NATS-PASSWORD-CANARY@127.0.0.1:4222",
+        )
+        .set(
+            "gateway.store",
+            format!(
+                "postgres://postgres:PG-PASSWORD-CANARY@127.0.0.1:5432/{}",
+                database.0
+            ),
+        )
+        .set("rabbitmq.url", rabbit_at("127.0.0.1:9"))
+        .set("rabbitmq.delay_prefix", format!("{p}.delay"))
+        .set("rabbitmq.audit_queue", format!("{p}.audit"))
+        .policy("rules", "rules.wasm")
+        .route(route("secrets.orders", "embedded"))
+        .route(route(&nats.subject("orders"), "nats"))
+        .route(route(&format!("{p}.queue"), "rabbitmq"));
+    let config = settings.write_toml(&dir);
 
     let mut said = Vec::new();
     let check = common::verdict(&["check", "-c", config.to_str().unwrap()], None);
@@ -108,9 +111,9 @@ fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
     let refused = dir.join("refused.toml");
     std::fs::write(
         &refused,
-        std::fs::read_to_string(&config)
-            .unwrap()
-            .replace("127.0.0.1:9/%2f", "127.0.0.1:5672/%2f"),
+        settings
+            .set("rabbitmq.url", rabbit_at("127.0.0.1:5672"))
+            .text(),
     )
     .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_verdict"))
@@ -210,15 +213,15 @@ fn no_configured_secret_reaches_an_answer_a_page_an_envelope_or_the_log() {
 #[test]
 fn a_database_refusing_its_password_is_named_without_it() {
     let dir = common::scratch_with_rules("secrets-mariadb");
-    let config = dir.join("verdict.toml");
-    std::fs::write(
-        &config,
-        "[admin]\nlisten = \"127.0.0.1:0\"\n[gateway]\n\
-         store = \"mysql://root:MARIA-PASSWORD-CANARY@127.0.0.1:3306/verdict_refused\"\n\
-         [policies.rules]\npath = \"rules.wasm\"\n\
-         [[routes]]\ntopic = \"orders\"\npolicy = \"rules\"\n",
-    )
-    .unwrap();
+    let config = TestConfig::new()
+        .unset("admin.token_file")
+        .set(
+            "gateway.store",
+            "mysql://root:MARIA-PASSWORD-CANARY@127.0.0.1:3306/verdict_refused",
+        )
+        .policy("rules", "rules.wasm")
+        .route(Route::new("orders", "rules"))
+        .write_toml(&dir);
     for args in [
         vec!["run", "-c", config.to_str().unwrap()],
         vec!["store", "migrate", "-c", config.to_str().unwrap()],

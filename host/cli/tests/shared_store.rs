@@ -13,6 +13,7 @@ use std::time::Duration;
 use common::{Proc, accepted, consumer, rules, spawn, text, verdict, wait_until};
 use verdict_cli::demo::{Behaviour, by_percent};
 use verdict_gateway::store::Store;
+use verdict_tests::gateway::{Route, TestConfig};
 
 /// The database servers a shared store runs on, on loopback.
 #[derive(Clone, Copy, Debug)]
@@ -101,34 +102,36 @@ fn gateway_config_leasing(
     consumer_url: &str,
     lease_ms: u64,
 ) -> PathBuf {
+    write_in(dir, n, &gateway_settings(n, store, consumer_url, lease_ms))
+}
+
+/// What [`gateway_config_leasing`] writes.
+fn gateway_settings(n: u32, store: &str, consumer_url: &str, lease_ms: u64) -> TestConfig {
+    TestConfig::new()
+        .set("gateway.instance", format!("gw-{n}"))
+        .set("gateway.store", store)
+        .set("gateway.lease_ms", lease_ms as i64)
+        .policy("rules", "rules.wasm")
+        .route(
+            Route::new("orders", "rules")
+                .consumer(&format!("{consumer_url}/"))
+                .config(
+                    r#"{ max_attempts = 8, rules = [
+    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
+] }"#,
+                ),
+        )
+}
+
+/// `config` in gateway `n`'s directory, beside the rules component and the token file; the
+/// config's path.
+fn write_in(dir: &Path, n: u32, config: &TestConfig) -> PathBuf {
     let dir = dir.join(format!("gw-{n}"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
     std::fs::write(dir.join("token"), "operator-token\n").unwrap();
-    let config = format!(
-        r#"[admin]
-listen = "127.0.0.1:0"
-token_file = "token"
-[gateway]
-instance = "gw-{n}"
-store = "{store}"
-poll_ms = 10
-lease_ms = {lease_ms}
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "orders"
-policy = "rules"
-consumer = {{ url = "{consumer_url}/", timeout_ms = 2000 }}
-config = {{ max_attempts = 8, rules = [
-    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
-    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 20 }} }},
-] }}
-"#
-    );
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
+    config.write_toml(&dir)
 }
 
 fn gateway(config: &Path) -> Proc {
@@ -549,12 +552,8 @@ fn a_gateway_polling_every_ten_minutes_still_delivers_at_once_and_retries_on_tim
     let dir = scratch("shared-store-wake");
     let db = Database::new(Server::Postgres);
     let app = consumer("127.0.0.1:0", 5);
-    let config = gateway_config(&dir, 1, &db.url(), &app.url);
-    let slow = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("poll_ms = 10", "poll_ms = 600000");
-    std::fs::write(&config, slow).unwrap();
-    let gw = gateway(&config);
+    let slow = gateway_settings(1, &db.url(), &app.url, 3_000).set("gateway.poll_ms", 600_000);
+    let gw = gateway(&write_in(&dir, 1, &slow));
     assert!(wait_until(Duration::from_secs(10), || ureq::get(&format!(
         "{}/readyz",
         gw.url
@@ -810,36 +809,24 @@ fn skewed_clocks(server: Server) {
 /// default 10 ms a loaded machine times decisions out, and the fallback's retries (full
 /// jitter from 1 s) come sooner than the policy's 5 s - a policy fault, not a clock.
 fn skew_config(dir: &Path, n: u32, store: &str, consumer_url: &str) -> PathBuf {
-    let dir = dir.join(format!("gw-{n}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
-    std::fs::write(dir.join("token"), "operator-token\n").unwrap();
-    let config = format!(
-        r#"[sandbox]
-decide_timeout_ms = 1000
-[admin]
-listen = "127.0.0.1:0"
-token_file = "token"
-[gateway]
-instance = "gw-{n}"
-store = "{store}"
-poll_ms = 10
-lease_ms = 10000
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "orders"
-policy = "rules"
-consumer = {{ url = "{consumer_url}/", timeout_ms = 5000 }}
-config = {{ max_attempts = 3, rules = [
-    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
-    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 5000, jitter = "none" }} }},
-] }}
-"#
-    );
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
+    let config = TestConfig::new()
+        .set("sandbox.decide_timeout_ms", 1000)
+        .set("gateway.instance", format!("gw-{n}"))
+        .set("gateway.store", store)
+        .set("gateway.lease_ms", 10_000)
+        .policy("rules", "rules.wasm")
+        .route(
+            Route::new("orders", "rules")
+                .set("consumer.url", format!("{consumer_url}/"))
+                .set("consumer.timeout_ms", 5000)
+                .config(
+                    r#"{ max_attempts = 3, rules = [
+    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 5000, jitter = "none" } },
+] }"#,
+                ),
+        );
+    write_in(dir, n, &config)
 }
 
 /// A database the server refuses (here: one that does not exist) is said once, in the

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{spawn, text, wait_until};
+use verdict_tests::gateway::{Route, TestConfig};
 use verdict_tls::test_pki::Pki;
 
 /// A database of the test's own, dropped at the end.
@@ -61,26 +62,17 @@ fn connections_of(application: &str) -> (i64, i64) {
 fn write_config(dir: &Path, store: &str, consumer_url: &str) -> PathBuf {
     std::fs::copy(common::rules(), dir.join("rules.wasm")).unwrap();
     std::fs::write(dir.join("token"), "operator-token\n").unwrap();
-    let config = format!(
-        r#"[admin]
-listen = "127.0.0.1:0"
-token_file = "token"
-[gateway]
-store = "{store}"
-poll_ms = 20
-lease_ms = 5000
-[policies.rules]
-path = "rules.wasm"
-[[routes]]
-topic = "orders"
-policy = "rules"
-consumer = {{ url = "{consumer_url}/", timeout_ms = 2000 }}
-config = {{ max_attempts = 3 }}
-"#
-    );
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
+    TestConfig::new()
+        .set("gateway.store", store)
+        .set("gateway.poll_ms", 20)
+        .set("gateway.lease_ms", 5000)
+        .policy("rules", "rules.wasm")
+        .route(
+            Route::new("orders", "rules")
+                .consumer(&format!("{consumer_url}/"))
+                .config("{ max_attempts = 3 }"),
+        )
+        .write_toml(dir)
 }
 
 #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{Proc, metric_at, rules, spawn, text, verdict, wait_until};
 use verdict_gateway::store::Store;
+use verdict_tests::gateway::{Route, TestConfig};
 use verdict_tls::test_pki::{Leaf, Pki};
 
 /// A demo consumer that accepts everything, over HTTPS with `leaf`; with `clients_of`,
@@ -79,21 +80,22 @@ fn scratch(name: &str) -> PathBuf {
 
 /// A config whose routes are `routes` (each `(topic, consumer table)`); every failure the
 /// policy sees is dead-lettered at once, so a message the policy judged would show.
+fn config(routes: &[(&str, String)]) -> TestConfig {
+    let config = TestConfig::new()
+        .set("gateway.lease_ms", 5000)
+        .policy("rules", "rules.wasm");
+    routes.iter().fold(config, |config, (topic, consumer)| {
+        config.route(
+            Route::new(topic, "rules")
+                .merge(&format!("consumer = {consumer}"))
+                .set("config.max_attempts", 1),
+        )
+    })
+}
+
+/// [`config`] written to `dir`; its path.
 fn write_config(dir: &Path, routes: &[(&str, String)]) -> PathBuf {
-    let mut config = String::from(
-        "[admin]\nlisten = \"127.0.0.1:0\"\ntoken_file = \"token\"\n\
-         [gateway]\npoll_ms = 10\nlease_ms = 5000\n\
-         [policies.rules]\npath = \"rules.wasm\"\n",
-    );
-    for (topic, consumer) in routes {
-        config += &format!(
-            "[[routes]]\ntopic = \"{topic}\"\npolicy = \"rules\"\nconsumer = {consumer}\n\
-             config = {{ max_attempts = 1 }}\n"
-        );
-    }
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
+    config(routes).write_toml(dir)
 }
 
 fn publish(gw: &Proc, dir: &Path, topic: &str, count: usize) {
@@ -292,11 +294,9 @@ fn check_names_the_tls_setting_that_cannot_be_used() {
     let pki = Pki::new("tls-check");
     let me = pki.client("gateway");
     let check = |consumer: String, extra: &str| {
-        let config = write_config(&dir, &[("orders", consumer)]);
-        if !extra.is_empty() {
-            let text = std::fs::read_to_string(&config).unwrap();
-            std::fs::write(&config, format!("{extra}\n{text}")).unwrap();
-        }
+        let config = config(&[("orders", consumer)])
+            .merge("", extra)
+            .write_toml(&dir);
         let out = verdict(&["check", "-c", config.to_str().unwrap()], None);
         (out.status.success(), text(&out.stderr))
     };
@@ -424,20 +424,10 @@ fn client_commands_reach_an_https_admin_listener_with_ca_file() {
     let dir = scratch("tls-admin-client");
     let pki = Pki::new("tls-admin-client");
     let served = pki.server("admin", &["127.0.0.1", "localhost"]);
-    let config = write_config(&dir, &[]);
-    let text_of = std::fs::read_to_string(&config).unwrap();
-    std::fs::write(
-        &config,
-        text_of.replace(
-            "token_file = \"token\"\n",
-            &format!(
-                "token_file = \"token\"\ntls_cert = \"{}\"\ntls_key = \"{}\"\n",
-                served.cert.display(),
-                served.key.display()
-            ),
-        ),
-    )
-    .unwrap();
+    let config = config(&[])
+        .set("admin.tls_cert", served.cert.display().to_string())
+        .set("admin.tls_key", served.key.display().to_string())
+        .write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],

@@ -19,6 +19,7 @@ use std::time::Duration;
 use common::nats::Nats;
 use common::{Proc, rules, spawn, wait_until};
 use verdict_cli::demo::{Behaviour, DemoConsumer};
+use verdict_tests::gateway::{Route, TestConfig};
 
 /// A consumer in this process: the test reads what it saw directly.
 struct App {
@@ -48,21 +49,16 @@ impl App {
 }
 
 /// 503 is retried after `delay_ms`, at most 4 attempts.
-fn route(topic: &str, source: &str, app: &App, delay_ms: u64) -> String {
-    format!(
-        r#"
-[[routes]]
-topic = "{topic}"
-source = "{source}"
-policy = "rules"
-consumer = {{ url = "{url}", timeout_ms = 2000 }}
-config = {{ max_attempts = 4, rules = [
+fn route(topic: &str, source: &str, app: &App, delay_ms: u64) -> Route {
+    Route::new(topic, "rules")
+        .set("source", source)
+        .consumer(&app.url)
+        .config(&format!(
+            r#"{{ max_attempts = 4, rules = [
     {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
     {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = {delay_ms}, jitter = "none" }} }},
-] }}
-"#,
-        url = app.url
-    )
+] }}"#
+        ))
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -74,22 +70,10 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Write the config (the running gateway reloads it by itself).
-fn write_config(dir: &Path, head: &str, routes: &str) -> PathBuf {
-    let path = dir.join("verdict.toml");
-    let config = format!(
-        r#"[admin]
-listen = "127.0.0.1:0"
-token_file = "token"
-[gateway]
-poll_ms = 10
-{head}
-[policies.rules]
-path = "rules.wasm"
-{routes}"#
-    );
-    std::fs::write(&path, config).unwrap();
-    path
+/// What every gateway here is configured with before its source and routes: `rules.wasm` and
+/// the token file [`scratch`] writes.
+fn base_config() -> TestConfig {
+    TestConfig::new().policy("rules", "rules.wasm")
 }
 
 fn generation(gw: &Proc) -> u64 {
@@ -102,10 +86,11 @@ fn generation(gw: &Proc) -> u64 {
     status["generation"].as_u64().unwrap_or(0)
 }
 
-/// Write the new routes and wait until the gateway runs them.
-fn reload(gw: &Proc, dir: &Path, head: &str, routes: &str) {
+/// Write the new config (the running gateway reloads it by itself) and wait until the
+/// gateway runs it.
+fn reload(gw: &Proc, dir: &Path, config: &TestConfig) {
     let before = generation(gw);
-    write_config(dir, head, routes);
+    config.write_toml(dir);
     assert!(
         wait_until(Duration::from_secs(20), || generation(gw) > before),
         "the gateway did not reload"
@@ -136,7 +121,12 @@ fn removing_an_overlapping_nats_route_hands_its_waiting_retries_to_the_wider_rou
     let dir = scratch("reload-nats-remove");
     let wide = route(&nats.subject("orders.>"), "nats", &healthy, 200);
     let vip = route(&nats.subject("orders.vip"), "nats", &down, 6_000);
-    let config = write_config(&dir, &nats.head(), &format!("{wide}{vip}"));
+    let on_nats = nats.configure(base_config());
+    let config = on_nats
+        .clone()
+        .route(wide.clone())
+        .route(vip)
+        .write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
@@ -151,7 +141,7 @@ fn removing_an_overlapping_nats_route_hands_its_waiting_retries_to_the_wider_rou
         "{:?}",
         down.deliveries()
     );
-    reload(&gw, &dir, &nats.head(), &wide);
+    reload(&gw, &dir, &on_nats.route(wide));
 
     assert!(
         wait_until(Duration::from_secs(40), || healthy.accepted().len() == 5),
@@ -212,7 +202,8 @@ fn a_route_added_and_removed_while_a_wider_one_waits_leaves_its_retries_with_it(
     let dir = scratch("reload-nats-flap");
     let wide = route(&nats.subject("orders.>"), "nats", &once, 6_000);
     let vip = route(&nats.subject("orders.vip"), "nats", &down, 6_000);
-    let config = write_config(&dir, &nats.head(), &wide);
+    let on_nats = nats.configure(base_config());
+    let config = on_nats.clone().route(wide.clone()).write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
@@ -225,7 +216,7 @@ fn a_route_added_and_removed_while_a_wider_one_waits_leaves_its_retries_with_it(
         "{:?}",
         once.deliveries()
     );
-    reload(&gw, &dir, &nats.head(), &format!("{wide}{vip}"));
+    reload(&gw, &dir, &on_nats.clone().route(wide.clone()).route(vip));
     assert!(wait_until(Duration::from_secs(20), || nats
         .has_consumer_of("orders.vip")));
     let own = ids("x", 1);
@@ -247,7 +238,7 @@ fn a_route_added_and_removed_while_a_wider_one_waits_leaves_its_retries_with_it(
         nats.consumers()
     );
     std::thread::sleep(Duration::from_millis(500));
-    reload(&gw, &dir, &nats.head(), &wide);
+    reload(&gw, &dir, &on_nats.route(wide));
 
     let mut all = waiting.clone();
     all.extend(own.clone());
@@ -311,7 +302,10 @@ fn an_existing_durable_is_brought_to_the_configured_settings() {
             .unwrap();
     });
     let dir = scratch("reload-nats-reconcile");
-    let config = write_config(&dir, &nats.head(), &route(&subject, "nats", &healthy, 200));
+    let config = nats
+        .configure(base_config())
+        .route(route(&subject, "nats", &healthy, 200))
+        .write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
@@ -346,11 +340,11 @@ fn narrowing_and_widening_a_nats_route_lose_nothing_and_replay_nothing() {
     );
     let nats = Nats::new("narrow");
     let dir = scratch("reload-nats-narrow");
-    let config = write_config(
-        &dir,
-        &nats.head(),
-        &route(&nats.subject("orders.>"), "nats", &down, 6_000),
-    );
+    let on_nats = nats.configure(base_config());
+    let config = on_nats
+        .clone()
+        .route(route(&nats.subject("orders.>"), "nats", &down, 6_000))
+        .write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
@@ -366,7 +360,7 @@ fn narrowing_and_widening_a_nats_route_lose_nothing_and_replay_nothing() {
 
     // Narrow.
     let eu_route = route(&nats.subject("orders.eu.>"), "nats", &healthy, 200);
-    reload(&gw, &dir, &nats.head(), &eu_route);
+    reload(&gw, &dir, &on_nats.clone().route(eu_route));
     assert!(
         wait_until(Duration::from_secs(40), || healthy.accepted().len() == 3
             && nats.dead_letters().len() == 3),
@@ -394,7 +388,7 @@ fn narrowing_and_widening_a_nats_route_lose_nothing_and_replay_nothing() {
 
     // Widen back: a new consumer for `orders.>`, the eu one retired.
     let wide = route(&nats.subject("orders.>"), "nats", &healthy, 200);
-    reload(&gw, &dir, &nats.head(), &wide);
+    reload(&gw, &dir, &on_nats.route(wide));
     assert!(wait_until(Duration::from_secs(20), || nats.has_consumer_of("orders.>")));
     let fresh = [ids("us-new", 2), ids("eu-new", 2)];
     nats.publish("orders.us", &fresh[0]);
@@ -429,8 +423,13 @@ fn removing_routes_on_the_embedded_store_hands_their_retries_on_or_dead_letters_
     let wide = route("orders.>", "embedded", &healthy, 200);
     let vip = route("orders.vip", "embedded", &down, 3_000);
     let payments = route("payments", "embedded", &down, 3_000);
-    let head = r#"instance = "gw-reload""#;
-    let config = write_config(&dir, head, &format!("{wide}{vip}{payments}"));
+    let embedded = base_config().set("gateway.instance", "gw-reload");
+    let config = embedded
+        .clone()
+        .route(wide.clone())
+        .route(vip)
+        .route(payments)
+        .write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
@@ -463,7 +462,7 @@ fn removing_routes_on_the_embedded_store_hands_their_retries_on_or_dead_letters_
         .deliveries()
         .len()
         == 8));
-    reload(&gw, &dir, head, &wide);
+    reload(&gw, &dir, &embedded.route(wide));
 
     let store = verdict_gateway::store::Store::open(&dir.join(".verdict/verdict.db")).unwrap();
     assert!(
@@ -584,15 +583,13 @@ impl Rabbit {
         })
     }
 
-    fn section(&self) -> String {
+    /// `config` for a gateway on these names: the `[rabbitmq]` section.
+    fn configure(&self, config: TestConfig) -> TestConfig {
         let p = &self.prefix;
-        format!(
-            r#"[rabbitmq]
-url = "{AMQP}"
-delay_prefix = "{p}.delay"
-audit_queue = "{p}.audit"
-"#
-        )
+        config
+            .set("rabbitmq.url", AMQP)
+            .set("rabbitmq.delay_prefix", format!("{p}.delay"))
+            .set("rabbitmq.audit_queue", format!("{p}.audit"))
     }
 }
 
@@ -665,14 +662,14 @@ fn two_gateways_on_one_queue(name: &str, shared_key: bool) -> (BTreeMap<String, 
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
         std::fs::write(dir.join("token"), "operator-token\n").unwrap();
-        let mut section = rabbit.section();
+        let mut config = rabbit
+            .configure(base_config())
+            .set("gateway.instance", format!("gw-{n}"))
+            .route(route(&rabbit.queue(), "rabbitmq", &down, 100).set("config.max_attempts", 3));
         if shared_key {
-            section.push_str("history_key_file = \"../shared.key\"\n");
+            config = config.set("rabbitmq.history_key_file", "../shared.key");
         }
-        let head = format!("instance = \"gw-{n}\"\n{section}");
-        let routes = route(&rabbit.queue(), "rabbitmq", &down, 100)
-            .replace("max_attempts = 4", "max_attempts = 3");
-        let config = write_config(&dir, &head, &routes);
+        let config = config.write_toml(&dir);
         spawn(
             env!("CARGO_BIN_EXE_verdict"),
             &["run", "-c", config.to_str().unwrap()],
@@ -752,10 +749,11 @@ fn one_rabbit_gateway(
 ) -> (Proc, App) {
     let down = app(runtime, Behaviour::FailsFirst(u32::MAX));
     let dir = scratch(&format!("operator-{name}"));
-    let head = format!("instance = \"gw-operator\"\n{}", rabbit.section());
-    let routes = route(&rabbit.queue(), "rabbitmq", &down, 1_000)
-        .replace("max_attempts = 4", "max_attempts = 3");
-    let config = write_config(&dir, &head, &routes);
+    let config = rabbit
+        .configure(base_config())
+        .set("gateway.instance", "gw-operator")
+        .route(route(&rabbit.queue(), "rabbitmq", &down, 1_000).set("config.max_attempts", 3))
+        .write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
@@ -875,12 +873,11 @@ fn identical_messages_without_an_id_get_ids_of_their_own() {
     let rabbit = Rabbit::new("noid");
     let flaky = app(&runtime, Behaviour::FailsFirst(1));
     let dir = scratch("operator-noid");
-    let head = format!("instance = \"gw-noid\"\n{}", rabbit.section());
-    let config = write_config(
-        &dir,
-        &head,
-        &route(&rabbit.queue(), "rabbitmq", &flaky, 100),
-    );
+    let config = rabbit
+        .configure(base_config())
+        .set("gateway.instance", "gw-noid")
+        .route(route(&rabbit.queue(), "rabbitmq", &flaky, 100))
+        .write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
@@ -925,13 +922,14 @@ fn route_queue_gone_while_retries_expire(name: &str, delay_queues: Option<&str>)
     let rabbit = Rabbit::new(name);
     let flaky = app(&runtime, Behaviour::FailsFirst(1));
     let dir = scratch(&format!("operator-{name}"));
-    let kind = delay_queues.map_or(String::new(), |k| format!("delay_queues = \"{k}\"\n"));
-    let head = format!("instance = \"gw-{name}\"\n{}{kind}", rabbit.section());
-    let config = write_config(
-        &dir,
-        &head,
-        &route(&rabbit.queue(), "rabbitmq", &flaky, 2_000),
-    );
+    let mut settings = rabbit
+        .configure(base_config())
+        .set("gateway.instance", format!("gw-{name}"))
+        .route(route(&rabbit.queue(), "rabbitmq", &flaky, 2_000));
+    if let Some(kind) = delay_queues {
+        settings = settings.set("rabbitmq.delay_queues", kind);
+    }
+    let config = settings.write_toml(&dir);
     let start = || {
         let gw = spawn(
             env!("CARGO_BIN_EXE_verdict"),
@@ -1015,12 +1013,11 @@ fn a_route_queue_refusing_moves_keeps_its_retries_waiting() {
     let rabbit = Rabbit::new("refusemove");
     let flaky = app(&runtime, Behaviour::FailsFirst(1));
     let dir = scratch("operator-refusemove");
-    let head = format!("instance = \"gw-refusemove\"\n{}", rabbit.section());
-    let config = write_config(
-        &dir,
-        &head,
-        &route(&rabbit.queue(), "rabbitmq", &flaky, 2_000),
-    );
+    let config = rabbit
+        .configure(base_config())
+        .set("gateway.instance", "gw-refusemove")
+        .route(route(&rabbit.queue(), "rabbitmq", &flaky, 2_000))
+        .write_toml(&dir);
     let gw = spawn(
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],

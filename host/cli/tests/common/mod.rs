@@ -1,5 +1,5 @@
 //! Helpers shared by the binary's test files: run `verdict`, build the rules component once,
-//! write a gateway config next to it.
+//! a gateway config on it.
 
 #![allow(dead_code)] // each test file uses its own subset
 
@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use verdict_tests::gateway::{Route, TestConfig};
 
 pub fn verdict(args: &[&str], stdin: Option<&str>) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
@@ -74,31 +76,30 @@ pub fn vectors(file: &str) -> String {
         .to_string()
 }
 
-/// A gateway config next to a copy of the rules component: payments 5, default 3.
-pub fn gateway_config(name: &str, extra_route: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
-    let config = format!(
-        r#"[policies.rules]
-path = "rules.wasm"
-vectors = ["{}"]
+/// A gateway config on the rules component beside it (`rules.wasm`, as
+/// [`scratch_with_rules`] puts it there) and its vectors: `payments.>` with 5 attempts, `>`
+/// with 3.
+pub fn rules_config() -> TestConfig {
+    rules_policy()
+        .route(payments_route())
+        .route(default_route(3))
+}
 
-[[routes]]
-topic = "payments.>"
-policy = "rules"
-config = {{ max_attempts = 5 }}
-{extra_route}
-[[routes]]
-topic = ">"
-policy = "rules"
-config = {{ max_attempts = 3 }}
-"#,
-        vectors("limits.json")
-    );
-    let path = dir.join("verdict.toml");
-    std::fs::write(&path, config).unwrap();
-    path
+/// [`rules_config`] without its routes.
+pub fn rules_policy() -> TestConfig {
+    TestConfig::new()
+        .policy("rules", "rules.wasm")
+        .set("policies.rules.vectors", vec![vectors("limits.json")])
+}
+
+/// The route `payments.>` of [`rules_config`]: 5 attempts.
+pub fn payments_route() -> Route {
+    Route::new("payments.>", "rules").set("config.max_attempts", 5)
+}
+
+/// The default route `>` of [`rules_config`], with `max_attempts`.
+pub fn default_route(max_attempts: i64) -> Route {
+    Route::new(">", "rules").set("config.max_attempts", max_attempts)
 }
 
 /// A child process killed when the test ends.

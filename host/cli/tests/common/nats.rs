@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use verdict_tests::gateway::TestConfig;
+
 /// This test's corner of the NATS server on loopback: its stream, DLQ and audit streams,
 /// history bucket and durable consumers, removed at the end.
 pub struct Nats {
@@ -34,27 +36,25 @@ impl Nats {
         nats
     }
 
-    /// The `[gateway]` lines and the `[nats]` section of a gateway on this corner.
-    pub fn head(&self) -> String {
-        self.head_at("nats://127.0.0.1:4222")
+    /// `config` for a gateway on this corner: its `[gateway]` names and the `[nats]` section.
+    pub fn configure(&self, config: TestConfig) -> TestConfig {
+        self.configure_at(config, "nats://127.0.0.1:4222")
     }
 
     /// The same, connecting to `url`.
-    pub fn head_at(&self, url: &str) -> String {
+    pub fn configure_at(&self, config: TestConfig, url: &str) -> TestConfig {
         let p = &self.prefix;
-        format!(
-            r#"instance = "gw-reload"
-consumer_group = "{p}"
-[nats]
-url = "{url}"
-stream = "{p}"
-dlq_stream = "{p}_DLQ"
-dlq_subject_prefix = "{p}dlq"
-audit_stream = "{p}_AUDIT"
-audit_subject_prefix = "{p}audit"
-history_bucket = "{p}-history"
-ack_wait_ms = 5000"#
-        )
+        config
+            .set("gateway.instance", "gw-reload")
+            .set("gateway.consumer_group", p.as_str())
+            .set("nats.url", url)
+            .set("nats.stream", p.as_str())
+            .set("nats.dlq_stream", format!("{p}_DLQ"))
+            .set("nats.dlq_subject_prefix", format!("{p}dlq"))
+            .set("nats.audit_stream", format!("{p}_AUDIT"))
+            .set("nats.audit_subject_prefix", format!("{p}audit"))
+            .set("nats.history_bucket", format!("{p}-history"))
+            .set("nats.ack_wait_ms", 5000)
     }
 
     pub fn subject(&self, topic: &str) -> String {

@@ -1,29 +1,32 @@
 //! Charts as inline SVG, drawn on the server: no script, nothing to load.
 
-use std::fmt::Write as _;
-
-use super::html::escape;
+use maud::{Markup, html};
 
 const WIDTH: f64 = 640.0;
 const HEIGHT: f64 = 90.0;
 
 /// A line chart of `points` (`(x, y)`, x ascending) titled `title`; with fewer than two
 /// points, a note that the samples are still coming.
-pub(crate) fn line(title: &str, unit: &str, points: &[(u64, u64)]) -> String {
-    let mut out = format!("<figure class=\"chart\"><figcaption>{}", escape(title));
+pub(crate) fn line(title: &str, unit: &str, points: &[(u64, u64)]) -> Markup {
     let Some((&(x0, _), &(x1, last))) = points.first().zip(points.last()) else {
-        out += "</figcaption><p class=\"muted\">No samples yet.</p></figure>";
-        return out;
+        return html! {
+            figure.chart {
+                figcaption { (title) }
+                p.muted { "No samples yet." }
+            }
+        };
     };
     let top = points.iter().map(|p| p.1).max().unwrap_or(0).max(1);
-    let _ = write!(
-        out,
-        " <span class=\"muted\">now {last} {}, peak {top}</span></figcaption>",
-        escape(unit)
-    );
+    let caption = html! {
+        figcaption { (title) " " span.muted { "now " (last) " " (unit) ", peak " (top) } }
+    };
     if points.len() < 2 {
-        out += "<p class=\"muted\">One sample so far; the line starts with the next.</p></figure>";
-        return out;
+        return html! {
+            figure.chart {
+                (caption)
+                p.muted { "One sample so far; the line starts with the next." }
+            }
+        };
     }
     let span = (x1.saturating_sub(x0)).max(1) as f64;
     let coords: Vec<String> = points
@@ -34,16 +37,16 @@ pub(crate) fn line(title: &str, unit: &str, points: &[(u64, u64)]) -> String {
             format!("{px:.1},{py:.1}")
         })
         .collect();
-    let _ = write!(
-        out,
-        "<svg viewBox=\"0 0 {WIDTH} {HEIGHT}\" width=\"{WIDTH}\" height=\"{HEIGHT}\" \
-         role=\"img\" aria-label=\"{}\"><line x1=\"0\" y1=\"{HEIGHT}\" x2=\"{WIDTH}\" \
-         y2=\"{HEIGHT}\" class=\"axis\"/><polyline points=\"{}\" class=\"series\"/></svg>\
-         </figure>",
-        escape(title),
-        coords.join(" ")
-    );
-    out
+    html! {
+        figure.chart {
+            (caption)
+            svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) width=(WIDTH) height=(HEIGHT)
+                role="img" aria-label=(title) {
+                line x1="0" y1=(HEIGHT) x2=(WIDTH) y2=(HEIGHT) class="axis" {}
+                polyline points=(coords.join(" ")) class="series" {}
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -52,14 +55,26 @@ mod tests {
 
     #[test]
     fn a_line_spans_the_width_and_its_peak_touches_the_top() {
-        let svg = line("DLQ depth", "letters", &[(0, 0), (50, 10), (100, 5)]);
+        let svg = line("DLQ depth", "letters", &[(0, 0), (50, 10), (100, 5)]).into_string();
         assert!(
             svg.contains("points=\"0.0,88.0 320.0,2.0 640.0,45.0\""),
             "{svg}"
         );
         assert!(svg.contains("now 5 letters, peak 10"), "{svg}");
-        assert!(line("t", "u", &[]).contains("No samples yet."));
-        assert!(line("t", "u", &[(1, 3)]).contains("One sample so far"));
-        assert!(line("<t>", "u", &[(1, 3), (2, 4)]).contains("aria-label=\"&lt;t&gt;\""));
+        assert!(
+            line("t", "u", &[])
+                .into_string()
+                .contains("No samples yet.")
+        );
+        assert!(
+            line("t", "u", &[(1, 3)])
+                .into_string()
+                .contains("One sample so far")
+        );
+        assert!(
+            line("<t>", "u", &[(1, 3), (2, 4)])
+                .into_string()
+                .contains("aria-label=\"&lt;t&gt;\"")
+        );
     }
 }

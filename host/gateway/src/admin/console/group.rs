@@ -3,12 +3,11 @@
 //! (dry run), replay it (with a rate and a canary), or discard it with a reason. Each
 //! starts a job, cut off at its start, and the page moves to the job's own page.
 
-use std::fmt::Write as _;
-
 use axum::http::StatusCode;
 use axum::response::Response;
+use maud::{Markup, html};
 
-use super::html::{escape, form, message_page, page, table};
+use super::html::{form, message_page, page, table};
 use crate::admin::AdminState;
 use crate::admin::session::Viewer;
 use crate::dlq::{DeadLetters, DlqGroup, groups, is_parked};
@@ -77,118 +76,132 @@ pub(super) async fn render(state: &AdminState, viewer: &Viewer, id: String) -> R
             ),
         );
     };
-    let mut body = summary(&group);
-    body += &actions(&group, viewer);
-    let _ = write!(
-        body,
-        "<h2>Letters{}</h2>",
-        if group.count as usize > SHOWN_LETTERS {
-            format!(" (the first {SHOWN_LETTERS} of {})", group.count)
-        } else {
-            String::new()
+    let body = html! {
+        (summary(&group))
+        (actions(&group, viewer))
+        h2 {
+            "Letters"
+            @if group.count as usize > SHOWN_LETTERS {
+                " (the first " (SHOWN_LETTERS) " of " (group.count) ")"
+            }
         }
-    );
-    body += &letters_table(&letters, park_after);
-    page(&format!("Group {}", group.id), viewer, &body)
+        (letters_table(&letters, park_after))
+    };
+    page(&format!("Group {}", group.id), viewer, body)
 }
 
-fn summary(g: &DlqGroup) -> String {
+fn summary(g: &DlqGroup) -> Markup {
     let f = &g.fingerprint;
-    let mut out = format!(
-        "<h1>Group <code>{}</code> <span class=\"pill\">{} dead letters</span></h1><dl>",
-        escape(&g.id),
-        g.count
-    );
     let list = |set: &std::collections::BTreeSet<String>| {
-        escape(&set.iter().cloned().collect::<Vec<_>>().join(", "))
+        set.iter().cloned().collect::<Vec<_>>().join(", ")
     };
-    for (k, v) in [
-        ("topic", format!("<code>{}</code>", escape(&f.topic))),
-        ("class", escape(&f.class)),
-        ("kind", format!("<code>{}</code>", escape(&f.kind))),
-        ("reason (normalised)", escape(&f.reason)),
-        ("first seen", escape(&rfc3339(g.first_seen_ms))),
-        ("last seen", escape(&rfc3339(g.last_seen_ms))),
-        ("DLQs", list(&g.dlqs)),
-        ("policy versions", list(&g.policy_versions)),
+    let rows: [(&str, Markup); 10] = [
+        ("topic", html! { code { (f.topic) } }),
+        ("class", html! { (f.class) }),
+        ("kind", html! { code { (f.kind) } }),
+        ("reason (normalised)", html! { (f.reason) }),
+        ("first seen", html! { (rfc3339(g.first_seen_ms)) }),
+        ("last seen", html! { (rfc3339(g.last_seen_ms)) }),
+        ("DLQs", html! { (list(&g.dlqs)) }),
+        ("policy versions", html! { (list(&g.policy_versions)) }),
         (
             "parked",
-            format!(
-                "{} (bulk replays leave them out; act on them one by one)",
-                g.parked
-            ),
+            html! { (g.parked) " (bulk replays leave them out; act on them one by one)" },
         ),
         (
             "sample",
-            format!(
-                "<a href=\"/letters/{}\">{}</a>: {}",
-                g.sample.seq,
-                escape(&g.sample.message_id),
-                escape(&g.sample.reason)
-            ),
+            html! {
+                a href={ "/letters/" (g.sample.seq) } { (g.sample.message_id) }
+                ": " (g.sample.reason)
+            },
         ),
-    ] {
-        let _ = write!(out, "<dt>{k}</dt><dd>{v}</dd>");
+    ];
+    html! {
+        h1 { "Group " code { (g.id) } " " span.pill { (g.count) " dead letters" } }
+        dl {
+            @for (k, v) in &rows {
+                dt { (k) }
+                dd { (v) }
+            }
+        }
     }
-    out + "</dl>"
 }
 
-fn actions(g: &DlqGroup, viewer: &Viewer) -> String {
+fn actions(g: &DlqGroup, viewer: &Viewer) -> Markup {
     let session = viewer.session();
-    let id = escape(&g.id);
-    let mut out = String::from("<h2>Act on the group</h2>");
-    if session.is_none() {
-        out += "<p class=\"muted\"><a href=\"/login\">Log in</a> with the admin token to act. \
-                A dry run moves nothing, but it runs the policy, so it needs a login too.</p>";
+    let id = &g.id;
+    html! {
+        h2 { "Act on the group" }
+        @if session.is_none() {
+            p.muted {
+                a href="/login" { "Log in" }
+                " with the admin token to act. A dry run moves nothing, but it runs the \
+                 policy, so it needs a login too."
+            }
+        }
+        p.muted {
+            "Each action is a job on the letters dead-lettered before it starts; letters \
+             that arrive meanwhile stay for the next look."
+        }
+        div.actions {
+            (form(
+                &format!("/groups/{id}/dry-run"),
+                session,
+                "action",
+                html! { span { "What does the current policy decide for each letter now?" } },
+                "Dry run",
+            ))
+            (form(
+                &format!("/groups/{id}/replay"),
+                session,
+                "action",
+                html! {
+                    label {
+                        "Canary "
+                        input name="canary" inputmode="numeric" size="4" placeholder="none";
+                    }
+                    label {
+                        "Rate per s "
+                        input name="rate_per_s" inputmode="decimal" size="5" placeholder="no limit";
+                    }
+                    label {
+                        "Note "
+                        input name="note" maxlength="400" placeholder="why (audited)";
+                    }
+                },
+                "Replay group",
+            ))
+            (form(
+                &format!("/groups/{id}/discard"),
+                session,
+                "action danger",
+                html! {
+                    label {
+                        "Reason "
+                        input name="reason" maxlength="400" required placeholder="why (audited)";
+                    }
+                },
+                "Discard group",
+            ))
+        }
     }
-    out += "<p class=\"muted\">Each action is a job on the letters dead-lettered before it \
-            starts; letters that arrive meanwhile stay for the next look.</p>";
-    out += "<div class=\"actions\">";
-    out += &form(
-        &format!("/groups/{id}/dry-run"),
-        session,
-        "action",
-        "<span>What does the current policy decide for each letter now?</span>",
-        "Dry run",
-    );
-    out += &form(
-        &format!("/groups/{id}/replay"),
-        session,
-        "action",
-        "<label>Canary <input name=\"canary\" inputmode=\"numeric\" size=\"4\" \
-         placeholder=\"none\"></label>\
-         <label>Rate per s <input name=\"rate_per_s\" inputmode=\"decimal\" size=\"5\" \
-         placeholder=\"no limit\"></label>\
-         <label>Note <input name=\"note\" maxlength=\"400\" placeholder=\"why (audited)\"></label>",
-        "Replay group",
-    );
-    out += &form(
-        &format!("/groups/{id}/discard"),
-        session,
-        "action danger",
-        "<label>Reason <input name=\"reason\" maxlength=\"400\" required \
-         placeholder=\"why (audited)\"></label>",
-        "Discard group",
-    );
-    out + "</div>"
 }
 
-fn letters_table(letters: &[DlqEntry], park_after: u32) -> String {
-    let rows: Vec<Vec<String>> = letters
+fn letters_table(letters: &[DlqEntry], park_after: u32) -> Markup {
+    let rows: Vec<Vec<Markup>> = letters
         .iter()
         .map(|e| {
-            let parked = is_parked(e.repeats, park_after);
             vec![
-                format!("<a href=\"/letters/{}\">{}</a>", e.seq, e.seq),
-                format!("<code>{}</code>", escape(&e.message_id)),
-                escape(&rfc3339(e.created_at_ms)),
-                e.attempts.to_string(),
-                if parked {
-                    format!("<span class=\"bad\">{} (parked)</span>", e.repeats)
+                html! { a href={ "/letters/" (e.seq) } { (e.seq) } },
+                html! { code { (e.message_id) } },
+                html! { (rfc3339(e.created_at_ms)) },
+                html! { (e.attempts) },
+                if is_parked(e.repeats, park_after) {
+                    html! { span.bad { (e.repeats) " (parked)" } }
                 } else {
-                    e.repeats.to_string()
+                    html! { (e.repeats) }
                 },
-                escape(&e.reason),
+                html! { (e.reason) },
             ]
         })
         .collect();

@@ -1,12 +1,15 @@
-//! The console's HTML: escaping every string that reaches a page (message ids, headers,
-//! payloads and reasons come from producers, consumers and policies), the page frame and
-//! the forms. Everything a page needs ships in the binary: one stylesheet, no script, no
-//! CDN.
+//! The console's HTML: the page frame and the forms, written with `maud`, which escapes
+//! every interpolated string (message ids, headers, payloads and reasons come from
+//! producers, consumers and policies) unless it is marked as markup, and rejects
+//! malformed markup at compile time. Control characters an outside string may carry are
+//! replaced once for the whole page. Everything a page needs ships in the binary: one
+//! stylesheet, no script, no CDN.
 
 use std::fmt::Write as _;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use maud::{DOCTYPE, Markup, html};
 
 use crate::admin::identity::Role;
 use crate::admin::session::{Session, Viewer};
@@ -21,23 +24,14 @@ pub(crate) const STYLESHEET_PATH: &str = "/console.css";
 const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
                    frame-ancestors 'none'; base-uri 'none'";
 
-/// `text` safe inside an element or a quoted attribute.
-pub(crate) use verdict_runtime::text::escape_html as escape;
-
-/// A whole page: `title` (escaped here) around `body` (already HTML), with who is looking
-/// in the header.
-pub(crate) fn page(title: &str, viewer: &Viewer, body: &str) -> Response {
-    frame(title, viewer, "", body)
+/// A whole page: `title` around `body`, with who is looking in the header.
+pub(crate) fn page(title: &str, viewer: &Viewer, body: Markup) -> Response {
+    frame(title, viewer, false, body)
 }
 
 /// A page that reloads itself every second (a running job's), with no script.
-pub(crate) fn refreshing_page(title: &str, viewer: &Viewer, body: &str) -> Response {
-    frame(
-        title,
-        viewer,
-        "<meta http-equiv=\"refresh\" content=\"1\">",
-        body,
-    )
+pub(crate) fn refreshing_page(title: &str, viewer: &Viewer, body: Markup) -> Response {
+    frame(title, viewer, true, body)
 }
 
 /// A page that only says something (`message`, plain text) under `title`, with `status`.
@@ -47,15 +41,12 @@ pub(crate) fn message_page(
     viewer: &Viewer,
     message: &str,
 ) -> Response {
-    let mut response = page(
-        title,
-        viewer,
-        &format!(
-            "<h1>{}</h1><p>{}</p><p><a href=\"/\">Back to the gateway</a></p>",
-            escape(title),
-            escape(message)
-        ),
-    );
+    let body = html! {
+        h1 { (title) }
+        p { (message) }
+        p { a href="/" { "Back to the gateway" } }
+    };
+    let mut response = page(title, viewer, body);
     *response.status_mut() = status;
     response
 }
@@ -75,61 +66,88 @@ pub(crate) fn unless_reader(viewer: &Viewer) -> Option<Response> {
              in with a token of the role read or a stronger one.",
         ),
     };
-    let mut response = page(
-        title,
-        viewer,
-        &format!(
-            "<h1>{}</h1><p>{}</p><p><a href=\"/login\">Log in</a></p>",
-            escape(title),
-            escape(why)
-        ),
-    );
+    let body = html! {
+        h1 { (title) }
+        p { (why) }
+        p { a href="/login" { "Log in" } }
+    };
+    let mut response = page(title, viewer, body);
     *response.status_mut() = StatusCode::UNAUTHORIZED;
     Some(response)
 }
 
-fn frame(title: &str, viewer: &Viewer, head: &str, body: &str) -> Response {
-    let who = match viewer.session() {
-        Some(s) => format!(
-            "<span class=\"who\">Signed in as <strong>{}</strong> ({})</span>{}",
-            escape(&s.who),
-            s.role,
-            form("/logout", Some(s), "inline", "", "Log out")
-        ),
-        None => "<a class=\"who\" href=\"/login\">Log in</a>".into(),
+fn frame(title: &str, viewer: &Viewer, refreshing: bool, body: Markup) -> Response {
+    let account = match viewer.session() {
+        Some(s) => html! {
+            span.who { "Signed in as " strong { (s.who) } " (" (s.role) ")" }
+            (form("/logout", Some(s), "inline", html! {}, "Log out"))
+        },
+        None => html! { a.who href="/login" { "Log in" } },
     };
-    let html = format!(
-        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{head}\
-         <title>{} - Verdict</title><link rel=\"stylesheet\" href=\"{STYLESHEET_PATH}\"></head>\
-         <body><header><a href=\"/\" class=\"brand\">Verdict</a>\
-         <nav><a href=\"/\">Gateway</a><a href=\"/policies\">Policies</a></nav>\
-         <div class=\"account\">{who}</div></header><main>{body}</main>\
-         </body></html>\n",
-        escape(title)
-    );
-    with_headers(html, "text/html; charset=utf-8")
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                @if refreshing {
+                    meta http-equiv="refresh" content="1";
+                }
+                title { (title) " - Verdict" }
+                link rel="stylesheet" href=(STYLESHEET_PATH);
+            }
+            body {
+                header {
+                    a.brand href="/" { "Verdict" }
+                    nav {
+                        a href="/" { "Gateway" }
+                        a href="/policies" { "Policies" }
+                    }
+                    div.account { (account) }
+                }
+                main { (body) }
+            }
+        }
+    };
+    with_headers(
+        without_controls(page.into_string()),
+        "text/html; charset=utf-8",
+    )
 }
 
-/// A form that posts to `action` (a path of ours) with `fields` (already HTML) and a
-/// button. It carries the session's CSRF token; without a session it is still shown (the
-/// action then asks for a login), with an empty one.
+/// `html` with every control character but newline and tab replaced by U+FFFD: escaping
+/// keeps an outside string from becoming markup, this keeps a NUL or an escape sequence in
+/// one from reaching the browser (or a terminal the page is saved to).
+fn without_controls(html: String) -> String {
+    if !html.chars().any(is_stray_control) {
+        return html;
+    }
+    html.chars()
+        .map(|c| if is_stray_control(c) { '\u{fffd}' } else { c })
+        .collect()
+}
+
+fn is_stray_control(c: char) -> bool {
+    c.is_control() && c != '\n' && c != '\t'
+}
+
+/// A form that posts to `action` (a path of ours) with `fields` and a button. It carries
+/// the session's CSRF token; without a session it is still shown (the action then asks
+/// for a login), with an empty one.
 pub(crate) fn form(
     action: &str,
     session: Option<&Session>,
     class: &str,
-    fields: &str,
+    fields: Markup,
     button: &str,
-) -> String {
-    format!(
-        "<form method=\"post\" action=\"{}\" class=\"{}\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{}\">{fields}\
-         <button type=\"submit\">{}</button></form>",
-        escape(action),
-        escape(class),
-        escape(session.map_or("", |s| &s.csrf)),
-        escape(button)
-    )
+) -> Markup {
+    html! {
+        form method="post" action=(action) class=(class) {
+            input type="hidden" name="csrf" value=(session.map_or("", |s| &s.csrf));
+            (fields)
+            button type="submit" { (button) }
+        }
+    }
 }
 
 /// The stylesheet as a response.
@@ -159,22 +177,18 @@ fn with_headers(body: String, content_type: &'static str) -> Response {
     response
 }
 
-/// A table: `head` cells (plain text) and `rows` of cells that are already HTML.
-pub(crate) fn table(head: &[&str], rows: &[Vec<String>]) -> String {
-    let mut out = String::from("<table><thead><tr>");
-    for h in head {
-        let _ = write!(out, "<th>{}</th>", escape(h));
-    }
-    out.push_str("</tr></thead><tbody>");
-    for row in rows {
-        out.push_str("<tr>");
-        for cell in row {
-            let _ = write!(out, "<td>{cell}</td>");
+/// A table: `head` cells (plain text) and `rows` of cells.
+pub(crate) fn table(head: &[&str], rows: &[Vec<Markup>]) -> Markup {
+    html! {
+        table {
+            thead { tr { @for h in head { th { (h) } } } }
+            tbody {
+                @for row in rows {
+                    tr { @for cell in row { td { (cell) } } }
+                }
+            }
         }
-        out.push_str("</tr>");
     }
-    out.push_str("</tbody></table>");
-    out
 }
 
 /// `bytes` as a hex dump, 16 to a line with their offset, at most `max` of them.
@@ -197,14 +211,44 @@ pub(crate) fn hex_dump(bytes: &[u8], max: usize) -> String {
 mod tests {
     use super::*;
 
-    #[test]
-    fn hostile_text_cannot_become_markup() {
-        assert_eq!(
-            escape("<script>alert('x')</script>"),
-            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
+    async fn body_of(response: Response) -> String {
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn hostile_text_cannot_become_markup_or_carry_control_characters() {
+        let hostile = "<script>alert('x')</script>\"><img src=x>a&b\u{0}\u{1b}[31mc\nd\te";
+        let response = message_page(StatusCode::NOT_FOUND, hostile, &Viewer::Anonymous, hostile);
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let page = body_of(response).await;
+        assert!(
+            !page.contains("<script") && !page.contains("<img"),
+            "{page}"
         );
-        assert_eq!(escape("\"><img src=x>"), "&quot;&gt;&lt;img src=x&gt;");
-        assert_eq!(escape("a&b\u{0}\u{1b}c\nd"), "a&amp;b\u{fffd}\u{fffd}c\nd");
+        assert!(
+            page.contains(
+                "<p>&lt;script&gt;alert('x')&lt;/script&gt;&quot;&gt;&lt;img src=x&gt;\
+                 a&amp;b\u{fffd}\u{fffd}[31mc\nd\te</p>"
+            ),
+            "{page}"
+        );
+        assert!(!page.chars().any(is_stray_control), "{page}");
+        // The title is escaped the same way.
+        assert!(page.contains("<title>&lt;script&gt;"), "{page}");
+    }
+
+    #[test]
+    fn a_form_carries_the_csrf_token_and_escapes_its_attributes() {
+        let form = form("/x?a=\"b\"", None, "action", html! { span { "<b>" } }, "Go").into_string();
+        assert_eq!(
+            form,
+            "<form method=\"post\" action=\"/x?a=&quot;b&quot;\" class=\"action\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"\"><span>&lt;b&gt;</span>\
+             <button type=\"submit\">Go</button></form>"
+        );
     }
 
     #[test]

@@ -3,12 +3,11 @@
 //! until the job ends (a `<meta>` refresh: the console runs no script), so an operator
 //! who closes it and comes back finds the job where it is.
 
-use std::fmt::Write as _;
-
 use axum::http::StatusCode;
 use axum::response::Response;
+use maud::{Markup, html};
 
-use super::html::{escape, form, message_page, page, refreshing_page, table};
+use super::html::{form, message_page, page, refreshing_page, table};
 use crate::admin::AdminState;
 use crate::admin::session::Viewer;
 use crate::dlq::{JobState, JobView};
@@ -26,9 +25,9 @@ pub(super) fn render(state: &AdminState, viewer: &Viewer, id: &str) -> Response 
     let body = body(&job, viewer);
     let title = format!("Job {}", job.id);
     if job.state == JobState::Running {
-        refreshing_page(&title, viewer, &body)
+        refreshing_page(&title, viewer, body)
     } else {
-        page(&title, viewer, &body)
+        page(&title, viewer, body)
     }
 }
 
@@ -42,83 +41,68 @@ pub(super) fn state_name(state: JobState) -> &'static str {
     }
 }
 
-fn body(j: &JobView, viewer: &Viewer) -> String {
-    let mut out = format!(
-        "<h1>Job {} <span class=\"pill\">{}</span> <span class=\"pill state-{}\" \
-         id=\"job-state\">{}</span></h1>",
-        escape(&j.id),
-        escape(j.action),
-        state_name(j.state),
-        state_name(j.state)
-    );
-    let _ = write!(
-        out,
-        "<p><progress max=\"{}\" value=\"{}\"></progress> <strong id=\"job-percent\">{}%</strong> \
-         - {} of {} dead letters</p>",
-        j.total.max(1),
-        j.done.min(j.total.max(1)),
-        j.percent,
-        j.done,
-        j.total
-    );
-    out += "<dl>";
+fn body(j: &JobView, viewer: &Viewer) -> Markup {
+    let state = state_name(j.state);
     let group = j.filter.group.as_deref().unwrap_or("-");
-    let _ = write!(
-        out,
-        "<dt>group</dt><dd><a href=\"/groups/{0}\"><code>{0}</code></a></dd>",
-        escape(group)
-    );
-    if let Some(cut) = j.filter.dead_before_ms {
-        let _ = write!(
-            out,
-            "<dt>cut-off</dt><dd>letters dead-lettered before {}</dd>",
-            escape(&rfc3339(cut))
-        );
-    }
-    let _ = write!(
-        out,
-        "<dt>started</dt><dd>{}</dd>",
-        escape(&rfc3339(j.started_at_ms))
-    );
-    if let Some(at) = j.finished_at_ms {
-        let _ = write!(out, "<dt>ended</dt><dd>{}</dd>", escape(&rfc3339(at)));
-    }
-    let _ = write!(out, "<dt>note</dt><dd>{}</dd></dl>", escape(&j.note));
-    if let Some(c) = &j.canary {
-        if c.passed {
-            let _ = write!(
-                out,
-                "<p class=\"good\">Canary passed: {} of {} delivered; the rest was replayed.</p>",
-                c.delivered, c.size
-            );
-        } else {
-            let _ = write!(
-                out,
-                "<p class=\"bad\">Canary failed: {} of {} delivered. The rest stays in the DLQ.</p>",
-                c.delivered, c.size
-            );
+    let decisions: Vec<Vec<Markup>> = j
+        .decisions
+        .iter()
+        .map(|(action, n)| vec![html! { (action) }, html! { (n) }])
+        .collect();
+    html! {
+        h1 {
+            "Job " (j.id) " " span.pill { (j.action) } " "
+            span class={ "pill state-" (state) } id="job-state" { (state) }
+        }
+        p {
+            progress max=(j.total.max(1)) value=(j.done.min(j.total.max(1))) {}
+            " " strong id="job-percent" { (j.percent) "%" }
+            " - " (j.done) " of " (j.total) " dead letters"
+        }
+        dl {
+            dt { "group" }
+            dd { a href={ "/groups/" (group) } { code { (group) } } }
+            @if let Some(cut) = j.filter.dead_before_ms {
+                dt { "cut-off" }
+                dd { "letters dead-lettered before " (rfc3339(cut)) }
+            }
+            dt { "started" }
+            dd { (rfc3339(j.started_at_ms)) }
+            @if let Some(at) = j.finished_at_ms {
+                dt { "ended" }
+                dd { (rfc3339(at)) }
+            }
+            dt { "note" }
+            dd { (j.note) }
+        }
+        @if let Some(c) = &j.canary {
+            @if c.passed {
+                p.good {
+                    "Canary passed: " (c.delivered) " of " (c.size)
+                    " delivered; the rest was replayed."
+                }
+            } @else {
+                p.bad {
+                    "Canary failed: " (c.delivered) " of " (c.size)
+                    " delivered. The rest stays in the DLQ."
+                }
+            }
+        }
+        @if let Some(e) = &j.error {
+            p.bad { (e) }
+        }
+        @if !decisions.is_empty() {
+            h2 { "What the current policy decides now" }
+            (table(&["decision", "letters"], &decisions))
+        }
+        @if j.state == JobState::Running {
+            (form(
+                &format!("/jobs/{}/cancel", j.id),
+                viewer.session(),
+                "action danger",
+                html! { span { "Stop at the next step; what is done stays done." } },
+                "Cancel job",
+            ))
         }
     }
-    if let Some(e) = &j.error {
-        let _ = write!(out, "<p class=\"bad\">{}</p>", escape(e));
-    }
-    if !j.decisions.is_empty() {
-        out += "<h2>What the current policy decides now</h2>";
-        let rows: Vec<Vec<String>> = j
-            .decisions
-            .iter()
-            .map(|(action, n)| vec![escape(action), n.to_string()])
-            .collect();
-        out += &table(&["decision", "letters"], &rows);
-    }
-    if j.state == JobState::Running {
-        out += &form(
-            &format!("/jobs/{}/cancel", j.id),
-            viewer.session(),
-            "action danger",
-            "<span>Stop at the next step; what is done stays done.</span>",
-            "Cancel job",
-        );
-    }
-    out
 }

@@ -3,12 +3,12 @@
 //! `[console]` allows edits on its topic.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use axum::http::StatusCode;
 use axum::response::Response;
+use maud::{Markup, html};
 
-use super::html::{escape, form, hex_dump, message_page, page, table};
+use super::html::{form, hex_dump, message_page, page, table};
 use crate::admin::session::Viewer;
 use crate::admin::{AdminState, ApiError, repair};
 use crate::store::DlqEntry;
@@ -41,20 +41,21 @@ pub(super) async fn render(state: &AdminState, viewer: &Viewer, seq: &str) -> Re
         .config()
         .console
         .may_edit(&entry.topic);
-    let mut out = body(&entry);
     let park_after = state
         .gateway
         .as_ref()
         .map_or(0, |p| p.settings().park_after_repeats);
-    if crate::dlq::is_parked(entry.repeats, park_after) {
-        out += &format!(
-            "<p class=\"bad\">Parked: it came back {} times after replays, so bulk replays \
-             leave it out. Replay it here, alone, once its cause is fixed.</p>",
-            entry.repeats
-        );
-    }
-    out += &actions(&entry, viewer, may_edit);
-    page(&format!("Dead letter {seq}"), viewer, &out)
+    let out = html! {
+        (body(&entry))
+        @if crate::dlq::is_parked(entry.repeats, park_after) {
+            p.bad {
+                "Parked: it came back " (entry.repeats) " times after replays, so bulk \
+                 replays leave it out. Replay it here, alone, once its cause is fixed."
+            }
+        }
+        (actions(&entry, viewer, may_edit))
+    };
+    page(&format!("Dead letter {seq}"), viewer, out)
 }
 
 /// Dead letter `seq` of the store: 404 when it has left the DLQs, 503 when the store does
@@ -140,170 +141,175 @@ impl Editable {
 }
 
 /// The forms that act on this letter alone.
-fn actions(e: &DlqEntry, viewer: &Viewer, may_edit: bool) -> String {
+fn actions(e: &DlqEntry, viewer: &Viewer, may_edit: bool) -> Markup {
     let session = viewer.session();
     let seq = e.seq;
-    let mut out = String::from("<h2>Act on this letter</h2>");
-    if viewer.session().is_none() {
-        out += "<p class=\"muted\"><a href=\"/login\">Log in</a> with the admin token to act.</p>";
+    html! {
+        h2 { "Act on this letter" }
+        @if session.is_none() {
+            p.muted { a href="/login" { "Log in" } " with the admin token to act." }
+        }
+        div.actions {
+            (form(
+                &format!("/letters/{seq}/replay"),
+                session,
+                "action",
+                html! {
+                    label {
+                        "Note "
+                        input name="note" maxlength="400" placeholder="why (audited)";
+                    }
+                },
+                "Replay this letter",
+            ))
+            (form(
+                &format!("/letters/{seq}/discard"),
+                session,
+                "action",
+                html! {
+                    label {
+                        "Reason "
+                        input name="reason" maxlength="400" required placeholder="why (audited)";
+                    }
+                },
+                "Discard this letter",
+            ))
+        }
+        h2 { "Repair and resubmit" }
+        @if may_edit {
+            (repair_form(e, session))
+        } @else {
+            p.muted {
+                "Repairs are off for this topic: set " code { "[console] allow_edit = true" }
+                " (or list the topic in " code { "allow_edit_topics" } ") in the gateway config."
+            }
+        }
     }
-    out += "<div class=\"actions\">";
-    out += &form(
-        &format!("/letters/{seq}/replay"),
-        session,
-        "action",
-        "<label>Note <input name=\"note\" maxlength=\"400\" placeholder=\"why (audited)\"></label>",
-        "Replay this letter",
-    );
-    out += &form(
-        &format!("/letters/{seq}/discard"),
-        session,
-        "action",
-        "<label>Reason <input name=\"reason\" maxlength=\"400\" required placeholder=\"why (audited)\"></label>",
-        "Discard this letter",
-    );
-    out += "</div>";
-    out += "<h2>Repair and resubmit</h2>";
-    if !may_edit {
-        out += "<p class=\"muted\">Repairs are off for this topic: set <code>[console] \
-                allow_edit = true</code> (or list the topic in <code>allow_edit_topics</code>) \
-                in the gateway config.</p>";
-        return out;
-    }
-    let editable = Editable::of(e);
-    let payload = match &editable.payload {
-        Some(text) => format!(
-            "<label>Payload<textarea name=\"payload\" rows=\"12\">{}</textarea></label>",
-            escape(text)
-        ),
-        None => "<p class=\"muted\">A binary payload (or one not kept) is not edited here: \
-                 send <code>payload_base64</code> to <code>POST /v1/dlq/{seq}/repair</code>.</p>"
-            .into(),
-    };
-    out += &form(
-        &format!("/letters/{seq}/repair"),
-        session,
-        "repair",
-        &format!(
-            "{payload}<label>Content type <input name=\"content_type\" value=\"{}\"></label>\
-             <label>Headers, one <code>name: value</code> per line\
-             <textarea name=\"headers\" rows=\"4\">{}</textarea></label>\
-             <label>Note <input name=\"note\" maxlength=\"400\" required placeholder=\"what you fixed (audited)\"></label>",
-            escape(&editable.content_type),
-            escape(&editable.headers_text())
-        ),
-        "Repair and resubmit",
-    );
-    out += "<p class=\"muted\">The letter as it was stays in the audit log, with who changed \
-            what.</p>";
-    out
 }
 
-fn body(e: &DlqEntry) -> String {
+fn repair_form(e: &DlqEntry, session: Option<&crate::admin::session::Session>) -> Markup {
+    let seq = e.seq;
+    let editable = Editable::of(e);
+    let fields = html! {
+        @if let Some(text) = &editable.payload {
+            label { "Payload" textarea name="payload" rows="12" { (text) } }
+        } @else {
+            p.muted {
+                "A binary payload (or one not kept) is not edited here: send "
+                code { "payload_base64" } " to " code { "POST /v1/dlq/" (seq) "/repair" } "."
+            }
+        }
+        label { "Content type " input name="content_type" value=(editable.content_type); }
+        label {
+            "Headers, one " code { "name: value" } " per line"
+            textarea name="headers" rows="4" { (editable.headers_text()) }
+        }
+        label {
+            "Note "
+            input name="note" maxlength="400" required placeholder="what you fixed (audited)";
+        }
+    };
+    html! {
+        (form(&format!("/letters/{seq}/repair"), session, "repair", fields, "Repair and resubmit"))
+        p.muted { "The letter as it was stays in the audit log, with who changed what." }
+    }
+}
+
+fn body(e: &DlqEntry) -> Markup {
     let env = &e.envelope;
     let o = &env.original;
-    let mut out = format!(
-        "<h1>Dead letter {} <span class=\"pill\">{}</span></h1><dl>",
-        e.seq,
-        escape(&e.dlq)
-    );
-    for (k, v) in [
+    let v = &env.verdict;
+    let p = &env.policy;
+    let message = [
         ("message id", o.id.as_str()),
         ("topic", o.topic.as_str()),
         ("content type", o.content_type.as_deref().unwrap_or("-")),
         ("dead-lettered", env.dead_lettered_at.as_str()),
         ("gateway", env.gateway.as_str()),
         ("consumer group", env.consumer_group.as_str()),
-    ] {
-        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(v));
-    }
-    let _ = write!(
-        out,
-        "<dt>attempts</dt><dd>{}</dd><dt>came back</dt><dd>{} time(s) after a replay</dd></dl>",
-        env.attempts, e.repeats
-    );
-
-    out += "<h2>Verdict</h2><dl>";
-    let v = &env.verdict;
-    for (k, val) in [
+    ];
+    let verdict = [
         ("action", v.action.as_str()),
         ("class", v.class.as_str()),
         ("reason", v.reason.as_str()),
         ("alert", v.alert.as_str()),
-    ] {
-        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(val));
+    ];
+    let headers: Vec<Vec<Markup>> = o
+        .headers
+        .iter()
+        .map(|(k, v)| vec![html! { code { (k) } }, html! { (v) }])
+        .collect();
+    html! {
+        h1 { "Dead letter " (e.seq) " " span.pill { (e.dlq) } }
+        dl {
+            @for (k, v) in message {
+                dt { (k) }
+                dd { (v) }
+            }
+            dt { "attempts" }
+            dd { (env.attempts) }
+            dt { "came back" }
+            dd { (e.repeats) " time(s) after a replay" }
+        }
+        h2 { "Verdict" }
+        dl {
+            @for (k, v) in verdict {
+                dt { (k) }
+                dd { (v) }
+            }
+            dt { "policy" }
+            dd {
+                (p.name) " " (p.version) " " code { (p.sha256) }
+                @if let Some(g) = p.generation {
+                    ", generation " (g)
+                }
+            }
+        }
+        @if let Some(fault) = &p.fallback {
+            p.bad { "The policy faulted; the fallback verdict applied: " (fault) }
+        }
+        h2 { "Attempts" }
+        ol.timeline {
+            @for err in &env.errors {
+                li {
+                    code { (err.at) } " " strong { (err.kind) }
+                    br;
+                    span.muted { (err.message) }
+                }
+            }
+        }
+        h2 { "Headers" }
+        @if headers.is_empty() {
+            p.muted { "None." }
+        } @else {
+            (table(&["name", "value"], &headers))
+        }
+        h2 { "Payload" }
+        (payload(o))
     }
-    let p = &env.policy;
-    let _ = write!(
-        out,
-        "<dt>policy</dt><dd>{} {} <code>{}</code>{}</dd></dl>",
-        escape(&p.name),
-        escape(&p.version),
-        escape(&p.sha256),
-        p.generation
-            .map(|g| format!(", generation {g}"))
-            .unwrap_or_default()
-    );
-    if let Some(fault) = &p.fallback {
-        let _ = write!(
-            out,
-            "<p class=\"bad\">The policy faulted; the fallback verdict applied: {}</p>",
-            escape(fault)
-        );
-    }
-
-    out += "<h2>Attempts</h2><ol class=\"timeline\">";
-    for err in &env.errors {
-        let _ = write!(
-            out,
-            "<li><code>{}</code> <strong>{}</strong><br><span class=\"muted\">{}</span></li>",
-            escape(&err.at),
-            escape(&err.kind),
-            escape(&err.message)
-        );
-    }
-    out += "</ol>";
-
-    out += "<h2>Headers</h2>";
-    if o.headers.is_empty() {
-        out += "<p class=\"muted\">None.</p>";
-    } else {
-        let rows: Vec<Vec<String>> = o
-            .headers
-            .iter()
-            .map(|(k, v)| vec![format!("<code>{}</code>", escape(k)), escape(v)])
-            .collect();
-        out += &table(&["name", "value"], &rows);
-    }
-
-    out += "<h2>Payload</h2>";
-    out += &payload(o);
-    out
 }
 
-fn payload(o: &crate::envelope::Original) -> String {
+fn payload(o: &crate::envelope::Original) -> Markup {
     if let Some(omitted) = &o.payload_omitted {
-        return format!(
-            "<p class=\"muted\">Not kept: {} ({} bytes, sha256 <code>{}</code>).</p>",
-            escape(&omitted.reason),
-            omitted.bytes,
-            escape(&omitted.sha256)
-        );
+        return html! {
+            p.muted {
+                "Not kept: " (omitted.reason) " (" (omitted.bytes) " bytes, sha256 "
+                code { (omitted.sha256) } ")."
+            }
+        };
     }
     match (&o.payload, &o.payload_base64) {
-        (Some(serde_json::Value::String(text)), _) => format!("<pre>{}</pre>", escape(text)),
-        (Some(json), _) => format!(
-            "<pre>{}</pre>",
-            escape(&serde_json::to_string_pretty(json).unwrap_or_default())
-        ),
+        (Some(serde_json::Value::String(text)), _) => html! { pre { (text) } },
+        (Some(json), _) => {
+            html! { pre { (serde_json::to_string_pretty(json).unwrap_or_default()) } }
+        }
         (None, Some(_)) => {
             let bytes = o.payload_bytes();
-            format!(
-                "<p class=\"muted\">Binary, {} bytes.</p><pre>{}</pre>",
-                bytes.len(),
-                escape(&hex_dump(&bytes, HEX_BYTES))
-            )
+            html! {
+                p.muted { "Binary, " (bytes.len()) " bytes." }
+                pre { (hex_dump(&bytes, HEX_BYTES)) }
+            }
         }
-        (None, None) => "<p class=\"muted\">Empty.</p>".into(),
+        (None, None) => html! { p.muted { "Empty." } },
     }
 }

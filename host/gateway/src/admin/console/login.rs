@@ -9,10 +9,11 @@ use axum::Form;
 use axum::extract::rejection::FormRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
 use serde::Deserialize;
 
 use super::actions::{CsrfForm, checked, same_origin};
-use super::html::{escape, message_page, page};
+use super::html::{message_page, page};
 use crate::admin::AdminState;
 use crate::admin::identity::Role;
 use crate::admin::session::{self, Viewer};
@@ -21,36 +22,35 @@ use crate::admin::session::{self, Viewer};
 const WRONG_TOKEN_DELAY: Duration = Duration::from_millis(300);
 
 pub(super) fn render(viewer: &Viewer, error: Option<&str>) -> Response {
-    let error = error
-        .map(|e| format!("<p class=\"bad\">{}</p>", escape(e)))
-        .unwrap_or_default();
-    let signed_in = viewer
-        .session()
-        .map(|s| {
-            format!(
-                "<p class=\"muted\">You are signed in as {} (role {}); logging in again \
-                 starts a new login.</p>",
-                escape(&s.who),
-                s.role
-            )
-        })
-        .unwrap_or_default();
-    page(
-        "Log in",
-        viewer,
-        &format!(
-            "<h1>Log in</h1>{signed_in}{error}<form method=\"post\" action=\"/login\" \
-             class=\"login\"><label>Token <input type=\"password\" name=\"token\" \
-             autocomplete=\"current-password\" required autofocus></label>\
-             <button type=\"submit\">Log in</button></form>\
-             <p class=\"muted\">Your token names you in the audit log and decides what you \
-             may do: <code>read</code> shows dead letters, <code>operate</code> replays and \
-             discards them, <code>edit</code> repairs them, <code>admin</code> does \
-             everything. Tokens come from <code>verdict admin token new</code> (listed in \
-             <code>admin.tokens_file</code>), or it is the gateway's admin token. It is \
-             checked once and never kept in the page or a cookie.</p>"
-        ),
-    )
+    let body = html! {
+        h1 { "Log in" }
+        @if let Some(s) = viewer.session() {
+            p.muted {
+                "You are signed in as " (s.who) " (role " (s.role) "); logging in again \
+                 starts a new login."
+            }
+        }
+        @if let Some(e) = error {
+            p.bad { (e) }
+        }
+        form method="post" action="/login" class="login" {
+            label {
+                "Token "
+                input type="password" name="token" autocomplete="current-password" required
+                    autofocus;
+            }
+            button type="submit" { "Log in" }
+        }
+        p.muted {
+            "Your token names you in the audit log and decides what you may do: "
+            code { "read" } " shows dead letters, " code { "operate" } " replays and \
+             discards them, " code { "edit" } " repairs them, " code { "admin" } " does \
+             everything. Tokens come from " code { "verdict admin token new" } " (listed in "
+            code { "admin.tokens_file" } "), or it is the gateway's admin token. It is \
+             checked once and never kept in the page or a cookie."
+        }
+    };
+    page("Log in", viewer, body)
 }
 
 #[derive(Deserialize)]

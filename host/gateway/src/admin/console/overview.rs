@@ -1,11 +1,10 @@
 //! `/`: what runs and what is dead, on one page.
 
-use std::fmt::Write as _;
-
 use axum::response::Response;
+use maud::{Markup, html};
 
 use super::chart;
-use super::html::{escape, page, table};
+use super::html::{page, table};
 use crate::admin::identity::Role;
 use crate::admin::session::Viewer;
 use crate::admin::{AdminState, views};
@@ -21,68 +20,70 @@ pub(super) async fn render(state: &AdminState, viewer: &Viewer) -> Response {
         return login;
     }
     let generation = state.registry.current();
-    let mut body = format!(
-        "<h1>Gateway <span class=\"pill\">generation {}</span></h1>",
-        generation.number
-    );
-    body += "<h2>Routes</h2>";
-    body += &routes(&views::routes(&generation));
-    body += "<h2>The store's DLQs, last hour</h2>";
     let samples = state.dlq_history.samples();
     let depth: Vec<(u64, u64)> = samples.iter().map(|s| (s.at_ms, s.depth)).collect();
     let ingress: Vec<(u64, u64)> = samples.iter().map(|s| (s.at_ms, s.ingress)).collect();
-    body += &chart::line("Depth", "dead letters", &depth);
-    body += &chart::line(
-        &format!("Ingress per {} s", crate::dlq::SAMPLE_EVERY.as_secs()),
-        "dead letters",
-        &ingress,
-    );
-    body += "<h2>Dead letters by cause</h2>";
+    let running = html! {
+        h1 { "Gateway " span.pill { "generation " (generation.number) } }
+        h2 { "Routes" }
+        (routes(&views::routes(&generation)))
+        h2 { "The store's DLQs, last hour" }
+        (chart::line("Depth", "dead letters", &depth))
+        (chart::line(
+            &format!("Ingress per {} s", crate::dlq::SAMPLE_EVERY.as_secs()),
+            "dead letters",
+            &ingress,
+        ))
+        h2 { "Dead letters by cause" }
+    };
     // Causes carry the policies' reasons and samples, which may quote message content.
     if !viewer.may(Role::Read) {
-        body += "<p class=\"muted\"><a href=\"/login\">Log in</a> (role read or stronger) \
-                 to see the dead letters by cause and the jobs.</p>";
-        return page("Gateway", viewer, &body);
+        let body = html! {
+            (running)
+            p.muted {
+                a href="/login" { "Log in" }
+                " (role read or stronger) to see the dead letters by cause and the jobs."
+            }
+        };
+        return page("Gateway", viewer, body);
     }
-    body += &match dead_letter_groups(state).await {
+    let dead = match dead_letter_groups(state).await {
         Ok(groups) => groups_table(&groups),
-        Err(e) => format!("<p class=\"bad\">{}</p>", escape(&e)),
+        Err(e) => html! { p.bad { (e) } },
     };
-    body += "<h2>Jobs</h2>";
-    body += &jobs(&state.jobs.list());
-    page("Gateway", viewer, &body)
+    let body = html! {
+        (running)
+        (dead)
+        h2 { "Jobs" }
+        (jobs(&state.jobs.list()))
+    };
+    page("Gateway", viewer, body)
 }
 
-fn routes(routes: &[views::RouteView]) -> String {
+fn routes(routes: &[views::RouteView]) -> Markup {
     if routes.is_empty() {
-        return "<p class=\"muted\">No routes.</p>".into();
+        return html! { p.muted { "No routes." } };
     }
-    let rows: Vec<Vec<String>> = routes
+    let rows: Vec<Vec<Markup>> = routes
         .iter()
         .map(|r| {
+            let c = &r.component;
             vec![
-                format!("<code>{}</code>", escape(&r.topic)),
-                escape(&r.policy),
-                format!(
-                    "{} {} <code class=\"muted\">{}</code>",
-                    escape(&r.component.name),
-                    escape(&r.component.version),
-                    escape(r.component.sha256.get(..12).unwrap_or(&r.component.sha256))
-                ),
-                r.stats.decisions.to_string(),
-                r.stats.faults.to_string(),
-                r.stats.clamped.to_string(),
-                r.shadow.as_ref().map_or_else(
-                    || "-".into(),
-                    |s| {
-                        format!(
-                            "{} ({} of {} disagree)",
-                            escape(&s.shadow),
-                            s.disagreements,
-                            s.compared
-                        )
+                html! { code { (r.topic) } },
+                html! { (r.policy) },
+                html! {
+                    (c.name) " " (c.version) " "
+                    code.muted { (c.sha256.get(..12).unwrap_or(&c.sha256)) }
+                },
+                html! { (r.stats.decisions) },
+                html! { (r.stats.faults) },
+                html! { (r.stats.clamped) },
+                match &r.shadow {
+                    Some(s) => html! {
+                        (s.shadow) " (" (s.disagreements) " of " (s.compared) " disagree)"
                     },
-                ),
+                    None => html! { "-" },
+                },
             ]
         })
         .collect();
@@ -119,91 +120,79 @@ async fn dead_letter_groups(state: &AdminState) -> Result<Vec<DlqGroup>, String>
     .map_err(|e| e.to_string())?
 }
 
-fn groups_table(groups: &[DlqGroup]) -> String {
+fn groups_table(groups: &[DlqGroup]) -> Markup {
     if groups.is_empty() {
-        return "<p class=\"muted\">No dead letters in the store.</p>".into();
+        return html! { p.muted { "No dead letters in the store." } };
     }
-    let rows: Vec<Vec<String>> = groups
+    let rows: Vec<Vec<Markup>> = groups
         .iter()
         .map(|g| {
+            let f = &g.fingerprint;
             vec![
-                format!(
-                    "<a href=\"/groups/{0}\"><code>{0}</code></a>",
-                    escape(&g.id)
-                ),
-                g.count.to_string(),
-                g.parked.to_string(),
-                format!("<code>{}</code>", escape(&g.fingerprint.topic)),
-                escape(&g.fingerprint.class),
-                format!("<code>{}</code>", escape(&g.fingerprint.kind)),
-                escape(&g.fingerprint.reason),
-                escape(&rfc3339(g.last_seen_ms)),
-                format!(
-                    "<a href=\"/letters/{}\">{}</a>",
-                    g.sample.seq,
-                    escape(&g.sample.message_id)
-                ),
+                html! { a href={ "/groups/" (g.id) } { code { (g.id) } } },
+                html! { (g.count) },
+                html! { (g.parked) },
+                html! { code { (f.topic) } },
+                html! { (f.class) },
+                html! { code { (f.kind) } },
+                html! { (f.reason) },
+                html! { (rfc3339(g.last_seen_ms)) },
+                html! { a href={ "/letters/" (g.sample.seq) } { (g.sample.message_id) } },
             ]
         })
         .collect();
-    let mut out = table(
-        &[
-            "group",
-            "count",
-            "parked",
-            "topic",
-            "class",
-            "kind",
-            "reason",
-            "last seen",
-            "sample",
-        ],
-        &rows,
-    );
-    let _ = write!(
-        out,
-        "<p class=\"muted\">Open a group to dry-run, replay or discard it (a login with the \
-         admin token required), or use <code>verdict jobs dry-run|replay|discard --group \
-         ID</code>.</p>"
-    );
-    out
+    html! {
+        (table(
+            &[
+                "group",
+                "count",
+                "parked",
+                "topic",
+                "class",
+                "kind",
+                "reason",
+                "last seen",
+                "sample",
+            ],
+            &rows,
+        ))
+        p.muted {
+            "Open a group to dry-run, replay or discard it (a login with the admin token \
+             required), or use "
+            code { "verdict jobs dry-run|replay|discard --group ID" }
+            "."
+        }
+    }
 }
 
-fn jobs(jobs: &[JobView]) -> String {
+fn jobs(jobs: &[JobView]) -> Markup {
     if jobs.is_empty() {
-        return "<p class=\"muted\">No jobs since the gateway started.</p>".into();
+        return html! { p.muted { "No jobs since the gateway started." } };
     }
-    let rows: Vec<Vec<String>> = jobs
+    let rows: Vec<Vec<Markup>> = jobs
         .iter()
         .map(|j| {
-            let state = serde_json::to_value(j.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
             // A replay whose canary was not delivered ends there, on purpose: say so.
             let state = match &j.canary {
-                Some(c) if !c.passed => format!(
-                    "<span class=\"bad\">canary failed ({} of {} delivered); the rest stays</span>",
-                    c.delivered, c.size
-                ),
-                _ => escape(&state),
+                Some(c) if !c.passed => html! {
+                    span.bad {
+                        "canary failed (" (c.delivered) " of " (c.size)
+                        " delivered); the rest stays"
+                    }
+                },
+                _ => html! { (super::job::state_name(j.state)) },
             };
             vec![
-                format!("<a href=\"/jobs/{0}\">{0}</a>", escape(&j.id)),
-                escape(j.action),
+                html! { a href={ "/jobs/" (j.id) } { (j.id) } },
+                html! { (j.action) },
                 state,
-                format!(
-                    "<progress max=\"{}\" value=\"{}\"></progress> {}%",
-                    j.total.max(1),
-                    j.done.min(j.total.max(1)),
-                    j.percent
-                ),
-                format!("{} / {}", j.done, j.total),
-                format!(
-                    "<code>{}</code>",
-                    escape(j.filter.group.as_deref().unwrap_or("-"))
-                ),
-                escape(j.error.as_deref().unwrap_or(&j.note)),
+                html! {
+                    progress max=(j.total.max(1)) value=(j.done.min(j.total.max(1))) {}
+                    " " (j.percent) "%"
+                },
+                html! { (j.done) " / " (j.total) },
+                html! { code { (j.filter.group.as_deref().unwrap_or("-")) } },
+                html! { (j.error.as_deref().unwrap_or(&j.note)) },
             ]
         })
         .collect();

@@ -3,8 +3,9 @@
 //! promoting or rolling back.
 
 use axum::response::Response;
+use maud::{Markup, html};
 
-use super::html::{escape, form, page, table};
+use super::html::{form, page, table};
 use crate::admin::session::Viewer;
 use crate::admin::{AdminState, views};
 use crate::envelope::rfc3339;
@@ -15,34 +16,51 @@ pub(super) fn render(state: &AdminState, viewer: &Viewer) -> Response {
     {
         return login;
     }
-    let mut body = String::from("<h1>Policies</h1>");
-    let policies = views::policies(&state.registry);
-    let rows: Vec<Vec<String>> = policies
+    let mut generations: Vec<views::GenerationView> = state
+        .registry
+        .history()
+        .iter()
+        .map(|g| views::generation(g, false))
+        .collect();
+    generations.push(views::generation(&state.registry.current(), true));
+    generations.reverse();
+    let body = html! {
+        h1 { "Policies" }
+        (policies(&views::policies(&state.registry)))
+        h2 { "Generations" }
+        (generations_table(&generations))
+        (rollback_form(&generations, viewer))
+        h2 { "Shadow report" }
+        (shadow_report(&state.registry.shadow_report()))
+    };
+    page("Policies", viewer, body)
+}
+
+fn policies(policies: &[views::PolicyView]) -> Markup {
+    let rows: Vec<Vec<Markup>> = policies
         .iter()
         .map(|p| {
             vec![
-                escape(&p.name),
-                p.component.as_ref().map_or_else(
-                    || "<span class=\"bad\">not loaded</span>".into(),
-                    |c| {
-                        format!(
-                            "{} {} <code class=\"muted\">{}</code>",
-                            escape(&c.name),
-                            escape(&c.version),
-                            escape(c.sha256.get(..12).unwrap_or(&c.sha256))
-                        )
+                html! { (p.name) },
+                match &p.component {
+                    Some(c) => html! {
+                        (c.name) " " (c.version) " "
+                        code.muted { (c.sha256.get(..12).unwrap_or(&c.sha256)) }
                     },
-                ),
-                p.loaded_at_ms
-                    .map_or_else(|| "-".into(), |t| escape(&rfc3339(t))),
-                escape(&p.routes.join(", ")),
-                p.stats.decisions.to_string(),
-                p.stats.faults.to_string(),
-                p.uploads.len().to_string(),
+                    None => html! { span.bad { "not loaded" } },
+                },
+                match p.loaded_at_ms {
+                    Some(t) => html! { (rfc3339(t)) },
+                    None => html! { "-" },
+                },
+                html! { (p.routes.join(", ")) },
+                html! { (p.stats.decisions) },
+                html! { (p.stats.faults) },
+                html! { (p.uploads.len()) },
             ]
         })
         .collect();
-    body += &table(
+    table(
         &[
             "policy",
             "component",
@@ -53,104 +71,100 @@ pub(super) fn render(state: &AdminState, viewer: &Viewer) -> Response {
             "uploads",
         ],
         &rows,
-    );
+    )
+}
 
-    body += "<h2>Generations</h2>";
-    let mut generations: Vec<views::GenerationView> = state
-        .registry
-        .history()
-        .iter()
-        .map(|g| views::generation(g, false))
-        .collect();
-    generations.push(views::generation(&state.registry.current(), true));
-    generations.reverse();
-    let rows: Vec<Vec<String>> = generations
+fn generations_table(generations: &[views::GenerationView]) -> Markup {
+    let rows: Vec<Vec<Markup>> = generations
         .iter()
         .map(|g| {
-            let routes: Vec<String> = g
-                .routes
-                .iter()
-                .map(|(topic, policy)| format!("<code>{}</code> {}", escape(topic), escape(policy)))
-                .collect();
             vec![
                 if g.active {
-                    format!(
-                        "<strong>{}</strong> <span class=\"pill\">active</span>",
-                        g.number
-                    )
+                    html! { strong { (g.number) } " " span.pill { "active" } }
                 } else {
-                    g.number.to_string()
+                    html! { (g.number) }
                 },
-                escape(&rfc3339(g.activated_at_ms)),
-                escape(&g.cause),
-                routes.join("<br>"),
+                html! { (rfc3339(g.activated_at_ms)) },
+                html! { (g.cause) },
+                html! {
+                    @for (i, (topic, policy)) in g.routes.iter().enumerate() {
+                        @if i > 0 { br; }
+                        code { (topic) } " " (policy)
+                    }
+                },
             ]
         })
         .collect();
-    body += &table(&["generation", "activated", "cause", "routes"], &rows);
-    body += &rollback_form(&generations, viewer);
+    table(&["generation", "activated", "cause", "routes"], &rows)
+}
 
-    body += "<h2>Shadow report</h2>";
-    let shadows = state.registry.shadow_report();
+fn shadow_report(shadows: &[verdict_registry::ShadowReport]) -> Markup {
     if shadows.is_empty() {
-        body += "<p class=\"muted\">No route has a shadow policy.</p>";
-    } else {
-        let rows: Vec<Vec<String>> = shadows
-            .iter()
-            .map(|s| {
-                vec![
-                    format!("<code>{}</code>", escape(&s.topic)),
-                    escape(&s.active),
-                    escape(&s.shadow),
-                    s.compared.to_string(),
-                    s.disagreements.to_string(),
-                    escape(
-                        &s.by_class
-                            .iter()
-                            .map(|(class, n)| format!("{class} {n}"))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    ),
-                ]
-            })
-            .collect();
-        body += &table(
-            &[
-                "route",
-                "active",
-                "shadow",
-                "compared",
-                "disagreements",
-                "by class",
-            ],
-            &rows,
-        );
+        return html! { p.muted { "No route has a shadow policy." } };
     }
-    page("Policies", viewer, &body)
+    let rows: Vec<Vec<Markup>> = shadows
+        .iter()
+        .map(|s| {
+            let by_class = s
+                .by_class
+                .iter()
+                .map(|(class, n)| format!("{class} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            vec![
+                html! { code { (s.topic) } },
+                html! { (s.active) },
+                html! { (s.shadow) },
+                html! { (s.compared) },
+                html! { (s.disagreements) },
+                html! { (by_class) },
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "route",
+            "active",
+            "shadow",
+            "compared",
+            "disagreements",
+            "by class",
+        ],
+        &rows,
+    )
 }
 
 /// Roll one route, or every route, back to the generation before the active one.
-fn rollback_form(generations: &[views::GenerationView], viewer: &Viewer) -> String {
+fn rollback_form(generations: &[views::GenerationView], viewer: &Viewer) -> Markup {
     let Some(active) = generations.iter().find(|g| g.active) else {
-        return String::new();
+        return html! {};
     };
     if generations.len() < 2 {
-        return "<p class=\"muted\">No earlier generation is kept: nothing to roll back to.</p>"
-            .into();
+        return html! {
+            p.muted { "No earlier generation is kept: nothing to roll back to." }
+        };
     }
-    let mut options = String::from("<option value=\"\">every route</option>");
-    for topic in active.routes.keys() {
-        options += &format!("<option value=\"{0}\">{0}</option>", escape(topic));
-    }
+    let fields = html! {
+        label {
+            "Roll back "
+            select name="topic" {
+                option value="" { "every route" }
+                @for topic in active.routes.keys() {
+                    option value=(topic) { (topic) }
+                }
+            }
+        }
+        " "
+        span.muted {
+            "to the previous generation (a one-route rollback lasts until the next change \
+             of any route)"
+        }
+    };
     form(
         "/policies/rollback",
         viewer.session(),
         "action",
-        &format!(
-            "<label>Roll back <select name=\"topic\">{options}</select></label> \
-             <span class=\"muted\">to the previous generation (a one-route rollback lasts \
-             until the next change of any route)</span>"
-        ),
+        fields,
         "Roll back",
     )
 }
