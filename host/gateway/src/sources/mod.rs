@@ -23,6 +23,8 @@
 //! a settlement, give a message back), so the rules are the same on every source.
 
 pub mod embedded;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "nats")]
 pub mod nats;
 #[cfg(feature = "rabbitmq")]

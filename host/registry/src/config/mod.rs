@@ -33,6 +33,7 @@ mod brokers;
 mod console;
 mod defaults;
 mod gateway;
+mod kafka;
 mod secret;
 mod source_kind;
 mod storage;
@@ -46,6 +47,7 @@ pub use brokers::{
 pub use console::ConsoleConfig;
 pub use defaults::Defaults;
 pub use gateway::{ConsumerConfig, DlqFormat, DlqNaming, GatewaySection};
+pub use kafka::{KafkaConfig, KafkaRetryMode, SaslConfig, SaslMechanism, topic_name};
 pub use secret::Secret;
 pub use source_kind::SourceKind;
 pub use storage::StorageConfig;
