@@ -158,7 +158,7 @@ impl Broker for RabbitFixture {
     }
 
     fn rounding_ms(delay_ms: u64) -> u64 {
-        verdict_gateway::sources::rabbitmq::headers::bucket_ms(delay_ms) - delay_ms
+        verdict_gateway::sources::delay_buckets::bucket_ms(delay_ms) - delay_ms
     }
 
     fn wait_for(&self, limit: Duration, check: impl FnMut() -> bool) -> bool {

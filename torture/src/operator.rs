@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use verdict_gateway::sources::rabbitmq::headers::bucket_ms;
+use verdict_gateway::sources::delay_buckets::bucket_ms;
 
 use crate::rng::Rng;
 use crate::sources::Source;

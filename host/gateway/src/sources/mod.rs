@@ -22,6 +22,8 @@
 //! to the one `SettlementDriver` (`settlement_driver.rs`) and implements only `Held` (apply
 //! a settlement, give a message back), so the rules are the same on every source.
 
+#[cfg(any(feature = "rabbitmq", feature = "kafka"))]
+pub mod delay_buckets;
 pub mod embedded;
 #[cfg(feature = "kafka")]
 pub mod kafka;
@@ -31,6 +33,8 @@ pub mod nats;
 pub mod rabbitmq;
 mod settle_failures;
 mod settlement_driver;
+#[cfg(any(feature = "rabbitmq", feature = "kafka"))]
+pub(crate) mod signed_history;
 mod source;
 mod store_outage;
 mod supervise;
