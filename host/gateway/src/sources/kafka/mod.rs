@@ -7,3 +7,7 @@
 
 pub(crate) mod dlt_headers;
 pub(crate) mod offsets;
+pub(crate) mod record;
+
+/// The source's name in metrics, log lines and `/readyz`.
+pub const NAME: &str = "kafka";
