@@ -334,6 +334,7 @@ fn sources_built(config: &GatewayConfig) -> Result<(), GatewayError> {
             SourceKind::Embedded => (true, "embedded"),
             SourceKind::Nats => (cfg!(feature = "nats"), "nats"),
             SourceKind::Rabbitmq => (cfg!(feature = "rabbitmq"), "rabbitmq"),
+            SourceKind::Kafka => (cfg!(feature = "kafka"), "kafka"),
         };
         if !built {
             return Err(GatewayError::LeftOut {
@@ -379,7 +380,7 @@ async fn broker_sources(
     {
         let queues = topics(SourceKind::Rabbitmq);
         if !queues.is_empty() {
-            let key = history_key(&config.rabbitmq, base, state_dir)?;
+            let key = history_key(&config.rabbitmq.history_key_file, base, state_dir)?;
             match crate::sources::rabbitmq::probe(&config.rabbitmq, &config.gateway.instance).await
             {
                 Ok(seen) => tracing::debug!(%seen, "RabbitMQ reached"),
@@ -393,25 +394,34 @@ async fn broker_sources(
             sources.push(Box::new(source));
         }
     }
+    #[cfg(feature = "kafka")]
+    {
+        let topics = topics(SourceKind::Kafka);
+        if !topics.is_empty() {
+            let key = history_key(&config.kafka.history_key_file, base, state_dir)?;
+            let source = crate::sources::kafka::KafkaSource::new(config.kafka.clone(), topics, key);
+            sources.push(Box::new(source));
+        }
+    }
     Ok(sources)
 }
 
-/// The key signing RabbitMQ history headers: `[rabbitmq] history_key_file`, or
+/// The key signing broker history headers: the source's `history_key_file`, or
 /// `<state dir>/history.key`, created with 32 random bytes (mode 0600) when missing.
-#[cfg(feature = "rabbitmq")]
+#[cfg(any(feature = "rabbitmq", feature = "kafka"))]
 fn history_key(
-    config: &verdict_registry::RabbitmqConfig,
+    file: &Path,
     base: &Path,
     state_dir: &Path,
-) -> Result<crate::sources::rabbitmq::HistoryKey, GatewayError> {
-    let path = if config.history_key_file.as_os_str().is_empty() {
+) -> Result<crate::sources::signed_history::HistoryKey, GatewayError> {
+    let path = if file.as_os_str().is_empty() {
         state_dir.join("history.key")
     } else {
-        base.join(&config.history_key_file)
+        base.join(file)
     };
     let key = verdict_runtime::fsutil::secret(&path)
         .map_err(|source| GatewayError::HistoryKey { path, source })?;
-    Ok(crate::sources::rabbitmq::HistoryKey::new(key))
+    Ok(crate::sources::signed_history::HistoryKey::new(key))
 }
 
 /// The admin token: from the environment variable, else the token file. The one redactor

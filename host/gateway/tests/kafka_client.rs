@@ -162,5 +162,9 @@ async fn a_paused_partition_delivers_nothing_until_resumed_from_where_it_was_sou
     assert!(paused.is_err(), "nothing while paused: {paused:?}");
     consumer.resume(&partition).unwrap();
     let again = recv(&consumer).await;
-    assert_eq!(again.offset(), failed, "the failed record comes first again");
+    assert_eq!(
+        again.offset(),
+        failed,
+        "the failed record comes first again"
+    );
 }

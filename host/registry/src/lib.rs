@@ -38,8 +38,9 @@ mod shadow;
 
 pub use config::{
     AdminConfig, AdmissionConfig, ConsoleConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DelayQueues,
-    DlqFormat, DlqNaming, GatewayConfig, GatewayConfigError, GatewaySection, NatsConfig, OpenReads,
-    PolicyConfig, RabbitmqConfig, RouteConfig, ShadowConfig, SourceKind, StorageConfig,
+    DlqFormat, DlqNaming, GatewayConfig, GatewayConfigError, GatewaySection, KafkaConfig,
+    KafkaRetryMode, NatsConfig, OpenReads, PolicyConfig, RabbitmqConfig, RouteConfig, SaslConfig,
+    SaslMechanism, ShadowConfig, SourceKind, StorageConfig,
 };
 pub use registry::{ActiveRoute, Generation, Registry, RegistryError, ReloadStatus, Upload};
 pub use reload::{ConfigWatcher, WatchError};

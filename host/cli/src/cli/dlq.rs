@@ -19,7 +19,7 @@ use verdict_registry::{GatewayConfig, Registry};
 /// `[nats]` DLQ stream) or `rabbitmq` (the DLQ queues of the RabbitMQ routes).
 pub fn parse_source(arg: &str) -> Result<SourceKind, String> {
     serde_json::from_value(serde_json::Value::String(arg.to_string()))
-        .map_err(|_| format!("`{arg}`: expected embedded, nats or rabbitmq"))
+        .map_err(|_| format!("`{arg}`: expected embedded, nats, rabbitmq or kafka"))
 }
 
 /// The DLQs of `source` for the gateway configured by `config_path`.
@@ -42,6 +42,12 @@ pub fn open(
             let dlqs = RabbitDeadLetters::connect(&config)?;
             (config, Box::new(dlqs))
         }
+        SourceKind::Kafka => bail!(
+            "the DLQ tools do not read Kafka yet: a Kafka route's dead letters are records of \
+             `<topic>{}` (Spring Kafka's DLT headers, the envelope in `verdict-envelope`); read \
+             them with any Kafka client",
+            GatewayConfig::load(config_path)?.kafka.dlt_suffix
+        ),
     })
 }
 
@@ -303,7 +309,7 @@ mod tests {
         for bad in ["kafka", "NATS", "", "nats\r\nx"] {
             let e = parse_source(bad).unwrap_err();
             assert!(
-                e.contains("expected embedded, nats or rabbitmq"),
+                e.contains("expected embedded, nats, rabbitmq or kafka"),
                 "{bad:?}: {e}"
             );
         }

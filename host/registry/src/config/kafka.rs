@@ -41,8 +41,14 @@ pub struct KafkaConfig {
     pub topic_partitions: i32,
     /// Replication factor of the topics the gateway creates when missing.
     pub topic_replication_factor: i32,
+    /// The topic audit records (discards) are written to; created when missing.
+    pub audit_topic: String,
+    /// The header a producer names a record's id in (UTF-8, at most 255 bytes); a record
+    /// without one is named by where it was first read, `<topic>/<partition>@<offset>`.
+    pub id_header: String,
     /// The key that signs the attempt history a retried record carries in its headers
-    /// (relative to the config file). Every gateway in the group needs the same key.
+    /// (relative to the config file). Every gateway in the group needs the same key; it may
+    /// be the one RabbitMQ routes use.
     /// Empty: `<storage dir>/history.key`, created when missing.
     pub history_key_file: PathBuf,
     /// TLS to the brokers (librdkafka's OpenSSL): a private CA, a client certificate.
@@ -110,6 +116,8 @@ impl Default for KafkaConfig {
             dlt_suffix: ".DLT".into(),
             topic_partitions: 1,
             topic_replication_factor: 1,
+            audit_topic: "verdict.audit".into(),
+            id_header: "message-id".into(),
             history_key_file: PathBuf::new(),
             tls: None,
             sasl: None,
@@ -125,9 +133,6 @@ impl KafkaConfig {
         out.tls = self.tls.as_ref().map(|t| t.resolved(base));
         if let Some(sasl) = &mut out.sasl {
             sasl.password = sasl.password.resolved(base);
-        }
-        if !out.history_key_file.as_os_str().is_empty() {
-            out.history_key_file = base.join(&out.history_key_file);
         }
         out
     }
@@ -167,6 +172,7 @@ impl KafkaConfig {
         for (field, name) in [
             ("retry_topic_prefix", self.retry_topic(u64::MAX)),
             ("dlt_suffix", self.dlt("t")),
+            ("audit_topic", self.audit_topic.clone()),
         ] {
             if let Err(why) = topic_name(&name) {
                 return bad(

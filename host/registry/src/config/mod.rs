@@ -84,6 +84,9 @@ pub struct GatewayConfig {
     /// The RabbitMQ source (routes with `source = "rabbitmq"`).
     #[serde(default)]
     pub rabbitmq: RabbitmqConfig,
+    /// The Kafka source (routes with `source = "kafka"`; a build with the feature `kafka`).
+    #[serde(default)]
+    pub kafka: KafkaConfig,
     /// Policy components by name.
     pub policies: BTreeMap<String, PolicyConfig>,
     /// Topic routes. `topic = ">"` is the default route (it matches every topic, least
@@ -225,6 +228,7 @@ impl GatewayConfig {
         }
         self.nats.resolve_paths(base);
         self.rabbitmq.resolve_paths(base);
+        self.kafka = self.kafka.resolved(base);
     }
 
     /// Check every consumer's TLS settings (their files read, the key matching its
@@ -333,7 +337,19 @@ impl GatewayConfig {
                     ),
                 ));
             }
-            if route.source == SourceKind::Rabbitmq {
+            if route.source == SourceKind::Kafka
+                && let Err(why) = topic_name(&route.topic)
+            {
+                return Err(err(
+                    format!("routes[{i}].topic"),
+                    format!(
+                        "`{}`: a Kafka route's topic is a topic name, which {why}; wildcards \
+                         are not allowed",
+                        route.topic
+                    ),
+                ));
+            }
+            if matches!(route.source, SourceKind::Rabbitmq | SourceKind::Kafka) {
                 // A copy waits in a delay bucket; no bucket is longer than a day, and a
                 // longer delay cut to it would come back early.
                 let (field, max) = match &route.settings {
@@ -350,9 +366,14 @@ impl GatewayConfig {
                     return Err(err(
                         field,
                         format!(
-                            "{max} ms: RabbitMQ route `{}` delays in buckets of at most \
+                            "{max} ms: {} route `{}` delays in buckets of at most \
                              {MAX_DELAY_BUCKET_MS} ms (a day); a longer delay would come back \
                              early, so cap delays at a day on this route",
+                            if route.source == SourceKind::Kafka {
+                                "Kafka"
+                            } else {
+                                "RabbitMQ"
+                            },
                             route.topic
                         ),
                     ));
@@ -388,6 +409,12 @@ impl GatewayConfig {
             ));
         }
         brokers::check(&config).map_err(|(field, message)| err(field, message))?;
+        if config.routes.iter().any(|r| r.source == SourceKind::Kafka) {
+            config
+                .kafka
+                .check()
+                .map_err(|(field, message)| err(field, message))?;
+        }
         for (name, policy) in &config.policies {
             if let Some(pin) = &policy.sha256
                 && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))

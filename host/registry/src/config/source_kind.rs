@@ -16,6 +16,8 @@ pub enum SourceKind {
     Rabbitmq,
     /// A NATS JetStream stream (`[nats]`).
     Nats,
+    /// A Kafka topic read by a consumer group (`[kafka]`).
+    Kafka,
 }
 
 impl SourceKind {
@@ -25,6 +27,7 @@ impl SourceKind {
             SourceKind::Embedded => "embedded",
             SourceKind::Rabbitmq => "rabbitmq",
             SourceKind::Nats => "nats",
+            SourceKind::Kafka => "kafka",
         }
     }
 }

@@ -120,6 +120,7 @@ pub(crate) fn dlt_headers(
 }
 
 /// The value of the last header named `name`, as Spring's readers take it.
+#[cfg(test)]
 pub(crate) fn last<'h>(headers: &'h [(String, Vec<u8>)], name: &str) -> Option<&'h [u8]> {
     headers
         .iter()

@@ -1,13 +1,19 @@
-//! The Kafka source, being built: what a partition may commit when its records finish out
-//! of order ([`offsets`]), and the headers of a dead-letter record in Spring Kafka's names
-//! and encodings ([`dlt_headers`]). Routes cannot name it yet (`source = "kafka"` is not a
-//! source a config accepts); the feature `kafka` builds these parts and their tests.
+//! The Kafka source (feature `kafka`, being built): routes' topics read by a consumer group,
+//! retries through retry topics, dead letters to a DLT Spring Kafka users read as their own.
+//!
+//! - [`source`]: the consumer, the delivery tasks, what each settlement writes.
+//! - [`offsets`]: what a partition may commit when its records finish out of order.
+//! - [`record`]: a record as the gateway reads it, and the retry and dead-letter records.
+//! - [`dlt_headers`]: Spring Kafka's `kafka_dlt-*` headers.
+//! - [`client`]: the librdkafka settings (brokers, TLS, SASL).
 
-#![allow(dead_code)] // the consumer that uses these parts comes next
-
+pub(crate) mod client;
 pub(crate) mod dlt_headers;
 pub(crate) mod offsets;
 pub(crate) mod record;
+mod source;
+
+pub use source::KafkaSource;
 
 /// The source's name in metrics, log lines and `/readyz`.
 pub const NAME: &str = "kafka";

@@ -37,6 +37,7 @@ impl PartitionOffsets {
     }
 
     /// Records taken and not yet terminal.
+    #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.len()
     }

@@ -3,9 +3,10 @@
 //! headers of a record that goes round a hundred times are no longer than after one) and
 //! the dead-letter record.
 //!
-//! A record's id is where it was first read - `<topic>/<partition>@<offset>` - so a record
-//! read again after a crash or a rebalance keeps its id (a consumer deduplicating by it
-//! drops the duplicate), and its retry copies carry it in `x-verdict-message-id`. A
+//! A record's id is its producer's (the `[kafka] id_header` header, `message-id` by
+//! default), or else where it was first read - `<topic>/<partition>@<offset>` - so a
+//! record read again after a crash or a rebalance keeps its id (a consumer deduplicating by
+//! it drops the duplicate); its retry copies carry it in `x-verdict-message-id`. A
 //! producer's own `x-verdict-*` headers are never trusted nor passed on.
 
 use std::collections::BTreeMap;
@@ -16,8 +17,8 @@ use rdkafka::message::{Header, Headers as _, OwnedHeaders, OwnedMessage};
 use super::dlt_headers::{Cause, Origin, TimestampType, dlt_headers};
 use crate::model::{AttemptRecord, DeadLetter, Delivery};
 use crate::sources::signed_history::{
-    ATTEMPT, DEFERRALS, FIRST_FAILED, HISTORY, HistoryCheck, HistoryKey, KEY_ID, PREFIX,
-    PUBLISHED, SIGNATURE, SignedHistory,
+    ATTEMPT, DEFERRALS, FIRST_FAILED, HISTORY, HistoryCheck, HistoryKey, KEY_ID, PREFIX, PUBLISHED,
+    SIGNATURE, SignedHistory,
 };
 
 /// The header a retry copy names its route's topic in (signed).
@@ -58,12 +59,17 @@ pub(crate) struct Incoming {
     pub(crate) headers: Vec<(String, Vec<u8>)>,
 }
 
-/// `message` as the gateway reads it at `now_ms`; `from_retry_topic` when it was read from
+/// The longest producer id taken as a record's id.
+const MAX_ID_BYTES: usize = 255;
+
+/// `message` as the gateway reads it at `now_ms` (`id_header` naming its producer's id);
+/// `from_retry_topic` when it was read from
 /// a retry topic, whose copies name their route's topic (a copy that names none, or one
 /// whose signature does not hold, is delivered for the retry topic itself - which no route
 /// takes - and so goes nowhere but back to an operator).
 pub(crate) fn read(
     message: &OwnedMessage,
+    id_header: &str,
     from_retry_topic: bool,
     now_ms: u64,
     key: &HistoryKey,
@@ -94,6 +100,14 @@ pub(crate) fn read(
                     own.insert(h.key, text.to_string());
                 }
                 continue;
+            }
+            if h.key == id_header
+                && let Ok(id) = std::str::from_utf8(value)
+                && !id.is_empty()
+                && id.len() <= MAX_ID_BYTES
+                && !id.chars().any(char::is_control)
+            {
+                delivery.id = id.to_string();
             }
             headers.push((h.key.to_string(), value.to_vec()));
             // The consumer gets headers as text: a binary one stays in the copies and the
@@ -285,12 +299,24 @@ mod tests {
 
     /// Copies `headers` into a record read from `topic` at `offset`.
     fn reread(topic: &str, offset: i64, headers: OwnedHeaders) -> Incoming {
-        read(&record(topic, offset, headers), true, 5_000, &key())
+        read(
+            &record(topic, offset, headers),
+            "message-id",
+            true,
+            5_000,
+            &key(),
+        )
     }
 
     #[test]
     fn a_first_delivery_is_named_by_where_it_was_read_and_keeps_binary_headers() {
-        let first = read(&record("orders", 41, producer_headers()), false, 5_000, &key());
+        let first = read(
+            &record("orders", 41, producer_headers()),
+            "message-id",
+            false,
+            5_000,
+            &key(),
+        );
         assert_eq!(first.delivery.id, "orders/2@41");
         assert_eq!(first.delivery.topic, "orders");
         assert_eq!(first.delivery.published_at_ms, 1_700_000_000_000);
@@ -302,17 +328,54 @@ mod tests {
             ["tenant"],
             "the binary header is not pushed as text; the producer's x-verdict-* never"
         );
-        assert_eq!(first.headers.len(), 2, "both of the producer's own headers kept");
+        assert_eq!(
+            first.headers.len(),
+            2,
+            "both of the producer's own headers kept"
+        );
         assert_eq!(first.headers[1].1, [0xff, 0x00, 0x01]);
     }
 
     #[test]
+    fn a_producers_id_header_names_the_record_when_it_is_clean() {
+        let with = |value: &[u8]| {
+            let headers = OwnedHeaders::new().insert(Header {
+                key: "message-id",
+                value: Some(value),
+            });
+            read(
+                &record("orders", 9, headers),
+                "message-id",
+                false,
+                0,
+                &key(),
+            )
+            .delivery
+            .id
+        };
+        assert_eq!(with(b"order-17"), "order-17");
+        assert_eq!(with(b""), "orders/2@9");
+        assert_eq!(with(b"bad\nid"), "orders/2@9");
+        assert_eq!(with(&[0xff, 0xfe]), "orders/2@9");
+        assert_eq!(with("x".repeat(256).as_bytes()), "orders/2@9");
+    }
+
+    #[test]
     fn a_retry_copy_carries_its_history_replaced_not_appended() {
-        let first = read(&record("orders", 41, producer_headers()), false, 5_000, &key());
+        let first = read(
+            &record("orders", 41, producer_headers()),
+            "message-id",
+            false,
+            5_000,
+            &key(),
+        );
         let headers = retry_headers(&first, Some((&failure(6_000), true)), 9_000, &key());
         let copy = reread("verdict.retry.3000", 0, headers);
         assert_eq!(copy.check, HistoryCheck::Verified);
-        assert_eq!(copy.delivery.topic, "orders", "delivered for its route's topic");
+        assert_eq!(
+            copy.delivery.topic, "orders",
+            "delivered for its route's topic"
+        );
         assert_eq!(copy.delivery.id, "orders/2@41");
         assert_eq!(copy.delivery.attempts_spent, 1);
         assert_eq!(copy.delivery.published_at_ms, 1_700_000_000_000);
@@ -336,7 +399,13 @@ mod tests {
 
     #[test]
     fn a_forged_or_moved_copy_counts_nothing_and_goes_to_no_route() {
-        let first = read(&record("orders", 41, producer_headers()), false, 5_000, &key());
+        let first = read(
+            &record("orders", 41, producer_headers()),
+            "message-id",
+            false,
+            5_000,
+            &key(),
+        );
         let signed = retry_headers(&first, Some((&failure(6_000), true)), 0, &key());
         // The same headers with the attempt lowered: the signature no longer holds.
         let mut forged = OwnedHeaders::new();
@@ -359,14 +428,26 @@ mod tests {
         );
         assert_eq!(copy.delivery.attempts_spent, 0);
         // Headers a producer wrote on a route topic are not read as a copy's at all.
-        let on_route = read(&record("orders", 1, signed), false, 5_000, &key());
+        let on_route = read(
+            &record("orders", 1, signed),
+            "message-id",
+            false,
+            5_000,
+            &key(),
+        );
         assert_eq!(on_route.check, HistoryCheck::Unsigned);
         assert_eq!(on_route.delivery.attempts_spent, 0);
     }
 
     #[test]
     fn a_dead_letter_names_where_the_record_was_first_read() {
-        let first = read(&record("orders", 41, producer_headers()), false, 5_000, &key());
+        let first = read(
+            &record("orders", 41, producer_headers()),
+            "message-id",
+            false,
+            5_000,
+            &key(),
+        );
         let headers = retry_headers(&first, Some((&failure(6_000), true)), 0, &key());
         let copy = reread("verdict.retry.50", 7, headers);
         let letter = DeadLetter {

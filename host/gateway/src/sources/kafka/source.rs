@@ -1,0 +1,696 @@
+//! The Kafka source: the routes' topics and the retry topics read by one consumer of the
+//! group `[kafka] group_id`, each record delivered in a task of its own and settled
+//! through the settlement driver.
+//!
+//! - **Delivered** -> the record is done.
+//! - **Retry / delay** -> a copy with the signed history goes to the retry topic of the
+//!   delay's bucket (`<prefix>.<bucket ms>`) and, once the broker has acknowledged it, the
+//!   record is done. A copy read before it is due pauses its retry partition until then.
+//! - **Dead-letter** -> the record's key, value and headers with the envelope and Spring's
+//!   `kafka_dlt-*` headers go to `<topic><dlt_suffix>`, acknowledged, then done.
+//! - **Discard** -> an audit record to `[kafka] audit_topic`, acknowledged, then done.
+//!
+//! "Done" moves nothing by itself: a partition's offset is committed (every second, and
+//! for partitions taken away at a rebalance) only up to its lowest record not yet done
+//! ([`PartitionOffsets`]). A crash redelivers what was not committed - duplicates, never a
+//! loss.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures_util::future::BoxFuture;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::OwnedMessage;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Message as _, Offset, TopicPartitionList};
+use tokio::sync::{Semaphore, mpsc, watch};
+use verdict_registry::{KafkaConfig, KafkaRetryMode};
+use verdict_runtime::text::Clean;
+
+use super::NAME;
+use super::client::client_config;
+use super::offsets::PartitionOffsets;
+use super::record::{self, Incoming};
+use crate::health::{BrokerDlqs, Readiness};
+use crate::model::{AuditRecord, Settlement};
+use crate::pipeline::{Pipeline, now_ms};
+use crate::sources::delay_buckets::{all_buckets, bucket_ms};
+use crate::sources::signed_history::{HistoryCheck, HistoryKey};
+use crate::sources::{Held, Settled, SettlementDriver, Source, Unapplied};
+
+/// How often done records' offsets are committed.
+const COMMIT_EVERY: Duration = Duration::from_secs(1);
+/// How long a write to the broker may take before it counts as failed.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The routes on Kafka (`[kafka]`), read as one consumer group member.
+pub struct KafkaSource {
+    config: KafkaConfig,
+    topics: Vec<String>,
+    key: HistoryKey,
+    ready: Readiness,
+}
+
+impl std::fmt::Debug for KafkaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSource")
+            .field("topics", &self.topics)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KafkaSource {
+    /// A source reading `topics`; `key` signs the history headers of retry copies.
+    pub fn new(config: KafkaConfig, topics: Vec<String>, key: HistoryKey) -> KafkaSource {
+        KafkaSource {
+            config,
+            topics,
+            key,
+            ready: Readiness::new(NAME),
+        }
+    }
+}
+
+impl Source for KafkaSource {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn readiness(&self) -> Option<Readiness> {
+        Some(self.ready.clone())
+    }
+
+    /// Records not done at shutdown are read again by the group's next member.
+    fn run(
+        self: Box<Self>,
+        pipeline: Arc<Pipeline>,
+        shutdown: watch::Receiver<bool>,
+        grace: Duration,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(consume(pipeline, *self, shutdown, grace))
+    }
+}
+
+async fn consume(
+    pipeline: Arc<Pipeline>,
+    source: KafkaSource,
+    shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let KafkaSource {
+        config,
+        topics,
+        key,
+        ready,
+    } = source;
+    let settings = pipeline.settings().clone();
+    let driver = SettlementDriver::new(NAME, pipeline.clone());
+    let (config, topics, key, ready, settings, driver) =
+        (&config, &topics, &key, &ready, &settings, &driver);
+    let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
+        Session {
+            config,
+            ready,
+            driver,
+            key,
+            slots,
+        }
+        .run(topics, shutdown)
+        .await
+    };
+    super::super::supervise(
+        NAME,
+        ready,
+        settings.max_in_flight,
+        shutdown,
+        grace,
+        session,
+    )
+    .await;
+}
+
+/// Each assigned partition's records in flight, shared by the consumer's loop, the
+/// delivery tasks and the rebalance callbacks. An assignment's generation tells a late
+/// completion of a partition taken away (and given back since) from a current one.
+#[derive(Debug, Default)]
+struct Assigned {
+    partitions: HashMap<(String, i32), (u64, PartitionOffsets)>,
+    generation: u64,
+}
+
+type Shared = Arc<Mutex<Assigned>>;
+
+fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Assigned> {
+    shared
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Assigned {
+    /// The offsets to commit now for `partitions` (all assigned ones when `None`).
+    fn commits(&mut self, only: Option<&TopicPartitionList>) -> TopicPartitionList {
+        let mut out = TopicPartitionList::new();
+        for ((topic, partition), (_, offsets)) in &mut self.partitions {
+            let wanted = only.is_none_or(|tpl| tpl.find_partition(topic, *partition).is_some());
+            if wanted && let Some(next) = offsets.take_commit() {
+                let _ = out.add_partition_offset(topic, *partition, Offset::Offset(next));
+            }
+        }
+        out
+    }
+}
+
+/// Commits what may be committed for partitions taken away, before they go; starts fresh
+/// for partitions given.
+struct Context {
+    assigned: Shared,
+}
+
+impl ClientContext for Context {}
+
+impl ConsumerContext for Context {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(revoked) = rebalance {
+            let commits = {
+                let mut assigned = lock(&self.assigned);
+                let commits = assigned.commits(Some(revoked));
+                for element in revoked.elements() {
+                    let id = (element.topic().to_string(), element.partition());
+                    assigned.partitions.remove(&id);
+                }
+                commits
+            };
+            // Lost (a session that timed out) cannot commit; the next member reads from
+            // the last commit, and what was done since is delivered again.
+            if commits.count() > 0
+                && !consumer.assignment_lost()
+                && let Err(e) = consumer.commit(&commits, CommitMode::Sync)
+            {
+                tracing::warn!(error = %e, "kafka source: committing partitions taken away failed; their records since the last commit are delivered again");
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(given) = rebalance {
+            let mut assigned = lock(&self.assigned);
+            assigned.generation += 1;
+            let generation = assigned.generation;
+            for element in given.elements() {
+                let id = (element.topic().to_string(), element.partition());
+                assigned
+                    .partitions
+                    .insert(id, (generation, PartitionOffsets::default()));
+            }
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "kafka source: a commit failed; it is made again");
+            let mut assigned = lock(&self.assigned);
+            for element in offsets.elements() {
+                let id = (element.topic().to_string(), element.partition());
+                if let (Some((_, offsets)), Offset::Offset(next)) =
+                    (assigned.partitions.get_mut(&id), element.offset())
+                {
+                    offsets.commit_failed(next);
+                }
+            }
+        }
+    }
+}
+
+/// A record the loop hands back: done (its offset may be committed), or to be delivered
+/// again here after a wait (its retry copy could not be written).
+enum Back {
+    Done {
+        topic: String,
+        partition: i32,
+        offset: i64,
+        generation: u64,
+    },
+    Again(OwnedMessage, u64),
+}
+
+struct Session<'a> {
+    config: &'a KafkaConfig,
+    ready: &'a Readiness,
+    driver: &'a SettlementDriver,
+    key: &'a HistoryKey,
+    slots: Arc<Semaphore>,
+}
+
+impl Session<'_> {
+    async fn run(
+        &self,
+        topics: &[String],
+        mut shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.config.mode == KafkaRetryMode::RetryTopics,
+            "[kafka] mode = \"blocking\" is not available yet; use \"retry-topics\""
+        );
+        let client = client_config(self.config).map_err(anyhow::Error::msg)?;
+        let retry_topics: Vec<String> = all_buckets()
+            .into_iter()
+            .map(|b| self.config.retry_topic(b))
+            .collect();
+        self.create_topics(&client, topics, &retry_topics).await?;
+        let assigned = Shared::default();
+        let consumer: StreamConsumer<Context> = client
+            .clone()
+            .set("group.id", &self.config.group_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .create_with_context(Context {
+                assigned: assigned.clone(),
+            })
+            .context("creating the Kafka consumer")?;
+        let producer: FutureProducer = client
+            .clone()
+            .set("enable.idempotence", "true")
+            .set("message.timeout.ms", WRITE_TIMEOUT.as_millis().to_string())
+            .create()
+            .context("creating the Kafka producer")?;
+        let mut all: Vec<&str> = topics.iter().map(String::as_str).collect();
+        all.extend(retry_topics.iter().map(String::as_str));
+        consumer.subscribe(&all).context("subscribing")?;
+        self.ready.set(true);
+        tracing::info!(topics = ?topics, group = %self.config.group_id, "kafka source: consuming");
+
+        let (back_tx, mut back_rx) = mpsc::unbounded_channel::<Back>();
+        let (resume_tx, mut resume_rx) = mpsc::unbounded_channel::<(String, i32)>();
+        let mut commit_tick = tokio::time::interval(COMMIT_EVERY);
+        let job = Job {
+            config: Arc::new(self.config.clone()),
+            driver: self.driver.clone(),
+            producer,
+            dlqs: self.driver.pipeline().broker_dlqs().clone(),
+            key: self.key.clone(),
+            slots: self.slots.clone(),
+            ready: self.ready.clone(),
+            back: back_tx,
+        };
+        loop {
+            tokio::select! {
+                next = consumer.recv() => {
+                    let message = next.context("reading records")?.detach();
+                    self.take(&consumer, &assigned, &job, &resume_tx, message)?;
+                }
+                Some(back) = back_rx.recv() => match back {
+                    Back::Done { topic, partition, offset, generation } => {
+                        if let Some((g, offsets)) = lock(&assigned).partitions.get_mut(&(topic, partition))
+                            && *g == generation
+                        {
+                            offsets.finish(offset);
+                        }
+                    }
+                    Back::Again(message, generation) => job.clone().spawn(message, generation),
+                },
+                Some((topic, partition)) = resume_rx.recv() => {
+                    let mut tpl = TopicPartitionList::new();
+                    tpl.add_partition(&topic, partition);
+                    // A partition taken away meanwhile is not ours to resume.
+                    if lock(&assigned).partitions.contains_key(&(topic, partition)) {
+                        consumer.resume(&tpl).context("resuming a retry partition")?;
+                    }
+                }
+                _ = commit_tick.tick() => commit(&consumer, &assigned),
+                _ = shutdown.changed() => {
+                    commit(&consumer, &assigned);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Take one record: a retry copy not yet due pauses its partition until it is (and
+    /// is read again then); anything else is delivered in a task of its own.
+    fn take(
+        &self,
+        consumer: &StreamConsumer<Context>,
+        assigned: &Shared,
+        job: &Job,
+        resume: &mpsc::UnboundedSender<(String, i32)>,
+        message: OwnedMessage,
+    ) -> anyhow::Result<()> {
+        let (topic, partition, offset) = (
+            message.topic().to_string(),
+            message.partition(),
+            message.offset(),
+        );
+        let generation = {
+            let mut assigned = lock(assigned);
+            let Some((generation, offsets)) =
+                assigned.partitions.get_mut(&(topic.clone(), partition))
+            else {
+                // Not (or no longer) assigned: its next owner reads it.
+                return Ok(());
+            };
+            offsets.take(offset);
+            *generation
+        };
+        if is_retry_topic(&self.config.retry_topic_prefix, &topic) {
+            let due =
+                record::read(&message, &self.config.id_header, true, now_ms(), &job.key).due_at_ms;
+            let wait = due.map_or(0, |at| at.saturating_sub(now_ms()));
+            if wait > 0 {
+                // The partition's copies are in due order (one bucket, one delay): wait
+                // for this one and read on from it.
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(&topic, partition);
+                consumer.pause(&tpl).context("pausing a retry partition")?;
+                consumer
+                    .seek(
+                        &topic,
+                        partition,
+                        Offset::Offset(offset),
+                        Duration::from_secs(10),
+                    )
+                    .context("seeking back to a retry copy")?;
+                let resume = resume.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(wait)).await;
+                    let _ = resume.send((topic, partition));
+                });
+                return Ok(());
+            }
+        }
+        job.clone().spawn(message, generation);
+        Ok(())
+    }
+
+    /// The route topics must exist (a consumer does not create them); the retry topics,
+    /// the DLTs and the audit topic are created when missing.
+    async fn create_topics(
+        &self,
+        client: &rdkafka::config::ClientConfig,
+        topics: &[String],
+        retry_topics: &[String],
+    ) -> anyhow::Result<()> {
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            client.create().context("creating the Kafka admin client")?;
+        let mut names: Vec<String> = retry_topics.to_vec();
+        names.extend(topics.iter().map(|t| self.config.dlt(t)));
+        names.push(self.config.audit_topic.clone());
+        let replication = self.config.topic_replication_factor;
+        let new: Vec<NewTopic<'_>> = names
+            .iter()
+            .map(|n| {
+                NewTopic::new(
+                    n,
+                    self.config.topic_partitions,
+                    TopicReplication::Fixed(replication),
+                )
+            })
+            .collect();
+        let created = admin
+            .create_topics(
+                &new,
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .context("creating the retry and dead-letter topics")?;
+        for result in created {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((name, code)) => {
+                    anyhow::bail!("creating topic `{name}`: the broker answered {code}")
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Commit what every assigned partition may commit (asynchronously: a failure is made
+/// again at the next tick, see [`Context::commit_callback`]).
+fn commit(consumer: &StreamConsumer<Context>, assigned: &Shared) {
+    let commits = lock(assigned).commits(None);
+    if commits.count() > 0
+        && let Err(e) = consumer.commit(&commits, CommitMode::Async)
+    {
+        tracing::debug!(error = %e, "kafka source: a commit was not sent; it is made again");
+        let mut assigned = lock(assigned);
+        for element in commits.elements() {
+            let id = (element.topic().to_string(), element.partition());
+            if let (Some((_, offsets)), Offset::Offset(next)) =
+                (assigned.partitions.get_mut(&id), element.offset())
+            {
+                offsets.commit_failed(next);
+            }
+        }
+    }
+}
+
+/// Whether `topic` is one of the retry topics under `prefix`.
+fn is_retry_topic(prefix: &str, topic: &str) -> bool {
+    topic
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('.'))
+        .is_some_and(|ms| !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// What one delivery's task needs.
+#[derive(Clone)]
+struct Job {
+    config: Arc<KafkaConfig>,
+    driver: SettlementDriver,
+    producer: FutureProducer,
+    dlqs: BrokerDlqs,
+    key: HistoryKey,
+    /// The source's `max_in_flight` slots.
+    slots: Arc<Semaphore>,
+    ready: Readiness,
+    back: mpsc::UnboundedSender<Back>,
+}
+
+impl Job {
+    fn spawn(self, message: OwnedMessage, generation: u64) {
+        tokio::spawn(async move { self.handle(message, generation).await });
+    }
+
+    /// Deliver one record and settle it through the driver; then hand it back as done,
+    /// or to be delivered again here.
+    async fn handle(self, message: OwnedMessage, generation: u64) {
+        let received = Instant::now();
+        let from_retry = is_retry_topic(&self.config.retry_topic_prefix, message.topic());
+        let incoming = record::read(
+            &message,
+            &self.config.id_header,
+            from_retry,
+            now_ms(),
+            &self.key,
+        );
+        if let HistoryCheck::ForeignKey(theirs) = &incoming.check {
+            self.foreign_key(theirs);
+        }
+        let held = match self
+            .driver
+            .pipeline()
+            .route_target(&incoming.delivery.topic)
+        {
+            Some(target) => match target.slots.clone().acquire_owned().await {
+                Ok(slot) => Some((target, slot)),
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let Ok(global) = self.slots.clone().acquire_owned().await else {
+            return;
+        };
+        let settlement = self
+            .driver
+            .decide(&incoming.delivery, held.as_ref().map(|(target, _)| target))
+            .await;
+        let mut record = Record {
+            job: &self,
+            incoming: &incoming,
+            again: None,
+        };
+        let settled = self
+            .driver
+            .settle(
+                &mut record,
+                &incoming.delivery,
+                settlement,
+                (held, global),
+                received,
+            )
+            .await;
+        let again = record.again.take();
+        match (settled, again) {
+            (Settled::GivenBack, Some(wait)) => {
+                // Nothing took it back: deliver it again here after the wait, its offset
+                // still held back.
+                let back = self.back.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = back.send(Back::Again(message, generation));
+                });
+            }
+            _ => {
+                let _ = self.back.send(Back::Done {
+                    topic: incoming.topic.clone(),
+                    partition: incoming.partition,
+                    offset: incoming.offset,
+                    generation,
+                });
+            }
+        }
+    }
+
+    /// A copy signed by another gateway's history key: counted, shown by `/readyz`,
+    /// logged once a minute.
+    fn foreign_key(&self, theirs: &str) {
+        self.driver.pipeline().metrics().history_key_mismatch(NAME);
+        let ours = self.key.id();
+        let text = format!(
+            "retry copies are signed with another gateway's history key (key id {theirs}, \
+             this gateway's {ours}): every gateway of the group must use the same [kafka] \
+             history_key_file; attempts are counted from the copies' headers, unverified"
+        );
+        if self.ready.warn(text.clone()) {
+            tracing::warn!(theirs = %theirs, ours = %ours, "kafka source: {text}");
+        }
+    }
+
+    /// Write `headers`, `key` and `payload` to `topic` and wait for the broker's
+    /// acknowledgement.
+    async fn write(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        payload: &[u8],
+        headers: rdkafka::message::OwnedHeaders,
+    ) -> anyhow::Result<()> {
+        let mut out = FutureRecord::to(topic).payload(payload).headers(headers);
+        if let Some(key) = key {
+            out = out.key(key);
+        }
+        self.producer
+            .send(out, WRITE_TIMEOUT)
+            .await
+            .map_err(|(e, _)| anyhow::anyhow!("writing to topic `{topic}`: {e}"))?;
+        Ok(())
+    }
+
+    /// A copy of `incoming` in the retry topic of `delay_ms`'s bucket, due then.
+    async fn later(
+        &self,
+        incoming: &Incoming,
+        failed: Option<(&crate::model::AttemptRecord, bool)>,
+        delay_ms: u64,
+    ) -> anyhow::Result<()> {
+        let topic = self.config.retry_topic(bucket_ms(delay_ms.max(1)));
+        let due = now_ms().saturating_add(delay_ms);
+        let headers = record::retry_headers(incoming, failed, due, &self.key);
+        self.write(
+            &topic,
+            incoming.key.as_deref(),
+            &incoming.delivery.payload,
+            headers,
+        )
+        .await
+    }
+
+    async fn apply(&self, incoming: &Incoming, settlement: Settlement) -> anyhow::Result<()> {
+        let topic = incoming.delivery.topic.as_str();
+        match settlement {
+            Settlement::Delivered => {}
+            Settlement::Again {
+                failed,
+                delay_ms,
+                spend_attempt,
+            } => {
+                self.later(incoming, Some((&failed, spend_attempt)), delay_ms)
+                    .await?;
+            }
+            Settlement::Release { delay_ms } => self.later(incoming, None, delay_ms).await?,
+            Settlement::DeadLetter { failed, letter } => {
+                let dlt = self.config.dlt(topic);
+                let headers =
+                    record::dead_letter_headers(incoming, &failed, &letter, &self.config.group_id);
+                self.write(
+                    &dlt,
+                    incoming.key.as_deref(),
+                    &incoming.delivery.payload,
+                    headers,
+                )
+                .await?;
+                self.dlqs.written(NAME, &dlt, topic);
+            }
+            Settlement::Discard { failed, reason } => {
+                let audit = AuditRecord::new("discarded", &incoming.delivery.id, topic, now_ms())
+                    .kind(&failed.kind)
+                    .detail(&reason);
+                self.write(
+                    &self.config.audit_topic,
+                    None,
+                    &serde_json::to_vec(&audit)?,
+                    rdkafka::message::OwnedHeaders::new(),
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A record this gateway holds (its offset not committed past) until it is settled.
+struct Record<'a> {
+    job: &'a Job,
+    incoming: &'a Incoming,
+    /// Set when giving it back failed: deliver it again here after this wait.
+    again: Option<Duration>,
+}
+
+impl Held for Record<'_> {
+    async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
+        self.job
+            .apply(self.incoming, settlement)
+            .await
+            .map_err(|e| Unapplied::Failed(format!("{e:#}")))
+    }
+
+    fn failure_key(&self) -> String {
+        // Where the record was first read: the same for its every delivery.
+        self.incoming.delivery.id.clone()
+    }
+
+    async fn give_back(&mut self, wait: Duration) {
+        let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        match self.job.later(self.incoming, None, delay_ms).await {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), id = %Clean(&self.incoming.delivery.id), "kafka source: a record could not be given back to a retry topic; it is delivered again here");
+                self.again = Some(wait.max(Duration::from_millis(100)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_topics_are_the_prefix_and_a_bucket() {
+        assert!(is_retry_topic("verdict.retry", "verdict.retry.50"));
+        assert!(!is_retry_topic("verdict.retry", "verdict.retry."));
+        assert!(!is_retry_topic("verdict.retry", "verdict.retry.invalid"));
+        assert!(!is_retry_topic("verdict.retry", "verdict.retryx.50"));
+        assert!(!is_retry_topic("verdict.retry", "orders"));
+    }
+}
