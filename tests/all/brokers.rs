@@ -166,7 +166,64 @@ impl Broker for RabbitFixture {
     }
 }
 
-/// Each scenario as a test on each broker: `on_nats::<scenario>`, `on_rabbitmq::<scenario>`.
+#[cfg(feature = "kafka")]
+impl Broker for verdict_tests::kafka::KafkaFixture {
+    const SOURCE: &'static str = "kafka";
+
+    fn new(name: &str) -> Self {
+        verdict_tests::kafka::KafkaFixture::new(name)
+    }
+
+    fn topic(&self) -> String {
+        verdict_tests::kafka::KafkaFixture::topic(self, "orders")
+    }
+
+    fn config(&self, consumer_url: &str, rules: &str, concurrency: usize) -> TestConfig {
+        let topic = Broker::topic(self);
+        broker_config(
+            &self.section(),
+            Self::SOURCE,
+            &topic,
+            "verdict",
+            consumer_url,
+            rules,
+            concurrency,
+        )
+    }
+
+    fn publish(&self, ids: Range<u32>) {
+        verdict_tests::kafka::KafkaFixture::publish(self, "orders", ids);
+    }
+
+    fn dlq_depth(&self) -> u64 {
+        self.depth(&self.dlq())
+    }
+
+    fn dead_letters(&self) -> Vec<Envelope> {
+        self.records(&self.dlq())
+            .iter()
+            .map(|r| {
+                let envelope = Self::header(r, "verdict-envelope").expect("the envelope header");
+                serde_json::from_slice(&envelope).expect("a JSON envelope")
+            })
+            .collect()
+    }
+
+    fn drained(&self) -> bool {
+        verdict_tests::kafka::KafkaFixture::drained(self)
+    }
+
+    fn rounding_ms(delay_ms: u64) -> u64 {
+        verdict_gateway::sources::delay_buckets::bucket_ms(delay_ms) - delay_ms
+    }
+
+    fn wait_for(&self, limit: Duration, check: impl FnMut() -> bool) -> bool {
+        verdict_tests::kafka::KafkaFixture::wait_for(self, limit, check)
+    }
+}
+
+/// Each scenario as a test on each broker: `on_nats::<scenario>`, `on_rabbitmq::<scenario>`
+/// (and `on_kafka::<scenario>` in a build with the `kafka` feature).
 macro_rules! on_every_broker {
     ($($scenario:ident => $name:literal),* $(,)?) => {
         mod on_nats {
@@ -179,6 +236,13 @@ macro_rules! on_every_broker {
             $(#[test]
             fn $scenario() {
                 super::$scenario::<verdict_tests::rabbitmq::RabbitFixture>($name);
+            })*
+        }
+        #[cfg(feature = "kafka")]
+        mod on_kafka {
+            $(#[test]
+            fn $scenario() {
+                super::$scenario::<verdict_tests::kafka::KafkaFixture>($name);
             })*
         }
     };
@@ -359,6 +423,68 @@ fn two_gateways_on_one_queue_split_the_load_and_lose_nothing<B: Broker>(name: &s
             == 600)
     );
     assert_split(&a, &b, &consumer, 600);
+}
+
+/// Kafka only: a dead letter is the record itself - its key, value and headers - with the
+/// envelope and the `kafka_dlt-*` headers Spring Kafka writes, in Spring's encodings, so
+/// Spring applications and Kafka tools read it as their own.
+#[cfg(feature = "kafka")]
+#[test]
+fn on_kafka_a_dead_letter_is_the_record_with_springs_headers() {
+    use verdict_tests::kafka::KafkaFixture;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let broker = KafkaFixture::new("spring");
+    let consumer = Consumer::start(&runtime, behaviour);
+    let gw = Broker::config(&broker, &consumer.url(), RULES_CONFIG, 8).start_on(
+        runtime,
+        &scratch_dir("kafka-spring"),
+        "unused",
+    );
+    gw.wait_ready();
+    Broker::publish(&broker, 0..20);
+    // m-0..m-4 fail for good.
+    assert!(broker.wait_for(Duration::from_secs(60), || broker.dlq_depth() == 5));
+    let topic = Broker::topic(&broker);
+    let records = broker.records(&broker.dlq());
+    assert_eq!(records.len(), 5);
+    for r in &records {
+        use rdkafka::Message as _;
+        let header = |name: &str| KafkaFixture::header(r, name).unwrap_or_else(|| panic!("{name}"));
+        let id = String::from_utf8(header("message-id")).unwrap();
+        assert_eq!(behaviour(&id), Behaviour::Permanent, "{id}");
+        assert_eq!(r.key(), Some(id.as_bytes()), "the original key");
+        let order: u32 = id.trim_start_matches("m-").parse().unwrap();
+        assert_eq!(
+            r.payload(),
+            Some(format!(r#"{{"order": {order}}}"#).as_bytes())
+        );
+        assert_eq!(header("tenant"), b"eu");
+        assert_eq!(header("kafka_dlt-original-topic"), topic.as_bytes());
+        let partition =
+            i32::from_be_bytes(header("kafka_dlt-original-partition").try_into().unwrap());
+        assert!((0..verdict_tests::kafka::PARTITIONS).contains(&partition));
+        let offset = i64::from_be_bytes(header("kafka_dlt-original-offset").try_into().unwrap());
+        assert!((0..20).contains(&offset), "{offset}");
+        assert_eq!(header("kafka_dlt-original-timestamp").len(), 8);
+        assert_eq!(header("kafka_dlt-original-timestamp-type"), b"CreateTime");
+        assert_eq!(
+            header("kafka_dlt-original-consumer-group"),
+            broker.group().as_bytes()
+        );
+        assert_eq!(header("kafka_dlt-exception-fqcn"), b"verdict.poison");
+        assert_eq!(
+            header("kafka_dlt-exception-cause-fqcn"),
+            b"schema.unknown-version"
+        );
+        let envelope: Envelope = serde_json::from_slice(&header("verdict-envelope")).unwrap();
+        assert_eq!(envelope.original.id, id);
+        assert!(
+            !String::from_utf8_lossy(&header("verdict-envelope")).is_empty()
+                && KafkaFixture::header(r, "x-verdict-attempt").is_none(),
+            "no retry bookkeeping in a dead letter"
+        );
+    }
+    assert!(broker.wait_for(Duration::from_secs(20), || broker.drained()));
 }
 
 /// JetStream only: a delivery slower than `ack_wait_ms` is kept by in-progress acks, not

@@ -137,6 +137,8 @@ pub mod api;
 pub mod conformance;
 pub mod consumer;
 pub mod gateway;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod nats;
 pub mod rabbitmq;
 pub mod scripted;

@@ -44,9 +44,8 @@ pub fn open(
         }
         SourceKind::Kafka => bail!(
             "the DLQ tools do not read Kafka yet: a Kafka route's dead letters are records of \
-             `<topic>{}` (Spring Kafka's DLT headers, the envelope in `verdict-envelope`); read \
-             them with any Kafka client",
-            GatewayConfig::load(config_path)?.kafka.dlt_suffix
+             its DLQ topic (`<topic>.DLQ` by default; Spring Kafka's DLT headers, the envelope \
+             in `verdict-envelope`); read them with any Kafka client"
         ),
     })
 }
@@ -306,7 +305,8 @@ mod tests {
         assert_eq!(parse_source("embedded"), Ok(SourceKind::Embedded));
         assert_eq!(parse_source("nats"), Ok(SourceKind::Nats));
         assert_eq!(parse_source("rabbitmq"), Ok(SourceKind::Rabbitmq));
-        for bad in ["kafka", "NATS", "", "nats\r\nx"] {
+        assert_eq!(parse_source("kafka"), Ok(SourceKind::Kafka));
+        for bad in ["sqs", "NATS", "", "nats\r\nx"] {
             let e = parse_source(bad).unwrap_err();
             assert!(
                 e.contains("expected embedded, nats, rabbitmq or kafka"),

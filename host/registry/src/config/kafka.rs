@@ -1,5 +1,6 @@
 //! The Kafka source's settings (`[kafka]`): where the brokers are, the consumer group, how a
-//! retry waits, where dead letters go, and how the gateway proves who it is.
+//! retry waits, and how the gateway proves who it is. A route's dead-letter topic is named
+//! as every source's DLQ is (`[gateway] dlq_naming`: `<topic>.DLQ` by default).
 //!
 //! ```toml
 //! [kafka]
@@ -35,8 +36,6 @@ pub struct KafkaConfig {
     /// `<prefix>.<bucket ms>` (the same buckets, 25% apart, as RabbitMQ's delay queues: a
     /// retry is never early and at most a quarter late).
     pub retry_topic_prefix: String,
-    /// The dead-letter topic of a route's topic is `<topic><dlt_suffix>`.
-    pub dlt_suffix: String,
     /// Partitions of the retry and dead-letter topics the gateway creates when missing.
     pub topic_partitions: i32,
     /// Replication factor of the topics the gateway creates when missing.
@@ -113,7 +112,6 @@ impl Default for KafkaConfig {
             group_id: "verdict".into(),
             mode: KafkaRetryMode::RetryTopics,
             retry_topic_prefix: "verdict.retry".into(),
-            dlt_suffix: ".DLT".into(),
             topic_partitions: 1,
             topic_replication_factor: 1,
             audit_topic: "verdict.audit".into(),
@@ -142,11 +140,6 @@ impl KafkaConfig {
         format!("{}.{bucket_ms}", self.retry_topic_prefix)
     }
 
-    /// The dead-letter topic of `topic`.
-    pub fn dlt(&self, topic: &str) -> String {
-        format!("{topic}{}", self.dlt_suffix)
-    }
-
     /// What is wrong with the settings, as `(field, message)`: what a broker would refuse
     /// or a client could not use, said before anything connects.
     pub fn check(&self) -> Result<(), (String, String)> {
@@ -171,7 +164,6 @@ impl KafkaConfig {
         }
         for (field, name) in [
             ("retry_topic_prefix", self.retry_topic(u64::MAX)),
-            ("dlt_suffix", self.dlt("t")),
             ("audit_topic", self.audit_topic.clone()),
         ] {
             if let Err(why) = topic_name(&name) {
@@ -230,7 +222,6 @@ mod tests {
         let c = KafkaConfig::default();
         assert_eq!(c.check(), Ok(()));
         assert_eq!(c.retry_topic(1_000), "verdict.retry.1000");
-        assert_eq!(c.dlt("orders"), "orders.DLT");
         assert_eq!(c.mode, KafkaRetryMode::RetryTopics);
     }
 
@@ -293,8 +284,8 @@ mod tests {
             "kafka.retry_topic_prefix"
         );
         assert_eq!(
-            field(with(|c| c.dlt_suffix = "/dlt".into())),
-            "kafka.dlt_suffix"
+            field(with(|c| c.audit_topic = "audit/log".into())),
+            "kafka.audit_topic"
         );
         assert_eq!(
             field(with(|c| c.topic_partitions = 0)),

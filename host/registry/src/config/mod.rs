@@ -553,7 +553,7 @@ mod tests {
             ),
             ("[[routes]\n".to_string(), "(syntax)"),
             (
-                GOOD.replace("topic = \">\"", "topic = \">\"\n        source = \"kafka\""),
+                GOOD.replace("topic = \">\"", "topic = \">\"\n        source = \"sqs\""),
                 "routes[1].source",
             ),
             (format!("[nats]\nack_wait = 5\n{GOOD}"), "nats"),

@@ -7,7 +7,8 @@
 //!   delay's bucket (`<prefix>.<bucket ms>`) and, once the broker has acknowledged it, the
 //!   record is done. A copy read before it is due pauses its retry partition until then.
 //! - **Dead-letter** -> the record's key, value and headers with the envelope and Spring's
-//!   `kafka_dlt-*` headers go to `<topic><dlt_suffix>`, acknowledged, then done.
+//!   `kafka_dlt-*` headers go to the route's DLQ topic (`[gateway] dlq_naming`),
+//!   acknowledged, then done.
 //! - **Discard** -> an audit record to `[kafka] audit_topic`, acknowledged, then done.
 //!
 //! "Done" moves nothing by itself: a partition's offset is committed (every second, and
@@ -112,9 +113,13 @@ async fn consume(
         ready,
     } = source;
     let settings = pipeline.settings().clone();
+    let dlqs: Vec<String> = topics
+        .iter()
+        .map(|t| settings.dlq_naming.dlq_for(t, &settings.global_dlq))
+        .collect();
     let driver = SettlementDriver::new(NAME, pipeline.clone());
-    let (config, topics, key, ready, settings, driver) =
-        (&config, &topics, &key, &ready, &settings, &driver);
+    let (config, topics, dlqs, key, ready, driver) =
+        (&config, &topics, &dlqs, &key, &ready, &driver);
     let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         Session {
             config,
@@ -123,7 +128,7 @@ async fn consume(
             key,
             slots,
         }
-        .run(topics, shutdown)
+        .run(topics, dlqs, shutdown)
         .await
     };
     super::super::supervise(
@@ -169,9 +174,10 @@ impl Assigned {
 }
 
 /// Commits what may be committed for partitions taken away, before they go; starts fresh
-/// for partitions given.
+/// for partitions given, and says the source is ready once the group has given it some.
 struct Context {
     assigned: Shared,
+    ready: Readiness,
 }
 
 impl ClientContext for Context {}
@@ -199,8 +205,13 @@ impl ConsumerContext for Context {
         }
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(given) = rebalance {
+            // Ready means reading: a member the group has given nothing yet (it joined a
+            // moment ago, or the group has more members than partitions) is not.
+            if consumer.assignment().is_ok_and(|a| a.count() > 0) {
+                self.ready.set(true);
+            }
             let mut assigned = lock(&self.assigned);
             assigned.generation += 1;
             let generation = assigned.generation;
@@ -253,6 +264,7 @@ impl Session<'_> {
     async fn run(
         &self,
         topics: &[String],
+        dlqs: &[String],
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         anyhow::ensure!(
@@ -264,7 +276,10 @@ impl Session<'_> {
             .into_iter()
             .map(|b| self.config.retry_topic(b))
             .collect();
-        self.create_topics(&client, topics, &retry_topics).await?;
+        let mut created = retry_topics.clone();
+        created.extend(dlqs.iter().cloned());
+        created.push(self.config.audit_topic.clone());
+        self.create_topics(&client, &created).await?;
         let assigned = Shared::default();
         let consumer: StreamConsumer<Context> = client
             .clone()
@@ -272,9 +287,17 @@ impl Session<'_> {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            .set("partition.assignment.strategy", "cooperative-sticky")
+            // A broker holds an empty fetch this long: a retry copy that falls due in a
+            // partition resumed meanwhile waits for it (librdkafka's default is 500 ms).
+            .set("fetch.wait.max.ms", "100")
+            // Every partition of every topic laid out in order and dealt round the members:
+            // a route topic's partitions are spread even though the retry topics (one
+            // partition each) outnumber them - a sticky assignor balances only the total
+            // count and may give one member a route's every partition.
+            .set("partition.assignment.strategy", "roundrobin")
             .create_with_context(Context {
                 assigned: assigned.clone(),
+                ready: self.ready.clone(),
             })
             .context("creating the Kafka consumer")?;
         let producer: FutureProducer = client
@@ -286,8 +309,7 @@ impl Session<'_> {
         let mut all: Vec<&str> = topics.iter().map(String::as_str).collect();
         all.extend(retry_topics.iter().map(String::as_str));
         consumer.subscribe(&all).context("subscribing")?;
-        self.ready.set(true);
-        tracing::info!(topics = ?topics, group = %self.config.group_id, "kafka source: consuming");
+        tracing::info!(topics = ?topics, group = %self.config.group_id, "kafka source: joining the group");
 
         let (back_tx, mut back_rx) = mpsc::unbounded_channel::<Back>();
         let (resume_tx, mut resume_rx) = mpsc::unbounded_channel::<(String, i32)>();
@@ -391,19 +413,15 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// The route topics must exist (a consumer does not create them); the retry topics,
-    /// the DLTs and the audit topic are created when missing.
+    /// Create `names` (the retry, dead-letter and audit topics) where missing. The route
+    /// topics are the producers' to create: a consumer waits for them.
     async fn create_topics(
         &self,
         client: &rdkafka::config::ClientConfig,
-        topics: &[String],
-        retry_topics: &[String],
+        names: &[String],
     ) -> anyhow::Result<()> {
         let admin: AdminClient<rdkafka::client::DefaultClientContext> =
             client.create().context("creating the Kafka admin client")?;
-        let mut names: Vec<String> = retry_topics.to_vec();
-        names.extend(topics.iter().map(|t| self.config.dlt(t)));
-        names.push(self.config.audit_topic.clone());
         let replication = self.config.topic_replication_factor;
         let new: Vec<NewTopic<'_>> = names
             .iter()
@@ -619,7 +637,7 @@ impl Job {
             }
             Settlement::Release { delay_ms } => self.later(incoming, None, delay_ms).await?,
             Settlement::DeadLetter { failed, letter } => {
-                let dlt = self.config.dlt(topic);
+                let dlt = letter.dlq.clone();
                 let headers =
                     record::dead_letter_headers(incoming, &failed, &letter, &self.config.group_id);
                 self.write(
