@@ -241,6 +241,17 @@ fn the_documented_gateway_configs_pass_the_admission_gate() {
         stdout.contains("orders.>") && stdout.contains("invoices"),
         "{stdout}"
     );
+
+    // The Kafka section's settings and route pass too.
+    let kafka = &blocks("## On Kafka (in progress)", "toml")[0];
+    std::fs::write(dir.join("kafka.toml"), format!("{policy}\n{kafka}")).unwrap();
+    let out = common::verdict(
+        &["check", "-c", dir.join("kafka.toml").to_str().unwrap()],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("payments"), "{stdout}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
