@@ -487,6 +487,65 @@ fn on_kafka_a_dead_letter_is_the_record_with_springs_headers() {
     assert!(broker.wait_for(Duration::from_secs(20), || broker.drained()));
 }
 
+/// Kafka only: copies a producer writes into a retry topic - a forged signature, a due time
+/// past the end of time - are set aside in `<prefix>.retry.invalid`, never delivered, and
+/// hold back none of the real retries behind them in the same partition.
+#[cfg(feature = "kafka")]
+#[test]
+fn on_kafka_forged_retry_copies_are_set_aside_and_hold_nothing_back() {
+    use verdict_tests::kafka::KafkaFixture;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let broker = KafkaFixture::new("forged");
+    let consumer = Consumer::start(&runtime, behaviour);
+    let gw = Broker::config(&broker, &consumer.url(), RULES_CONFIG, 8).start_on(
+        runtime,
+        &scratch_dir("kafka-forged"),
+        "unused",
+    );
+    gw.wait_ready();
+    // The bucket the rules' 20 ms retries wait in.
+    let bucket = verdict_gateway::sources::delay_buckets::bucket_ms(20);
+    let retry = broker.topic(&format!("retry.{bucket}"));
+    let topic = Broker::topic(&broker);
+    let never = u64::MAX.to_string();
+    broker.produce(
+        &retry,
+        "m-forged",
+        br#"{"order": 9999}"#,
+        &[
+            ("x-verdict-topic", topic.as_bytes()),
+            ("x-verdict-message-id", b"m-forged"),
+            ("x-verdict-attempt", b"0"),
+            ("x-verdict-history", b"[]"),
+            ("x-verdict-signature", b"00"),
+            ("x-verdict-due-at-ms", never.as_bytes()),
+        ],
+    );
+    // m-5..m-19 fail a few times first and retry through the same bucket: all delivered.
+    Broker::publish(&broker, 0..20);
+    let invalid = broker.topic("retry.invalid");
+    assert!(
+        broker.wait_for(Duration::from_secs(60), || {
+            consumer.snapshot().1.len() == 15 && broker.dlq_depth() == 5
+        }),
+        "accepted {}, dead {}",
+        consumer.snapshot().1.len(),
+        broker.dlq_depth()
+    );
+    assert!(broker.wait_for(Duration::from_secs(10), || broker.depth(&invalid) == 1));
+    assert!(
+        !consumer.snapshot().0.contains_key("m-forged"),
+        "never delivered"
+    );
+    let set_aside = &broker.records(&invalid)[0];
+    let why = KafkaFixture::header(set_aside, "verdict-invalid-reason").unwrap();
+    assert!(
+        String::from_utf8_lossy(&why).contains("not signed"),
+        "{why:?}"
+    );
+    assert_settled_as_behaviour(&consumer, 20);
+}
+
 /// JetStream only: a delivery slower than `ack_wait_ms` is kept by in-progress acks, not
 /// redelivered to another consumer.
 #[test]

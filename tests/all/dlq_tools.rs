@@ -219,13 +219,19 @@ fn the_dlq_tools_work_on_jetstream() {
     );
     let refused = gw
         .admin
-        .get::<serde_json::Value>("/v1/dlq/groups?source=kafka");
+        .get::<serde_json::Value>("/v1/dlq/groups?source=sqs");
     assert!(
-        format!("{refused:?}").contains("expected embedded, nats, rabbitmq or all"),
+        format!("{refused:?}").contains("expected embedded, nats, rabbitmq, kafka or all"),
         "{refused:?}"
     );
-    let refused = gw.admin.get::<serde_json::Value>("/v1/dlq?source=kafka");
+    let refused = gw.admin.get::<serde_json::Value>("/v1/dlq?source=sqs");
     assert!(format!("{refused:?}").contains("400"), "{refused:?}");
+    // Kafka's DLQ topics are not read by the tools yet, and the answer says so.
+    let not_yet = gw.admin.get::<serde_json::Value>("/v1/dlq?source=kafka");
+    assert!(
+        format!("{not_yet:?}").contains("501") && format!("{not_yet:?}").contains("Kafka yet"),
+        "{not_yet:?}"
+    );
     round_trip(&dlqs, &consumer, &topic);
     let audit: Vec<String> = nats
         .messages("_AUDIT")

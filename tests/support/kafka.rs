@@ -125,6 +125,29 @@ impl KafkaFixture {
         });
     }
 
+    /// Write one record to `topic` (a full name) with `headers`, acknowledged.
+    pub fn produce(&self, topic: &str, key: &str, payload: &[u8], headers: &[(&str, &[u8])]) {
+        let mut owned = OwnedHeaders::new();
+        for (name, value) in headers {
+            owned = owned.insert(Header {
+                key: name,
+                value: Some(*value),
+            });
+        }
+        self.runtime
+            .block_on(
+                self.producer.send(
+                    FutureRecord::to(topic)
+                        .key(key)
+                        .payload(payload)
+                        .headers(owned),
+                    Duration::from_secs(10),
+                ),
+            )
+            .map_err(|(e, _)| e)
+            .expect("the broker acknowledges the record");
+    }
+
     /// Records in `topic` (every partition), as the broker counts them.
     pub fn depth(&self, topic: &str) -> u64 {
         let consumer = self.reader();

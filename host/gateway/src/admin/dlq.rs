@@ -91,6 +91,16 @@ pub(super) async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
                 .map_err(|e| broker(&e))?
                 .as_ref())
             .map_err(|e| broker(&e)),
+            SourceKind::Kafka => {
+                let _ = (&handle, &config, &broker);
+                Err(ApiError::new(
+                    StatusCode::NOT_IMPLEMENTED,
+                    "not_yet",
+                    "the DLQ tools do not read Kafka yet: a Kafka route's dead letters are \
+                     records of its DLQ topic (Spring Kafka's DLT headers, the envelope in \
+                     `verdict-envelope`); read them with any Kafka client",
+                ))
+            }
             other => {
                 let _ = (&handle, &config, &broker);
                 Err(ApiError::new(

@@ -72,7 +72,7 @@ pub(crate) async fn list(
         Some(name) => vec![
             serde_json::from_value(serde_json::Value::String(name.to_string())).map_err(|_| {
                 ApiError::bad_request(format!(
-                    "source: `{}`: expected embedded, nats, rabbitmq or all",
+                    "source: `{}`: expected embedded, nats, rabbitmq, kafka or all",
                     verdict_runtime::text::one_line(name, 32)
                 ))
             })?,

@@ -27,7 +27,8 @@ impl PartitionOffsets {
     /// rebalance) is tracked the same way and never moves the commit backwards.
     pub(crate) fn take(&mut self, offset: i64) {
         self.in_flight.insert(offset);
-        self.next = Some(self.next.map_or(offset + 1, |n| n.max(offset + 1)));
+        let after = offset.saturating_add(1);
+        self.next = Some(self.next.map_or(after, |n| n.max(after)));
     }
 
     /// Record `offset` as terminal. An offset never taken (or already finished) is ignored:
@@ -37,7 +38,6 @@ impl PartitionOffsets {
     }
 
     /// Records taken and not yet terminal.
-    #[cfg(test)]
     pub(crate) fn in_flight(&self) -> usize {
         self.in_flight.len()
     }

@@ -28,6 +28,10 @@ pub(crate) const MESSAGE_ID: &str = "x-verdict-message-id";
 /// The header a retry copy says when it is due in (ms since the epoch). Not signed: a forged
 /// one only changes when a retry comes, never how many there are.
 pub(crate) const DUE_AT: &str = "x-verdict-due-at-ms";
+/// The header a retry copy names where its record was first read in (`topic/partition@offset`),
+/// for the dead letter's `kafka_dlt-original-*` headers. Not signed: it names, it decides
+/// nothing.
+pub(crate) const ORIGIN: &str = "x-verdict-origin";
 /// The header the dead-letter record carries the envelope in.
 pub(crate) const ENVELOPE: &str = "verdict-envelope";
 /// The header a producer names a payload's content type in.
@@ -47,6 +51,8 @@ pub(crate) struct Incoming {
     pub(crate) check: HistoryCheck,
     /// When a retry copy is due (ms since the epoch); `None` for a first delivery.
     pub(crate) due_at_ms: Option<u64>,
+    /// Where the record was first read (for a copy, where its first delivery was).
+    pub(crate) origin: (String, i32, i64),
     /// Where it was read: the topic (a retry topic for a copy), partition, offset.
     pub(crate) topic: String,
     pub(crate) partition: i32,
@@ -152,10 +158,16 @@ pub(crate) fn read(
             delivery = copy;
         }
     }
+    let origin = own
+        .get(ORIGIN)
+        .filter(|_| check != HistoryCheck::Unsigned)
+        .and_then(|o| parse_origin(o))
+        .unwrap_or_else(|| (topic.to_string(), partition, offset));
     Incoming {
         delivery,
         check,
         due_at_ms,
+        origin,
         topic: topic.to_string(),
         partition,
         offset,
@@ -191,6 +203,8 @@ pub(crate) fn retry_headers(
     };
     out = text(out, TOPIC, &signed.queue);
     out = text(out, MESSAGE_ID, &signed.id);
+    let (topic, partition, offset) = &incoming.origin;
+    out = text(out, ORIGIN, &record_id(topic, *partition, *offset));
     out = text(out, ATTEMPT, &signed.attempt.to_string());
     out = text(out, DEFERRALS, &signed.deferrals.to_string());
     if let Some(at) = signed.first_failed {
@@ -212,16 +226,11 @@ pub(crate) fn dead_letter_headers(
     letter: &DeadLetter,
     consumer_group: &str,
 ) -> OwnedHeaders {
-    // Where a copy was first read is in its id; a first delivery's is where it is now.
-    let (topic, partition, offset) = first_read(&incoming.delivery.id).unwrap_or((
-        incoming.topic.as_str(),
-        incoming.partition,
-        incoming.offset,
-    ));
+    let (topic, partition, offset) = &incoming.origin;
     let origin = Origin {
         topic,
-        partition,
-        offset,
+        partition: *partition,
+        offset: *offset,
         timestamp: incoming.timestamp,
         consumer_group,
     };
@@ -245,11 +254,14 @@ pub(crate) fn dead_letter_headers(
     out
 }
 
-/// The topic, partition and offset a record id names.
-fn first_read(id: &str) -> Option<(&str, i32, i64)> {
-    let (rest, offset) = id.rsplit_once('@')?;
+/// The topic, partition and offset an origin header names, when it is one: a Kafka topic
+/// name, a partition and an offset that are not negative.
+fn parse_origin(text: &str) -> Option<(String, i32, i64)> {
+    let (rest, offset) = text.rsplit_once('@')?;
     let (topic, partition) = rest.rsplit_once('/')?;
-    Some((topic, partition.parse().ok()?, offset.parse().ok()?))
+    verdict_registry::config::topic_name(topic).ok()?;
+    let (partition, offset): (i32, i64) = (partition.parse().ok()?, offset.parse().ok()?);
+    (partition >= 0 && offset >= 0).then(|| (topic.to_string(), partition, offset))
 }
 
 #[cfg(test)]
@@ -394,7 +406,12 @@ mod tests {
         );
         let again = retry_headers(&at, None, 0, &key());
         assert_eq!(again.iter().filter(|h| h.key == ATTEMPT).count(), 1);
-        assert_eq!(again.count(), at.headers.len() + 10);
+        assert_eq!(again.count(), at.headers.len() + 11);
+        assert_eq!(
+            at.origin,
+            ("orders".to_string(), 2, 41),
+            "where it was first read"
+        );
     }
 
     #[test]
@@ -437,6 +454,21 @@ mod tests {
         );
         assert_eq!(on_route.check, HistoryCheck::Unsigned);
         assert_eq!(on_route.delivery.attempts_spent, 0);
+    }
+
+    #[test]
+    fn an_origin_header_is_taken_only_when_it_is_one() {
+        assert_eq!(parse_origin("orders/2@41"), Some(("orders".into(), 2, 41)));
+        assert_eq!(parse_origin("a/b/3@4"), None, "a topic name has no slash");
+        for bad in [
+            "orders/-1@4",
+            "orders/1@-4",
+            "orders@4",
+            "/1@4",
+            "orders/1@x",
+        ] {
+            assert_eq!(parse_origin(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::consumer::{
     BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
 };
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
@@ -123,6 +123,7 @@ async fn consume(
     let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         Session {
             config,
+            grace,
             ready,
             driver,
             key,
@@ -160,6 +161,11 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Assigned> {
 }
 
 impl Assigned {
+    /// Records taken and not yet done, over every partition.
+    fn in_flight(&self) -> usize {
+        self.partitions.values().map(|(_, o)| o.in_flight()).sum()
+    }
+
     /// The offsets to commit now for `partitions` (all assigned ones when `None`).
     fn commits(&mut self, only: Option<&TopicPartitionList>) -> TopicPartitionList {
         let mut out = TopicPartitionList::new();
@@ -212,6 +218,11 @@ impl ConsumerContext for Context {
             if consumer.assignment().is_ok_and(|a| a.count() > 0) {
                 self.ready.set(true);
             }
+            // A retry partition paused when it was taken away comes back paused (librdkafka
+            // keeps the application's pause): a fresh assignment starts reading.
+            if let Err(e) = consumer.resume(given) {
+                tracing::debug!(error = %e, "kafka source: resuming partitions given");
+            }
             let mut assigned = lock(&self.assigned);
             assigned.generation += 1;
             let generation = assigned.generation;
@@ -254,6 +265,8 @@ enum Back {
 
 struct Session<'a> {
     config: &'a KafkaConfig,
+    /// How long records in flight get to finish at shutdown.
+    grace: Duration,
     ready: &'a Readiness,
     driver: &'a SettlementDriver,
     key: &'a HistoryKey,
@@ -277,6 +290,7 @@ impl Session<'_> {
             .map(|b| self.config.retry_topic(b))
             .collect();
         let mut created = retry_topics.clone();
+        created.push(invalid_topic(self.config));
         created.extend(dlqs.iter().cloned());
         created.push(self.config.audit_topic.clone());
         self.create_topics(&client, &created).await?;
@@ -316,6 +330,7 @@ impl Session<'_> {
         let mut commit_tick = tokio::time::interval(COMMIT_EVERY);
         let job = Job {
             config: Arc::new(self.config.clone()),
+            topics: Arc::new(topics.to_vec()),
             driver: self.driver.clone(),
             producer,
             dlqs: self.driver.pipeline().broker_dlqs().clone(),
@@ -326,31 +341,47 @@ impl Session<'_> {
         };
         loop {
             tokio::select! {
-                next = consumer.recv() => {
-                    let message = next.context("reading records")?.detach();
-                    self.take(&consumer, &assigned, &job, &resume_tx, message)?;
-                }
-                Some(back) = back_rx.recv() => match back {
-                    Back::Done { topic, partition, offset, generation } => {
-                        if let Some((g, offsets)) = lock(&assigned).partitions.get_mut(&(topic, partition))
-                            && *g == generation
-                        {
-                            offsets.finish(offset);
-                        }
+                next = consumer.recv() => match next {
+                    Ok(message) => {
+                        let message = message.detach();
+                        self.take(&consumer, &assigned, &job, &resume_tx, message)?;
                     }
-                    Back::Again(message, generation) => job.clone().spawn(message, generation),
+                    // A client that cannot go on: rebuild the session.
+                    Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
+                        return Err(e).context("reading records");
+                    }
+                    // A topic not there yet, a broker restarting: the client recovers by
+                    // itself, and the other routes go on meanwhile.
+                    Err(e) => {
+                        let text = format!("kafka: reading records: {e}");
+                        if self.ready.warn(text.clone()) {
+                            tracing::warn!("{text}");
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
                 },
+                Some(back) = back_rx.recv() => back_to(&assigned, &job, back),
                 Some((topic, partition)) = resume_rx.recv() => {
                     let mut tpl = TopicPartitionList::new();
                     tpl.add_partition(&topic, partition);
-                    // A partition taken away meanwhile is not ours to resume.
-                    if lock(&assigned).partitions.contains_key(&(topic, partition)) {
-                        consumer.resume(&tpl).context("resuming a retry partition")?;
+                    // Resumed even when taken away meanwhile: librdkafka keeps a pause
+                    // across a revoke, and a partition given back paused is never read.
+                    if let Err(e) = consumer.resume(&tpl) {
+                        tracing::debug!(error = %e, "kafka source: resuming a retry partition");
                     }
                 }
-                _ = commit_tick.tick() => commit(&consumer, &assigned),
+                _ = commit_tick.tick() => commit(&consumer, &assigned, CommitMode::Async),
                 _ = shutdown.changed() => {
-                    commit(&consumer, &assigned);
+                    // Read no more; let what is in flight finish (up to the grace) so its
+                    // offsets are committed here, not delivered again by the next member.
+                    let deadline = tokio::time::Instant::now() + self.grace;
+                    while lock(&assigned).in_flight() > 0 {
+                        match tokio::time::timeout_at(deadline, back_rx.recv()).await {
+                            Ok(Some(back)) => back_to(&assigned, &job, back),
+                            _ => break,
+                        }
+                    }
+                    commit(&consumer, &assigned, CommitMode::Sync);
                     return Ok(());
                 }
             }
@@ -383,10 +414,20 @@ impl Session<'_> {
             offsets.take(offset);
             *generation
         };
-        if is_retry_topic(&self.config.retry_topic_prefix, &topic) {
-            let due =
-                record::read(&message, &self.config.id_header, true, now_ms(), &job.key).due_at_ms;
-            let wait = due.map_or(0, |at| at.saturating_sub(now_ms()));
+        if let Some(bucket) = retry_bucket_ms(&self.config.retry_topic_prefix, &topic) {
+            // A record whose headers cannot be read is due now: its task sets it aside.
+            let due = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                record::read(&message, &self.config.id_header, true, now_ms(), &job.key).due_at_ms
+            }))
+            .unwrap_or(None);
+            // The due time is not signed: a copy is never due later than its bucket after
+            // it was written, so a forged one cannot hold the partition's other copies.
+            let written = message
+                .timestamp()
+                .to_millis()
+                .and_then(|ms| u64::try_from(ms).ok());
+            let latest = written.map_or(0, |at| at.saturating_add(bucket));
+            let wait = due.map_or(0, |at| at.min(latest).saturating_sub(now_ms()));
             if wait > 0 {
                 // The partition's copies are in due order (one bucket, one delay): wait
                 // for this one and read on from it.
@@ -452,12 +493,41 @@ impl Session<'_> {
     }
 }
 
-/// Commit what every assigned partition may commit (asynchronously: a failure is made
-/// again at the next tick, see [`Context::commit_callback`]).
-fn commit(consumer: &StreamConsumer<Context>, assigned: &Shared) {
+/// A record handed back: done (its offset may be committed, unless its partition was
+/// taken away since), or to be delivered again here (unless taken away: its next owner
+/// reads it from the last commit).
+fn back_to(assigned: &Shared, job: &Job, back: Back) {
+    match back {
+        Back::Done {
+            topic,
+            partition,
+            offset,
+            generation,
+        } => {
+            if let Some((g, offsets)) = lock(assigned).partitions.get_mut(&(topic, partition))
+                && *g == generation
+            {
+                offsets.finish(offset);
+            }
+        }
+        Back::Again(message, generation) => {
+            let current = lock(assigned)
+                .partitions
+                .get(&(message.topic().to_string(), message.partition()))
+                .is_some_and(|(g, _)| *g == generation);
+            if current {
+                job.clone().spawn(message, generation);
+            }
+        }
+    }
+}
+
+/// Commit what every assigned partition may commit (asynchronously at the ticks: a failure
+/// is made again at the next one, see [`Context::commit_callback`]).
+fn commit(consumer: &StreamConsumer<Context>, assigned: &Shared, mode: CommitMode) {
     let commits = lock(assigned).commits(None);
     if commits.count() > 0
-        && let Err(e) = consumer.commit(&commits, CommitMode::Async)
+        && let Err(e) = consumer.commit(&commits, mode)
     {
         tracing::debug!(error = %e, "kafka source: a commit was not sent; it is made again");
         let mut assigned = lock(assigned);
@@ -472,18 +542,31 @@ fn commit(consumer: &StreamConsumer<Context>, assigned: &Shared) {
     }
 }
 
+/// Where records no route may take are set aside: `<retry prefix>.invalid`.
+fn invalid_topic(config: &KafkaConfig) -> String {
+    format!("{}.invalid", config.retry_topic_prefix)
+}
+
 /// Whether `topic` is one of the retry topics under `prefix`.
 fn is_retry_topic(prefix: &str, topic: &str) -> bool {
-    topic
-        .strip_prefix(prefix)
-        .and_then(|rest| rest.strip_prefix('.'))
-        .is_some_and(|ms| !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()))
+    retry_bucket_ms(prefix, topic).is_some()
+}
+
+/// The delay bucket of `topic` when it is a retry topic under `prefix`.
+fn retry_bucket_ms(prefix: &str, topic: &str) -> Option<u64> {
+    let ms = topic.strip_prefix(prefix)?.strip_prefix('.')?;
+    if ms.is_empty() || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    ms.parse().ok()
 }
 
 /// What one delivery's task needs.
 #[derive(Clone)]
 struct Job {
     config: Arc<KafkaConfig>,
+    /// The routes' topics: a copy signed with another key may name only one of them.
+    topics: Arc<Vec<String>>,
     driver: SettlementDriver,
     producer: FutureProducer,
     dlqs: BrokerDlqs,
@@ -504,13 +587,29 @@ impl Job {
     async fn handle(self, message: OwnedMessage, generation: u64) {
         let received = Instant::now();
         let from_retry = is_retry_topic(&self.config.retry_topic_prefix, message.topic());
-        let incoming = record::read(
-            &message,
-            &self.config.id_header,
-            from_retry,
-            now_ms(),
-            &self.key,
-        );
+        let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            record::read(
+                &message,
+                &self.config.id_header,
+                from_retry,
+                now_ms(),
+                &self.key,
+            )
+        }));
+        let incoming = match read {
+            Ok(incoming) if !from_retry || self.trusted(&incoming) => incoming,
+            Ok(incoming) => {
+                let why = "a retry copy whose history is not signed by this group's key, or \
+                           that names no route of this source";
+                return self
+                    .set_aside(&message, Some(&incoming), why, generation)
+                    .await;
+            }
+            Err(_) => {
+                let why = "a record whose headers cannot be read (a header name that is not UTF-8)";
+                return self.set_aside(&message, None, why, generation).await;
+            }
+        };
         if let HistoryCheck::ForeignKey(theirs) = &incoming.check {
             self.foreign_key(theirs);
         }
@@ -567,6 +666,72 @@ impl Job {
                 });
             }
         }
+    }
+
+    /// Whether a retry copy may be delivered: signed by this group's key, or by another
+    /// (a misconfiguration, reported) for one of this source's routes with a clean id.
+    fn trusted(&self, incoming: &Incoming) -> bool {
+        let d = &incoming.delivery;
+        match incoming.check {
+            HistoryCheck::Verified => true,
+            HistoryCheck::ForeignKey(_) => {
+                self.topics.contains(&d.topic)
+                    && !d.id.is_empty()
+                    && d.id.len() <= 255
+                    && !d.id.chars().any(char::is_control)
+            }
+            HistoryCheck::Unsigned => false,
+        }
+    }
+
+    /// Put a record no route may take aside, in `<retry prefix>.invalid` (its key, value
+    /// and producer headers, and why), for an operator: never delivered, never dropped.
+    /// Done once written; delivered again here after a wait when even that fails.
+    async fn set_aside(
+        self,
+        message: &OwnedMessage,
+        incoming: Option<&Incoming>,
+        why: &str,
+        generation: u64,
+    ) {
+        let topic = invalid_topic(&self.config);
+        let mut headers = rdkafka::message::OwnedHeaders::new();
+        for (name, value) in incoming.map(|i| i.headers.as_slice()).unwrap_or_default() {
+            headers = headers.insert(rdkafka::message::Header {
+                key: name,
+                value: Some(value),
+            });
+        }
+        headers = headers.insert(rdkafka::message::Header {
+            key: "verdict-invalid-reason",
+            value: Some(why),
+        });
+        let text = format!("kafka source: {why}: set aside in `{topic}`");
+        if self.ready.warn(text.clone()) {
+            tracing::warn!(topic = %Clean(message.topic()), "{text}");
+        }
+        let written = self
+            .write(
+                &topic,
+                message.key(),
+                message.payload().unwrap_or_default(),
+                headers,
+            )
+            .await;
+        let back = match written {
+            Ok(()) => Back::Done {
+                topic: message.topic().to_string(),
+                partition: message.partition(),
+                offset: message.offset(),
+                generation,
+            },
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "kafka source: setting a record aside failed; trying again in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Back::Again(message.clone(), generation)
+            }
+        };
+        let _ = self.back.send(back);
     }
 
     /// A copy signed by another gateway's history key: counted, shown by `/readyz`,
@@ -688,12 +853,14 @@ impl Held for Record<'_> {
     }
 
     async fn give_back(&mut self, wait: Duration) {
+        // Set before writing: if the write panics (the driver catches it), the record is
+        // still delivered again here rather than counted as done.
+        self.again = Some(wait.max(Duration::from_millis(100)));
         let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         match self.job.later(self.incoming, None, delay_ms).await {
-            Ok(()) => {}
+            Ok(()) => self.again = None,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), id = %Clean(&self.incoming.delivery.id), "kafka source: a record could not be given back to a retry topic; it is delivered again here");
-                self.again = Some(wait.max(Duration::from_millis(100)));
             }
         }
     }
@@ -710,5 +877,14 @@ mod tests {
         assert!(!is_retry_topic("verdict.retry", "verdict.retry.invalid"));
         assert!(!is_retry_topic("verdict.retry", "verdict.retryx.50"));
         assert!(!is_retry_topic("verdict.retry", "orders"));
+        assert_eq!(
+            retry_bucket_ms("verdict.retry", "verdict.retry.3125"),
+            Some(3125)
+        );
+        assert_eq!(
+            retry_bucket_ms("verdict.retry", "verdict.retry.99999999999999999999999"),
+            None,
+            "past a u64: no bucket, no retry topic"
+        );
     }
 }
