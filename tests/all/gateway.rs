@@ -9,12 +9,7 @@ use verdict_tests::consumer::{Behaviour, Consumer};
 use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir};
 
-/// Retry 5xx and transport failures quickly (fixed 20 ms) up to 8 attempts; format errors
-/// are dead-lettered at once.
-pub(crate) const RULES_CONFIG: &str = r#"{ max_attempts = 8, rules = [
-    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
-    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
-] }"#;
+pub(crate) use verdict_tests::fixtures::RULES_CONFIG;
 
 /// `orders` decided by `rules` with `rules_config`, delivered to `consumer_url`.
 fn config_with(consumer_url: &str, rules_config: &str) -> TestConfig {

@@ -20,6 +20,14 @@ pub mod fixtures {
             .join(file)
     }
 
+    /// The `rules` policy's config most gateway tests route with: schema, JSON, format and
+    /// auth failures dead-lettered as poison, 5xx and transport failures retried every
+    /// 20 ms, eight attempts.
+    pub const RULES_CONFIG: &str = r#"{ max_attempts = 8, rules = [
+    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
+] }"#;
+
     /// A hand-written or deliberately broken fixture under `tests/fixtures/`.
     pub fn file(name: &str) -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

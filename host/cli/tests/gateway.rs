@@ -28,12 +28,7 @@ fn write_config(dir: &Path, consumer_url: &str) -> PathBuf {
         .route(
             Route::new("orders", "rules")
                 .consumer(&format!("{consumer_url}/"))
-                .config(
-                    r#"{ max_attempts = 8, rules = [
-    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
-    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
-] }"#,
-                ),
+                .config(verdict_tests::fixtures::RULES_CONFIG),
         )
         .write_toml(dir)
 }

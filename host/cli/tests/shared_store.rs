@@ -115,12 +115,7 @@ fn gateway_settings(n: u32, store: &str, consumer_url: &str, lease_ms: u64) -> T
         .route(
             Route::new("orders", "rules")
                 .consumer(&format!("{consumer_url}/"))
-                .config(
-                    r#"{ max_attempts = 8, rules = [
-    { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
-    { match = ["http.5*", "transport.*"], retry = { strategy = "fixed", delay_ms = 20 } },
-] }"#,
-                ),
+                .config(verdict_tests::fixtures::RULES_CONFIG),
         )
 }
 

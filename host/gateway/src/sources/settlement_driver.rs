@@ -77,6 +77,13 @@ pub(crate) trait Held: Send {
     fn give_back(&mut self, wait: Duration) -> impl Future<Output = ()> + Send;
 }
 
+/// A delivery's seats ([`SettlementDriver::seats`]): its route's slot, when routed, and one
+/// of the source's.
+pub(crate) type Seats = (
+    Option<(Arc<RouteTarget>, tokio::sync::OwnedSemaphorePermit)>,
+    tokio::sync::OwnedSemaphorePermit,
+);
+
 /// What became of a delivery's settlement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Settled {
@@ -128,6 +135,27 @@ impl SettlementDriver {
     pub(crate) fn rewrite_for(mut self, hold: Duration) -> SettlementDriver {
         self.rewrite_for = hold;
         self
+    }
+
+    /// The seats a delivery of `topic` holds until its settlement is applied: a slot of
+    /// its route (none when no route takes the topic now: the pipeline releases it) and
+    /// one of the source's `max_in_flight` (`global`), taken in that order, so a slow
+    /// route waits on its own slots, never on the ones another route needs. `None` once
+    /// the source's slots are closed.
+    pub(crate) async fn seats(
+        &self,
+        topic: &str,
+        global: &Arc<tokio::sync::Semaphore>,
+    ) -> Option<Seats> {
+        let route = match self.pipeline.route_target(topic) {
+            Some(target) => match target.slots.clone().acquire_owned().await {
+                Ok(slot) => Some((target, slot)),
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let global = global.clone().acquire_owned().await.ok()?;
+        Some((route, global))
     }
 
     /// The pipeline it settles for.

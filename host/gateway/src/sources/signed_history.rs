@@ -21,7 +21,9 @@
 //! Each broker encodes the fields in its own header types (AMQP integers, Kafka bytes);
 //! what they mean, how they are signed and how a consumed copy is trusted is here, once.
 
+use crate::health::Readiness;
 use crate::model::{AttemptRecord, Delivery};
+use crate::pipeline::Pipeline;
 
 /// Header names, the same on every broker.
 pub(crate) const ATTEMPT: &str = "x-verdict-attempt";
@@ -143,6 +145,29 @@ pub enum HistoryCheck {
     Verified,
     /// Signed with another gateway's key (its id): counted from its headers, unverified.
     ForeignKey(String),
+}
+
+/// A copy on `source` signed by another gateway's key (`theirs`): gateways reading the
+/// same queues or topics do not share one (`setting` names where it is set). Counted
+/// (`verdict_history_key_mismatches_total`), shown by `/readyz`, logged once a minute.
+pub(crate) fn report_foreign_key(
+    pipeline: &Pipeline,
+    ready: &Readiness,
+    source: &'static str,
+    setting: &str,
+    ours: &HistoryKey,
+    theirs: &str,
+) {
+    pipeline.metrics().history_key_mismatch(source);
+    let ours = ours.id();
+    let text = format!(
+        "retried copies are signed with another gateway's history key (key id {theirs}, \
+         this gateway's {ours}): every gateway on these {source} routes must use the same \
+         {setting}; attempts are counted from the copies' headers, unverified"
+    );
+    if ready.warn(text.clone()) {
+        tracing::warn!(source, theirs = %theirs, ours = %ours, "{text}");
+    }
 }
 
 impl SignedHistory {

@@ -49,8 +49,6 @@ pub(crate) struct Incoming {
     pub(crate) delivery: Delivery,
     /// How its history headers were read.
     pub(crate) check: HistoryCheck,
-    /// When a retry copy is due (ms since the epoch); `None` for a first delivery.
-    pub(crate) due_at_ms: Option<u64>,
     /// Where the record was first read (for a copy, where its first delivery was).
     pub(crate) origin: (String, i32, i64),
     /// Where it was read: the topic (a retry topic for a copy), partition, offset.
@@ -63,6 +61,15 @@ pub(crate) struct Incoming {
     pub(crate) key: Option<Vec<u8>>,
     /// Its producer's headers, byte for byte (binary ones too), without any `x-verdict-*`.
     pub(crate) headers: Vec<(String, Vec<u8>)>,
+}
+
+/// When a retry copy is due (ms since the epoch), from its due header alone: what the
+/// consumer's loop needs before it hands a copy to a task, which reads the rest. `None`:
+/// due now. (Reading headers can panic in the client on a header name that is not UTF-8;
+/// the caller guards.)
+pub(crate) fn due_at_ms(message: &OwnedMessage) -> Option<u64> {
+    let header = message.headers()?.iter().find(|h| h.key == DUE_AT)?;
+    std::str::from_utf8(header.value?).ok()?.trim().parse().ok()
 }
 
 /// The longest producer id taken as a record's id.
@@ -127,11 +134,6 @@ pub(crate) fn read(
         }
     }
     let number = |name: &str| own.get(name).and_then(|v| v.trim().parse::<u64>().ok());
-    let due_at_ms = if from_retry_topic {
-        number(DUE_AT).or(Some(0))
-    } else {
-        None
-    };
     let mut check = HistoryCheck::Unsigned;
     if from_retry_topic && let (Some(route_topic), Some(id)) = (own.get(TOPIC), own.get(MESSAGE_ID))
     {
@@ -166,7 +168,6 @@ pub(crate) fn read(
     Incoming {
         delivery,
         check,
-        due_at_ms,
         origin,
         topic: topic.to_string(),
         partition,
@@ -334,7 +335,6 @@ mod tests {
         assert_eq!(first.delivery.published_at_ms, 1_700_000_000_000);
         assert_eq!(first.delivery.attempts_spent, 0);
         assert_eq!(first.check, HistoryCheck::Unsigned);
-        assert_eq!(first.due_at_ms, None);
         assert_eq!(
             first.delivery.headers.keys().collect::<Vec<_>>(),
             ["tenant"],
@@ -391,7 +391,13 @@ mod tests {
         assert_eq!(copy.delivery.id, "orders/2@41");
         assert_eq!(copy.delivery.attempts_spent, 1);
         assert_eq!(copy.delivery.published_at_ms, 1_700_000_000_000);
-        assert_eq!(copy.due_at_ms, Some(9_000));
+        let written = record(
+            "verdict.retry.3000",
+            0,
+            retry_headers(&first, None, 9_000, &key()),
+        );
+        assert_eq!(due_at_ms(&written), Some(9_000));
+        assert_eq!(due_at_ms(&record("orders", 41, producer_headers())), None);
         assert_eq!(copy.headers, first.headers, "the producer's headers travel");
         // A hundred more hops: the history is bounded and each header is there once.
         let mut at = copy;

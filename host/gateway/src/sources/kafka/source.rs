@@ -44,7 +44,7 @@ use crate::health::{BrokerDlqs, Readiness};
 use crate::model::{AuditRecord, Settlement};
 use crate::pipeline::{Pipeline, now_ms};
 use crate::sources::delay_buckets::{all_buckets, bucket_ms};
-use crate::sources::signed_history::{HistoryCheck, HistoryKey};
+use crate::sources::signed_history::{HistoryCheck, HistoryKey, report_foreign_key};
 use crate::sources::{Held, Settled, SettlementDriver, Source, Unapplied};
 
 /// How often done records' offsets are committed.
@@ -417,7 +417,7 @@ impl Session<'_> {
         if let Some(bucket) = retry_bucket_ms(&self.config.retry_topic_prefix, &topic) {
             // A record whose headers cannot be read is due now: its task sets it aside.
             let due = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                record::read(&message, &self.config.id_header, true, now_ms(), &job.key).due_at_ms
+                record::due_at_ms(&message)
             }))
             .unwrap_or(None);
             // The due time is not signed: a copy is never due later than its bucket after
@@ -611,20 +611,20 @@ impl Job {
             }
         };
         if let HistoryCheck::ForeignKey(theirs) = &incoming.check {
-            self.foreign_key(theirs);
+            report_foreign_key(
+                self.driver.pipeline(),
+                &self.ready,
+                NAME,
+                "[kafka] history_key_file",
+                &self.key,
+                theirs,
+            );
         }
-        let held = match self
+        let Some((held, global)) = self
             .driver
-            .pipeline()
-            .route_target(&incoming.delivery.topic)
-        {
-            Some(target) => match target.slots.clone().acquire_owned().await {
-                Ok(slot) => Some((target, slot)),
-                Err(_) => None,
-            },
-            None => None,
-        };
-        let Ok(global) = self.slots.clone().acquire_owned().await else {
+            .seats(&incoming.delivery.topic, &self.slots)
+            .await
+        else {
             return;
         };
         let settlement = self
@@ -732,21 +732,6 @@ impl Job {
             }
         };
         let _ = self.back.send(back);
-    }
-
-    /// A copy signed by another gateway's history key: counted, shown by `/readyz`,
-    /// logged once a minute.
-    fn foreign_key(&self, theirs: &str) {
-        self.driver.pipeline().metrics().history_key_mismatch(NAME);
-        let ours = self.key.id();
-        let text = format!(
-            "retry copies are signed with another gateway's history key (key id {theirs}, \
-             this gateway's {ours}): every gateway of the group must use the same [kafka] \
-             history_key_file; attempts are counted from the copies' headers, unverified"
-        );
-        if self.ready.warn(text.clone()) {
-            tracing::warn!(theirs = %theirs, ours = %ours, "kafka source: {text}");
-        }
     }
 
     /// Write `headers`, `key` and `payload` to `topic` and wait for the broker's

@@ -24,6 +24,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
 
+use super::signed_history::report_foreign_key;
 use super::{AbortOnDrop, Held, SettlementDriver, Source, Unapplied};
 use crate::health::{BrokerDlqs, Readiness};
 use crate::model::{AuditRecord, Delivery, Settlement};
@@ -347,21 +348,6 @@ struct Job {
 }
 
 impl Job {
-    /// A copy signed by another gateway's history key: gateways on these queues do not
-    /// share one. Counted, shown by `/readyz`, logged once a minute.
-    fn foreign_key(&self, theirs: &str) {
-        self.driver.pipeline().metrics().history_key_mismatch(NAME);
-        let ours = self.key.id();
-        let text = format!(
-            "retried copies are signed with another gateway's history key (key id {theirs}, \
-             this gateway's {ours}): every gateway on these queues must use the same \
-             [rabbitmq] history_key_file; attempts are counted from the copies' headers, unverified"
-        );
-        if self.ready.warn(text.clone()) {
-            tracing::warn!(theirs = %theirs, ours = %ours, "rabbitmq source: {text}");
-        }
-    }
-
     /// Deliver one message and apply its settlement through the driver, which bounds
     /// whatever goes wrong on the way.
     async fn handle(self, queue: &str, message: lapin::message::Delivery) {
@@ -375,7 +361,14 @@ impl Job {
             &self.key,
         );
         if let headers::HistoryCheck::ForeignKey(theirs) = &check {
-            self.foreign_key(theirs);
+            report_foreign_key(
+                self.driver.pipeline(),
+                &self.ready,
+                NAME,
+                "[rabbitmq] history_key_file",
+                &self.key,
+                theirs,
+            );
         }
         // Settlement failures are counted per message: by its id, or for one published
         // without an id (whose id is new at every redelivery) by its content.
@@ -385,16 +378,7 @@ impl Job {
         } else {
             format!("{queue}\u{0}{}", delivery.id)
         };
-        // A slot of the route and one of `max_in_flight`, held until the settlement is
-        // applied (none when no route takes the queue now: the pipeline releases it).
-        let held = match self.driver.pipeline().route_target(queue) {
-            Some(target) => match target.slots.clone().acquire_owned().await {
-                Ok(slot) => Some((target, slot)),
-                Err(_) => None,
-            },
-            None => None,
-        };
-        let Ok(global) = self.slots.clone().acquire_owned().await else {
+        let Some((held, global)) = self.driver.seats(queue, &self.slots).await else {
             return;
         };
         let settlement = self
