@@ -487,6 +487,42 @@ fn on_kafka_a_dead_letter_is_the_record_with_springs_headers() {
     assert!(broker.wait_for(Duration::from_secs(20), || broker.drained()));
 }
 
+/// Kafka only: a dead letter of a payload too big to be carried twice (as the record's value
+/// and in the envelope) is still written - the value byte for byte, the envelope without
+/// its copy of the payload but with its size and sha256 - rather than failing for ever.
+#[cfg(feature = "kafka")]
+#[test]
+fn on_kafka_a_big_dead_letter_keeps_its_value_and_leaves_the_envelopes_copy_out() {
+    use rdkafka::Message as _;
+    use verdict_tests::kafka::KafkaFixture;
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let broker = KafkaFixture::new("big");
+    let consumer = Consumer::start(&runtime, behaviour);
+    let gw = Broker::config(&broker, &consumer.url(), RULES_CONFIG, 8).start_on(
+        runtime,
+        &scratch_dir("kafka-big"),
+        "unused",
+    );
+    gw.wait_ready();
+    // 600 KB of binary: base64 in the envelope alone is 800 KB.
+    let payload: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+    let topic = Broker::topic(&broker);
+    broker.produce(&topic, "m-0", &payload, &[("message-id", b"m-0")]);
+    assert!(broker.wait_for(Duration::from_secs(60), || broker.dlq_depth() == 1));
+    let letter = &broker.records(&broker.dlq())[0];
+    assert_eq!(
+        letter.payload(),
+        Some(&payload[..]),
+        "the value byte for byte"
+    );
+    let envelope: serde_json::Value =
+        serde_json::from_slice(&KafkaFixture::header(letter, "verdict-envelope").unwrap()).unwrap();
+    let omitted = &envelope["original"]["payloadOmitted"];
+    assert_eq!(omitted["bytes"], 600_000, "{omitted}");
+    assert!(envelope["original"]["payloadBase64"].is_null(), "{omitted}");
+    assert!(broker.wait_for(Duration::from_secs(20), || broker.drained()));
+}
+
 /// Kafka only: copies a producer writes into a retry topic - a forged signature, a due time
 /// past the end of time - are set aside in `<prefix>.retry.invalid`, never delivered, and
 /// hold back none of the real retries behind them in the same partition.
@@ -542,6 +578,157 @@ fn on_kafka_forged_retry_copies_are_set_aside_and_hold_nothing_back() {
     assert!(
         String::from_utf8_lossy(&why).contains("not signed"),
         "{why:?}"
+    );
+    assert_settled_as_behaviour(&consumer, 20);
+}
+
+/// Kafka only: a route in `blocking` mode (`[kafka] route_modes`) keeps each partition's
+/// order through retries: a record that fails waits out its delay in place, and no later
+/// record of its partition reaches the consumer before it is delivered or dead-lettered.
+/// Nothing goes through a retry topic, and every offset is committed in the end.
+#[cfg(feature = "kafka")]
+#[test]
+fn on_kafka_a_blocking_route_keeps_each_partitions_order_through_retries() {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    use rdkafka::Message as _;
+    use verdict_tests::kafka::{KafkaFixture, PARTITIONS};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let broker = KafkaFixture::new("blocking");
+    // Every delivery in the order it reached the consumer.
+    let arrivals = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = arrivals.clone();
+    let consumer = Consumer::start(&runtime, move |id| {
+        seen.lock().unwrap().push(id.to_string());
+        behaviour(id)
+    });
+    let topic = Broker::topic(&broker);
+    let section = format!(
+        "{}route_modes = {{ \"{topic}\" = \"blocking\" }}\n",
+        broker.section()
+    );
+    let gw = broker_config(
+        &section,
+        "kafka",
+        &topic,
+        "verdict",
+        &consumer.url(),
+        RULES_CONFIG,
+        8,
+    )
+    .start_on(runtime, &scratch_dir("kafka-blocking"), "unused");
+    gw.wait_ready();
+    // m-0..m-4 fail for good, m-5..m-24 one to three times, the rest never.
+    Broker::publish(&broker, 0..40);
+    assert!(
+        broker.wait_for(Duration::from_secs(90), || {
+            consumer.snapshot().1.len() == 35 && broker.dlq_depth() == 5
+        }),
+        "accepted {}, dead {}",
+        consumer.snapshot().1.len(),
+        broker.dlq_depth()
+    );
+    assert_settled_as_behaviour(&consumer, 40);
+    let place: HashMap<String, (i32, i64)> = broker
+        .records(&topic)
+        .iter()
+        .map(|r| {
+            let id = String::from_utf8(r.key().unwrap().to_vec()).unwrap();
+            (id, (r.partition(), r.offset()))
+        })
+        .collect();
+    let arrivals = arrivals.lock().unwrap().clone();
+    for partition in 0..PARTITIONS {
+        let offsets: Vec<i64> = arrivals
+            .iter()
+            .map(|id| place[id])
+            .filter(|(p, _)| *p == partition)
+            .map(|(_, offset)| offset)
+            .collect();
+        assert!(
+            offsets.windows(2).all(|w| w[0] <= w[1]),
+            "partition {partition}: a record reached the consumer before an earlier one was \
+             done: {offsets:?}"
+        );
+    }
+    let retries = broker.topic(&format!(
+        "retry.{}",
+        verdict_gateway::sources::delay_buckets::bucket_ms(20)
+    ));
+    assert_eq!(broker.depth(&retries), 0, "no retry went through a topic");
+    assert!(broker.wait_for(Duration::from_secs(20), || broker.drained()));
+}
+
+/// Kafka only: a client nobody here wrote - kafka-python, a pure-Python implementation of
+/// the protocol - produces to a Kafka route and reads its dead letters as a Spring Kafka
+/// user's tools would: the record's own key, value and headers (a binary one byte for
+/// byte), Spring's headers decoded in Spring's encodings, and the envelope.
+#[cfg(feature = "kafka")]
+#[test]
+fn on_kafka_a_python_client_produces_and_reads_the_dead_letters() {
+    use verdict_tests::kafka::{KafkaFixture, bootstrap};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let broker = KafkaFixture::new("python");
+    let consumer = Consumer::start(&runtime, behaviour);
+    let gw = Broker::config(&broker, &consumer.url(), RULES_CONFIG, 8).start_on(
+        runtime,
+        &scratch_dir("kafka-python"),
+        "unused",
+    );
+    gw.wait_ready();
+    let topic = Broker::topic(&broker);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/support/kafka_python_client.py"
+    );
+    let out = std::process::Command::new("python3")
+        .args([script, &bootstrap(), &topic, &broker.dlq(), "20", "5", "60"])
+        .output()
+        .expect("python3 on PATH");
+    assert!(
+        out.status.success(),
+        "the kafka-python client failed (.ci/run installs kafka-python into the pytools \
+         virtualenv, whose python3 comes first on PATH): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let letters: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    // m-0..m-4 fail for good; the rest are delivered once each.
+    assert_eq!(letters.len(), 5, "{letters:#?}");
+    let mut ids: Vec<&str> = letters.iter().map(|l| l["key"].as_str().unwrap()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["m-0", "m-1", "m-2", "m-3", "m-4"]);
+    for l in &letters {
+        let id = l["key"].as_str().unwrap();
+        let order: u64 = id.trim_start_matches("m-").parse().unwrap();
+        assert_eq!(l["value"], format!(r#"{{"order": {order}}}"#), "{l}");
+        assert_eq!(l["tenant"], "eu", "{l}");
+        assert_eq!(
+            l["trace_bin"], "ff0001",
+            "a binary header byte for byte: {l}"
+        );
+        assert_eq!(l["original_topic"], topic.as_str(), "{l}");
+        let partition = l["original_partition"].as_i64().unwrap();
+        assert!(
+            (0..i64::from(verdict_tests::kafka::PARTITIONS)).contains(&partition),
+            "{l}"
+        );
+        assert!(
+            (0..20).contains(&l["original_offset"].as_i64().unwrap()),
+            "{l}"
+        );
+        assert!(
+            l["original_timestamp"].as_i64().unwrap() > 1_600_000_000_000,
+            "{l}"
+        );
+        assert_eq!(l["original_timestamp_type"], "CreateTime", "{l}");
+        assert_eq!(l["original_consumer_group"], broker.group().as_str(), "{l}");
+        assert_eq!(l["exception_fqcn"], "verdict.poison", "{l}");
+        assert_eq!(l["envelope"]["original"]["id"], id, "{l}");
+    }
+    assert!(
+        broker.wait_for(Duration::from_secs(30), || consumer.snapshot().1.len()
+            == 15)
     );
     assert_settled_as_behaviour(&consumer, 20);
 }

@@ -24,6 +24,10 @@ pub const PARTITIONS: i32 = 2;
 pub struct KafkaFixture {
     /// Unique prefix of every name.
     pub prefix: String,
+    /// The broker (`host:port`).
+    pub bootstrap: String,
+    /// librdkafka settings of the fixture's own clients beyond the broker (TLS, SASL).
+    settings: Vec<(String, String)>,
     producer: FutureProducer,
     runtime: tokio::runtime::Runtime,
 }
@@ -31,24 +35,40 @@ pub struct KafkaFixture {
 impl KafkaFixture {
     /// Names unique to `name` in this process, its route topic `orders` created.
     pub fn new(name: &str) -> KafkaFixture {
+        KafkaFixture::on(&bootstrap(), name)
+    }
+
+    /// The same on the broker at `bootstrap` (a test's own).
+    pub fn on(bootstrap: &str, name: &str) -> KafkaFixture {
+        KafkaFixture::on_with(bootstrap, name, &[])
+    }
+
+    /// The same with librdkafka `settings` for the fixture's own clients (a broker that
+    /// wants TLS: `security.protocol`, `ssl.ca.location`).
+    pub fn on_with(bootstrap: &str, name: &str, settings: &[(&str, &str)]) -> KafkaFixture {
+        let settings: Vec<(String, String)> = settings
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let runtime = tokio::runtime::Runtime::new().expect("a runtime");
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let fixture = KafkaFixture {
             prefix: format!("t{}-{nanos:x}.{name}", std::process::id()),
+            bootstrap: bootstrap.to_string(),
             producer: runtime.block_on(async {
-                ClientConfig::new()
-                    .set("bootstrap.servers", bootstrap())
+                client(bootstrap, &settings)
                     .set("enable.idempotence", "true")
                     .create()
                     .expect("a producer")
             }),
             runtime,
+            settings,
         };
         let topic = fixture.topic("orders");
         fixture.runtime.block_on(async {
-            let created = admin()
+            let created = admin(bootstrap, &fixture.settings)
                 .create_topics(
                     &[NewTopic::new(
                         &topic,
@@ -77,8 +97,8 @@ impl KafkaFixture {
     /// The `[kafka]` section of this test's gateways.
     pub fn section(&self) -> String {
         format!(
-            "[kafka]\nbootstrap_servers = [\"{}\"]\ngroup_id = \"{}\"\nretry_topic_prefix = \"{p}.retry\"\naudit_topic = \"{p}.audit\"\n",
-            bootstrap(),
+            "[kafka]\nbootstrap_servers = [\"{}\"]\ngroup_id = \"{}\"\nretry_topic_prefix = \"{p}.retry\"\naudit_topic = \"{p}.audit\"\ndlq_settled_topic = \"{p}.dlq-settled\"\n",
+            self.bootstrap,
             self.group(),
             p = self.prefix
         )
@@ -194,8 +214,7 @@ impl KafkaFixture {
     /// Whether the group has committed every record of the route topic `orders`.
     pub fn drained(&self) -> bool {
         let topic = self.topic("orders");
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
+        let consumer: BaseConsumer = client(&self.bootstrap, &self.settings)
             .set("group.id", self.group())
             .create()
             .expect("a consumer of the group");
@@ -232,8 +251,7 @@ impl KafkaFixture {
     }
 
     fn reader(&self) -> BaseConsumer {
-        ClientConfig::new()
-            .set("bootstrap.servers", bootstrap())
+        client(&self.bootstrap, &self.settings)
             .set("group.id", format!("{}.reader", self.prefix))
             .set("enable.auto.commit", "false")
             .create()
@@ -253,9 +271,17 @@ impl KafkaFixture {
     }
 }
 
-fn admin() -> AdminClient<DefaultClientContext> {
-    ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
+fn client(bootstrap: &str, settings: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap);
+    for (k, v) in settings {
+        config.set(k, v);
+    }
+    config
+}
+
+fn admin(bootstrap: &str, settings: &[(String, String)]) -> AdminClient<DefaultClientContext> {
+    client(bootstrap, settings)
         .create()
         .expect("an admin client")
 }
@@ -275,9 +301,9 @@ impl Drop for KafkaFixture {
             .collect();
         let names: Vec<&str> = mine.iter().map(String::as_str).collect();
         if !names.is_empty() {
-            let _ = self
-                .runtime
-                .block_on(admin().delete_topics(&names, &AdminOptions::new()));
+            let _ = self.runtime.block_on(
+                admin(&self.bootstrap, &self.settings).delete_topics(&names, &AdminOptions::new()),
+            );
         }
     }
 }

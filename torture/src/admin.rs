@@ -121,18 +121,20 @@ pub fn dead_letters(admin: &AdminClient, name: SourceName) -> Result<Vec<Letter>
     }
 }
 
-/// Wait until at most `max` of the `published` messages are not terminal yet: ten minutes at
-/// most, after which publishing goes on and the settle phase reports what is stuck.
+/// Wait until at most `max` of the `published` messages are not terminal yet (`dlq_count`
+/// counts the dead letters: [`dlq_depth`], or the broker's own count where the gateway's
+/// is not the DLQ's): ten minutes at most, after which publishing goes on and the settle
+/// phase reports what is stuck.
 pub fn wait_for_backlog(
     max: usize,
     consumer: &Consumer,
-    admin: &AdminClient,
+    dlq_count: impl Fn() -> Result<u64>,
     published: usize,
     progress: &Progress,
 ) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
-        let terminal = consumer.accepted_keys() + dlq_depth(admin)? as usize;
+        let terminal = consumer.accepted_keys() + dlq_count()? as usize;
         let open = published.saturating_sub(terminal);
         if open <= max || Instant::now() > deadline {
             return Ok(());

@@ -1,7 +1,8 @@
 //! Broker restarts: the NATS server and the RabbitMQ node this machine runs (or a `--tls`
 //! run's own TLS-only NATS server) - and with `--restart-databases` its PostgreSQL and
 //! MariaDB servers - stopped and started again while a run is publishing and the gateway
-//! is delivering.
+//! is delivering. Not the Kafka broker: the one `.ci/run` starts keeps its records in
+//! memory only.
 //!
 //! Both are graceful stops (SIGTERM for NATS, `rabbitmqctl stop_app` for RabbitMQ): a
 //! broker's own durability on a crash is the broker's guarantee to test, not Verdict's. What
@@ -48,6 +49,12 @@ pub fn restart(source: &Source, down: Duration, restart_databases: bool) -> Resu
             None => restart_nats(down),
         },
         SourceName::Rabbitmq => restart_rabbitmq(down),
+        // Never asked (`SourceName::broker_fault`): the Kafka broker `.ci/run` starts keeps
+        // its records in memory, and a restart would lose them.
+        SourceName::Kafka => bail!(
+            "the Kafka broker is never restarted: it keeps its records in memory, and a \
+             restart would lose them"
+        ),
     }
 }
 

@@ -128,14 +128,21 @@ pub fn check(i: &Inputs) -> Findings {
         let Some(&at) = i.published_at.get(key) else {
             continue;
         };
-        // RabbitMQ keeps every copy a producer publishes; the others drop a repeated id. A
-        // publish sent again after a lost confirm may add one.
-        let mut copies = if i.name == SourceName::Rabbitmq {
+        // RabbitMQ and Kafka keep every copy a producer publishes; the others drop a
+        // repeated id. A publish sent again after a lost confirm (or acknowledgement) may add
+        // one - where nothing drops a repeated id, or the message has none.
+        //
+        // On Kafka the id makes no difference: nothing deduplicates on it, and a planned id
+        // Kafka cannot carry as one (past 255 bytes, control characters) is replaced by the
+        // record's place, `<topic>/<partition>@<offset>` - each copy a message of its own,
+        // as RabbitMQ keeps each copy whatever its (cut) id. The checks key a message by its
+        // payload, never by an id, so a replaced id changes nothing else here.
+        let mut copies = if i.name.keeps_every_copy() {
             u64::from(m.copies)
         } else {
             1
         };
-        if i.resent.contains(key) && (i.name == SourceName::Rabbitmq || m.id.is_none()) {
+        if i.resent.contains(key) && (i.name.keeps_every_copy() || m.id.is_none()) {
             copies += 1;
         }
         let accepted: Vec<u64> = mine
@@ -195,7 +202,7 @@ pub fn check(i: &Inputs) -> Findings {
         }
         if let Some(d) = died {
             let letters_allowed =
-                dead_letters_allowed(copies, redelivered && i.name == SourceName::Rabbitmq);
+                dead_letters_allowed(copies, redelivered && i.name.keeps_every_copy());
             if u64::from(d.count) > letters_allowed {
                 f.violations
                     .push(format!("message {key} has {} dead letters", d.count));
@@ -235,12 +242,15 @@ pub fn check(i: &Inputs) -> Findings {
     f
 }
 
-/// Dead letters a message may have: one per copy the broker holds, and on RabbitMQ, which
-/// has no duplicate window, two per copy when a fault redelivered it - each copy's dead
-/// letter may be written, its ack die with the connection, and the copy come back to be
-/// dead-lettered again.
-fn dead_letters_allowed(copies: u64, redelivered_on_rabbitmq: bool) -> u64 {
-    if redelivered_on_rabbitmq {
+/// Dead letters a message may have: one per copy the broker holds, and on RabbitMQ and
+/// Kafka, which have no duplicate window, two per copy when a fault redelivered it - each
+/// copy's dead letter may be written, and its ack die with the connection (RabbitMQ) or its
+/// offset not be committed before a kill (Kafka), and the copy come back to be
+/// dead-lettered again. (On Kafka the record read again is the first one, its attempts
+/// counted afresh, while its retry copy goes on: two lives, each of which may end in the
+/// DLQ.)
+fn dead_letters_allowed(copies: u64, redelivered_without_duplicate_window: bool) -> u64 {
+    if redelivered_without_duplicate_window {
         copies * 2
     } else {
         copies
@@ -276,6 +286,7 @@ mod tests {
         }
     }
 
+    /// RabbitMQ and Kafka alike.
     #[test]
     fn each_copy_of_a_redelivered_rabbitmq_message_may_be_dead_lettered_twice() {
         assert_eq!(dead_letters_allowed(1, false), 1);

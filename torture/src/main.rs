@@ -1,6 +1,6 @@
 //! `verdict-torture`: drives the real `verdict` gateway - one, or several sharing a source,
 //! some on skewed clocks - on each source (the embedded store, PostgreSQL and MariaDB
-//! stores, NATS, RabbitMQ) with a seeded hostile consumer, hostile producers and faults
+//! stores, NATS, RabbitMQ, Kafka) with a seeded hostile consumer, hostile producers and faults
 //! (gateway `kill -9`, broker restarts, consumer
 //! outages, hot reloads that reshape the routes, rollbacks, an operator deleting a RabbitMQ
 //! delay exchange or refusing writes), then checks the delivery invariants: nothing lost, at most one dead
@@ -10,7 +10,11 @@
 //! ```text
 //! cargo build --release -p verdict-cli -p verdict-torture
 //! target/release/verdict-torture --sources embedded,nats,rabbitmq --messages 500 --faults 6
+//! target/release/verdict-torture --sources kafka --messages 500 --faults 6
 //! ```
+//!
+//! Kafka's broker is never restarted: the one `.ci/run` starts (nisshi, on 127.0.0.1:9092,
+//! or `VERDICT_TEST_KAFKA`) keeps its records in memory, and a restart would lose them all.
 //!
 //! A failing run prints its seed and the one command that replays it.
 
@@ -28,6 +32,7 @@ mod consumer;
 mod database;
 mod faults;
 mod gateway;
+mod kafka;
 mod letters;
 mod operator;
 mod plan;
@@ -48,7 +53,9 @@ const SOAK_BACKLOG: usize = 20_000;
 #[derive(Debug, Parser)]
 #[command(name = "verdict-torture", version)]
 struct Args {
-    /// Sources to run, one after the other.
+    /// Sources to run, one after the other: embedded, postgres, mysql, nats, rabbitmq,
+    /// kafka (a broker on `VERDICT_TEST_KAFKA`, else 127.0.0.1:9092, where `.ci/run` starts
+    /// nisshi).
     #[arg(long, value_delimiter = ',', default_value = "embedded,nats,rabbitmq")]
     sources: Vec<SourceName>,
     /// The seed (default: from the clock; printed either way).
@@ -64,7 +71,8 @@ struct Args {
     #[arg(long, default_value_t = 6)]
     faults: usize,
     /// Never restart a broker (the faults are then kills, consumer outages, reloads and
-    /// rollbacks): for a machine whose NATS or RabbitMQ others are using.
+    /// rollbacks): for a machine whose NATS or RabbitMQ others are using. Kafka's broker is
+    /// never restarted anyway: the test broker keeps its records in memory only.
     #[arg(long)]
     no_broker_restarts: bool,
     /// Let the operator's hand on RabbitMQ also refuse writes to the delay buckets for a
@@ -82,8 +90,8 @@ struct Args {
     restart_databases: bool,
     /// Volume instead of variety: a million messages (unless --messages), every hostile
     /// shape but the slow answers and big payloads rare, 5 gateway kills and 2 broker
-    /// restarts (besides 2 consumer outages, 2 reloads, a rollback and, on RabbitMQ, an
-    /// operator's hand) per run.
+    /// restarts (none on Kafka), besides 2 consumer outages, 2 reloads, a rollback and, on
+    /// RabbitMQ, an operator's hand, per run.
     #[arg(long)]
     soak: bool,
     /// Publish no further while this many messages are not terminal yet (default: no limit;
@@ -113,12 +121,14 @@ struct Args {
     quiet: bool,
     /// TLS on the hops that offer it: the consumer over HTTPS, and NATS through a TLS-only
     /// `nats-server` of the run's own (the one the broker faults restart), each certificate
-    /// from a CA made for the run and verified by the gateway.
+    /// from a CA made for the run and verified by the gateway. RabbitMQ and Kafka are
+    /// reached in plaintext still.
     #[arg(long)]
     tls: bool,
-    /// Gateways sharing each source: several consume NATS's and RabbitMQ's queues, claim
-    /// from one PostgreSQL or MariaDB store, and meet each fault (a kill strikes one of them
-    /// at random; reloads and rollbacks reach them all). The embedded store takes one.
+    /// Gateways sharing each source: several consume NATS's and RabbitMQ's queues, split
+    /// Kafka's topics in one consumer group, claim from one PostgreSQL or MariaDB store, and
+    /// meet each fault (a kill strikes one of them at random; reloads and rollbacks reach
+    /// them all). The embedded store takes one.
     #[arg(long, default_value_t = 1)]
     gateways: usize,
     /// Clock offsets for the gateways after the first, in turn (`faketime` specs, e.g.

@@ -2,7 +2,7 @@
 //! wait until every message is terminal, then check the invariants against what the
 //! consumer saw and what the DLQ holds.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use verdict_cli::client::AdminClient;
 
 use crate::check::{self, Excuse, Window};
-use crate::consumer::Consumer;
+use crate::consumer::{Consumer, Request};
 pub use crate::faults::{Fault, Faults};
 use crate::faults::{fault_kinds, schedule};
 use crate::gateway::Gateway;
@@ -29,6 +29,14 @@ const LEASE_MS: u64 = 2_000;
 const BATCH: usize = 256;
 /// The RabbitMQ config's `prefetch`.
 const PREFETCH: u64 = 32;
+/// How often the Kafka source commits the offsets it settled (its `COMMIT_EVERY`).
+const KAFKA_COMMIT_MS: u64 = 1_000;
+/// librdkafka's `heartbeat.interval.ms`: a gateway learns of a rebalance this late.
+const KAFKA_HEARTBEAT_MS: u64 = 3_000;
+/// librdkafka's `session.timeout.ms` (the gateway sets none): a killed gateway's member
+/// holds its partitions this long, and the group gives none to the one started again
+/// before the broker evicts it.
+const KAFKA_SESSION_MS: u64 = 45_000;
 
 /// How hostile a run is, and the route that faces it.
 #[derive(Debug, Clone)]
@@ -73,7 +81,7 @@ pub struct Options {
     pub faults: usize,
     /// Exactly these faults instead (the soak's), where the source allows them.
     pub fault_kinds: Option<Vec<Fault>>,
-    /// Restart the broker among the faults (NATS and RabbitMQ).
+    /// Restart the broker among the faults (NATS and RabbitMQ; never Kafka's).
     pub broker_restarts: bool,
     /// An operator's hand may also refuse writes to the delay buckets (RabbitMQ).
     pub refuse_writes: bool,
@@ -97,8 +105,8 @@ pub struct Options {
     pub max_backlog: Option<usize>,
     /// The consumer over HTTPS and NATS over TLS, certificates from a CA made for the run.
     pub tls: bool,
-    /// Gateways sharing the source (more than one on NATS, RabbitMQ and the SQL stores;
-    /// the embedded store is one gateway's own).
+    /// Gateways sharing the source (more than one on NATS, RabbitMQ, Kafka and the SQL
+    /// stores; the embedded store is one gateway's own).
     pub gateways: usize,
     /// Clock offsets (`faketime` specs such as `+30s`) for the gateways after the first, in
     /// turn: the first gateway keeps the true clock.
@@ -153,8 +161,9 @@ pub struct Report {
     pub dir: Option<String>,
     /// Where the source still held messages when the run was judged (a census: the store's
     /// rows by state, each NATS consumer's pending and unacknowledged messages, RabbitMQ's
-    /// route queue and delay buckets): a message found nowhere is lost, one still held is
-    /// only not terminal in time.
+    /// route queue and delay buckets, Kafka's route and retry topics past the group's
+    /// commit): a message found nowhere is lost, one still held is only not terminal in
+    /// time.
     pub still_held: Vec<(String, u64)>,
     /// Messages neither delivered nor dead-lettered while the source still held some: not
     /// terminal in time (a separate verdict from lost).
@@ -269,8 +278,12 @@ struct Run<'a> {
     /// say) changes no route and is rightly no reload.
     delay_ms: u64,
     /// Whether the config has the narrower route (NATS and the store: a RabbitMQ route is
-    /// one queue).
+    /// one queue, a Kafka route one topic).
     narrow: bool,
+    /// When each gateway kill struck, and when the gateway killed was ready again (ms since
+    /// the epoch): on Kafka, what a kill may deliver again is counted from the consumer's
+    /// log between the two.
+    kills_at: Vec<(u64, u64)>,
     rng: Rng,
     windows: Vec<Window>,
     report: Report,
@@ -299,7 +312,7 @@ impl<'a> Run<'a> {
         if o.gateways > 1 && !name.is_shared() {
             anyhow::bail!(
                 "--gateways {}: the embedded store is one gateway's own; several gateways \
-                 share postgres, mysql, nats or rabbitmq",
+                 share postgres, mysql, nats, rabbitmq or kafka",
                 o.gateways
             );
         }
@@ -333,6 +346,7 @@ impl<'a> Run<'a> {
             dir,
             delay_ms: 200,
             narrow: false,
+            kills_at: Vec::new(),
             rng: Rng::new(o.seed, 0x4641_554c),
             windows: Vec::new(),
             report: Report {
@@ -365,11 +379,13 @@ impl<'a> Run<'a> {
             self.source.abilities(),
             o.profile.gentle,
         );
+        // No broker restart on Kafka (its test broker keeps its records in memory: a
+        // restart would lose them all), as no operator's hand but on RabbitMQ.
         let kinds = match &o.fault_kinds {
             Some(kinds) => kinds
                 .iter()
                 .copied()
-                .filter(|k| *k != Fault::BrokerRestart || self.name != SourceName::Embedded)
+                .filter(|k| *k != Fault::BrokerRestart || self.name.broker_fault())
                 .filter(|k| *k != Fault::Operator || self.name == SourceName::Rabbitmq)
                 .collect(),
             None => fault_kinds(
@@ -377,7 +393,7 @@ impl<'a> Run<'a> {
                 o.faults,
                 // A shared store's "restart" cuts the connections to the run's own
                 // database, which disturbs nobody else: always on.
-                self.name.is_shared() && (o.broker_restarts || self.name.is_store()),
+                self.name.broker_fault() && (o.broker_restarts || self.name.is_store()),
                 self.name == SourceName::Rabbitmq,
             ),
         };
@@ -444,7 +460,7 @@ impl<'a> Run<'a> {
                 admin::wait_for_backlog(
                     max,
                     &self.consumer,
-                    &self.admin,
+                    || self.dlq_depth(),
                     out.at.len(),
                     &self.progress,
                 )?;
@@ -477,10 +493,27 @@ impl<'a> Run<'a> {
                 let k = self.rng.below(self.gws.len() as u64) as usize;
                 self.gws[k].kill();
                 std::thread::sleep(Duration::from_millis(self.rng.below(300)));
-                self.gws[k].start(Duration::from_secs(60))?;
+                // On Kafka the dead gateway's member keeps its partitions until its session
+                // expires: the one started again is given partitions (is ready) only then.
+                let limit = if self.name == SourceName::Kafka {
+                    Duration::from_millis(60_000 + KAFKA_SESSION_MS)
+                } else {
+                    Duration::from_secs(60)
+                };
+                self.gws[k].start(limit)?;
+                self.kills_at.push((from_ms, now_ms()));
                 // On a shared store another gateway may take the dead one's leases over when
-                // they expire, a lease later.
-                let takeover = if self.gws.len() > 1 { 2 * LEASE_MS } else { 0 };
+                // they expire, a lease later. On Kafka the rebalance that gave the restarted
+                // gateway its partitions took the others' too: what they had in flight then
+                // is read again by the partitions' next owners, and ends up to a heartbeat
+                // and a consumer timeout later.
+                let takeover = if self.name == SourceName::Kafka {
+                    KAFKA_HEARTBEAT_MS + self.o.profile.timeout_ms
+                } else if self.gws.len() > 1 {
+                    2 * LEASE_MS
+                } else {
+                    0
+                };
                 self.excuse(from_ms, now_ms() + takeover, Excuse::Redelivery);
                 self.report.faults.gateway_kills += 1;
             }
@@ -564,6 +597,17 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
+    /// The dead letters waiting: the gateway's `verdict_dlq_depth` gauges, or on Kafka the
+    /// DLQ topic's records as the broker counts them (the Kafka source's gauge counts only
+    /// what its own process wrote: a killed gateway starts again from 0, and the first
+    /// gateway's misses the others').
+    fn dlq_depth(&self) -> Result<u64> {
+        match self.name {
+            SourceName::Kafka => self.runtime.block_on(self.source.kafka_dlq_depth()),
+            _ => admin::dlq_depth(&self.admin),
+        }
+    }
+
     fn excuse(&mut self, from_ms: u64, to_ms: u64, excuse: Excuse) {
         self.windows.push(Window {
             from_ms,
@@ -576,8 +620,9 @@ impl<'a> Run<'a> {
     fn reload(&mut self) -> Result<()> {
         self.delay_ms += 10;
         // On NATS and the store the routes change shape too: a narrower route added or
-        // removed while messages of its subject wait for a retry.
-        self.narrow = !self.narrow && self.name != SourceName::Rabbitmq;
+        // removed while messages of its subject wait for a retry (a RabbitMQ or Kafka route
+        // names its one queue or topic exactly).
+        self.narrow = !self.narrow && !self.name.exact_topic();
         match admin::reload(&self.admins, || self.write_config())? {
             Ok(()) => self.report.faults.reloads += 1,
             Err(violation) => self.report.violations.push(violation),
@@ -597,7 +642,7 @@ impl<'a> Run<'a> {
         let mut store_empty = 0;
         loop {
             let accepted = self.consumer.accepted_keys();
-            let dead = admin::dlq_depth(&self.admin)?;
+            let dead = self.dlq_depth()?;
             let open = published.at.len().saturating_sub(accepted + dead as usize);
             if open < last_open {
                 last_open = open;
@@ -611,9 +656,10 @@ impl<'a> Run<'a> {
             ));
             // The counts can say "all terminal" while a broker still holds copies (a DLQ
             // letter counted twice after a fault); on RabbitMQ the route queue and delay
-            // buckets must be empty too, or the judge would call waiting messages lost.
+            // buckets must be empty too, on Kafka the route and retry topics committed to
+            // their ends, or the judge would call waiting messages lost.
             let settled = open == 0
-                && (self.name != SourceName::Rabbitmq
+                && (!matches!(self.name, SourceName::Rabbitmq | SourceName::Kafka)
                     || self.runtime.block_on(self.source.still_queued()).is_empty());
             // A store that holds nothing ready, scheduled or leased twice in a row has
             // nothing left to make terminal, whatever the counts say (they count a message
@@ -658,6 +704,7 @@ impl<'a> Run<'a> {
         };
         let letters = match self.name {
             SourceName::Rabbitmq => self.runtime.block_on(self.source.drain_rabbitmq_dlq())?,
+            SourceName::Kafka => self.runtime.block_on(self.source.drain_kafka_dlq())?,
             _ => admin::dead_letters(&self.admin, self.name)?,
         };
         let dead = letters::tally(&letters, &by_digest);
@@ -698,20 +745,26 @@ impl<'a> Run<'a> {
         // gateway had in flight - at most the route's concurrency on each of its routes (two
         // where the reloads add a narrower one); a broker restart, a channel an operator's hand closed, or a shared store's
         // connections cut, what every gateway had in flight, and on RabbitMQ the prefetch
-        // window too. The store's own count of leases taken over is reported beside it.
-        let routes = if self.name == SourceName::Rabbitmq {
-            1
-        } else {
-            2
-        };
+        // window too. On Kafka a kill re-delivers more: every record past the committed
+        // offsets, counted from the consumer's log ([`kafka_uncommitted`]). The store's own
+        // count of leases taken over is reported beside it.
+        let routes = if self.name.exact_topic() { 1 } else { 2 };
         let in_flight = self.o.profile.concurrency * routes;
         let gateways = self.gws.len() as u64;
+        // Kafka has no prefetch window of unacknowledged records: what a gateway fetched
+        // and has not delivered yet is only read again, never delivered twice.
         let prefetch = if self.name == SourceName::Rabbitmq {
             PREFETCH
         } else {
             0
         };
+        let uncommitted = if self.name == SourceName::Kafka {
+            kafka_uncommitted(&log, &self.kills_at, self.o.profile.timeout_ms)
+        } else {
+            0
+        };
         report.duplicates_allowed = u64::from(report.faults.gateway_kills) * in_flight
+            + uncommitted
             + u64::from(report.faults.broker_restarts + report.faults.operator_acts)
                 * gateways
                 * (in_flight + prefetch);
@@ -799,6 +852,34 @@ fn unfinished(missing: &[(String, usize)], held: &[(String, u64)]) -> Vec<String
     out
 }
 
+/// On Kafka, the deliveries the gateway kills may repeat, each kill given as when it struck
+/// and when the gateway killed was ready again (the rest of the allowance, what each
+/// gateway had in flight, is counted beside it). A kill leaves every record past its
+/// partitions' committed offsets to be read again by their next owner: each one it
+/// delivered since its last commit - made every second, and held back by the oldest record
+/// still unsettled in a partition, up to a consumer timeout. The restarted gateway's
+/// joining takes every other gateway's partitions away too (a heartbeat later), with what
+/// each delivered since its own last commit; and the group delivers nothing more until the
+/// dead member's session expires and the restarted gateway is given partitions, ready.
+/// Counted from the consumer's log: the messages it saw from that long before the kill
+/// until the others' deliveries begun before they learnt of the rebalance have ended.
+fn kafka_uncommitted(log: &[Request], kills: &[(u64, u64)], timeout_ms: u64) -> u64 {
+    let before = 2 * (KAFKA_COMMIT_MS + timeout_ms);
+    let after = KAFKA_HEARTBEAT_MS + timeout_ms;
+    kills
+        .iter()
+        .map(|&(struck, ready)| {
+            let window = struck.saturating_sub(before)..=ready.saturating_add(after);
+            let seen: HashSet<&str> = log
+                .iter()
+                .filter(|r| window.contains(&r.at_ms))
+                .filter_map(|r| r.key.as_deref())
+                .collect();
+            seen.len() as u64
+        })
+        .sum()
+}
+
 /// What the publishing came to, by key.
 #[derive(Default)]
 struct Published {
@@ -824,7 +905,35 @@ fn now_ms() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::unfinished;
+    use super::{KAFKA_COMMIT_MS, kafka_uncommitted, unfinished};
+    use crate::consumer::Request;
+
+    #[test]
+    fn a_kafka_kill_may_repeat_each_message_seen_since_the_last_commit_once() {
+        let request = |key: &str, at_ms: u64| Request {
+            key: Some(key.into()),
+            reply: "accept",
+            at_ms,
+            accepted: true,
+        };
+        let (struck, ready) = (100_000, 146_000);
+        let log = [
+            // Long before the kill: committed.
+            request("a", struck - 60_000),
+            // Since the last commit, twice: one message.
+            request("b", struck - KAFKA_COMMIT_MS),
+            request("b", struck - 10),
+            // Delivered elsewhere before the rebalance took the partitions.
+            request("c", struck + 1_000),
+            // Long after: delivered by the partitions' new owners.
+            request("d", ready + 60_000),
+        ];
+        assert_eq!(kafka_uncommitted(&log, &[], 800), 0);
+        assert_eq!(kafka_uncommitted(&log, &[(struck, ready)], 800), 2);
+        // Each kill may repeat them again.
+        let twice = [(struck, ready), (struck + 5, ready + 5)];
+        assert_eq!(kafka_uncommitted(&log, &twice, 800), 4);
+    }
 
     #[test]
     fn a_message_found_nowhere_is_lost_and_one_still_held_is_only_late() {

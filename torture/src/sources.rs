@@ -1,6 +1,6 @@
 //! The sources a run drives - the embedded store, PostgreSQL or MariaDB shared by several
-//! gateways, NATS, RabbitMQ: the section of the gateway's config, the topics it publishes
-//! to, how a hostile producer publishes there, and the names it cleans up.
+//! gateways, NATS, RabbitMQ, Kafka: the section of the gateway's config, the topics it
+//! publishes to, how a hostile producer publishes there, and the names it cleans up.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -13,6 +13,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use crate::database::{Database, Server};
+use crate::kafka::Kafka;
 use crate::letters::Letter;
 use crate::plan::{Abilities, Planned};
 use verdict_cli::tls_peers::{Certificates, TlsNats};
@@ -36,6 +37,8 @@ pub enum SourceName {
     Nats,
     /// RabbitMQ.
     Rabbitmq,
+    /// Kafka: a route topic of the run's own, read by one consumer group.
+    Kafka,
 }
 
 impl SourceName {
@@ -47,6 +50,7 @@ impl SourceName {
             SourceName::Mysql => "mysql",
             SourceName::Nats => "nats",
             SourceName::Rabbitmq => "rabbitmq",
+            SourceName::Kafka => "kafka",
         }
     }
 
@@ -62,6 +66,28 @@ impl SourceName {
     /// Whether several gateways can share it.
     pub fn is_shared(self) -> bool {
         self != SourceName::Embedded
+    }
+
+    /// A broker that keeps every record a producer writes, with no window in which it drops
+    /// a repeated id (RabbitMQ, Kafka; NATS drops a repeated `Nats-Msg-Id`, a store a
+    /// repeated id): each copy of a message, and each publish sent again, is a message of
+    /// its own - and each may be delivered, or dead-lettered, on its own.
+    pub fn keeps_every_copy(self) -> bool {
+        matches!(self, SourceName::Rabbitmq | SourceName::Kafka)
+    }
+
+    /// A route names its queue or topic exactly, with no wildcard (RabbitMQ's queue,
+    /// Kafka's topic): one route per source, no narrower one beside it.
+    pub fn exact_topic(self) -> bool {
+        matches!(self, SourceName::Rabbitmq | SourceName::Kafka)
+    }
+
+    /// Whether the broker fault may strike it. Not the embedded store (no broker), nor
+    /// Kafka: the broker `.ci/run` starts for it (nisshi) keeps its records in memory, and
+    /// a restart would lose every one of them - the broker's loss, which no gateway can
+    /// undo, and not what the run checks.
+    pub fn broker_fault(self) -> bool {
+        !matches!(self, SourceName::Embedded | SourceName::Kafka)
     }
 
     /// The routes' `source`.
@@ -87,6 +113,8 @@ pub struct Source {
     tls: Option<Tls>,
     /// The database of a shared SQL store.
     database: Option<Database>,
+    /// The Kafka broker's clients.
+    kafka: Option<Kafka>,
 }
 
 /// A `--tls` run's peers.
@@ -142,6 +170,7 @@ impl Source {
             rabbit: tokio::sync::Mutex::new(None),
             tls,
             database: None,
+            kafka: None,
         };
         match name {
             SourceName::Embedded => {}
@@ -168,8 +197,28 @@ impl Source {
                         .context("RabbitMQ on 127.0.0.1:5672 (.ci/run starts it)")?,
                 );
             }
+            SourceName::Kafka => {
+                source.kafka = Some(Kafka::connect(prefix).await.with_context(|| {
+                    format!(
+                        "Kafka at {} (.ci/run starts nisshi on {}; VERDICT_TEST_KAFKA names \
+                         another)",
+                        crate::kafka::bootstrap(),
+                        crate::kafka::DEFAULT_BOOTSTRAP
+                    )
+                })?);
+            }
         }
         source.clean().await;
+        // The gateway creates its retry, dead-letter and audit topics, never a route's: the
+        // producers' to create, before the gateways subscribe. After the clean-up, which
+        // would delete it.
+        if let Some(kafka) = &source.kafka {
+            let (topic, _) = source.topics();
+            kafka
+                .create_topic(&topic, crate::kafka::ROUTE_PARTITIONS)
+                .await
+                .with_context(|| format!("the route topic `{topic}`"))?;
+        }
         let server = match name {
             SourceName::Postgres => Some(Server::Postgres),
             SourceName::Mysql => Some(Server::Mysql),
@@ -213,11 +262,14 @@ impl Source {
     }
 
     /// The route's topic pattern, and the topics messages are published to: on NATS and
-    /// the store, subjects at the edges of a `>` pattern; on RabbitMQ, the queue.
+    /// the store, subjects at the edges of a `>` pattern; on RabbitMQ, the queue; on Kafka,
+    /// the topic (a Kafka route names one exactly).
     pub fn topics(&self) -> (String, Vec<String>) {
         let p = &self.prefix;
         match self.name {
-            SourceName::Rabbitmq => (format!("{p}.orders"), vec![format!("{p}.orders")]),
+            SourceName::Rabbitmq | SourceName::Kafka => {
+                (format!("{p}.orders"), vec![format!("{p}.orders")])
+            }
             _ => (
                 format!("{p}.orders.>"),
                 vec![
@@ -247,6 +299,14 @@ impl Source {
             SourceName::Rabbitmq => Abilities {
                 binary: true,
                 max_payload: 1 << 20,
+                binary_headers: true,
+            },
+            // librdkafka's `message.max.bytes` (1,000,000) bounds a whole record - key,
+            // headers and framing too: the biggest payload leaves room for a long id twice
+            // (key and header) and a big header.
+            SourceName::Kafka => Abilities {
+                binary: true,
+                max_payload: 900_000,
                 binary_headers: true,
             },
         }
@@ -283,6 +343,22 @@ impl Source {
                  # one of them signed must count its attempts at another.\n\
                  history_key_file = \"../history.key\"\n"
             ),
+            // The group is the run's; the gateway names the route's DLQ topic
+            // `<topic>.DLQ` and creates it and the retry and audit topics (the DLQ tools
+            // create the settled one).
+            SourceName::Kafka => format!(
+                "[kafka]\nbootstrap_servers = [\"{bootstrap}\"]\ngroup_id = \"{p}\"\n\
+                 retry_topic_prefix = \"{p}.retry\"\naudit_topic = \"{p}.audit\"\n\
+                 dlq_settled_topic = \"{p}.dlq-settled\"\n\
+                 # One key for every gateway of the run (the first to start creates it): they\n\
+                 # share the group, and a retry copy one of them signed must count its attempts\n\
+                 # at another.\n\
+                 history_key_file = \"../history.key\"\n",
+                bootstrap = self
+                    .kafka
+                    .as_ref()
+                    .map_or_else(crate::kafka::bootstrap, |k| k.bootstrap().to_string()),
+            ),
         }
     }
 
@@ -306,6 +382,7 @@ impl Source {
                     }
                     SourceName::Nats => self.publish_nats(m).await,
                     SourceName::Rabbitmq => self.publish_rabbit(m).await,
+                    SourceName::Kafka => self.publish_kafka(m).await,
                 };
                 match tried {
                     Ok(taken) => {
@@ -409,6 +486,54 @@ impl Source {
         }
     }
 
+    async fn publish_kafka(&self, m: &Planned) -> Result<bool> {
+        self.kafka
+            .as_ref()
+            .context("not connected to Kafka")?
+            .publish(m)
+            .await
+    }
+
+    /// Read every letter of the run's Kafka DLQ topic (`<topic>.DLQ`, the gateway's default
+    /// naming), from the start of each partition: a topic is a log, nothing is taken out.
+    pub async fn drain_kafka_dlq(&self) -> Result<Vec<Letter>> {
+        let dlq = format!("{}.orders.DLQ", self.prefix);
+        self.kafka
+            .as_ref()
+            .context("not connected to Kafka")?
+            .letters(&dlq)
+            .await
+            .with_context(|| format!("reading the DLQ topic `{dlq}`"))
+    }
+
+    /// The dead letters in the run's Kafka DLQ topic, as the broker counts them (its
+    /// records). The gateway's `verdict_dlq_depth` on Kafka counts only what its own process
+    /// wrote: a gateway killed counts from 0 again, and one gateway's misses the others'.
+    pub async fn kafka_dlq_depth(&self) -> Result<u64> {
+        let dlq = format!("{}.orders.DLQ", self.prefix);
+        self.kafka
+            .as_ref()
+            .context("not connected to Kafka")?
+            .depth(&dlq)
+            .await
+            .with_context(|| format!("counting the DLQ topic `{dlq}`"))
+    }
+
+    /// Where Kafka still holds the run's messages for the gateways: the route topic's and
+    /// retry topics' records past the group's commit, and with `set_aside` the copies set
+    /// aside for an operator. Nothing when the broker cannot be asked (as on NATS).
+    async fn kafka_held(&self, set_aside: bool) -> Vec<(String, u64)> {
+        let Some(kafka) = &self.kafka else {
+            return Vec::new();
+        };
+        let (route, _) = self.topics();
+        let retry_prefix = format!("{}.retry", self.prefix);
+        kafka
+            .held(&route, &retry_prefix, set_aside)
+            .await
+            .unwrap_or_default()
+    }
+
     /// Take every letter out of the run's RabbitMQ DLQ (the run is over: nothing reads it
     /// after the judge). A queue can only be browsed by holding what came before unacked,
     /// so the gateway's admin API pages at most 50,000 letters deep; a soak leaves a few
@@ -498,7 +623,8 @@ impl Source {
     }
 
     /// Where the broker still holds the run's messages: each NATS consumer's pending and
-    /// unacknowledged messages, RabbitMQ's route queue and delay buckets (nothing for the
+    /// unacknowledged messages, RabbitMQ's route queue and delay buckets, Kafka's route and
+    /// retry topics past the group's commit and the copies set aside (nothing for the
     /// embedded store, whose census the admin API gives: [`crate::admin::store_census`]).
     /// Asked of the broker, never of the gateway.
     pub async fn census(&self) -> Vec<(String, u64)> {
@@ -506,6 +632,7 @@ impl Source {
             SourceName::Embedded | SourceName::Postgres | SourceName::Mysql => Vec::new(),
             SourceName::Rabbitmq => self.still_queued().await,
             SourceName::Nats => self.nats_census().await,
+            SourceName::Kafka => self.kafka_held(true).await,
         }
     }
 
@@ -534,10 +661,19 @@ impl Source {
         out
     }
 
-    /// The messages still waiting in the run's route queue and delay buckets (RabbitMQ;
-    /// nothing elsewhere): a message found there when the run is judged was not lost, only
+    /// The messages still waiting for the gateways in the run's route queue and delay
+    /// buckets (RabbitMQ), or route and retry topics past the group's commit (Kafka);
+    /// nothing elsewhere: a message found there when the run is judged was not lost, only
     /// not terminal yet.
     pub async fn still_queued(&self) -> Vec<(String, u64)> {
+        match self.name {
+            SourceName::Rabbitmq => self.rabbit_still_queued().await,
+            SourceName::Kafka => self.kafka_held(false).await,
+            _ => Vec::new(),
+        }
+    }
+
+    async fn rabbit_still_queued(&self) -> Vec<(String, u64)> {
         let mut held = self.rabbit.lock().await;
         if held.as_ref().is_some_and(|(c, _)| !c.status().connected()) {
             *held = rabbit_connect().await.ok();
@@ -587,6 +723,10 @@ impl Source {
         let p = &self.prefix;
         if let Some(db) = self.database.clone() {
             let _ = tokio::task::spawn_blocking(move || db.drop_database()).await;
+        }
+        // Every topic of the run, whoever created it, and the gateways' group.
+        if let Some(kafka) = &self.kafka {
+            kafka.clean().await;
         }
         if let Some(js) = &self.nats {
             for stream in [p.clone(), format!("{p}_DLQ"), format!("{p}_AUDIT")] {

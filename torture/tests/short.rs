@@ -3,6 +3,9 @@
 //! hot reload that reshapes the routes, a rollback and, on RabbitMQ, an operator deleting the
 //! delay exchange of the waiting retries), through the real `verdict` binary. The
 //! long runs (`--soak`, more seeds) are run by hand; see RELIABILITY.md.
+//!
+//! Kafka (`--sources kafka`) is run by hand too: each gateway kill there stalls the group
+//! until the dead member's session expires (librdkafka's 45 s), a minute or more per run.
 
 mod common;
 

@@ -472,3 +472,195 @@ fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
         dead.values().map(|n| n - 1).sum::<u32>()
     );
 }
+
+// ---- Kafka (a build with the `kafka` feature) --------------------------------------------
+
+/// A Kafka-compatible broker of this test's own (nisshi, as `.ci/run` installs it) on a
+/// private port, storing in a PostgreSQL database of its own: killed and started again, it
+/// comes back with its records, groups and committed offsets, as a Kafka broker would.
+#[cfg(feature = "kafka")]
+struct OwnKafka {
+    port: u16,
+    database: String,
+    child: Option<std::process::Child>,
+}
+
+#[cfg(feature = "kafka")]
+impl OwnKafka {
+    fn nisshi() -> String {
+        std::env::var("VERDICT_NISSHI").unwrap_or_else(|_| {
+            let home = std::env::var("HOME").unwrap_or_default();
+            format!("{home}/.cache/verdict/tools/nisshi/bin/nisshi")
+        })
+    }
+
+    fn postgres() -> postgres::Client {
+        postgres::Client::connect("host=127.0.0.1 user=postgres", postgres::NoTls)
+            .expect("PostgreSQL on 127.0.0.1:5432")
+    }
+
+    fn start_new(name: &str) -> OwnKafka {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let database = format!("verdict_kafka_{name}_{}", std::process::id());
+        let mut pg = Self::postgres();
+        pg.batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+            .unwrap();
+        pg.batch_execute(&format!("CREATE DATABASE {database}"))
+            .unwrap();
+        let mut kafka = OwnKafka {
+            port,
+            database,
+            child: None,
+        };
+        kafka.start();
+        kafka
+    }
+
+    fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn start(&mut self) {
+        let url = format!("tcp://{}", self.bootstrap());
+        let child = Command::new(Self::nisshi())
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                // nisshi would speak TLS to the server by default, whose certificate names
+                // `localhost` only.
+                &format!(
+                    "postgres://postgres@127.0.0.1/{}?sslmode=disable",
+                    self.database
+                ),
+                "--group-initial-rebalance-delay",
+                "0s",
+                "--silent",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nisshi (with its postgres feature) installed by .ci/run");
+        self.child = Some(child);
+        assert!(
+            wait_until(Duration::from_secs(30), || port_open(self.port)),
+            "nisshi listens on {}",
+            self.port
+        );
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert!(wait_until(Duration::from_secs(10), || !port_open(
+            self.port
+        )));
+    }
+}
+
+#[cfg(feature = "kafka")]
+impl Drop for OwnKafka {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = Self::postgres().batch_execute(&format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.database
+        ));
+    }
+}
+
+#[cfg(feature = "kafka")]
+#[test]
+fn kafka_kill_9_and_a_broker_restart_lose_nothing() {
+    use verdict_tests::kafka::KafkaFixture;
+    let dir = dir("brokers-kafka");
+    let mut kafka = OwnKafka::start_new("restart");
+    let fixture = KafkaFixture::on(&kafka.bootstrap(), "restart");
+    let topic = fixture.topic("orders");
+    let dlq = format!("{topic}.DLQ");
+    let consumer = consumer("127.0.0.1:0", 5);
+    let config = config(&topic, "kafka", &consumer)
+        .merge("", &fixture.section())
+        .write_toml(&dir);
+    let run = Run { consumer, config };
+    let gw = run.through(
+        |_| {
+            // SIGKILL: what it had not written to its storage is lost, as a crashed broker
+            // loses what it had not synced.
+            kafka.kill();
+            std::thread::sleep(Duration::from_secs(2));
+            kafka.start();
+        },
+        || fixture.publish("orders", 0..1_000),
+    );
+    assert!(
+        wait_until(Duration::from_secs(60), || ready(&gw)),
+        "/readyz recovers"
+    );
+    let permanent = permanent_ids(1_000);
+    let dead_ids = || -> BTreeMap<String, u32> {
+        let mut ids = BTreeMap::new();
+        for r in fixture.records(&dlq) {
+            if let Some(id) = KafkaFixture::header(&r, "verdict-message-id") {
+                *ids.entry(String::from_utf8_lossy(&id).into_owned())
+                    .or_default() += 1;
+            }
+        }
+        ids
+    };
+    let done = wait_until(Duration::from_secs(180), || {
+        accepted(&run.consumer) == 1_000 - permanent.len() as u64
+            && dead_ids().len() == permanent.len()
+            && fixture.drained()
+    });
+    assert!(
+        done,
+        "accepted {}, dead {}, drained {}",
+        accepted(&run.consumer),
+        dead_ids().len(),
+        fixture.drained()
+    );
+    let dead = dead_ids();
+    assert_eq!(dead.keys().cloned().collect::<BTreeSet<_>>(), permanent);
+    // The operator's view through the binary agrees with the topic.
+    let out = common::verdict(
+        &[
+            "dlq",
+            "stats",
+            "--source",
+            "kafka",
+            "--json",
+            "-c",
+            run.config.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(out.status.success(), "{}", common::text(&out.stderr));
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let total: u64 = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["depth"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, dead.values().map(|n| u64::from(*n)).sum::<u64>());
+    eprintln!(
+        "kafka: kill -9 and a broker restart mid-run: {} duplicate deliveries, {} duplicate dead letters",
+        duplicates(&run.consumer),
+        dead.values().map(|n| n - 1).sum::<u32>()
+    );
+    drop(gw);
+}

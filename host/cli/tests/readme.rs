@@ -243,7 +243,7 @@ fn the_documented_gateway_configs_pass_the_admission_gate() {
     );
 
     // The Kafka section's settings and route pass too.
-    let kafka = &blocks("## On Kafka (in progress)", "toml")[0];
+    let kafka = &blocks("## On Kafka", "toml")[0];
     std::fs::write(dir.join("kafka.toml"), format!("{policy}\n{kafka}")).unwrap();
     let out = common::verdict(
         &["check", "-c", dir.join("kafka.toml").to_str().unwrap()],

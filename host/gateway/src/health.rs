@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 /// Why the gateway is not ready.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Unready {
-    /// These sources are not connected to their brokers.
-    SourcesDown(Vec<&'static str>),
+    /// These sources are not connected to their brokers: each one's name, and what it last
+    /// warned about (why, when it knows: a TLS handshake refused, a login failed).
+    SourcesDown(Vec<String>),
     /// The store does not answer (the message names the store).
     Store(String),
 }
@@ -37,10 +38,13 @@ pub(crate) async fn ready(
                 .map(|w| format!("warning: consumer: {w}\n")),
         )
         .collect();
-    let down: Vec<&'static str> = sources
+    let down: Vec<String> = sources
         .iter()
         .filter(|s| !s.is_up())
-        .map(|s| s.name())
+        .map(|s| match s.warning() {
+            Some(why) => format!("{} ({why})", s.name()),
+            None => s.name().to_string(),
+        })
         .collect();
     if !down.is_empty() {
         return Err(Unready::SourcesDown(down));

@@ -73,7 +73,7 @@ fn said(text: String) -> Option<String> {
 }
 
 /// What a probe of a source this build left out says (`{}`: the source, and its feature).
-#[cfg(not(all(feature = "nats", feature = "rabbitmq")))]
+#[cfg(not(all(feature = "nats", feature = "rabbitmq", feature = "kafka")))]
 const LEFT_OUT: &str =
     "this build has no {} source: verdict-gateway was built without its `{}` feature";
 
@@ -144,6 +144,20 @@ pub async fn probe(config: &GatewayConfig, base: &std::path::Path) -> Vec<PeerPr
                 Err(e) => probe.failed(e.to_string()),
             },
         );
+    }
+    if config.routes.iter().any(|r| r.source == SourceKind::Kafka) {
+        let probe = PeerProbe::new("kafka".into(), &config.kafka.bootstrap_servers.join(","));
+        #[cfg(not(feature = "kafka"))]
+        probes.push(probe.failed(LEFT_OUT.replace("{}", "kafka")));
+        #[cfg(feature = "kafka")]
+        probes.push(match crate::sources::kafka::probe(&config.kafka).await {
+            Ok(detail) => PeerProbe {
+                ok: true,
+                detail: said(detail),
+                ..probe
+            },
+            Err(e) => probe.failed(e),
+        });
     }
     if let Some(url) = config.gateway.store.as_deref().filter(|u| {
         ["postgres://", "postgresql://", "mysql://", "mariadb://"]

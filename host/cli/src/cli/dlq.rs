@@ -42,11 +42,11 @@ pub fn open(
             let dlqs = RabbitDeadLetters::connect(&config)?;
             (config, Box::new(dlqs))
         }
-        SourceKind::Kafka => bail!(
-            "the DLQ tools do not read Kafka yet: a Kafka route's dead letters are records of \
-             its DLQ topic (`<topic>.DLQ` by default; Spring Kafka's DLT headers, the envelope \
-             in `verdict-envelope`); read them with any Kafka client"
-        ),
+        SourceKind::Kafka => {
+            let config = GatewayConfig::load(config_path)?;
+            let dlqs = verdict_gateway::sources::kafka_dead_letters(&config)?;
+            (config, dlqs)
+        }
     })
 }
 

@@ -5,11 +5,15 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::dlq::DlqError;
+#[cfg(feature = "kafka")]
+use crate::sources::kafka::KafkaDeadLetters;
 #[cfg(feature = "nats")]
 use crate::sources::nats::NatsDeadLetters;
 #[cfg(feature = "rabbitmq")]
 use crate::sources::rabbitmq::RabbitDeadLetters;
 use verdict_registry::GatewayConfig;
+#[cfg(feature = "kafka")]
+use verdict_registry::KafkaConfig;
 #[cfg(feature = "nats")]
 use verdict_registry::NatsConfig;
 #[cfg(feature = "rabbitmq")]
@@ -30,6 +34,8 @@ pub(crate) struct BrokerConnections {
     nats: Cached<NatsConfig, NatsDeadLetters>,
     #[cfg(feature = "rabbitmq")]
     rabbitmq: Cached<RabbitmqConfig, RabbitDeadLetters>,
+    #[cfg(feature = "kafka")]
+    kafka: Cached<KafkaConfig, KafkaDeadLetters>,
 }
 
 impl BrokerConnections {
@@ -63,6 +69,23 @@ impl BrokerConnections {
         })
     }
 
+    /// The Kafka DLQ clients for `config`; call from a blocking thread.
+    #[cfg(feature = "kafka")]
+    pub(crate) fn kafka(
+        &self,
+        handle: &tokio::runtime::Handle,
+        config: &GatewayConfig,
+    ) -> Result<Arc<KafkaDeadLetters>, DlqError> {
+        // librdkafka reconnects by itself: only a changed section needs new clients.
+        let key = key_of(&config.kafka, config);
+        kept(
+            &self.kafka,
+            key,
+            |_| true,
+            || KafkaDeadLetters::connect_with(handle.clone(), config),
+        )
+    }
+
     /// Forget the connection to `source`'s broker (after an error), so the next request
     /// opens a new one.
     pub(crate) fn forget(&self, source: SourceKind) {
@@ -71,6 +94,8 @@ impl BrokerConnections {
             SourceKind::Nats => *lock(&self.nats) = None,
             #[cfg(feature = "rabbitmq")]
             SourceKind::Rabbitmq => *lock(&self.rabbitmq) = None,
+            #[cfg(feature = "kafka")]
+            SourceKind::Kafka => *lock(&self.kafka) = None,
             _ => {}
         }
     }

@@ -1,5 +1,5 @@
 //! The DLQ over HTTP: list, stats, replay (token) and discard (token) - the same operations
-//! as `verdict dlq`, on the running gateway's store or, with `source = "nats" | "rabbitmq"`
+//! as `verdict dlq`, on the running gateway's store or, with `source = "nats" | "rabbitmq" | "kafka"`
 //! (query or body), on the broker its config names, through one connection per broker kept
 //! between requests. Reading a broker's DLQ touches the broker, so it needs the token too,
 //! and never creates anything there. A listing is a page of at most [`DEFAULT_LIMIT`]
@@ -91,16 +91,12 @@ pub(super) async fn with_dlqs<T: Send + 'static, E: std::fmt::Display>(
                 .map_err(|e| broker(&e))?
                 .as_ref())
             .map_err(|e| broker(&e)),
-            SourceKind::Kafka => {
-                let _ = (&handle, &config, &broker);
-                Err(ApiError::new(
-                    StatusCode::NOT_IMPLEMENTED,
-                    "not_yet",
-                    "the DLQ tools do not read Kafka yet: a Kafka route's dead letters are \
-                     records of its DLQ topic (Spring Kafka's DLT headers, the envelope in \
-                     `verdict-envelope`); read them with any Kafka client",
-                ))
-            }
+            #[cfg(feature = "kafka")]
+            SourceKind::Kafka => op(kept
+                .kafka(&handle, &config)
+                .map_err(|e| broker(&e))?
+                .as_ref())
+            .map_err(|e| broker(&e)),
             other => {
                 let _ = (&handle, &config, &broker);
                 Err(ApiError::new(

@@ -3,16 +3,17 @@
 //! A [`Source`] hands the pipeline [`Delivery`](crate::model::Delivery)s and applies the
 //! [`Settlement`](crate::model::Settlement) the pipeline returns for each, in its own
 //! terms. Each broker has a folder of its own: its source, how it keeps a message's attempt
-//! history, and its DLQ tools ([`nats::NatsDeadLetters`], [`rabbitmq::RabbitDeadLetters`]). Everything between - the HTTP push, the
+//! history, and its DLQ tools (`nats::NatsDeadLetters`, `rabbitmq::RabbitDeadLetters`,
+//! `kafka::KafkaDeadLetters`). Everything between - the HTTP push, the
 //! policy's verdict, the dead-letter envelope, the metrics - is shared, so a policy behaves
 //! the same on every source.
 //!
-//! | settlement | embedded (SQLite) | NATS JetStream | RabbitMQ |
-//! |---|---|---|---|
-//! | delivered | row `delivered` | `ack` | `ack` |
-//! | retry / delay | row `scheduled` at `now + delay` | history to the KV bucket, then `nak(delay)` | copy with history headers to the delay bucket's queue (publisher confirm), then `ack` |
-//! | dead-letter | DLQ row, same transaction | envelope to the DLQ stream, PubAck, then `term` | envelope to the DLQ queue (publisher confirm), then `ack` |
-//! | discard | row `discarded` + audit row | audit record, then `term` | audit record, then `ack` |
+//! | settlement | embedded (SQLite) | NATS JetStream | RabbitMQ | Kafka |
+//! |---|---|---|---|---|
+//! | delivered | row `delivered` | `ack` | `ack` | offset done |
+//! | retry / delay | row `scheduled` at `now + delay` | history to the KV bucket, then `nak(delay)` | copy with history headers to the delay bucket's queue (publisher confirm), then `ack` | copy with history headers to the bucket's retry topic (acknowledged), then offset done; blocking: the record waits in place |
+//! | dead-letter | DLQ row, same transaction | envelope to the DLQ stream, PubAck, then `term` | envelope to the DLQ queue (publisher confirm), then `ack` | the record with the envelope to the DLQ topic (acknowledged), then offset done |
+//! | discard | row `discarded` + audit row | audit record, then `term` | audit record, then `ack` | audit record, then offset done |
 //!
 //! Each source writes the new state *before* it lets go of the old one, so a crash between
 //! the two delivers a message twice, never zero times.
@@ -57,6 +58,25 @@ pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// The DLQ tools on the DLQ topics of `config`'s Kafka routes (for the command line, on a
+/// runtime of their own); an error in a build without the `kafka` feature.
+pub fn kafka_dead_letters(
+    config: &verdict_registry::GatewayConfig,
+) -> Result<Box<dyn crate::dlq::DeadLetters>, crate::dlq::DlqError> {
+    #[cfg(feature = "kafka")]
+    {
+        Ok(Box::new(kafka::KafkaDeadLetters::connect(config)?))
+    }
+    #[cfg(not(feature = "kafka"))]
+    {
+        let _ = config;
+        Err(crate::dlq::DlqError::broker(
+            "kafka",
+            "this build has no Kafka source: build it with `--features kafka`",
+        ))
+    }
+}
+
 /// Aborts a background task (a depth poller, the bench's consumer) when its owner goes.
 pub struct AbortOnDrop(
     /// The task.
@@ -74,6 +94,9 @@ pub(crate) fn topic_of_dlq(naming: verdict_registry::DlqNaming, dlq: &str) -> St
     match naming {
         verdict_registry::DlqNaming::Suffix => dlq.strip_suffix(".DLQ").unwrap_or(dlq).to_string(),
         verdict_registry::DlqNaming::Prefix => dlq.strip_prefix("DLQ.").unwrap_or(dlq).to_string(),
+        verdict_registry::DlqNaming::DltSuffix => {
+            dlq.strip_suffix(".DLT").unwrap_or(dlq).to_string()
+        }
         verdict_registry::DlqNaming::Global => String::new(),
     }
 }
@@ -90,6 +113,7 @@ mod tests {
             "orders.eu"
         );
         assert_eq!(topic_of_dlq(DlqNaming::Prefix, "DLQ.orders"), "orders");
+        assert_eq!(topic_of_dlq(DlqNaming::DltSuffix, "orders.DLT"), "orders");
         assert_eq!(topic_of_dlq(DlqNaming::Global, "all"), "");
     }
 }

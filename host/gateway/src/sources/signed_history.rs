@@ -170,6 +170,43 @@ pub(crate) fn report_foreign_key(
     }
 }
 
+/// `delivery` made its next attempt in place, without a copy (a Kafka partition that waits
+/// out the delay): the same steps as [`SignedHistory::next`].
+pub(crate) fn advance(delivery: &mut Delivery, failed: Option<(&AttemptRecord, bool)>) {
+    let mut counts = (
+        delivery.attempts_spent,
+        delivery.deferrals,
+        delivery.first_failed_at_ms,
+    );
+    step(&mut counts, &mut delivery.history, failed);
+    (
+        delivery.attempts_spent,
+        delivery.deferrals,
+        delivery.first_failed_at_ms,
+    ) = counts;
+}
+
+/// With `failed`, add it to `history` (a retry spends an attempt, a delay a deferral) and
+/// drop the oldest entries past [`MAX_HISTORY`].
+fn step(
+    (attempt, deferrals, first_failed): &mut (u32, u32, Option<u64>),
+    history: &mut Vec<AttemptRecord>,
+    failed: Option<(&AttemptRecord, bool)>,
+) {
+    if let Some((failed, spend_attempt)) = failed {
+        if spend_attempt {
+            *attempt = attempt.saturating_add(1);
+        } else {
+            *deferrals = deferrals.saturating_add(1);
+        }
+        first_failed.get_or_insert(failed.at_ms);
+        history.push(failed.clone());
+    }
+    if history.len() > MAX_HISTORY {
+        history.drain(..history.len() - MAX_HISTORY);
+    }
+}
+
 impl SignedHistory {
     /// What the copy carrying `delivery` to its next attempt signs; with `failed`, that
     /// failure is added to the history (a retry spends an attempt, a delay a deferral), the
@@ -178,21 +215,14 @@ impl SignedHistory {
         delivery: &Delivery,
         failed: Option<(&AttemptRecord, bool)>,
     ) -> SignedHistory {
-        let (mut attempt, mut deferrals) = (delivery.attempts_spent, delivery.deferrals);
-        let mut first_failed = delivery.first_failed_at_ms;
+        let mut counts = (
+            delivery.attempts_spent,
+            delivery.deferrals,
+            delivery.first_failed_at_ms,
+        );
         let mut history: Vec<AttemptRecord> = delivery.history.clone();
-        if let Some((failed, spend_attempt)) = failed {
-            if spend_attempt {
-                attempt = attempt.saturating_add(1);
-            } else {
-                deferrals = deferrals.saturating_add(1);
-            }
-            first_failed.get_or_insert(failed.at_ms);
-            history.push(failed.clone());
-        }
-        if history.len() > MAX_HISTORY {
-            history.drain(..history.len() - MAX_HISTORY);
-        }
+        step(&mut counts, &mut history, failed);
+        let (attempt, deferrals, first_failed) = counts;
         SignedHistory {
             queue: delivery.topic.clone(),
             id: delivery.id.clone(),
@@ -281,6 +311,25 @@ mod tests {
         assert_eq!(history.last().unwrap().at_ms, 500);
         let delay = SignedHistory::next(&delivery, Some((&failure(600), false)));
         assert_eq!((delay.attempt, delay.deferrals), (0, 1));
+    }
+
+    #[test]
+    fn a_delivery_advanced_in_place_counts_as_its_copy_would() {
+        let mut delivery = Delivery {
+            id: "m".into(),
+            topic: "orders".into(),
+            ..Delivery::default()
+        };
+        delivery.history = (0..MAX_HISTORY as u64).map(failure).collect();
+        let copy = SignedHistory::next(&delivery, Some((&failure(500), true)));
+        advance(&mut delivery, Some((&failure(500), true)));
+        advance(&mut delivery, Some((&failure(600), false)));
+        advance(&mut delivery, None);
+        assert_eq!((delivery.attempts_spent, delivery.deferrals), (1, 1));
+        assert_eq!(u64::from(delivery.attempts_spent), copy.attempt);
+        assert_eq!(delivery.first_failed_at_ms, Some(500));
+        assert_eq!(delivery.history.len(), MAX_HISTORY, "bounded like a copy's");
+        assert_eq!(delivery.history.last().unwrap().at_ms, 600);
     }
 
     #[test]

@@ -63,8 +63,8 @@ impl Default for GatewaySection {
     }
 }
 
-/// DLQ naming: `<topic>.DLQ`, `DLQ.<topic>`, or one DLQ for every topic (the
-/// source topic is in the envelope).
+/// DLQ naming: `<topic>.DLQ`, `DLQ.<topic>`, `<topic>.DLT`, or one DLQ for every topic
+/// (the source topic is in the envelope).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum DlqNaming {
@@ -72,6 +72,8 @@ pub enum DlqNaming {
     Suffix,
     /// `DLQ.<topic>`.
     Prefix,
+    /// `<topic>.DLT`: Spring Kafka's name for a topic's dead-letter topic.
+    DltSuffix,
     /// `global_dlq` for every topic.
     Global,
 }
@@ -82,6 +84,7 @@ impl DlqNaming {
         match self {
             DlqNaming::Suffix => format!("{topic}.DLQ"),
             DlqNaming::Prefix => format!("DLQ.{topic}"),
+            DlqNaming::DltSuffix => format!("{topic}.DLT"),
             DlqNaming::Global => global.to_string(),
         }
     }
@@ -133,6 +136,7 @@ mod tests {
     fn dlq_names_follow_the_naming_scheme() {
         assert_eq!(DlqNaming::Suffix.dlq_for("orders", "DLQ"), "orders.DLQ");
         assert_eq!(DlqNaming::Prefix.dlq_for("orders", "DLQ"), "DLQ.orders");
+        assert_eq!(DlqNaming::DltSuffix.dlq_for("orders", "DLQ"), "orders.DLT");
         assert_eq!(DlqNaming::Global.dlq_for("orders", "all.DLQ"), "all.DLQ");
     }
 }

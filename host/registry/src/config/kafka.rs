@@ -7,10 +7,12 @@
 //! bootstrap_servers = ["kafka-1.internal:9093", "kafka-2.internal:9093"]
 //! group_id = "verdict"
 //! mode = "retry-topics"              # or "blocking": the partition waits out the delay
+//! route_modes = { payments = "blocking" }   # a route's own mode
 //! tls = { ca_file = "kafka-ca.pem" }
 //! sasl = { mechanism = "SCRAM-SHA-512", username = "verdict", password = { file = "kafka.pass" } }
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use schemars::JsonSchema;
@@ -30,8 +32,12 @@ pub struct KafkaConfig {
     /// The consumer group every gateway on these routes joins: Kafka shares each topic's
     /// partitions among its members and keeps the group's committed offsets.
     pub group_id: String,
-    /// How a retry waits for its delay.
+    /// How a retry waits for its delay, on every route not named in `route_modes`.
     pub mode: KafkaRetryMode,
+    /// Routes whose retries wait otherwise than `mode`: a Kafka route's topic and its
+    /// mode (`{ payments = "blocking" }` keeps the order of `payments` while the other
+    /// routes' retries go through retry topics).
+    pub route_modes: BTreeMap<String, KafkaRetryMode>,
     /// Prefix of the retry topics in `retry-topics` mode, one per delay bucket:
     /// `<prefix>.<bucket ms>` (the same buckets, 25% apart, as RabbitMQ's delay queues: a
     /// retry is never early and at most a quarter late).
@@ -40,8 +46,12 @@ pub struct KafkaConfig {
     pub topic_partitions: i32,
     /// Replication factor of the topics the gateway creates when missing.
     pub topic_replication_factor: i32,
-    /// The topic audit records (discards) are written to; created when missing.
+    /// The topic audit records (discards, replays) are written to; created when missing.
     pub audit_topic: String,
+    /// The compacted topic where the DLQ tools mark a dead letter replayed or discarded (a
+    /// letter cannot be taken out of a topic): listings skip a marked letter. Created when
+    /// missing.
+    pub dlq_settled_topic: String,
     /// The header a producer names a record's id in (UTF-8, at most 255 bytes); a record
     /// without one is named by where it was first read, `<topic>/<partition>@<offset>`.
     pub id_header: String,
@@ -111,10 +121,12 @@ impl Default for KafkaConfig {
             bootstrap_servers: vec!["127.0.0.1:9092".into()],
             group_id: "verdict".into(),
             mode: KafkaRetryMode::RetryTopics,
+            route_modes: BTreeMap::new(),
             retry_topic_prefix: "verdict.retry".into(),
             topic_partitions: 1,
             topic_replication_factor: 1,
             audit_topic: "verdict.audit".into(),
+            dlq_settled_topic: "verdict.dlq-settled".into(),
             id_header: "message-id".into(),
             history_key_file: PathBuf::new(),
             tls: None,
@@ -140,10 +152,37 @@ impl KafkaConfig {
         format!("{}.{bucket_ms}", self.retry_topic_prefix)
     }
 
+    /// How the retries of the route reading `topic` wait.
+    pub fn mode_of(&self, topic: &str) -> KafkaRetryMode {
+        self.route_modes.get(topic).copied().unwrap_or(self.mode)
+    }
+
     /// What is wrong with the settings, as `(field, message)`: what a broker would refuse
-    /// or a client could not use, said before anything connects.
-    pub fn check(&self) -> Result<(), (String, String)> {
+    /// or a client could not use, said before anything connects. `routes`: the topics of
+    /// the Kafka routes.
+    pub fn check(&self, routes: &[&str]) -> Result<(), (String, String)> {
         let bad = |field: &str, message: String| Err((format!("kafka.{field}"), message));
+        if let Some(topic) = self
+            .route_modes
+            .keys()
+            .find(|t| !routes.contains(&t.as_str()))
+        {
+            return bad(
+                &format!("route_modes.{topic}"),
+                format!(
+                    "names no route with `source = \"kafka\"` (the Kafka routes read {})",
+                    if routes.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        routes
+                            .iter()
+                            .map(|r| format!("`{r}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                ),
+            );
+        }
         if self.bootstrap_servers.is_empty() {
             return bad(
                 "bootstrap_servers",
@@ -165,6 +204,7 @@ impl KafkaConfig {
         for (field, name) in [
             ("retry_topic_prefix", self.retry_topic(u64::MAX)),
             ("audit_topic", self.audit_topic.clone()),
+            ("dlq_settled_topic", self.dlq_settled_topic.clone()),
         ] {
             if let Err(why) = topic_name(&name) {
                 return bad(
@@ -220,7 +260,7 @@ mod tests {
     #[test]
     fn the_defaults_are_a_local_broker_and_retry_topics() {
         let c = KafkaConfig::default();
-        assert_eq!(c.check(), Ok(()));
+        assert_eq!(c.check(&[]), Ok(()));
         assert_eq!(c.retry_topic(1_000), "verdict.retry.1000");
         assert_eq!(c.mode, KafkaRetryMode::RetryTopics);
     }
@@ -245,7 +285,7 @@ mod tests {
             resolved.tls.unwrap().ca_file.unwrap(),
             PathBuf::from("/etc/verdict/ca.pem")
         );
-        assert_eq!(c.check(), Ok(()));
+        assert_eq!(c.check(&[]), Ok(()));
     }
 
     #[test]
@@ -258,7 +298,7 @@ mod tests {
             parse(r#"sasl = { mechanism = "GSSAPI", username = "u", password = { env = "P" } }"#)
                 .is_err()
         );
-        let field = |c: KafkaConfig| c.check().unwrap_err().0;
+        let field = |c: KafkaConfig| c.check(&["orders"]).unwrap_err().0;
         let with = |change: fn(&mut KafkaConfig)| {
             let mut c = KafkaConfig::default();
             change(&mut c);
@@ -291,6 +331,22 @@ mod tests {
             field(with(|c| c.topic_partitions = 0)),
             "kafka.topic_partitions"
         );
+        assert_eq!(
+            field(with(|c| {
+                c.route_modes
+                    .insert("payments".into(), KafkaRetryMode::Blocking);
+            })),
+            "kafka.route_modes.payments",
+            "a mode for a topic no Kafka route reads"
+        );
+    }
+
+    #[test]
+    fn a_route_may_block_while_the_others_use_retry_topics() {
+        let c = parse(r#"route_modes = { payments = "blocking" }"#).unwrap();
+        assert_eq!(c.check(&["payments", "orders"]), Ok(()));
+        assert_eq!(c.mode_of("payments"), KafkaRetryMode::Blocking);
+        assert_eq!(c.mode_of("orders"), KafkaRetryMode::RetryTopics);
     }
 
     #[test]

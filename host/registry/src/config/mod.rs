@@ -409,10 +409,16 @@ impl GatewayConfig {
             ));
         }
         brokers::check(&config).map_err(|(field, message)| err(field, message))?;
-        if config.routes.iter().any(|r| r.source == SourceKind::Kafka) {
+        let kafka_routes: Vec<&str> = config
+            .routes
+            .iter()
+            .filter(|r| r.source == SourceKind::Kafka)
+            .map(|r| r.topic.as_str())
+            .collect();
+        if !kafka_routes.is_empty() || !config.kafka.route_modes.is_empty() {
             config
                 .kafka
-                .check()
+                .check(&kafka_routes)
                 .map_err(|(field, message)| err(field, message))?;
         }
         for (name, policy) in &config.policies {

@@ -6,13 +6,17 @@
 //! - [`record`]: a record as the gateway reads it, and the retry and dead-letter records.
 //! - [`dlt_headers`]: Spring Kafka's `kafka_dlt-*` headers.
 //! - [`client`]: the librdkafka settings (brokers, TLS, SASL).
+//! - [`dlq`]: the DLQ tools on the DLQ topics ([`KafkaDeadLetters`]).
 
 pub(crate) mod client;
+pub mod dlq;
 pub(crate) mod dlt_headers;
 pub(crate) mod offsets;
 pub(crate) mod record;
 mod source;
 
+pub use client::probe;
+pub use dlq::KafkaDeadLetters;
 pub use source::KafkaSource;
 
 /// The source's name in metrics, log lines and `/readyz`.

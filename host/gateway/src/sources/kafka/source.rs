@@ -6,6 +6,9 @@
 //! - **Retry / delay** -> a copy with the signed history goes to the retry topic of the
 //!   delay's bucket (`<prefix>.<bucket ms>`) and, once the broker has acknowledged it, the
 //!   record is done. A copy read before it is due pauses its retry partition until then.
+//!   On a route in `blocking` mode the record stays: its partition, paused while any of
+//!   its records is in flight, waits out the delay, and the record is delivered again in
+//!   place - order kept, the attempt history in memory.
 //! - **Dead-letter** -> the record's key, value and headers with the envelope and Spring's
 //!   `kafka_dlt-*` headers go to the route's DLQ topic (`[gateway] dlq_naming`),
 //!   acknowledged, then done.
@@ -37,20 +40,26 @@ use verdict_registry::{KafkaConfig, KafkaRetryMode};
 use verdict_runtime::text::Clean;
 
 use super::NAME;
-use super::client::client_config;
+use super::client::{Reporting, client_config, report};
 use super::offsets::PartitionOffsets;
 use super::record::{self, Incoming};
 use crate::health::{BrokerDlqs, Readiness};
-use crate::model::{AuditRecord, Settlement};
+use crate::model::{AuditRecord, Delivery, REPLAY_HEADER, Settlement};
 use crate::pipeline::{Pipeline, now_ms};
 use crate::sources::delay_buckets::{all_buckets, bucket_ms};
-use crate::sources::signed_history::{HistoryCheck, HistoryKey, report_foreign_key};
+use crate::sources::signed_history::{HistoryCheck, HistoryKey, advance, report_foreign_key};
 use crate::sources::{Held, Settled, SettlementDriver, Source, Unapplied};
 
 /// How often done records' offsets are committed.
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// How long a write to the broker may take before it counts as failed.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest record the gateway writes whole: Kafka's and librdkafka's default
+/// (`message.max.bytes`).
+const RECORD_BYTES_MAX: usize = 1_000_000;
+/// Room a dead letter's headers beside the envelope take at most (the producer's headers,
+/// Spring's, the index headers).
+const HEADROOM_BYTES: usize = 64 << 10;
 
 /// The routes on Kafka (`[kafka]`), read as one consumer group member.
 pub struct KafkaSource {
@@ -149,6 +158,9 @@ async fn consume(
 #[derive(Debug, Default)]
 struct Assigned {
     partitions: HashMap<(String, i32), (u64, PartitionOffsets)>,
+    /// The partitions of blocking routes paused for the record they have in flight: its
+    /// generation and offset. Their other records wait in the broker.
+    blocked: HashMap<(String, i32), (u64, i64)>,
     generation: u64,
 }
 
@@ -186,7 +198,15 @@ struct Context {
     ready: Readiness,
 }
 
-impl ClientContext for Context {}
+impl ClientContext for Context {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        super::client::log(level, fac, log_message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        report(&self.ready, &error, reason);
+    }
+}
 
 impl ConsumerContext for Context {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -197,6 +217,7 @@ impl ConsumerContext for Context {
                 for element in revoked.elements() {
                     let id = (element.topic().to_string(), element.partition());
                     assigned.partitions.remove(&id);
+                    assigned.blocked.remove(&id);
                 }
                 commits
             };
@@ -228,6 +249,7 @@ impl ConsumerContext for Context {
             let generation = assigned.generation;
             for element in given.elements() {
                 let id = (element.topic().to_string(), element.partition());
+                assigned.blocked.remove(&id);
                 assigned
                     .partitions
                     .insert(id, (generation, PartitionOffsets::default()));
@@ -278,12 +300,33 @@ impl Session<'_> {
         &self,
         topics: &[String],
         dlqs: &[String],
-        mut shutdown: watch::Receiver<bool>,
+        shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.config.mode == KafkaRetryMode::RetryTopics,
-            "[kafka] mode = \"blocking\" is not available yet; use \"retry-topics\""
-        );
+        let assigned = Shared::default();
+        let ended = self.read(topics, dlqs, shutdown, &assigned).await;
+        // Whatever this session had in flight is no longer its to settle or resume: a task
+        // still waiting out a blocking delay sees its partition gone and stops.
+        let mut assigned = lock(&assigned);
+        assigned.partitions.clear();
+        assigned.blocked.clear();
+        ended
+    }
+
+    async fn read(
+        &self,
+        topics: &[String],
+        dlqs: &[String],
+        mut shutdown: watch::Receiver<bool>,
+        assigned: &Shared,
+    ) -> anyhow::Result<()> {
+        // The brokers reached once first: a TLS handshake refused or a login failed is said
+        // here in librdkafka's words, not as a timeout of the first call that needed them.
+        if let Err(why) = super::client::probe(self.config).await {
+            if self.ready.warn(why.clone()) {
+                tracing::warn!("{why}");
+            }
+            anyhow::bail!("{why}");
+        }
         let client = client_config(self.config).map_err(anyhow::Error::msg)?;
         let retry_topics: Vec<String> = all_buckets()
             .into_iter()
@@ -294,7 +337,6 @@ impl Session<'_> {
         created.extend(dlqs.iter().cloned());
         created.push(self.config.audit_topic.clone());
         self.create_topics(&client, &created).await?;
-        let assigned = Shared::default();
         let consumer: StreamConsumer<Context> = client
             .clone()
             .set("group.id", &self.config.group_id)
@@ -314,11 +356,13 @@ impl Session<'_> {
                 ready: self.ready.clone(),
             })
             .context("creating the Kafka consumer")?;
-        let producer: FutureProducer = client
+        let producer: FutureProducer<Reporting> = client
             .clone()
             .set("enable.idempotence", "true")
             .set("message.timeout.ms", WRITE_TIMEOUT.as_millis().to_string())
-            .create()
+            .create_with_context(Reporting {
+                ready: self.ready.clone(),
+            })
             .context("creating the Kafka producer")?;
         let mut all: Vec<&str> = topics.iter().map(String::as_str).collect();
         all.extend(retry_topics.iter().map(String::as_str));
@@ -338,13 +382,14 @@ impl Session<'_> {
             slots: self.slots.clone(),
             ready: self.ready.clone(),
             back: back_tx,
+            assigned: assigned.clone(),
         };
         loop {
             tokio::select! {
                 next = consumer.recv() => match next {
                     Ok(message) => {
                         let message = message.detach();
-                        self.take(&consumer, &assigned, &job, &resume_tx, message)?;
+                        self.take(&consumer, assigned, &job, &resume_tx, message)?;
                     }
                     // A client that cannot go on: rebuild the session.
                     Err(e @ KafkaError::MessageConsumptionFatal(_)) => {
@@ -353,14 +398,11 @@ impl Session<'_> {
                     // A topic not there yet, a broker restarting: the client recovers by
                     // itself, and the other routes go on meanwhile.
                     Err(e) => {
-                        let text = format!("kafka: reading records: {e}");
-                        if self.ready.warn(text.clone()) {
-                            tracing::warn!("{text}");
-                        }
+                        report(self.ready, &e, &format!("reading records: {e}"));
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 },
-                Some(back) = back_rx.recv() => back_to(&assigned, &job, back),
+                Some(back) = back_rx.recv() => back_to(&consumer, assigned, &job, back),
                 Some((topic, partition)) = resume_rx.recv() => {
                     let mut tpl = TopicPartitionList::new();
                     tpl.add_partition(&topic, partition);
@@ -370,18 +412,18 @@ impl Session<'_> {
                         tracing::debug!(error = %e, "kafka source: resuming a retry partition");
                     }
                 }
-                _ = commit_tick.tick() => commit(&consumer, &assigned, CommitMode::Async),
+                _ = commit_tick.tick() => commit(&consumer, assigned, CommitMode::Async),
                 _ = shutdown.changed() => {
                     // Read no more; let what is in flight finish (up to the grace) so its
                     // offsets are committed here, not delivered again by the next member.
                     let deadline = tokio::time::Instant::now() + self.grace;
-                    while lock(&assigned).in_flight() > 0 {
+                    while lock(assigned).in_flight() > 0 {
                         match tokio::time::timeout_at(deadline, back_rx.recv()).await {
-                            Ok(Some(back)) => back_to(&assigned, &job, back),
+                            Ok(Some(back)) => back_to(&consumer, assigned, &job, back),
                             _ => break,
                         }
                     }
-                    commit(&consumer, &assigned, CommitMode::Sync);
+                    commit(&consumer, assigned, CommitMode::Sync);
                     return Ok(());
                 }
             }
@@ -389,7 +431,8 @@ impl Session<'_> {
     }
 
     /// Take one record: a retry copy not yet due pauses its partition until it is (and
-    /// is read again then); anything else is delivered in a task of its own.
+    /// is read again then); anything else is delivered in a task of its own. A record of a
+    /// blocking route pauses its partition until it is done, so the next is read after it.
     fn take(
         &self,
         consumer: &StreamConsumer<Context>,
@@ -403,17 +446,43 @@ impl Session<'_> {
             message.partition(),
             message.offset(),
         );
+        let retry_bucket = retry_bucket_ms(&self.config.retry_topic_prefix, &topic);
+        let blocking =
+            retry_bucket.is_none() && self.config.mode_of(&topic) == KafkaRetryMode::Blocking;
         let generation = {
             let mut assigned = lock(assigned);
-            let Some((generation, offsets)) =
-                assigned.partitions.get_mut(&(topic.clone(), partition))
-            else {
+            let id = (topic.clone(), partition);
+            if blocking && assigned.blocked.contains_key(&id) {
+                // Fetched before the pause took hold: read again after the record in flight.
+                return Ok(());
+            }
+            let Some((generation, offsets)) = assigned.partitions.get_mut(&id) else {
                 // Not (or no longer) assigned: its next owner reads it.
                 return Ok(());
             };
             offsets.take(offset);
-            *generation
+            let generation = *generation;
+            if blocking {
+                assigned.blocked.insert(id, (generation, offset));
+            }
+            generation
         };
+        if blocking {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition(&topic, partition);
+            consumer
+                .pause(&tpl)
+                .context("pausing a blocking route's partition")?;
+            // Fetching resumes after this record, whatever was fetched ahead of it.
+            consumer
+                .seek(
+                    &topic,
+                    partition,
+                    Offset::Offset(offset.saturating_add(1)),
+                    Duration::from_secs(10),
+                )
+                .context("seeking past a blocking route's record")?;
+        }
         if let Some(bucket) = retry_bucket_ms(&self.config.retry_topic_prefix, &topic) {
             // A record whose headers cannot be read is due now: its task sets it aside.
             let due = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -461,8 +530,11 @@ impl Session<'_> {
         client: &rdkafka::config::ClientConfig,
         names: &[String],
     ) -> anyhow::Result<()> {
-        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
-            client.create().context("creating the Kafka admin client")?;
+        let admin: AdminClient<Reporting> = client
+            .create_with_context(Reporting {
+                ready: self.ready.clone(),
+            })
+            .context("creating the Kafka admin client")?;
         let replication = self.config.topic_replication_factor;
         let new: Vec<NewTopic<'_>> = names
             .iter()
@@ -494,9 +566,9 @@ impl Session<'_> {
 }
 
 /// A record handed back: done (its offset may be committed, unless its partition was
-/// taken away since), or to be delivered again here (unless taken away: its next owner
-/// reads it from the last commit).
-fn back_to(assigned: &Shared, job: &Job, back: Back) {
+/// taken away since; a blocking route's partition reads on), or to be delivered again here
+/// (unless taken away: its next owner reads it from the last commit).
+fn back_to(consumer: &StreamConsumer<Context>, assigned: &Shared, job: &Job, back: Back) {
     match back {
         Back::Done {
             topic,
@@ -504,10 +576,20 @@ fn back_to(assigned: &Shared, job: &Job, back: Back) {
             offset,
             generation,
         } => {
-            if let Some((g, offsets)) = lock(assigned).partitions.get_mut(&(topic, partition))
+            let id = (topic, partition);
+            let mut assigned = lock(assigned);
+            if let Some((g, offsets)) = assigned.partitions.get_mut(&id)
                 && *g == generation
             {
                 offsets.finish(offset);
+            }
+            if assigned.blocked.get(&id) == Some(&(generation, offset)) {
+                assigned.blocked.remove(&id);
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(&id.0, id.1);
+                if let Err(e) = consumer.resume(&tpl) {
+                    tracing::warn!(error = %e, topic = %Clean(&id.0), partition = id.1, "kafka source: resuming a blocking route's partition failed; it is read again after the next rebalance");
+                }
             }
         }
         Back::Again(message, generation) => {
@@ -568,13 +650,16 @@ struct Job {
     /// The routes' topics: a copy signed with another key may name only one of them.
     topics: Arc<Vec<String>>,
     driver: SettlementDriver,
-    producer: FutureProducer,
+    producer: FutureProducer<Reporting>,
     dlqs: BrokerDlqs,
     key: HistoryKey,
     /// The source's `max_in_flight` slots.
     slots: Arc<Semaphore>,
     ready: Readiness,
     back: mpsc::UnboundedSender<Back>,
+    /// The session's partitions: whether a record waiting out a blocking delay is still
+    /// this session's to deliver.
+    assigned: Shared,
 }
 
 impl Job {
@@ -620,52 +705,80 @@ impl Job {
                 theirs,
             );
         }
-        let Some((held, global)) = self
-            .driver
-            .seats(&incoming.delivery.topic, &self.slots)
-            .await
-        else {
-            return;
-        };
-        let settlement = self
-            .driver
-            .decide(&incoming.delivery, held.as_ref().map(|(target, _)| target))
-            .await;
-        let mut record = Record {
-            job: &self,
-            incoming: &incoming,
-            again: None,
-        };
-        let settled = self
-            .driver
-            .settle(
-                &mut record,
-                &incoming.delivery,
-                settlement,
-                (held, global),
-                received,
-            )
-            .await;
-        let again = record.again.take();
-        match (settled, again) {
-            (Settled::GivenBack, Some(wait)) => {
-                // Nothing took it back: deliver it again here after the wait, its offset
-                // still held back.
-                let back = self.back.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(wait).await;
-                    let _ = back.send(Back::Again(message, generation));
-                });
+        let blocking = !from_retry
+            && self.config.mode_of(&incoming.delivery.topic) == KafkaRetryMode::Blocking;
+        let mut incoming = incoming;
+        let mut received = received;
+        loop {
+            let Some((held, global)) = self
+                .driver
+                .seats(&incoming.delivery.topic, &self.slots)
+                .await
+            else {
+                return;
+            };
+            let settlement = self
+                .driver
+                .decide(&incoming.delivery, held.as_ref().map(|(target, _)| target))
+                .await;
+            let mut record = Record {
+                job: &self,
+                incoming: &incoming,
+                blocking,
+                next: None,
+            };
+            let settled = self
+                .driver
+                .settle(
+                    &mut record,
+                    &incoming.delivery,
+                    settlement,
+                    (held, global),
+                    received,
+                )
+                .await;
+            let next = record.next.take();
+            let wait = match (settled, next) {
+                (Settled::Applied(_), Some(Next::InPlace(advanced, wait))) => {
+                    incoming.delivery = advanced;
+                    wait
+                }
+                (Settled::GivenBack, Some(Next::Again(wait))) if blocking => wait,
+                (Settled::GivenBack, Some(Next::Again(wait))) => {
+                    // Nothing took it back: deliver it again here after the wait, its
+                    // offset still held back.
+                    let back = self.back.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        let _ = back.send(Back::Again(message, generation));
+                    });
+                    return;
+                }
+                _ => {
+                    let _ = self.back.send(Back::Done {
+                        topic: incoming.topic.clone(),
+                        partition: incoming.partition,
+                        offset: incoming.offset,
+                        generation,
+                    });
+                    return;
+                }
+            };
+            // A blocking route's record waits here, its partition paused and its offset
+            // not committed past; taken away meanwhile, it is its next owner's to read.
+            tokio::time::sleep(wait).await;
+            if !self.still_blocking(&incoming, generation) {
+                return;
             }
-            _ => {
-                let _ = self.back.send(Back::Done {
-                    topic: incoming.topic.clone(),
-                    partition: incoming.partition,
-                    offset: incoming.offset,
-                    generation,
-                });
-            }
+            received = Instant::now();
         }
+    }
+
+    /// Whether `incoming`'s partition is still paused for it in this session (not taken
+    /// away, nor the session rebuilt, while it waited).
+    fn still_blocking(&self, incoming: &Incoming, generation: u64) -> bool {
+        let id = (incoming.topic.clone(), incoming.partition);
+        lock(&self.assigned).blocked.get(&id) == Some(&(generation, incoming.offset))
     }
 
     /// Whether a retry copy may be delivered: signed by this group's key, or by another
@@ -776,7 +889,30 @@ impl Job {
     async fn apply(&self, incoming: &Incoming, settlement: Settlement) -> anyhow::Result<()> {
         let topic = incoming.delivery.topic.as_str();
         match settlement {
-            Settlement::Delivered => {}
+            Settlement::Delivered => {
+                if let Some(token) = incoming.delivery.headers.get(REPLAY_HEADER) {
+                    // A replayed record arrived: what a replay's canary waits for. The
+                    // delivery stands whether or not this is written.
+                    let record = AuditRecord::new(
+                        "replay-delivered",
+                        &incoming.delivery.id,
+                        topic,
+                        now_ms(),
+                    )
+                    .detail(token);
+                    let written = self
+                        .write(
+                            &self.config.audit_topic,
+                            None,
+                            &serde_json::to_vec(&record)?,
+                            rdkafka::message::OwnedHeaders::new(),
+                        )
+                        .await;
+                    if let Err(e) = written {
+                        tracing::warn!(error = %format!("{e:#}"), id = %Clean(&incoming.delivery.id), "kafka source: the replay-delivered record was not written; a canary waiting for it times out");
+                    }
+                }
+            }
             Settlement::Again {
                 failed,
                 delay_ms,
@@ -786,7 +922,20 @@ impl Job {
                     .await?;
             }
             Settlement::Release { delay_ms } => self.later(incoming, None, delay_ms).await?,
-            Settlement::DeadLetter { failed, letter } => {
+            Settlement::DeadLetter { failed, mut letter } => {
+                // The record's value is the payload already: an envelope that would carry
+                // it again past what a record may hold goes without it (its size and
+                // sha256 kept) rather than failing to be written again and again.
+                let payload = &incoming.delivery.payload;
+                if letter.envelope.len() + payload.len() + HEADROOM_BYTES > RECORD_BYTES_MAX {
+                    letter.envelope = crate::envelope::omit_payload(
+                        letter.format,
+                        &letter.envelope,
+                        payload,
+                        "the payload is this dead-letter record's value",
+                    )
+                    .map_err(|e| anyhow::anyhow!("shrinking a dead letter: {e}"))?;
+                }
                 let dlt = letter.dlq.clone();
                 let headers =
                     record::dead_letter_headers(incoming, &failed, &letter, &self.config.group_id);
@@ -816,16 +965,46 @@ impl Job {
     }
 }
 
+/// What a delivery's task does after the settlement, when it is not done with the record.
+enum Next {
+    /// Deliver it again after this wait: giving it back failed, or (blocking) it is
+    /// given back in place.
+    Again(Duration),
+    /// Blocking: deliver it again in place after this wait, as this next attempt.
+    InPlace(Delivery, Duration),
+}
+
 /// A record this gateway holds (its offset not committed past) until it is settled.
 struct Record<'a> {
     job: &'a Job,
     incoming: &'a Incoming,
-    /// Set when giving it back failed: deliver it again here after this wait.
-    again: Option<Duration>,
+    /// Its route waits out a retry's delay in place rather than in a retry topic.
+    blocking: bool,
+    /// Set when the record stays this task's: see [`Next`].
+    next: Option<Next>,
 }
 
 impl Held for Record<'_> {
     async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
+        if self.blocking {
+            let in_place = match &settlement {
+                Settlement::Again {
+                    failed,
+                    delay_ms,
+                    spend_attempt,
+                } => Some((Some((failed, *spend_attempt)), *delay_ms)),
+                Settlement::Release { delay_ms } => Some((None, *delay_ms)),
+                _ => None,
+            };
+            if let Some((failed, delay_ms)) = in_place {
+                // Nothing to write: the record stays this task's, its next attempt counted
+                // here as a copy's signed history would count it.
+                let mut next = self.incoming.delivery.clone();
+                advance(&mut next, failed);
+                self.next = Some(Next::InPlace(next, Duration::from_millis(delay_ms)));
+                return Ok(());
+            }
+        }
         self.job
             .apply(self.incoming, settlement)
             .await
@@ -840,10 +1019,15 @@ impl Held for Record<'_> {
     async fn give_back(&mut self, wait: Duration) {
         // Set before writing: if the write panics (the driver catches it), the record is
         // still delivered again here rather than counted as done.
-        self.again = Some(wait.max(Duration::from_millis(100)));
+        self.next = Some(Next::Again(wait.max(Duration::from_millis(100))));
+        if self.blocking {
+            // In place, after the wait: a copy in a retry topic would let the records
+            // behind it overtake it.
+            return;
+        }
         let delay_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         match self.job.later(self.incoming, None, delay_ms).await {
-            Ok(()) => self.again = None,
+            Ok(()) => self.next = None,
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), id = %Clean(&self.incoming.delivery.id), "kafka source: a record could not be given back to a retry topic; it is delivered again here");
             }
