@@ -32,6 +32,12 @@ pub struct KafkaConfig {
     /// The consumer group every gateway on these routes joins: Kafka shares each topic's
     /// partitions among its members and keeps the group's committed offsets.
     pub group_id: String,
+    /// How long the group waits to hear from a member before it gives that member's
+    /// partitions to the others (Kafka's `session.timeout.ms`): after a crash, the records
+    /// of a crashed gateway's partitions wait this long. Within the brokers'
+    /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms` (6 s to 30 min by
+    /// default).
+    pub session_timeout_ms: u64,
     /// How a retry waits for its delay, on every route not named in `route_modes`.
     pub mode: KafkaRetryMode,
     /// Routes whose retries wait otherwise than `mode`: a Kafka route's topic and its
@@ -120,6 +126,7 @@ impl Default for KafkaConfig {
         KafkaConfig {
             bootstrap_servers: vec!["127.0.0.1:9092".into()],
             group_id: "verdict".into(),
+            session_timeout_ms: 10_000,
             mode: KafkaRetryMode::RetryTopics,
             route_modes: BTreeMap::new(),
             retry_topic_prefix: "verdict.retry".into(),
@@ -200,6 +207,15 @@ impl KafkaConfig {
         }
         if self.group_id.trim().is_empty() {
             return bad("group_id", "a consumer group needs a name".into());
+        }
+        if !(1_000..=3_600_000).contains(&self.session_timeout_ms) {
+            return bad(
+                "session_timeout_ms",
+                format!(
+                    "{} is not between 1000 and 3600000 (ms)",
+                    self.session_timeout_ms
+                ),
+            );
         }
         for (field, name) in [
             ("retry_topic_prefix", self.retry_topic(u64::MAX)),
@@ -319,6 +335,10 @@ mod tests {
             "kafka.bootstrap_servers"
         );
         assert_eq!(field(with(|c| c.group_id = " ".into())), "kafka.group_id");
+        assert_eq!(
+            field(with(|c| c.session_timeout_ms = 10)),
+            "kafka.session_timeout_ms"
+        );
         assert_eq!(
             field(with(|c| c.retry_topic_prefix = "retry topics".into())),
             "kafka.retry_topic_prefix"

@@ -343,6 +343,18 @@ impl Session<'_> {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
+            .set(
+                "session.timeout.ms",
+                self.config.session_timeout_ms.to_string(),
+            )
+            // A third of the session, as Kafka advises, and never longer than librdkafka's
+            // own default.
+            .set(
+                "heartbeat.interval.ms",
+                (self.config.session_timeout_ms / 3)
+                    .clamp(300, 3_000)
+                    .to_string(),
+            )
             // A broker holds an empty fetch this long: a retry copy that falls due in a
             // partition resumed meanwhile waits for it (librdkafka's default is 500 ms).
             .set("fetch.wait.max.ms", "100")
