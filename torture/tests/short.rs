@@ -4,8 +4,8 @@
 //! delay exchange of the waiting retries), through the real `verdict` binary. The
 //! long runs (`--soak`, more seeds) are run by hand; see RELIABILITY.md.
 //!
-//! Kafka (`--sources kafka`) is run by hand too: each gateway kill there stalls the group
-//! until the dead member's session expires (librdkafka's 45 s), a minute or more per run.
+//! On Kafka the broker is never restarted (the test broker keeps its records in memory);
+//! a kill there is met by the group's rebalance once the dead member's session expires.
 
 mod common;
 
@@ -15,7 +15,7 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
         "verdict-torture",
         &[
             "--sources",
-            "embedded,nats,rabbitmq",
+            "embedded,nats,rabbitmq,kafka",
             "--seed",
             "1",
             "--seeds",
@@ -34,7 +34,7 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
             ("VERDICT_LOG_FORMAT", "json"),
         ],
     );
-    assert_eq!(reports.len(), 6, "{reports:?}");
+    assert_eq!(reports.len(), 8, "{reports:?}");
     for r in &reports {
         assert_eq!(r["violations"], serde_json::json!([]), "{r}");
         let terminal = r["delivered"].as_u64().unwrap() + r["dead_lettered"].as_u64().unwrap();
@@ -51,7 +51,7 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
         for kind in ["gateway_kills", "consumer_outages", "reloads", "rollbacks"] {
             assert!(faults[kind].as_u64().unwrap() >= 1, "{kind}: {r}");
         }
-        let broker = r["source"] != "embedded";
+        let broker = r["source"] != "embedded" && r["source"] != "kafka";
         assert_eq!(
             faults["broker_restarts"].as_u64().unwrap() >= 1,
             broker,
