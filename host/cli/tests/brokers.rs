@@ -482,38 +482,20 @@ fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
 struct OwnKafka {
     port: u16,
     database: String,
+    /// nisshi's `--storage-engine`.
+    storage: String,
     child: Option<std::process::Child>,
 }
 
 #[cfg(feature = "kafka")]
 impl OwnKafka {
-    fn nisshi() -> String {
-        std::env::var("VERDICT_NISSHI").unwrap_or_else(|_| {
-            let home = std::env::var("HOME").unwrap_or_default();
-            format!("{home}/.cache/verdict/tools/nisshi/bin/nisshi")
-        })
-    }
-
-    fn postgres() -> postgres::Client {
-        postgres::Client::connect("host=127.0.0.1 user=postgres", postgres::NoTls)
-            .expect("PostgreSQL on 127.0.0.1:5432")
-    }
-
     fn start_new(name: &str) -> OwnKafka {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let database = format!("verdict_kafka_{name}_{}", std::process::id());
-        let mut pg = Self::postgres();
-        pg.batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-            .unwrap();
-        pg.batch_execute(&format!("CREATE DATABASE {database}"))
-            .unwrap();
+        let storage = common::kafka::fresh_database(&database);
         let mut kafka = OwnKafka {
-            port,
+            port: common::kafka::free_port(),
             database,
+            storage,
             child: None,
         };
         kafka.start();
@@ -526,7 +508,7 @@ impl OwnKafka {
 
     fn start(&mut self) {
         let url = format!("tcp://{}", self.bootstrap());
-        let child = Command::new(Self::nisshi())
+        let child = Command::new(common::kafka::nisshi())
             .args([
                 "broker",
                 "--listener-url",
@@ -534,12 +516,7 @@ impl OwnKafka {
                 "--advertised-listener-url",
                 &url,
                 "--storage-engine",
-                // nisshi would speak TLS to the server by default, whose certificate names
-                // `localhost` only.
-                &format!(
-                    "postgres://postgres@127.0.0.1/{}?sslmode=disable",
-                    self.database
-                ),
+                &self.storage,
                 "--group-initial-rebalance-delay",
                 "0s",
                 "--silent",
@@ -575,10 +552,7 @@ impl Drop for OwnKafka {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = Self::postgres().batch_execute(&format!(
-            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-            self.database
-        ));
+        common::kafka::drop_database(&self.database);
     }
 }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{spawn, wait_until};
+use common::{kafka, spawn, wait_until};
 use verdict_tests::gateway::{Route, TestConfig};
 use verdict_tests::kafka::KafkaFixture;
 use verdict_tls::test_pki::{Leaf, Pki};
@@ -33,18 +33,6 @@ struct TlsKafka {
 /// A SCRAM user the broker knows: name, password, `scram256` or `scram512`.
 type User<'a> = (&'a str, &'a str, &'a str);
 
-fn nisshi() -> String {
-    std::env::var("VERDICT_NISSHI").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_default();
-        format!("{home}/.cache/verdict/tools/nisshi/bin/nisshi")
-    })
-}
-
-fn postgres() -> postgres::Client {
-    postgres::Client::connect("host=127.0.0.1 user=postgres", postgres::NoTls)
-        .expect("PostgreSQL on 127.0.0.1:5432")
-}
-
 fn listening(port: u16) -> bool {
     std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
@@ -53,25 +41,12 @@ impl TlsKafka {
     /// A TLS-only broker with `leaf`'s certificate; with `users`, one that wants a SCRAM
     /// login and knows them.
     fn start(leaf: &Leaf, name: &str, users: &[User<'_>]) -> TlsKafka {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = kafka::free_port();
         let url = format!("tcp://127.0.0.1:{port}");
-        let database = (!users.is_empty()).then(|| {
-            let database = format!("verdict_kafka_{name}_{}", std::process::id());
-            let mut pg = postgres();
-            pg.batch_execute(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
-                .unwrap();
-            pg.batch_execute(&format!("CREATE DATABASE {database}"))
-                .unwrap();
-            database
-        });
-        // nisshi would speak TLS to PostgreSQL by default, whose certificate names
-        // `localhost` only.
+        let database =
+            (!users.is_empty()).then(|| format!("verdict_kafka_{name}_{}", std::process::id()));
         let storage = match &database {
-            Some(db) => format!("postgres://postgres@127.0.0.1/{db}?sslmode=disable"),
+            Some(db) => kafka::fresh_database(db),
             None => format!("memory://tls{port}/"),
         };
         let broker = |extra: &[String]| {
@@ -88,13 +63,13 @@ impl TlsKafka {
                 "--silent".into(),
             ];
             args.extend_from_slice(extra);
-            let child = Command::new(nisshi())
+            let child = Command::new(kafka::nisshi())
                 .args(&args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .unwrap_or_else(|e| panic!("{} (installed by .ci/run): {e}", nisshi()));
+                .unwrap_or_else(|e| panic!("{} (installed by .ci/run): {e}", kafka::nisshi()));
             assert!(
                 wait_until(Duration::from_secs(30), || listening(port)),
                 "nisshi listens on {port}"
@@ -105,7 +80,7 @@ impl TlsKafka {
             // Users are made through the broker, before it asks for a login.
             let mut open = broker(&[]);
             for (user, password, mechanism) in users {
-                let made = Command::new(nisshi())
+                let made = Command::new(kafka::nisshi())
                     .args(["user", "create", "--broker", &url, "--mechanism", mechanism])
                     .args([user, password])
                     .output()
@@ -147,7 +122,7 @@ impl Drop for TlsKafka {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if let Some(db) = &self.database {
-            let _ = postgres().batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+            kafka::drop_database(db);
         }
     }
 }
@@ -263,16 +238,7 @@ fn the_gateway_consumes_kafka_over_tls_and_names_what_is_refused() {
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
     );
-    let said = || {
-        ureq::get(&format!("{}/readyz", gw.url))
-            .config()
-            .http_status_as_error(false)
-            .build()
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default()
-    };
+    let said = || kafka::readyz(&gw.url);
     assert!(
         wait_until(Duration::from_secs(30), || said().contains("[kafka] tls")),
         "/readyz: {}",
@@ -362,16 +328,7 @@ fn the_gateway_logs_in_to_kafka_with_scram_over_tls_and_a_wrong_password_is_refu
         env!("CARGO_BIN_EXE_verdict"),
         &["run", "-c", config.to_str().unwrap()],
     );
-    let said = || {
-        ureq::get(&format!("{}/readyz", gw.url))
-            .config()
-            .http_status_as_error(false)
-            .build()
-            .call()
-            .ok()
-            .and_then(|mut r| r.body_mut().read_to_string().ok())
-            .unwrap_or_default()
-    };
+    let said = || kafka::readyz(&gw.url);
     assert!(
         wait_until(Duration::from_secs(30), || said().contains("[kafka] sasl")),
         "/readyz: {}",

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test file uses its own subset
 
+pub mod kafka;
 pub mod nats;
 
 use std::io::Write;
