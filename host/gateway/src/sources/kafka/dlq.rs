@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers as _, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
@@ -188,6 +189,7 @@ impl KafkaDeadLetters {
                 .set("group.id", format!("{}.dlq-tools", kafka.group_id))
                 .set("enable.auto.commit", "false")
                 .set("enable.auto.offset.store", "false")
+                .set("enable.partition.eof", "true")
                 .create()
                 .map_err(err)?;
             let producer: FutureProducer = client
@@ -215,17 +217,24 @@ impl KafkaDeadLetters {
         })
     }
 
-    /// The partitions of `topic`, in order; none when it does not exist.
+    /// The partitions of `topic`, in order; none when it does not exist. Any other error
+    /// is one: an unreadable settled topic read as empty would bring replayed letters back.
     fn partitions(&self, reader: &BaseConsumer, topic: &str) -> Result<Vec<i32>, DlqError> {
         let metadata = reader
             .fetch_metadata(Some(topic), TIMEOUT)
             .map_err(|e| err(format!("topic `{topic}`: {e}")))?;
-        let mut out: Vec<i32> = metadata
-            .topics()
-            .iter()
-            .filter(|t| t.name() == topic && t.error().is_none())
-            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-            .collect();
+        let mut out = Vec::new();
+        for t in metadata.topics().iter().filter(|t| t.name() == topic) {
+            match t.error().map(RDKafkaErrorCode::from) {
+                None => out.extend(t.partitions().iter().map(|p| p.id())),
+                Some(
+                    RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic,
+                ) => {}
+                Some(code) => {
+                    return Err(err(format!("topic `{topic}`: the broker answered {code}")));
+                }
+            }
+        }
         out.sort_unstable();
         Ok(out)
     }
@@ -270,6 +279,9 @@ impl KafkaDeadLetters {
                         break;
                     }
                 }
+                // The end of what can be read (a transaction's marker or records not yet
+                // stable may sit before the watermark read first).
+                Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
                 Some(Err(e)) => return Err(err(format!("reading `{topic}`: {e}"))),
                 None if last_progress.elapsed() > STALL => {
                     return Err(err(format!(
@@ -397,7 +409,7 @@ impl KafkaDeadLetters {
                     last = Some(place);
                     looked += 1;
                     if !settled.contains(&record_id(dlq, partition, place.offset))
-                        && let Some(entry) = entry_of(place.seq()?, dlq, &m)?
+                        && let Some(entry) = readable(entry_of(place.seq()?, dlq, &m))
                         && visit(entry).is_break()
                     {
                         stopped = true;
@@ -512,12 +524,13 @@ impl KafkaDeadLetters {
         }
         self.ensure_topics()?;
         let reader = lock(&self.reader);
-        let settled = self.settled(&reader)?;
+        let mut settled = self.settled(&reader)?;
         let mut done = Vec::new();
         for wanted in entries {
             let Some(place) = Place::of(wanted.seq) else {
                 continue;
             };
+
             let Some((entry, record)) = self.letter_at(&reader, place, &settled)? else {
                 continue;
             };
@@ -527,6 +540,8 @@ impl KafkaDeadLetters {
             }
             act(&entry, &record)?;
             self.settle(&entry, place, event, detail)?;
+            // The same letter named twice in one call is acted on once.
+            settled.insert(record_id(&entry.dlq, place.partition, place.offset));
             done.push(entry.message_id);
         }
         Ok(done)
@@ -534,15 +549,25 @@ impl KafkaDeadLetters {
 }
 
 /// The letter `record` of the DLQ topic `dlq` as the tools list it, or `None` when it is not
-/// one of ours (no envelope header).
+/// one of ours (no envelope header, or headers the client cannot read: a header name that is
+/// not UTF-8 makes it panic); an error when its envelope cannot be decoded.
 pub fn entry_of(seq: i64, dlq: &str, record: &OwnedMessage) -> Result<Option<DlqEntry>, DlqError> {
+    let all = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        record.headers().map_or_else(Vec::new, |headers| {
+            headers
+                .iter()
+                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                .collect::<Vec<_>>()
+        })
+    }));
+    let Ok(all) = all else {
+        return Ok(None);
+    };
     let last = |name: &str| -> Option<Vec<u8>> {
-        record
-            .headers()?
-            .iter()
-            .filter(|h| h.key == name)
-            .last()
-            .and_then(|h| h.value.map(<[u8]>::to_vec))
+        all.iter()
+            .rev()
+            .find(|(key, _)| key == name)
+            .and_then(|(_, value)| value.clone())
     };
     let Some(envelope) = last(ENVELOPE) else {
         return Ok(None);
@@ -555,6 +580,15 @@ pub fn entry_of(seq: i64, dlq: &str, record: &OwnedMessage) -> Result<Option<Dlq
     entry_from_headers(seq, dlq.to_string(), header, &envelope)
         .map(Some)
         .map_err(err)
+}
+
+/// A letter read, or none when it cannot be: one record nobody can decode (another
+/// writer's, a damaged one) must not stop the tools from reaching every letter after it.
+fn readable(entry: Result<Option<DlqEntry>, DlqError>) -> Option<DlqEntry> {
+    entry.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "kafka DLQ tools: a record of a DLQ topic is skipped");
+        None
+    })
 }
 
 /// The headers a replay of `record` (a dead letter of `message_id`) carries: its

@@ -54,12 +54,22 @@ use crate::sources::{Held, Settled, SettlementDriver, Source, Unapplied};
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 /// How long a write to the broker may take before it counts as failed.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a delivery waits for its replay-delivered audit record: a slow audit topic must
+/// not hold the delivery's slots (or a blocking route's partition).
+const AUDIT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest record the gateway writes whole: Kafka's and librdkafka's default
 /// (`message.max.bytes`).
 const RECORD_BYTES_MAX: usize = 1_000_000;
-/// Room a dead letter's headers beside the envelope take at most (the producer's headers,
-/// Spring's, the index headers).
-const HEADROOM_BYTES: usize = 64 << 10;
+
+/// The bytes `headers` take in a record, about: each name and value, and a few for their
+/// lengths.
+fn headers_bytes(headers: &rdkafka::message::OwnedHeaders) -> usize {
+    use rdkafka::message::Headers as _;
+    headers
+        .iter()
+        .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len) + 8)
+        .sum()
+}
 
 /// The routes on Kafka (`[kafka]`), read as one consumer group member.
 pub struct KafkaSource {
@@ -349,6 +359,11 @@ impl Session<'_> {
             )
             // A third of the session, as Kafka advises, and never longer than librdkafka's
             // own default.
+            // librdkafka refuses a session longer than the poll interval.
+            .set(
+                "max.poll.interval.ms",
+                self.config.session_timeout_ms.max(300_000).to_string(),
+            )
             .set(
                 "heartbeat.interval.ms",
                 (self.config.session_timeout_ms / 3)
@@ -912,14 +927,16 @@ impl Job {
                         now_ms(),
                     )
                     .detail(token);
-                    let written = self
-                        .write(
-                            &self.config.audit_topic,
-                            None,
-                            &serde_json::to_vec(&record)?,
-                            rdkafka::message::OwnedHeaders::new(),
-                        )
-                        .await;
+                    let body = serde_json::to_vec(&record).unwrap_or_default();
+                    let write = self.write(
+                        &self.config.audit_topic,
+                        None,
+                        &body,
+                        rdkafka::message::OwnedHeaders::new(),
+                    );
+                    let written = tokio::time::timeout(AUDIT_TIMEOUT, write)
+                        .await
+                        .unwrap_or_else(|_| Err(anyhow::anyhow!("no acknowledgement in 5 s")));
                     if let Err(e) = written {
                         tracing::warn!(error = %format!("{e:#}"), id = %Clean(&incoming.delivery.id), "kafka source: the replay-delivered record was not written; a canary waiting for it times out");
                     }
@@ -938,8 +955,13 @@ impl Job {
                 // The record's value is the payload already: an envelope that would carry
                 // it again past what a record may hold goes without it (its size and
                 // sha256 kept) rather than failing to be written again and again.
+                // Measured as written: the key, the value and every header (the producer's,
+                // Spring's, the envelope).
                 let payload = &incoming.delivery.payload;
-                if letter.envelope.len() + payload.len() + HEADROOM_BYTES > RECORD_BYTES_MAX {
+                let fixed = payload.len() + incoming.key.as_ref().map_or(0, Vec::len);
+                let mut headers =
+                    record::dead_letter_headers(incoming, &failed, &letter, &self.config.group_id);
+                if fixed + headers_bytes(&headers) > RECORD_BYTES_MAX {
                     letter.envelope = crate::envelope::omit_payload(
                         letter.format,
                         &letter.envelope,
@@ -947,10 +969,14 @@ impl Job {
                         "the payload is this dead-letter record's value",
                     )
                     .map_err(|e| anyhow::anyhow!("shrinking a dead letter: {e}"))?;
+                    headers = record::dead_letter_headers(
+                        incoming,
+                        &failed,
+                        &letter,
+                        &self.config.group_id,
+                    );
                 }
                 let dlt = letter.dlq.clone();
-                let headers =
-                    record::dead_letter_headers(incoming, &failed, &letter, &self.config.group_id);
                 self.write(
                     &dlt,
                     incoming.key.as_deref(),
