@@ -66,7 +66,10 @@ pub(crate) fn log(level: RDKafkaLogLevel, fac: &str, log_message: &str) {
         level = ?level,
         facility = %fac,
         "librdkafka: {}",
-        verdict_runtime::text::one_line(log_message, verdict_runtime::text::MAX_MESSAGE_BYTES)
+        verdict_runtime::text::one_line(
+            &verdict_runtime::redact::redact(log_message),
+            verdict_runtime::text::MAX_MESSAGE_BYTES
+        )
     );
 }
 
@@ -154,7 +157,7 @@ pub async fn probe(config: &KafkaConfig) -> Result<String, String> {
             let seen = collected.0.lock().unwrap_or_else(PoisonError::into_inner);
             Err(match seen.first() {
                 Some(reason) => format!("{e}: {}", error_text(reason)),
-                None => format!("kafka: {e}"),
+                None => error_text(&e.to_string()),
             })
         }
     }
