@@ -148,5 +148,6 @@ pub mod gateway;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod nats;
+pub mod otlp;
 pub mod rabbitmq;
 pub mod scripted;

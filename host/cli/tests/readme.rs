@@ -252,6 +252,20 @@ fn the_documented_gateway_configs_pass_the_admission_gate() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(stdout.contains("payments"), "{stdout}");
+
+    // The traces chapter's `[telemetry]` passes, and the check says where traces go.
+    let telemetry = &blocks("# Traces", "toml")[0];
+    std::fs::write(dir.join("traces.toml"), format!("{routing}\n{telemetry}")).unwrap();
+    let out = common::verdict(
+        &["check", "-c", dir.join("traces.toml").to_str().unwrap()],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains(r#""traces": "http/protobuf to http://127.0.0.1:4318/v1/traces as `verdict`, 0.25 sampled"#),
+        "{stdout}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -55,6 +55,9 @@ pub enum GatewayError {
     #[cfg(feature = "rabbitmq")]
     #[error(transparent)]
     RabbitAccess(#[from] crate::sources::rabbitmq::RabbitAccessError),
+    /// `[telemetry]` or the `OTEL_*` variables name settings that cannot be used.
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::StartError),
     /// A route consumes from a source this build left out.
     #[error(
         "route `{topic}` has source = \"{source_name}\", and this gateway was built without \

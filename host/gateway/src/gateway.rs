@@ -41,6 +41,8 @@ pub struct Gateway {
     router: axum::Router,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
     deliveries: Vec<tokio::task::JoinHandle<()>>,
+    /// Traces, when `[telemetry]` or the environment turned them on: flushed at the end.
+    telemetry: Option<crate::telemetry::Telemetry>,
     /// The config file's watcher (none for a gateway started without a file).
     _watcher: Option<ConfigWatcher>,
 }
@@ -156,6 +158,11 @@ impl Gateway {
                 source,
             })?;
         }
+        if let Some(telemetry) = self.telemetry {
+            // The last spans, exported before the process ends; the export itself runs on
+            // this runtime, so the wait must not hold one of its workers.
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        }
         Ok(())
     }
 }
@@ -224,16 +231,25 @@ async fn launch(
             "messages leased when the gateway stopped are delivered again (possible duplicates)"
         );
     }
+    let telemetry = crate::telemetry::start(&config.telemetry, tokio::runtime::Handle::current())?;
+    let tracing = telemetry
+        .as_ref()
+        .map_or_else(crate::telemetry::Tracing::off, |t| t.tracing());
     let pipeline = Arc::new(
         Pipeline::new(store.clone(), registry.clone(), config.gateway.clone())
-            .map_err(GatewayError::HttpClient)?,
+            .map_err(GatewayError::HttpClient)?
+            .with_tracing(tracing),
     );
-    let metrics = Arc::new(Metrics::new(registry.clone()).with_gateway(
+    let mut metrics = Metrics::new(registry.clone()).with_gateway(
         registry.clone(),
         store.clone(),
         pipeline.metrics(),
         pipeline.broker_dlqs().clone(),
-    ));
+    );
+    if let Some(telemetry) = &telemetry {
+        metrics = metrics.with_telemetry(telemetry.counts().clone());
+    }
+    let metrics = Arc::new(metrics);
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -321,6 +337,7 @@ async fn launch(
         router,
         server,
         deliveries,
+        telemetry,
         _watcher: watcher,
     })
 }

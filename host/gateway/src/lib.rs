@@ -57,6 +57,7 @@ mod metrics;
 pub mod pipeline;
 pub mod probe;
 pub mod sources;
+pub mod telemetry;
 mod tls_sniff;
 
 /// The store, its records and the message model live in their own crate, below this one.

@@ -83,6 +83,13 @@ impl Metrics {
         self
     }
 
+    /// Add what the trace exporter sent and failed to send (a gateway with traces on).
+    pub fn with_telemetry(mut self, counts: Arc<verdict_telemetry::ExportCounts>) -> Self {
+        self.registry
+            .register_collector(Box::new(TelemetryCollector(counts)));
+        self
+    }
+
     /// The OpenMetrics text.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -123,6 +130,28 @@ fn counter(
 ) -> std::fmt::Result {
     use prometheus_client::metrics::MetricType::Counter;
     family(encoder, (name, help), series, ConstCounter::new, Counter)
+}
+
+/// The trace exporter's counts, read at scrape time.
+#[derive(Debug)]
+struct TelemetryCollector(Arc<verdict_telemetry::ExportCounts>);
+
+impl Collector for TelemetryCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        use std::sync::atomic::Ordering::Relaxed;
+        counter(
+            &mut encoder,
+            "verdict_trace_spans_exported",
+            "Spans the OTLP collector accepted",
+            &[(Vec::new(), self.0.exported_spans.load(Relaxed))],
+        )?;
+        counter(
+            &mut encoder,
+            "verdict_trace_exports_failed",
+            "Batches of spans the OTLP collector did not take (their spans are dropped; deliveries never wait for a collector)",
+            &[(Vec::new(), self.0.failed_exports.load(Relaxed))],
+        )
+    }
 }
 
 fn gauge(

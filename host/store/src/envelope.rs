@@ -16,7 +16,10 @@
 //!  "retryBudget": {"holds": 4, "heldMs": 21500}}
 //! ```
 //!
-//! `retryBudget` is there only when the route's retry budget held the message's retries.
+//! `retryBudget` is there only when the route's retry budget held the message's retries;
+//! `trace` only when the gateway exports traces: `{"creation": "00-...", "deadLetter":
+//! "00-..."}`, the `traceparent` the message was created in (also among its headers) and the
+//! one of the span that wrote the dead letter, which a replay's trace links to.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -57,6 +60,22 @@ pub struct Envelope {
     /// dead-lettered it saw them; absent when they never did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_budget: Option<BudgetHolds>,
+    /// The trace contexts a replay links to; absent when the gateway exports no traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceEntry>,
+}
+
+/// Where a dead letter sits in the traces, as W3C `traceparent` values.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TraceEntry {
+    /// The context the message was created in (its producer's `traceparent`), when it
+    /// carried one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation: Option<String>,
+    /// The span that wrote the dead letter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<String>,
 }
 
 /// A message's waits for its route's retry budget.
@@ -250,6 +269,7 @@ impl Envelope {
             gateway: ctx.gateway.into(),
             dead_lettered_at: rfc3339(ctx.now_ms),
             retry_budget: None,
+            trace: None,
         }
     }
 
@@ -477,6 +497,10 @@ mod tests {
             retry_budget: Some(BudgetHolds {
                 holds: 3,
                 held_ms: 7_500,
+            }),
+            trace: Some(TraceEntry {
+                creation: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+                dead_letter: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01".into()),
             }),
         };
         let json = decode("json", &envelope.encode(DlqFormat::Json).unwrap()).unwrap();

@@ -343,7 +343,29 @@ impl Store {
         now_ms: u64,
         note: &str,
     ) -> Result<Vec<String>, StoreError> {
-        on_backend!(self, s => s.dlq_replay(seqs, now_ms, note, None))
+        on_backend!(self, s => s.dlq_replay(seqs, now_ms, note, None, "replayed"))
+    }
+
+    /// Put dead letter `seq` back for delivery as [`Store::dlq_replay`] does, its message
+    /// carrying `headers` from now on (all of them: the replay's trace context among the
+    /// message's own), audited as `replayed` with `note`. The message id, or `None` when `seq`
+    /// is no longer in a DLQ.
+    pub fn dlq_replay_with_headers(
+        &self,
+        seq: i64,
+        headers: std::collections::BTreeMap<String, String>,
+        now_ms: u64,
+        note: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let repair = Repair {
+            payload: None,
+            content_type: None,
+            headers: Some(headers),
+        };
+        Ok(
+            on_backend!(self, s => s.dlq_replay(&[seq], now_ms, note, Some(&repair), "replayed"))?
+                .pop(),
+        )
     }
 
     /// Put dead letter `seq` back for delivery with `repair` applied to its message, as
@@ -357,7 +379,10 @@ impl Store {
         now_ms: u64,
         detail: &str,
     ) -> Result<Option<String>, StoreError> {
-        Ok(on_backend!(self, s => s.dlq_replay(&[seq], now_ms, detail, Some(repair)))?.pop())
+        Ok(
+            on_backend!(self, s => s.dlq_replay(&[seq], now_ms, detail, Some(repair), "repaired"))?
+                .pop(),
+        )
     }
 
     /// Discard dead letters for good, each audited with `reason`; how many.

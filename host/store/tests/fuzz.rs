@@ -123,6 +123,10 @@ fn envelope() -> BoxedStrategy<Envelope> {
                     holds: attempts,
                     held_ms: u64::from(attempts) * 1_000,
                 }),
+                trace: (attempts % 2 == 0).then(|| envelope::TraceEntry {
+                    creation: None,
+                    dead_letter: Some(format!("00-{:032x}-{:016x}-01", attempts + 1, attempts + 1)),
+                }),
             },
         )
         .boxed()

@@ -16,9 +16,13 @@ use super::{BenchOptions, Figures, Progress, Target, cpu, native};
 const TOKEN: &str = "verdict-bench";
 
 pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> Result<Figures> {
-    let certificates = target
-        .plain_twin()
-        .map(|_| crate::tls_peers::Certificates::new("bench"));
+    let certificates = matches!(target, Target::EmbeddedHttps | Target::NatsTls)
+        .then(|| crate::tls_peers::Certificates::new("bench"));
+    // The collector the traced target exports to: it takes every export and drops it.
+    let collector = match target {
+        Target::EmbeddedTraced => Some(load.collector().await?),
+        _ => None,
+    };
     let consumer_tls = match (target, &certificates) {
         (Target::EmbeddedHttps, Some(c)) => Some(c.consumer()?),
         _ => None,
@@ -79,6 +83,7 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
                 consumer: &consumer.url,
                 nats: &nats,
                 tls: certificates.as_ref(),
+                collector: collector.as_ref().map(|c| c.url.as_str()),
             },
             &topic,
             &names,
@@ -158,6 +163,14 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         running.wait().await?;
     }
     clean_up.await;
+    if let Some(collector) = &collector
+        && collector
+            .received
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+    {
+        anyhow::bail!("the traced gateway exported no spans to the bench's collector");
+    }
 
     let (cpu, broker_cpu) = after.since(&before);
     let seen = consumer.demo.seen();
@@ -176,9 +189,12 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
         cpu,
         policy: exact.policy_cpu(),
         policy_wall,
-        broker_cpu: (!matches!(target, Target::Embedded | Target::EmbeddedHttps))
-            .then_some(broker_cpu)
-            .flatten(),
+        broker_cpu: (!matches!(
+            target,
+            Target::Embedded | Target::EmbeddedHttps | Target::EmbeddedTraced
+        ))
+        .then_some(broker_cpu)
+        .flatten(),
     })
 }
 
@@ -201,6 +217,8 @@ struct Peers<'a> {
     nats: &'a native::Server,
     /// The run's CA, for the TLS targets.
     tls: Option<&'a crate::tls_peers::Certificates>,
+    /// The OTLP collector, for the traced target.
+    collector: Option<&'a str>,
 }
 
 fn config(
@@ -264,7 +282,10 @@ config = {policy_config}
         poll = if target.on_nats() { "" } else { "poll_ms = 5" },
         consumer = peers.consumer,
         concurrency = options.concurrency,
-    ))
+    ) + &peers.collector.map_or(String::new(), |url| {
+        // Every span kept and exported: the most tracing can cost.
+        format!("[telemetry]\nendpoint = \"{url}\"\nsample_ratio = 1.0\n")
+    }))
 }
 
 fn toml_path(path: &Path) -> Result<String> {

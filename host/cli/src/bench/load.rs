@@ -81,4 +81,44 @@ impl Load {
             _server: AbortOnDrop(server),
         })
     }
+
+    /// A stand-in for an OTLP collector on the load runtime (its CPU counted apart, as a
+    /// collector elsewhere would be): it takes every OTLP/HTTP export, counts its bytes and
+    /// answers at once. Served until dropped; its base URL.
+    pub(crate) async fn collector(&self) -> Result<Collector> {
+        let received = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = received.clone();
+        let router = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                counted.fetch_add(body.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                async { axum::http::StatusCode::OK }
+            }),
+        );
+        let listener = self
+            .runtime
+            .spawn(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .await?
+            .context("binding the bench's OTLP collector to 127.0.0.1")?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let server = self.runtime.spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                tracing::error!(error = %e, "the bench's OTLP collector stopped");
+            }
+        });
+        Ok(Collector {
+            url,
+            received,
+            _server: AbortOnDrop(server),
+        })
+    }
+}
+
+/// The OTLP collector stand-in ([`Load::collector`]).
+pub(crate) struct Collector {
+    /// Its base URL.
+    pub(crate) url: String,
+    /// Bytes of spans it received.
+    pub(crate) received: Arc<std::sync::atomic::AtomicU64>,
+    _server: AbortOnDrop,
 }

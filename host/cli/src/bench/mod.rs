@@ -13,6 +13,7 @@
 //! | `nats-native` | no gateway: a JetStream pull consumer POSTing to the same consumer, `ack` on success, `nak` with the retry delay on failure, `MaxDeliver` bounding the attempts - no classification, no history, no envelope, no DLQ |
 //! | `embedded-https` | `embedded`, the consumer served over HTTPS (a CA made for the run, verified by the gateway) |
 //! | `nats-tls` | `nats` against a `nats-server` of the bench's own that takes TLS only |
+//! | `embedded-traced` | `embedded` exporting every span of every delivery (sampling 1.0) over OTLP/HTTP to a collector stand-in the bench runs, which decodes nothing and answers at once |
 //!
 //! For each: messages/s, the receipt-to-settlement latency (*delivery-to-verdict*: from the
 //! message leaving its source to its settlement applied there - consumer call, verdict,
@@ -66,6 +67,8 @@ pub enum Target {
     EmbeddedHttps,
     /// `nats` against a TLS-only `nats-server` of the bench's own.
     NatsTls,
+    /// `embedded` with traces on: every span exported over OTLP/HTTP.
+    EmbeddedTraced,
 }
 
 impl Target {
@@ -81,13 +84,15 @@ impl Target {
             Target::MysqlX3 => "mysql-x3",
             Target::EmbeddedHttps => "embedded-https",
             Target::NatsTls => "nats-tls",
+            Target::EmbeddedTraced => "embedded-traced",
         }
     }
 
-    /// The same target without TLS, for a TLS target: what its throughput is compared with.
+    /// The same target without TLS (or without traces), for a TLS (traced) target: what its
+    /// throughput is compared with.
     pub fn plain_twin(self) -> Option<Target> {
         match self {
-            Target::EmbeddedHttps => Some(Target::Embedded),
+            Target::EmbeddedHttps | Target::EmbeddedTraced => Some(Target::Embedded),
             Target::NatsTls => Some(Target::Nats),
             _ => None,
         }

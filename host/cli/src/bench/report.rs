@@ -154,8 +154,8 @@ impl Report {
             .collect()
     }
 
-    /// Each TLS target's median throughput over its plain twin's in the same round (what
-    /// TLS costs), when the run has both.
+    /// Each TLS (or traced) target's median throughput over its plain twin's in the same
+    /// round (what TLS, or tracing, costs), when the run has both.
     pub fn tls_ratios(&self) -> Vec<(Target, Target, f64)> {
         self.target_order()
             .into_iter()
@@ -291,7 +291,7 @@ impl fmt::Display for Report {
         if !tls.is_empty() {
             writeln!(
                 f,
-                "TLS against plain (median of same-round ratios): {}",
+                "TLS and traces against plain (median of same-round ratios): {}",
                 tls.join(", ")
             )?;
         }

@@ -195,13 +195,27 @@ pub fn replay(
     } else {
         None
     };
-    Ok(verdict_gateway::dlq::replay(
-        dlqs.as_ref(),
-        registry.as_ref(),
-        filter,
-        options,
-        progress,
-    )?)
+    // A replay starts a trace per message, as the gateway's own replays do, when the config
+    // (or the OTEL_* variables) export traces; the spans leave before the command ends.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let telemetry = if options.dry_run {
+        None
+    } else {
+        verdict_gateway::telemetry::start(&config.telemetry, runtime.handle().clone())?
+    };
+    let mut options = options.clone();
+    if let Some(telemetry) = &telemetry {
+        options.trace = verdict_gateway::telemetry::ReplayTrace::new(telemetry.tracing());
+    }
+    let report =
+        verdict_gateway::dlq::replay(dlqs.as_ref(), registry.as_ref(), filter, &options, progress);
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
+    Ok(report?)
 }
 
 /// `verdict dlq groups`: the dead letters grouped by cause, largest group first - of

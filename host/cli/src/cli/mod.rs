@@ -275,6 +275,9 @@ pub struct CheckSummary {
     /// consumers, queues); nothing is created by the check.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub created_when_missing: Vec<String>,
+    /// Where traces go (`off` unless `[telemetry]` or the `OTEL_*` variables name a
+    /// collector).
+    pub traces: String,
     /// With `--probe`: what connecting to each consumer and broker showed.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub probe: Vec<verdict_gateway::probe::PeerProbe>,
@@ -303,9 +306,25 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
         })
         .collect();
     let config = verdict_registry::GatewayConfig::load(config_path)?;
+    let traces = match verdict_gateway::telemetry::settings(&config.telemetry)? {
+        None => "off".to_string(),
+        Some(s) => format!(
+            "{} to {} as `{}`, {} sampled{}",
+            s.protocol.name(),
+            verdict_runtime::text::redact_urls(&s.endpoint),
+            s.service_name,
+            s.sampling.ratio,
+            if s.sampling.parent_based {
+                " (a producer's trace context decides for its messages)"
+            } else {
+                ""
+            }
+        ),
+    };
     Ok(CheckSummary {
         generation: generation.number,
         routes,
+        traces,
         created_when_missing: broker_objects(&config),
         probe: Vec::new(),
     })

@@ -131,6 +131,7 @@ pub fn replay(body: &[u8]) -> Result<(DlqFilter, ReplayOptions), ApiError> {
             .note
             .unwrap_or_else(|| "replayed through the admin API".into()),
         cancel: None,
+        trace: crate::telemetry::ReplayTrace::default(),
     };
     Ok((request.filter, options))
 }

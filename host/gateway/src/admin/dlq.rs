@@ -209,6 +209,7 @@ pub(crate) async fn replay(
     let (filter, mut options) = bodies::replay(&body_bytes(body)?)?;
     options.note = bodies::attributed(&options.note, &identity.name, "api");
     let pipeline = gateway(&state)?;
+    options.trace = crate::telemetry::ReplayTrace::new(pipeline.tracing().clone());
     let filter = crate::dlq::leaving_parked_out(filter, pipeline.settings().park_after_repeats);
     let registry = state.registry.clone();
     let source = filter.source;

@@ -147,9 +147,12 @@ pub(crate) fn start(
     state: &AdminState,
     group: String,
     source: Option<SourceKind>,
-    action: JobAction,
+    mut action: JobAction,
 ) -> Result<JobView, ApiError> {
     let pipeline = gateway(state)?;
+    if let JobAction::Replay(options) = &mut action {
+        options.trace = crate::telemetry::ReplayTrace::new(pipeline.tracing().clone());
+    }
     let park_after = pipeline.settings().park_after_repeats;
     let filter = DlqFilter {
         group: Some(group),

@@ -6,6 +6,7 @@ use crate::model::{REPLAY_HEADER, letter_headers};
 use crate::store::{
     DlqEntry, DlqFilter, DlqStats, INLINE_PAYLOAD_BYTES, PayloadView, Store, StoreError,
 };
+use crate::telemetry::{ReplayTrace, with_traceparent};
 
 /// Why a DLQ operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -87,13 +88,14 @@ pub trait DeadLetters {
     fn stats(&self) -> Result<Vec<DlqStats>, DlqError>;
 
     /// Put `entries` back for delivery with their attempts reset, audited with `note`, each
-    /// marked with `token`; returns the message ids replayed (entries gone meanwhile are
-    /// skipped).
+    /// marked with `token` and carrying the trace `trace` starts for it; returns the message
+    /// ids replayed (entries gone meanwhile are skipped).
     fn replay(
         &self,
         entries: &[DlqEntry],
         note: &str,
         token: &str,
+        trace: &ReplayTrace,
     ) -> Result<Vec<String>, DlqError>;
 
     /// Discard `entries` for good, audited with `reason`; returns how many.
@@ -363,9 +365,22 @@ impl DeadLetters for Store {
         entries: &[DlqEntry],
         note: &str,
         _token: &str,
+        trace: &ReplayTrace,
     ) -> Result<Vec<String>, DlqError> {
-        let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
-        Ok(self.dlq_replay(&seqs, self.now_ms(), note)?)
+        if !trace.is_on() {
+            let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
+            return Ok(self.dlq_replay(&seqs, self.now_ms(), note)?);
+        }
+        // Traced, each message is put back carrying its replay's trace context.
+        let mut ids = Vec::new();
+        for e in entries {
+            let headers = match trace.replay(&e.topic, &e.envelope) {
+                Some(traceparent) => with_traceparent(&e.envelope.original.headers, &traceparent),
+                None => e.envelope.original.headers.clone(),
+            };
+            ids.extend(self.dlq_replay_with_headers(e.seq, headers, self.now_ms(), note)?);
+        }
+        Ok(ids)
     }
 
     fn discard(&self, entries: &[DlqEntry], reason: &str) -> Result<u64, DlqError> {
@@ -490,7 +505,13 @@ mod tests {
         fn stats(&self) -> Result<Vec<DlqStats>, DlqError> {
             Ok(Vec::new())
         }
-        fn replay(&self, _: &[DlqEntry], _: &str, _: &str) -> Result<Vec<String>, DlqError> {
+        fn replay(
+            &self,
+            _: &[DlqEntry],
+            _: &str,
+            _: &str,
+            _: &ReplayTrace,
+        ) -> Result<Vec<String>, DlqError> {
             Ok(Vec::new())
         }
         fn discard(&self, _: &[DlqEntry], _: &str) -> Result<u64, DlqError> {

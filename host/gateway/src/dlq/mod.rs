@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::clock::now_ms;
 use crate::store::{DlqEntry, DlqFilter};
+use crate::telemetry::ReplayTrace;
 use verdict_registry::Registry;
 use verdict_runtime::{AttemptRecord, Decision, ErrorSpec, Failure, FailureSpec};
 
@@ -48,6 +49,8 @@ pub struct ReplayOptions {
     pub note: String,
     /// Set to stop the replay before its next message (what is replayed stays replayed).
     pub cancel: Option<Arc<AtomicBool>>,
+    /// Starts each replayed message's trace (off by default).
+    pub trace: ReplayTrace,
 }
 
 impl ReplayOptions {
@@ -189,7 +192,7 @@ pub fn replay(
     if let Some(size) = options.canary.filter(|n| *n > 0) {
         let (canary, after) = entries.split_at(size.min(entries.len()));
         let token = replay_token();
-        let ids = store.replay(canary, &options.note, &token)?;
+        let ids = store.replay(canary, &options.note, &token, &options.trace)?;
         report.replayed += ids.len();
         progress(report.replayed, entries.len());
         let delivered = wait_delivered(store, &ids, &token, options)?;
@@ -214,7 +217,12 @@ pub fn replay(
         }
         let started = Instant::now();
         report.replayed += store
-            .replay(std::slice::from_ref(entry), &options.note, &token)?
+            .replay(
+                std::slice::from_ref(entry),
+                &options.note,
+                &token,
+                &options.trace,
+            )?
             .len();
         progress(report.replayed, entries.len());
         if let Some(pause) = pause {

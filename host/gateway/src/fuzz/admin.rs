@@ -214,14 +214,21 @@ proptest! {
     #[cfg(all(feature = "nats", feature = "rabbitmq"))]
     #[test]
     fn dlq_replay_headers((original, id) in dlq_original(), token in "[a-z0-9-]{1,24}") {
-        let nats = crate::sources::nats::replay_headers(&original, &id, &token);
+        let nats = crate::sources::nats::replay_headers(&original, &id, &token, None);
         prop_assert_eq!(nats.get(crate::model::REPLAY_HEADER).map(|v| v.as_str().to_string()), Some(token.clone()));
         let shown = nats.get("verdict-message-id").map(|v| v.as_str().to_string()).unwrap_or_default();
         prop_assert!(is_one_line(&shown) && shown.len() <= 1_024);
-        let rabbit = crate::sources::rabbitmq::replay_properties(&original, &id, &token);
+        // A traced replay: the replay's context replaces whatever the letter's headers say.
+        let traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let rabbit = crate::sources::rabbitmq::replay_properties(&original, &id, &token, Some(traced));
         let table = rabbit.headers().clone().unwrap_or_default();
+        prop_assert_eq!(
+            table.inner().get("traceparent").map(|v| format!("{v:?}")),
+            Some(format!("{:?}", lapin::types::AMQPValue::LongString(traced.into())))
+        );
+        let tracing = |name: &str| name.eq_ignore_ascii_case("traceparent") || name.eq_ignore_ascii_case("tracestate");
         for name in original.headers.keys() {
-            if name.len() <= 255 && name != crate::model::REPLAY_HEADER {
+            if name.len() <= 255 && name != crate::model::REPLAY_HEADER && !tracing(name) {
                 prop_assert!(table.inner().contains_key(name.as_str()), "{name:?} dropped");
             }
         }

@@ -30,8 +30,10 @@
 use std::time::{Duration, SystemTime};
 
 use crate::model::Delivery;
+use crate::telemetry::DeliveryTrace;
 use verdict_registry::ConsumerConfig;
 use verdict_runtime::text::{MAX_MESSAGE_BYTES, is_kind, one_line};
+use verdict_telemetry::propagation;
 
 /// The header that marks an explicit reject.
 pub const REJECT_HEADER: &str = "x-verdict-reject";
@@ -79,6 +81,8 @@ pub struct DeliveryError {
     /// The request never reached the consumer because TLS failed (set by the gateway's TLS
     /// stack only, never from an answer).
     pub tls: Option<verdict_tls::TlsFailure>,
+    /// The answer's status, when one came.
+    pub status: Option<u16>,
 }
 
 impl DeliveryError {
@@ -143,6 +147,33 @@ pub async fn deliver(
     message: &Delivery,
     attempt: u32,
 ) -> Result<(), DeliveryError> {
+    deliver_traced(consumer, message, attempt, &DeliveryTrace::off()).await
+}
+
+/// [`deliver`], the push a span of `trace` whose context the consumer receives as
+/// `traceparent` (in place of the producer's, whose trace it continues).
+pub(crate) async fn deliver_traced(
+    consumer: &Consumer,
+    message: &Delivery,
+    attempt: u32,
+    trace: &DeliveryTrace,
+) -> Result<(), DeliveryError> {
+    let push = trace.push(&consumer.config.url, attempt);
+    let result = post(consumer, message, attempt, push.traceparent()).await;
+    match &result {
+        Ok(status) => push.finish(Some(*status), None),
+        Err(e) => push.finish(e.status, Some(&e.kind)),
+    }
+    result.map(drop)
+}
+
+/// The POST itself: the answer's status when it is a success.
+async fn post(
+    consumer: &Consumer,
+    message: &Delivery,
+    attempt: u32,
+    traceparent: Option<String>,
+) -> Result<u16, DeliveryError> {
     let failed = |kind: &str, message: String, tls| DeliveryError {
         kind: kind.into(),
         message: one_line(
@@ -152,6 +183,7 @@ pub async fn deliver(
         retry_after_ms: None,
         rejected: false,
         tls,
+        status: None,
     };
     let url = match &consumer.url {
         Ok(url) => url.clone(),
@@ -193,6 +225,9 @@ pub async fn deliver(
     headers.insert("x-verdict-message-id", own(&message.id));
     headers.insert("x-verdict-topic", own(&message.topic));
     headers.insert("x-verdict-attempt", HeaderValue::from(attempt));
+    if let Some(value) = traceparent.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        headers.insert(propagation::TRACEPARENT, value);
+    }
     headers.insert(
         "content-type",
         message
@@ -223,7 +258,7 @@ pub async fn deliver(
     };
     let status = response.status();
     if status.is_success() {
-        return Ok(());
+        return Ok(status.as_u16());
     }
     let headers = response.headers().clone();
     let body = read_capped(response, MAX_ERROR_BODY_BYTES).await;
@@ -285,6 +320,7 @@ fn transport(e: &reqwest::Error) -> DeliveryError {
         retry_after_ms: None,
         rejected: false,
         tls,
+        status: None,
     }
 }
 
@@ -337,6 +373,7 @@ pub fn classify(
         retry_after_ms,
         rejected,
         tls: None,
+        status: Some(status),
     }
 }
 

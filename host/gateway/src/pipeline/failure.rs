@@ -98,6 +98,7 @@ mod tests {
             retry_after_ms: Some(500),
             rejected: false,
             tls: None,
+            status: Some(503),
         };
         let settings = GatewaySection::default();
         let failure = failure_of(

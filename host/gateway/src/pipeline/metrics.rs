@@ -182,6 +182,22 @@ impl PipelineMetrics {
             .inc();
     }
 
+    /// Every settlement-fault series of `source` at zero: a fault that never happened reads
+    /// 0 in a rate or an alert, not "no data".
+    pub(crate) fn faults_from_zero(&self, source: &'static str) {
+        for fault in [
+            SettleFault::LeaseLost,
+            SettleFault::Panic,
+            SettleFault::Released,
+            SettleFault::FallbackDeadLetter,
+            SettleFault::RouteRemoved,
+        ] {
+            let _ = self
+                .faults
+                .get_or_create(&[("source", source), ("reason", fault.name())]);
+        }
+    }
+
     /// Settlement faults of this kind so far, on every source.
     pub fn faults(&self, fault: SettleFault) -> u64 {
         ["embedded", "nats", "rabbitmq"]

@@ -14,6 +14,7 @@ use crate::envelope::{Context, Envelope, MessageRef};
 use crate::health::{BrokerDlqs, Readiness};
 use crate::model::{AttemptRecord, DeadLetter, Delivery, Settlement};
 use crate::store::Store;
+use crate::telemetry::{DeliveryTrace, Tracing};
 use verdict_registry::{ConsumerConfig, GatewaySection, Registry};
 use verdict_runtime::{Action, Decision};
 
@@ -54,6 +55,7 @@ pub struct Pipeline {
     sources: Mutex<Vec<Readiness>>,
     broker_dlqs: BrokerDlqs,
     holds: HoldLedger,
+    tracing: Tracing,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -81,7 +83,25 @@ impl Pipeline {
             sources: Mutex::new(Vec::new()),
             broker_dlqs: BrokerDlqs::default(),
             holds: HoldLedger::default(),
+            tracing: Tracing::off(),
         })
+    }
+
+    /// The same pipeline making its spans with `tracing`.
+    pub fn with_tracing(mut self, tracing: Tracing) -> Pipeline {
+        self.tracing = tracing;
+        self
+    }
+
+    /// What spans are made with (off unless `[telemetry]` or the environment turned it on).
+    pub fn tracing(&self) -> &Tracing {
+        &self.tracing
+    }
+
+    /// The spans of one delivery attempt of `delivery` begin (nothing when telemetry is
+    /// off).
+    pub(crate) fn trace(&self, delivery: &Delivery) -> DeliveryTrace {
+        DeliveryTrace::begin(&self.tracing, delivery, &self.settings.consumer_group)
     }
 
     /// The store.
@@ -163,6 +183,15 @@ impl Pipeline {
     /// (replayable once a route takes its topic again), never held or dropped: every source
     /// only asks for messages of topics a route took when they were published.
     pub async fn process(&self, message: &Delivery) -> Settlement {
+        self.process_traced(message, &DeliveryTrace::off()).await
+    }
+
+    /// [`Pipeline::process`], its spans in `trace`.
+    pub(crate) async fn process_traced(
+        &self,
+        message: &Delivery,
+        trace: &DeliveryTrace,
+    ) -> Settlement {
         let Some(target) = self.route_target(&message.topic) else {
             return self.route_removed(message);
         };
@@ -171,7 +200,7 @@ impl Pipeline {
                 delay_ms: UNROUTED_RETRY_MS,
             };
         };
-        self.process_held(message, &target).await
+        self.process_held(message, &target, trace).await
     }
 
     /// [`Pipeline::process`] for a caller that already holds one of `target`'s slots (a
@@ -180,7 +209,9 @@ impl Pipeline {
         &self,
         message: &Delivery,
         target: &RouteTarget,
+        trace: &DeliveryTrace,
     ) -> Settlement {
+        trace.route(&target.topic);
         let budget = self.retry_budget_of(&message.topic);
         let mut admitted_retry = None;
         if let Some((budget, max_wait_ms)) = &budget {
@@ -196,7 +227,7 @@ impl Pipeline {
         }
         let attempt = message.attempts_spent.saturating_add(1);
         let started = Instant::now();
-        let result = deliver(&target.consumer, message, attempt).await;
+        let result = delivery::deliver_traced(&target.consumer, message, attempt, trace).await;
         target.metrics.delivered(result.is_ok(), started.elapsed());
         match &result {
             Err(error) if error.is_configuration() => return self.misconfigured(target, error),
@@ -207,7 +238,7 @@ impl Pipeline {
         {
             target.budget.succeeded(budget, admitted, now_ms());
         }
-        let settlement = self.judge(message, result, &target.topic);
+        let settlement = self.judge(message, result, &target.topic, trace);
         if settlement.handled().is_final() && !matches!(settlement, Settlement::DeadLetter { .. }) {
             // Dead letters took theirs into the envelope.
             let _ = self.holds.take(message);
@@ -263,6 +294,7 @@ impl Pipeline {
         message: &Delivery,
         result: Result<(), DeliveryError>,
         route_topic: &str,
+        trace: &DeliveryTrace,
     ) -> Settlement {
         // The store's clock (a shared database's), not this gateway's: attempt times, dead
         // letters and what the policy sees agree across a fleet whose clocks differ.
@@ -307,7 +339,8 @@ impl Pipeline {
         };
         self.metrics.decided(route_topic, &decision, took);
         self.metrics.verdict(route_topic, &decision);
-        self.settlement(message, failed, &decision, now)
+        trace.decided(&decision);
+        self.settlement(message, failed, &decision, now, trace)
     }
 
     fn settlement(
@@ -316,6 +349,7 @@ impl Pipeline {
         failed: AttemptRecord,
         decision: &Decision,
         now: u64,
+        trace: &DeliveryTrace,
     ) -> Settlement {
         let again = |delay_ms, spend_attempt, failed| Settlement::Again {
             failed,
@@ -353,6 +387,7 @@ impl Pipeline {
                     },
                 );
                 envelope.retry_budget = self.holds.take(message);
+                envelope.trace = trace.dead_letter(&dlq);
                 let format = self.settings.dlq_format;
                 let envelope = match envelope.encode(format) {
                     Ok(bytes) => bytes,
@@ -448,7 +483,13 @@ impl Pipeline {
             clamps: Vec::new(),
         };
         let full = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.settlement(message, failed.clone(), &decision, now)
+            self.settlement(
+                message,
+                failed.clone(),
+                &decision,
+                now,
+                &DeliveryTrace::off(),
+            )
         }));
         match full {
             Ok(settlement @ Settlement::DeadLetter { .. }) => settlement,

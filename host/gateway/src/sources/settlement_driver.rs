@@ -36,6 +36,7 @@ use verdict_runtime::text::Clean;
 use super::settle_failures::{MAX_SETTLE_FAILURES, SettleFailures, release_delay};
 use crate::model::{Delivery, Handled, Settlement};
 use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
+use crate::telemetry::DeliveryTrace;
 
 /// Why a source did not apply a settlement.
 #[derive(Debug)]
@@ -84,6 +85,23 @@ pub(crate) type Seats = (
     tokio::sync::OwnedSemaphorePermit,
 );
 
+/// A delivery's settlement, with the spans of its attempt (settling ends them).
+#[derive(Debug)]
+pub(crate) struct Decided {
+    settlement: Settlement,
+    trace: DeliveryTrace,
+}
+
+impl From<Settlement> for Decided {
+    /// A settlement decided outside the pipeline (a panic's dead letter), without spans.
+    fn from(settlement: Settlement) -> Decided {
+        Decided {
+            settlement,
+            trace: DeliveryTrace::off(),
+        }
+    }
+}
+
 /// What became of a delivery's settlement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Settled {
@@ -121,6 +139,7 @@ enum Stopped {
 impl SettlementDriver {
     /// A driver for the source named `source` (its label in metrics and logs).
     pub(crate) fn new(source: &'static str, pipeline: Arc<Pipeline>) -> SettlementDriver {
+        pipeline.metrics().faults_from_zero(source);
         SettlementDriver {
             source,
             pipeline,
@@ -169,14 +188,16 @@ impl SettlementDriver {
         &self,
         delivery: &Delivery,
         target: Option<&Arc<RouteTarget>>,
-    ) -> Settlement {
+    ) -> Decided {
+        let trace = self.pipeline.trace(delivery);
         let processing = async {
             match target {
-                Some(target) => self.pipeline.process_held(delivery, target).await,
-                None => self.pipeline.process(delivery).await,
+                Some(target) => self.pipeline.process_held(delivery, target, &trace).await,
+                None => self.pipeline.process_traced(delivery, &trace).await,
             }
         };
-        self.guarded(delivery, processing).await
+        let settlement = self.guarded(delivery, processing).await;
+        Decided { settlement, trace }
     }
 
     /// `processing`'s settlement, or if it panicked the gateway's dead letter for
@@ -211,6 +232,29 @@ impl SettlementDriver {
     /// holds, let go before it waits to be given back; `received` is when the delivery
     /// began.
     pub(crate) async fn settle<H: Held>(
+        &self,
+        held: &mut H,
+        delivery: &Delivery,
+        decided: impl Into<Decided>,
+        seats: impl Send,
+        received: Instant,
+    ) -> Settled {
+        let Decided { settlement, trace } = decided.into();
+        trace.settling();
+        let settled = self
+            .settle_traced(held, delivery, settlement, seats, received)
+            .await;
+        let (outcome, applied) = match settled {
+            Settled::Applied(handled) => (outcome_name(handled), true),
+            Settled::ByGateway => ("dead-lettered-by-gateway", false),
+            Settled::GivenBack => ("given-back", false),
+            Settled::Fenced => ("fenced", false),
+        };
+        trace.settled(outcome, applied);
+        settled
+    }
+
+    async fn settle_traced<H: Held>(
         &self,
         held: &mut H,
         delivery: &Delivery,
@@ -351,6 +395,17 @@ impl SettlementDriver {
 }
 
 /// [`Held::apply`], a panic in it counted as a failure.
+/// What a settlement that was applied did, as traces name it.
+fn outcome_name(handled: Handled) -> &'static str {
+    match handled {
+        Handled::Delivered => "delivered",
+        Handled::Again => "retry-scheduled",
+        Handled::DeadLettered => "dead-lettered",
+        Handled::Discarded => "discarded",
+        Handled::Released => "released",
+    }
+}
+
 async fn apply_once<H: Held>(held: &mut H, settlement: Settlement) -> Result<(), Unapplied> {
     AssertUnwindSafe(held.apply(settlement))
         .catch_unwind()

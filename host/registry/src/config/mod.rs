@@ -37,6 +37,7 @@ mod kafka;
 mod secret;
 mod source_kind;
 mod storage;
+mod telemetry;
 
 pub use admin::{AdminConfig, DEFAULT_ADMIN_PORT, OpenReads};
 pub use admission::AdmissionConfig;
@@ -51,6 +52,7 @@ pub use kafka::{KafkaConfig, KafkaRetryMode, SaslConfig, SaslMechanism, topic_na
 pub use secret::Secret;
 pub use source_kind::SourceKind;
 pub use storage::StorageConfig;
+pub use telemetry::{OtlpProtocol, TelemetryConfig};
 pub use verdict_tls::TlsConfig;
 
 /// The whole file.
@@ -87,6 +89,10 @@ pub struct GatewayConfig {
     /// The Kafka source (routes with `source = "kafka"`; a build with the feature `kafka`).
     #[serde(default)]
     pub kafka: KafkaConfig,
+    /// Traces of every delivery over OTLP (off unless an endpoint is set here or in the
+    /// standard `OTEL_*` variables).
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
     /// Policy components by name.
     pub policies: BTreeMap<String, PolicyConfig>,
     /// Topic routes. `topic = ">"` is the default route (it matches every topic, least
@@ -211,6 +217,7 @@ impl GatewayConfig {
         let urls = [self.nats.url.as_str(), self.rabbitmq.url.as_str()]
             .into_iter()
             .chain(self.gateway.store.as_deref())
+            .chain(self.telemetry.endpoint.as_deref())
             .chain(consumers.map(|c| c.url.as_str()));
         for url in urls {
             verdict_runtime::redact::remember_url(url);
@@ -229,6 +236,7 @@ impl GatewayConfig {
         self.nats.resolve_paths(base);
         self.rabbitmq.resolve_paths(base);
         self.kafka = self.kafka.resolved(base);
+        self.telemetry = self.telemetry.resolved(base);
     }
 
     /// Check every consumer's TLS settings (their files read, the key matching its
@@ -409,6 +417,10 @@ impl GatewayConfig {
             ));
         }
         brokers::check(&config).map_err(|(field, message)| err(field, message))?;
+        config
+            .telemetry
+            .check()
+            .map_err(|(field, message)| err(field, message))?;
         let kafka_routes: Vec<&str> = config
             .routes
             .iter()

@@ -73,13 +73,9 @@ impl<D: Dialect> Shared<D> {
         now_ms: u64,
         note: &str,
         repair: Option<&Repair>,
+        event: &str,
     ) -> Result<Vec<String>, StoreError> {
         let headers = repair.map(Repair::headers_json).transpose()?.flatten();
-        let event = if repair.is_some() {
-            "repaired"
-        } else {
-            "replayed"
-        };
         self.transaction(|s| {
             if let Some(sql) = D::SQL.ready_begin {
                 s.batch(sql)?;

@@ -287,8 +287,9 @@ macro_rules! shared_operations {
             now_ms: u64,
             note: &str,
             repair: Option<&$crate::Repair>,
+            event: &str,
         ) -> Result<Vec<String>, $crate::StoreError> {
-            self.shared.dlq_replay(seqs, now_ms, note, repair)
+            self.shared.dlq_replay(seqs, now_ms, note, repair, event)
         }
 
         /// Discard dead letters for good, each audited with `reason`.

@@ -96,6 +96,7 @@ impl SqliteStore {
         now_ms: u64,
         note: &str,
         repair: Option<&Repair>,
+        event: &str,
     ) -> Result<Vec<String>, StoreError> {
         let headers = repair.map(Repair::headers_json).transpose()?.flatten();
         let mut conn = self.conn();
@@ -125,11 +126,6 @@ impl SqliteStore {
             // The claim loop asks the topic list for work: the topic may have been pruned.
             tx.execute("INSERT OR IGNORE INTO topics (topic) VALUES (?1)", [&topic])?;
             tx.execute("UPDATE dlq SET state = 'replayed' WHERE seq = ?1", [seq])?;
-            let event = if repair.is_some() {
-                "repaired"
-            } else {
-                "replayed"
-            };
             audit(&tx, now_ms, &id, &topic, event, note)?;
             ids.push(id);
         }

@@ -177,7 +177,7 @@ pub fn run(
                 canary,
                 canary_timeout,
                 note,
-                cancel: None,
+                ..ReplayOptions::default()
             };
             let report =
                 cli::dlq::replay(config, source, &filter.filter(), &options, |done, total| {

@@ -326,9 +326,10 @@ pub(super) async fn letter(
 async fn replay_one(
     state: &AdminState,
     filter: DlqFilter,
-    options: ReplayOptions,
+    mut options: ReplayOptions,
 ) -> Result<u64, ApiError> {
     let pipeline = crate::admin::dlq::gateway(state)?;
+    options.trace = crate::telemetry::ReplayTrace::new(pipeline.tracing().clone());
     let registry = state.registry.clone();
     crate::admin::dlq::with_dlqs(state, None, move |d| {
         let report = crate::dlq::replay(d, Some(&registry), &filter, &options, |_, _| {})?;

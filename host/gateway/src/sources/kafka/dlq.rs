@@ -38,6 +38,7 @@ use crate::dlq::{
 };
 use crate::model::{AuditRecord, REPLAY_HEADER};
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
+use crate::telemetry::ReplayTrace;
 
 /// Records one page looks at past its cursor, at most, whatever the filter.
 pub const SCAN_PER_PAGE: usize = 10_000;
@@ -600,7 +601,9 @@ fn replay_headers(
     id_header: &str,
     message_id: &str,
     token: &str,
+    traceparent: Option<&str>,
 ) -> OwnedHeaders {
+    use verdict_telemetry::propagation::{TRACEPARENT, TRACESTATE};
     let mut out = OwnedHeaders::new();
     if let Some(headers) = record.headers() {
         for h in headers.iter() {
@@ -608,13 +611,23 @@ fn replay_headers(
                 || h.key.starts_with("kafka_dlt-")
                 || h.key.starts_with(crate::sources::signed_history::PREFIX)
                 || h.key == id_header;
-            if !ours {
+            // A traced replay carries its own context, not the one the letter was made in.
+            let replaced = traceparent.is_some()
+                && (h.key.eq_ignore_ascii_case(TRACEPARENT)
+                    || h.key.eq_ignore_ascii_case(TRACESTATE));
+            if !ours && !replaced {
                 out = out.insert(Header {
                     key: h.key,
                     value: h.value,
                 });
             }
         }
+    }
+    if let Some(traceparent) = traceparent {
+        out = out.insert(Header {
+            key: TRACEPARENT,
+            value: Some(traceparent),
+        });
     }
     out.insert(Header {
         key: id_header,
@@ -690,6 +703,7 @@ impl DeadLetters for KafkaDeadLetters {
         entries: &[DlqEntry],
         note: &str,
         token: &str,
+        trace: &ReplayTrace,
     ) -> Result<Vec<String>, DlqError> {
         let id_header = self.config.id_header.clone();
         self.each(entries, "replayed", note, |entry, record| {
@@ -700,7 +714,14 @@ impl DeadLetters for KafkaDeadLetters {
                     verdict_runtime::text::one_line(&entry.topic, 128)
                 )));
             }
-            let headers = replay_headers(record, &id_header, &entry.message_id, token);
+            let traceparent = trace.replay(&entry.topic, &entry.envelope);
+            let headers = replay_headers(
+                record,
+                &id_header,
+                &entry.message_id,
+                token,
+                traceparent.as_deref(),
+            );
             self.write(
                 &entry.topic,
                 record.key(),
@@ -865,19 +886,59 @@ mod tests {
             4,
             Some(headers),
         );
-        let out = replay_headers(&record, "message-id", "m-1", "tok");
-        let names: Vec<(String, Option<Vec<u8>>)> = out
-            .iter()
-            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-            .collect();
+        let names = |out: OwnedHeaders| -> Vec<(String, Option<Vec<u8>>)> {
+            out.iter()
+                .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+                .collect()
+        };
+        let out = replay_headers(&record, "message-id", "m-1", "tok", None);
         assert_eq!(
-            names,
+            names(out),
             vec![
                 ("tenant".into(), Some(b"eu".to_vec())),
                 ("trace-bin".into(), Some(vec![0xff, 0])),
                 ("message-id".into(), Some(b"m-1".to_vec())),
                 (REPLAY_HEADER.into(), Some(b"tok".to_vec())),
             ]
+        );
+        // A traced replay: the producer's trace context gives way to the replay's.
+        let headers = record
+            .headers()
+            .unwrap()
+            .clone()
+            .insert(Header {
+                key: "TraceParent",
+                value: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            })
+            .insert(Header {
+                key: "tracestate",
+                value: Some("vendor=1"),
+            });
+        let traced = OwnedMessage::new(
+            Some(b"{}".to_vec()),
+            None,
+            "orders.DLQ".into(),
+            rdkafka::Timestamp::NotAvailable,
+            0,
+            5,
+            Some(headers),
+        );
+        let replay = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let got = names(replay_headers(
+            &traced,
+            "message-id",
+            "m-1",
+            "tok",
+            Some(replay),
+        ));
+        assert!(
+            got.contains(&("traceparent".into(), Some(replay.as_bytes().to_vec()))),
+            "{got:?}"
+        );
+        assert!(
+            !got.iter()
+                .any(|(k, _)| k == "TraceParent" || k == "tracestate"),
+            "{got:?}"
         );
     }
 }

@@ -26,6 +26,7 @@ use crate::model::AuditRecord;
 use crate::model::REPLAY_HEADER;
 use crate::model::letter_headers;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
+use crate::telemetry::ReplayTrace;
 use verdict_registry::{GatewayConfig, NatsConfig};
 
 use super::NAME;
@@ -192,13 +193,15 @@ impl NatsDeadLetters {
         e: &DlqEntry,
         note: &str,
         token: &str,
+        trace: &ReplayTrace,
     ) -> Result<bool, DlqError> {
         let seq = u64::try_from(e.seq).unwrap_or(0);
         if stream.get_raw_message(seq).await.is_err() {
             return Ok(false);
         }
         let original = &e.envelope.original;
-        let headers = replay_headers(original, &e.message_id, token);
+        let traceparent = trace.replay(&e.topic, &e.envelope);
+        let headers = replay_headers(original, &e.message_id, token, traceparent.as_deref());
         let payload = original.payload_bytes();
         self.js
             .publish_with_headers(e.topic.clone(), headers, payload.into())
@@ -283,12 +286,13 @@ impl DeadLetters for NatsDeadLetters {
         entries: &[DlqEntry],
         note: &str,
         token: &str,
+        trace: &ReplayTrace,
     ) -> Result<Vec<String>, DlqError> {
         self.runtime.block_on(async {
             let stream = self.dlq_stream().await?;
             let mut ids = Vec::new();
             for e in entries {
-                if self.replay_one(&stream, e, note, token).await? {
+                if self.replay_one(&stream, e, note, token, trace).await? {
                     ids.push(e.message_id.clone());
                 }
             }
@@ -369,10 +373,19 @@ impl DeadLetters for NatsDeadLetters {
 /// whatever the DLQ stream holds - anyone who may publish there may have written it - so a
 /// header NATS cannot carry is left out and the id and content type are made one line,
 /// rather than panicking in the client (its `insert` asserts).
-pub(crate) fn replay_headers(original: &Original, message_id: &str, token: &str) -> HeaderMap {
+pub(crate) fn replay_headers(
+    original: &Original,
+    message_id: &str,
+    token: &str,
+    traceparent: Option<&str>,
+) -> HeaderMap {
     use std::str::FromStr;
     let mut headers = HeaderMap::new();
-    for (k, v) in &original.headers {
+    let own = match traceparent {
+        Some(traceparent) => crate::telemetry::with_traceparent(&original.headers, traceparent),
+        None => original.headers.clone(),
+    };
+    for (k, v) in &own {
         let name = async_nats::HeaderName::from_str(k);
         let value = async_nats::HeaderValue::from_str(v);
         if let (Ok(name), Ok(value)) = (name, value) {
@@ -403,7 +416,7 @@ mod tests {
             "contentType": "text/plain\r\nx: 1",
         }))
         .unwrap();
-        let headers = replay_headers(&original, "m-1\r\n", "tok");
+        let headers = replay_headers(&original, "m-1\r\n", "tok", None);
         assert_eq!(headers.get("tenant").map(|v| v.as_str()), Some("eu"));
         assert!(headers.get("ok").is_none());
         // tenant, the id, the token, the content type: nothing else.

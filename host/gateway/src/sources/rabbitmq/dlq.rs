@@ -26,6 +26,7 @@ use crate::envelope::Original;
 use crate::model::AuditRecord;
 use crate::model::REPLAY_HEADER;
 use crate::store::{DlqEntry, DlqFilter, DlqStats};
+use crate::telemetry::ReplayTrace;
 use verdict_registry::SourceKind;
 use verdict_registry::{GatewayConfig, RabbitmqConfig};
 
@@ -374,11 +375,14 @@ impl DeadLetters for RabbitDeadLetters {
         entries: &[DlqEntry],
         note: &str,
         token: &str,
+        trace: &ReplayTrace,
     ) -> Result<Vec<String>, DlqError> {
         self.each(entries, async |b: &Browsed| {
             let e = &b.entry;
             let original = &e.envelope.original;
-            let properties = replay_properties(original, &e.message_id, token);
+            let traceparent = trace.replay(&e.topic, &e.envelope);
+            let properties =
+                replay_properties(original, &e.message_id, token, traceparent.as_deref());
             let payload = original.payload_bytes();
             self.topology
                 .to_queue(&e.topic, &payload, properties)
@@ -440,10 +444,15 @@ pub(crate) fn replay_properties(
     original: &Original,
     message_id: &str,
     token: &str,
+    traceparent: Option<&str>,
 ) -> BasicProperties {
     let short = |text: &str| ShortString::from(verdict_runtime::text::one_line(text, 255));
     let mut headers = FieldTable::default();
-    for (k, v) in &original.headers {
+    let own = match traceparent {
+        Some(traceparent) => crate::telemetry::with_traceparent(&original.headers, traceparent),
+        None => original.headers.clone(),
+    };
+    for (k, v) in &own {
         if let Ok(name) = ShortString::try_new(k.as_str()) {
             headers.insert(name, AMQPValue::LongString(LongString::from(v.as_str())));
         }
@@ -478,7 +487,7 @@ mod tests {
             "contentType": long,
         }))
         .unwrap();
-        let properties = replay_properties(&original, &"i".repeat(300), "tok");
+        let properties = replay_properties(&original, &"i".repeat(300), "tok", None);
         let headers = properties.headers().clone().unwrap();
         assert_eq!(headers.inner().len(), 2, "tenant and the replay token");
         assert!(headers.inner().contains_key("tenant"));
