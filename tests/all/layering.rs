@@ -6,12 +6,14 @@
 //! - `verdict-registry` (the control plane) neither: it reads files and decides;
 //! - `verdict-store` holds the databases' drivers and nothing of the network above them: no
 //!   HTTP stack, no broker client, nothing of the gateway;
+//! - `verdict-telemetry` (traces out) knows the wire to a collector and nothing of the
+//!   gateway: no store, no broker client, no control plane, no HTTP server;
 //! - `verdict-gateway` may use all of those, but not the `verdict` binary's crate.
 
 use std::process::Command;
 
 /// What the runtime and the registry must never depend on, directly or not.
-const MACHINERY: [&str; 7] = [
+const MACHINERY: [&str; 9] = [
     "tokio",
     "axum",
     "hyper",
@@ -19,6 +21,8 @@ const MACHINERY: [&str; 7] = [
     "lapin",
     "async-nats",
     "reqwest",
+    "tonic",
+    "opentelemetry_sdk",
 ];
 
 /// The crates in `package`'s dependency tree, itself included.
@@ -88,6 +92,24 @@ fn the_store_depends_on_no_http_stack_broker_client_or_layer_above_it() {
             "verdict-cli",
         ],
         "rusqlite",
+    );
+}
+
+#[test]
+fn telemetry_depends_on_nothing_of_the_gateway() {
+    assert_free_of(
+        "verdict-telemetry",
+        &[
+            "verdict-registry",
+            "verdict-store",
+            "verdict-gateway",
+            "verdict-cli",
+            "rusqlite",
+            "lapin",
+            "async-nats",
+            "axum",
+        ],
+        "opentelemetry_sdk",
     );
 }
 

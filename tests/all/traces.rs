@@ -506,3 +506,70 @@ fn on_kafka_a_message_is_traced_through_retries_the_dlq_and_replay() {
         );
     });
 }
+
+#[test]
+fn a_collector_over_tls_is_trusted_like_every_peer_on_either_protocol() {
+    let pki = verdict_tls::test_pki::Pki::new("traces-collector");
+    let leaf = pki.server("collector", &["localhost"]);
+    let server = verdict_tls::server_config("collector", &leaf.cert, &leaf.key, None).unwrap();
+    for grpc in [false, true] {
+        let dir = scratch_dir(&format!("traces-tls-{grpc}"));
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let receiver = Receiver::start_tls(&runtime, server.clone());
+        let consumer = Recording::start(&runtime);
+        consumer.healthy.store(true, Ordering::SeqCst);
+        let config = telemetry(config(&consumer), &receiver, grpc).merge(
+            "telemetry",
+            &format!("tls = {{ ca_file = {:?} }}\n", pki.ca_file()),
+        );
+        let gw = config.start_on(runtime, &dir, "trace-token");
+        gw.wait_ready();
+        let _: Value = gw
+            .admin
+            .post(
+                "/v1/topics/orders/messages",
+                &json!({"id": "m-tls", "payload": 1}),
+            )
+            .unwrap();
+        let spans = receiver.wait_for(Duration::from_secs(30), |s| {
+            s.iter().any(|s| s.kind == kind::CONSUMER)
+        });
+        let process = spans
+            .iter()
+            .find(|s| s.kind == kind::CONSUMER)
+            .unwrap_or_else(|| panic!("grpc {grpc}: no span over TLS"));
+        assert_eq!(process.attributes["verdict.outcome"], "delivered");
+        assert_eq!(process.transport, if grpc { "grpc" } else { "http" });
+    }
+
+    // A collector whose certificate the gateway's CA did not sign gets nothing; the
+    // message is delivered all the same.
+    let stranger = verdict_tls::test_pki::Pki::new("traces-stranger");
+    let dir = scratch_dir("traces-tls-refused");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let receiver = Receiver::start_tls(&runtime, server);
+    let consumer = Recording::start(&runtime);
+    consumer.healthy.store(true, Ordering::SeqCst);
+    let config = telemetry(config(&consumer), &receiver, false).merge(
+        "telemetry",
+        &format!("tls = {{ ca_file = {:?} }}\n", stranger.ca_file()),
+    );
+    let gw = config.start_on(runtime, &dir, "trace-token");
+    let _: Value = gw
+        .admin
+        .post(
+            "/v1/topics/orders/messages",
+            &json!({"id": "m-x", "payload": 1}),
+        )
+        .unwrap();
+    assert!(wait(Duration::from_secs(20), || consumer.seen().len() == 1));
+    let failed = wait(Duration::from_secs(20), || {
+        gw.anonymous
+            .get_text("/metrics")
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with("verdict_trace_exports_failed_total ") && !l.ends_with(" 0"))
+    });
+    assert!(failed, "the refused exports are counted");
+    assert!(receiver.spans().is_empty(), "{:?}", receiver.spans());
+}

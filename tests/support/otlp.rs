@@ -138,9 +138,65 @@ impl TraceService for Grpc {
     }
 }
 
+/// A TLS connection the gRPC server serves.
+struct TlsConnection(tokio_rustls::server::TlsStream<tokio::net::TcpStream>);
+
+impl tonic::transport::server::Connected for TlsConnection {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl tokio::io::AsyncRead for TlsConnection {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for TlsConnection {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
 impl Receiver {
-    /// Start both listeners on `runtime`.
+    /// Start both listeners on `runtime`, in plaintext.
     pub fn start(runtime: &tokio::runtime::Runtime) -> Receiver {
+        Self::start_with(runtime, None)
+    }
+
+    /// Start both listeners on `runtime`, over TLS with `tls` (its URLs `https://`): the
+    /// gRPC one agrees on HTTP/2 in the handshake.
+    pub fn start_tls(
+        runtime: &tokio::runtime::Runtime,
+        tls: Arc<rustls::ServerConfig>,
+    ) -> Receiver {
+        Self::start_with(runtime, Some(tls))
+    }
+
+    fn start_with(
+        runtime: &tokio::runtime::Runtime,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> Receiver {
         let spans: Spans = Arc::default();
         let export_headers: Arc<Mutex<Vec<BTreeMap<String, String>>>> = Arc::default();
         let http = runtime
@@ -176,21 +232,65 @@ impl Receiver {
                 },
             ),
         );
-        runtime.spawn(async move { axum::serve(http, router).await });
+        match &tls {
+            None => {
+                runtime.spawn(async move { axum::serve(http, router).await });
+            }
+            Some(tls) => {
+                let _runtime = runtime.enter();
+                let listener =
+                    verdict_gateway::admin::tls::TlsListener::new(http, tls.clone()).unwrap();
+                runtime.spawn(async move { axum::serve(listener, router).await });
+            }
+        }
         let grpc = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .expect("binding the OTLP/gRPC receiver");
         let grpc_addr: SocketAddr = grpc.local_addr().unwrap();
         let service = TraceServiceServer::new(Grpc(spans.clone()));
-        runtime.spawn(async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tokio_stream_of(grpc))
-                .await
-        });
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        match tls {
+            None => {
+                runtime.spawn(async move {
+                    tonic::transport::Server::builder()
+                        .add_service(service)
+                        .serve_with_incoming(tokio_stream_of(grpc))
+                        .await
+                });
+            }
+            Some(tls) => {
+                let mut h2 = rustls::ServerConfig::clone(&tls);
+                h2.alpn_protocols = vec![b"h2".to_vec()];
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(h2));
+                let incoming =
+                    futures_util::StreamExt::filter_map(tokio_stream_of(grpc), move |tcp| {
+                        let acceptor = acceptor.clone();
+                        async move {
+                            // A handshake that fails is that client's problem, not the server's.
+                            acceptor
+                                .accept(tcp.ok()?)
+                                .await
+                                .ok()
+                                .map(|s| Ok::<_, std::io::Error>(TlsConnection(s)))
+                        }
+                    });
+                runtime.spawn(async move {
+                    tonic::transport::Server::builder()
+                        .add_service(service)
+                        .serve_with_incoming(incoming)
+                        .await
+                });
+            }
+        }
+        // A certificate names a host; plaintext keeps to the address.
+        let host = if scheme == "https" {
+            "localhost"
+        } else {
+            "127.0.0.1"
+        };
         Receiver {
-            http_url: format!("http://{http_addr}"),
-            grpc_url: format!("http://{grpc_addr}"),
+            http_url: format!("{scheme}://{host}:{}", http_addr.port()),
+            grpc_url: format!("{scheme}://{host}:{}", grpc_addr.port()),
             spans,
             export_headers,
         }

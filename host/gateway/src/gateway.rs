@@ -145,23 +145,33 @@ impl Gateway {
 
     /// Wait until the server stops (after `shutdown` completes).
     pub async fn wait(self) -> Result<(), GatewayError> {
-        self.server
+        let stopped = Self::stopped(self.server, self.deliveries).await;
+        if let Some(telemetry) = self.telemetry {
+            // The last spans, exported before the process ends (whatever else went wrong);
+            // the export itself runs on this runtime, so the wait must not hold one of its
+            // workers.
+            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
+        }
+        stopped
+    }
+
+    /// Until the admin server and every source have stopped.
+    async fn stopped(
+        server: tokio::task::JoinHandle<std::io::Result<()>>,
+        deliveries: Vec<tokio::task::JoinHandle<()>>,
+    ) -> Result<(), GatewayError> {
+        server
             .await
             .map_err(|source| GatewayError::Task {
                 what: "the admin server",
                 source,
             })?
             .map_err(GatewayError::Serve)?;
-        for task in self.deliveries {
+        for task in deliveries {
             task.await.map_err(|source| GatewayError::Task {
                 what: "a source",
                 source,
             })?;
-        }
-        if let Some(telemetry) = self.telemetry {
-            // The last spans, exported before the process ends; the export itself runs on
-            // this runtime, so the wait must not hold one of its workers.
-            let _ = tokio::task::spawn_blocking(move || telemetry.shutdown()).await;
         }
         Ok(())
     }

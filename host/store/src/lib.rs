@@ -343,29 +343,34 @@ impl Store {
         now_ms: u64,
         note: &str,
     ) -> Result<Vec<String>, StoreError> {
-        on_backend!(self, s => s.dlq_replay(seqs, now_ms, note, None, "replayed"))
+        let items: Vec<(i64, Option<&Repair>)> = seqs.iter().map(|&seq| (seq, None)).collect();
+        on_backend!(self, s => s.dlq_replay(&items, now_ms, note, "replayed"))
     }
 
-    /// Put dead letter `seq` back for delivery as [`Store::dlq_replay`] does, its message
-    /// carrying `headers` from now on (all of them: the replay's trace context among the
-    /// message's own), audited as `replayed` with `note`. The message id, or `None` when `seq`
-    /// is no longer in a DLQ.
+    /// Put dead letters back for delivery as [`Store::dlq_replay`] does (in one
+    /// transaction), each message carrying the headers given with its letter from now on
+    /// (all of them: the replay's trace context among the message's own), audited as
+    /// `replayed` with `note`; the ids put back.
     pub fn dlq_replay_with_headers(
         &self,
-        seq: i64,
-        headers: std::collections::BTreeMap<String, String>,
+        letters: &[(i64, std::collections::BTreeMap<String, String>)],
         now_ms: u64,
         note: &str,
-    ) -> Result<Option<String>, StoreError> {
-        let repair = Repair {
-            payload: None,
-            content_type: None,
-            headers: Some(headers),
-        };
-        Ok(
-            on_backend!(self, s => s.dlq_replay(&[seq], now_ms, note, Some(&repair), "replayed"))?
-                .pop(),
-        )
+    ) -> Result<Vec<String>, StoreError> {
+        let repairs: Vec<(i64, Repair)> = letters
+            .iter()
+            .map(|(seq, headers)| {
+                let repair = Repair {
+                    payload: None,
+                    content_type: None,
+                    headers: Some(headers.clone()),
+                };
+                (*seq, repair)
+            })
+            .collect();
+        let items: Vec<(i64, Option<&Repair>)> =
+            repairs.iter().map(|(seq, r)| (*seq, Some(r))).collect();
+        on_backend!(self, s => s.dlq_replay(&items, now_ms, note, "replayed"))
     }
 
     /// Put dead letter `seq` back for delivery with `repair` applied to its message, as
@@ -379,10 +384,8 @@ impl Store {
         now_ms: u64,
         detail: &str,
     ) -> Result<Option<String>, StoreError> {
-        Ok(
-            on_backend!(self, s => s.dlq_replay(&[seq], now_ms, detail, Some(repair), "repaired"))?
-                .pop(),
-        )
+        let items = [(seq, Some(repair))];
+        Ok(on_backend!(self, s => s.dlq_replay(&items, now_ms, detail, "repaired"))?.pop())
     }
 
     /// Discard dead letters for good, each audited with `reason`; how many.

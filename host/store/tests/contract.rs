@@ -732,6 +732,48 @@ fn a_repaired_dead_letter_is_delivered_as_edited(b: &dyn Backend) {
     assert_eq!(store.dlq_repair(seq, &repair, 400, "again").unwrap(), None);
 }
 
+fn a_traced_replay_puts_letters_back_with_their_new_headers_in_one_go(b: &dyn Backend) {
+    let store = b.open();
+    store
+        .publish(&[message("t0", "orders"), message("t1", "orders")], 0)
+        .unwrap();
+    for c in store.claim(10, &want("orders", 2), 60_000).unwrap() {
+        let id = c.delivery.id.clone();
+        settle_one(&store, c.seq, c.lease, &dead_letter(&id, 100), 100).unwrap();
+    }
+    let letters: Vec<(i64, std::collections::BTreeMap<String, String>)> = store
+        .dlq_list(&DlqFilter::default(), 1_000)
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let traceparent = format!("00-{:032x}-{:016x}-01", e.seq + 1, e.seq + 1);
+            (e.seq, [("traceparent".to_string(), traceparent)].into())
+        })
+        .collect();
+    assert_eq!(letters.len(), 2);
+    assert_eq!(
+        store
+            .dlq_replay_with_headers(&letters, 200, "traced")
+            .unwrap(),
+        ["t0", "t1"]
+    );
+    assert_eq!(store.audit_count("replayed").unwrap(), 2);
+    assert_eq!(store.audit_count("repaired").unwrap(), 0);
+    let mut again = store.claim(300, &want("orders", 2), 60_000).unwrap();
+    again.sort_by(|a, b| a.delivery.id.cmp(&b.delivery.id));
+    for (claimed, (_, headers)) in again.iter().zip(&letters) {
+        assert_eq!(&claimed.delivery.headers, headers, "{:?}", claimed.delivery);
+        assert_eq!(claimed.delivery.attempts_spent, 0);
+    }
+    assert!(
+        store
+            .dlq_replay_with_headers(&letters, 400, "again")
+            .unwrap()
+            .is_empty(),
+        "a letter is replayed once"
+    );
+}
+
 fn retention_prunes_what_is_settled_and_keeps_what_is_not(b: &dyn Backend) {
     let store = b.open();
     let msgs: Vec<NewMessage> = (0..5)
@@ -863,6 +905,7 @@ contract!(
     dlq_filters_for_group_actions,
     a_cut_off_leaves_letters_dead_lettered_after_it,
     a_repaired_dead_letter_is_delivered_as_edited,
+    a_traced_replay_puts_letters_back_with_their_new_headers_in_one_go,
     retention_prunes_what_is_settled_and_keeps_what_is_not,
     a_gateway_that_went_away_loses_nothing,
     competing_claims_never_take_the_same_message,

@@ -110,10 +110,14 @@ pub(crate) fn exporter(
 ) -> Result<OnRuntime, StartError> {
     let tls = settings
         .tls
-        .client_config("telemetry.tls")
+        .client_config(&settings.tls_from)
         .map_err(|e| StartError::Tls(e.to_string()))?;
     let build = |e: opentelemetry_otlp::ExporterBuildError| StartError::Exporter {
-        endpoint: verdict_runtime::text::redact_urls(&settings.endpoint),
+        endpoint: format!(
+            "{} ({})",
+            verdict_runtime::text::redact_urls(&settings.endpoint),
+            settings.endpoint_from
+        ),
         message: e.to_string(),
     };
     let inner = match settings.protocol {

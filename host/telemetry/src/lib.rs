@@ -18,9 +18,9 @@
 //! # Ok::<(), verdict_telemetry::SettingsError>(())
 //! ```
 //!
-//! Exports are best effort: spans wait in a bounded queue and are dropped, counted and
-//! warned about, when the collector cannot take them; a delivery never waits for a
-//! collector.
+//! Exports are best effort: spans wait in a bounded queue; a batch the collector cannot
+//! take is dropped, counted ([`ExportCounts`]) and warned about at most once a minute, and a
+//! span that finds the queue full is dropped. A delivery never waits for a collector.
 
 mod export;
 mod grpc;

@@ -96,8 +96,9 @@ pub struct Settings {
     pub endpoint_from: String,
     /// The transport.
     pub protocol: Protocol,
-    /// Headers (or gRPC metadata) sent with every export, besides the ones
-    /// `OTEL_EXPORTER_OTLP_HEADERS` / `OTEL_EXPORTER_OTLP_TRACES_HEADERS` add.
+    /// Headers (or gRPC metadata) sent with every export. The exporter adds the ones
+    /// `OTEL_EXPORTER_OTLP_TRACES_HEADERS` (else `OTEL_EXPORTER_OTLP_HEADERS`) names, whose
+    /// value wins for a name both give.
     pub headers: Vec<(String, String)>,
     /// How long one export may take.
     pub timeout: Duration,
@@ -110,6 +111,8 @@ pub struct Settings {
     pub batch_delay: Option<Duration>,
     /// TLS to an `https://` endpoint.
     pub tls: TlsConfig,
+    /// Where the TLS settings came from, for errors.
+    pub tls_from: String,
 }
 
 /// A setting that cannot be used, named.
@@ -158,6 +161,21 @@ impl Settings {
                     return Ok(None);
                 }
             }
+        }
+        // Off unless something names a collector: the other variables are then none of this
+        // process's business (a shared environment may hold values meant for other SDKs).
+        let named = requested.endpoint.is_some()
+            || requested.enabled == Some(true)
+            || first(
+                env,
+                &[
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "OTEL_EXPORTER_OTLP_ENDPOINT",
+                ],
+            )
+            .is_some();
+        if !named {
+            return Ok(None);
         }
         if let Some((name, exporter)) = var(env, "OTEL_TRACES_EXPORTER") {
             match exporter.as_str() {
@@ -259,6 +277,12 @@ impl Settings {
             .unwrap_or_else(|| "verdict".to_string());
         let sampling = sampling(requested, env)?;
         let batch_delay = requested.batch_delay_ms.map(Duration::from_millis);
+        let tls_from = if requested.tls.is_some() {
+            "telemetry.tls"
+        } else {
+            "OTEL_EXPORTER_OTLP_CERTIFICATE"
+        }
+        .to_string();
         let tls = match &requested.tls {
             Some(tls) => tls.clone(),
             None => TlsConfig {
@@ -299,6 +323,7 @@ impl Settings {
             sampling,
             batch_delay,
             tls,
+            tls_from,
         }))
     }
 }
@@ -346,15 +371,18 @@ fn endpoint(
         ));
     }
     verdict_runtime::redact::remember_url(&url);
-    let url = match protocol {
-        Protocol::HttpProtobuf if base && (parsed.path().is_empty() || parsed.path() == "/") => {
-            format!("{}/v1/traces", url.trim_end_matches('/'))
-        }
-        Protocol::HttpProtobuf if base && from != "telemetry.endpoint" => {
-            format!("{}/v1/traces", url.trim_end_matches('/'))
-        }
-        _ => url,
-    };
+    // The file's URL with a path is the operator's full traces URL; a base URL (the
+    // standard variable's always is) gets the signal's path, on the parsed URL so a query
+    // stays a query.
+    let append = protocol == Protocol::HttpProtobuf
+        && base
+        && (from != "telemetry.endpoint" || parsed.path().is_empty() || parsed.path() == "/");
+    let mut parsed = parsed;
+    if append {
+        let path = format!("{}/v1/traces", parsed.path().trim_end_matches('/'));
+        parsed.set_path(&path);
+    }
+    let url = if append { parsed.to_string() } else { url };
     Ok(Some((from, url)))
 }
 
@@ -467,6 +495,13 @@ mod tests {
             ("OTEL_TRACES_EXPORTER", "none"),
         ];
         assert_eq!(resolve(&Requested::default(), &none), Ok(None));
+        // Values meant for other SDKs in a shared environment do not matter while off.
+        let others = [
+            ("OTEL_TRACES_EXPORTER", "console"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json"),
+            ("OTEL_TRACES_SAMPLER", "xray"),
+        ];
+        assert_eq!(resolve(&Requested::default(), &others), Ok(None));
         let off = Requested {
             enabled: Some(false),
             endpoint: Some("http://c:4318".into()),

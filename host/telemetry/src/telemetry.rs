@@ -106,10 +106,12 @@ impl Telemetry {
         &self.counts
     }
 
-    /// Export what is finished and stop. Blocks (up to the export timeout): call it from a
-    /// blocking thread, never from the runtime's workers, which the export itself needs.
+    /// Export what is finished and stop. Blocks (up to the export timeout and a second):
+    /// call it from a blocking thread, never from the runtime's workers, which the export
+    /// itself needs.
     pub fn shutdown(&self) {
-        if let Err(e) = self.provider.shutdown() {
+        let limit = self.settings.timeout + Duration::from_secs(1);
+        if let Err(e) = self.provider.shutdown_with_timeout(limit) {
             tracing::warn!(error = %e, "traces still queued at shutdown could not all be exported");
         }
     }

@@ -197,14 +197,22 @@ pub fn replay(
     };
     // A replay starts a trace per message, as the gateway's own replays do, when the config
     // (or the OTEL_* variables) export traces; the spans leave before the command ends.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()?;
-    let telemetry = if options.dry_run {
-        None
-    } else {
-        verdict_gateway::telemetry::start(&config.telemetry, runtime.handle().clone())?
+    let traced =
+        !options.dry_run && verdict_gateway::telemetry::settings(&config.telemetry)?.is_some();
+    let runtime = match traced {
+        true => Some(
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()?,
+        ),
+        false => None,
+    };
+    let telemetry = match &runtime {
+        Some(runtime) => {
+            verdict_gateway::telemetry::start(&config.telemetry, runtime.handle().clone())?
+        }
+        None => None,
     };
     let mut options = options.clone();
     if let Some(telemetry) = &telemetry {

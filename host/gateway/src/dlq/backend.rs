@@ -371,16 +371,21 @@ impl DeadLetters for Store {
             let seqs: Vec<i64> = entries.iter().map(|e| e.seq).collect();
             return Ok(self.dlq_replay(&seqs, self.now_ms(), note)?);
         }
-        // Traced, each message is put back carrying its replay's trace context.
-        let mut ids = Vec::new();
-        for e in entries {
-            let headers = match trace.replay(&e.topic, &e.envelope) {
-                Some(traceparent) => with_traceparent(&e.envelope.original.headers, &traceparent),
-                None => e.envelope.original.headers.clone(),
-            };
-            ids.extend(self.dlq_replay_with_headers(e.seq, headers, self.now_ms(), note)?);
-        }
-        Ok(ids)
+        // Traced, each message is put back carrying its replay's trace context (in one
+        // transaction, like an untraced replay).
+        let letters: Vec<(i64, BTreeMap<String, String>)> = entries
+            .iter()
+            .map(|e| {
+                let headers = match trace.replay(&e.topic, &e.envelope) {
+                    Some(traceparent) => {
+                        with_traceparent(&e.envelope.original.headers, &traceparent)
+                    }
+                    None => e.envelope.original.headers.clone(),
+                };
+                (e.seq, headers)
+            })
+            .collect();
+        Ok(self.dlq_replay_with_headers(&letters, self.now_ms(), note)?)
     }
 
     fn discard(&self, entries: &[DlqEntry], reason: &str) -> Result<u64, DlqError> {

@@ -54,6 +54,15 @@ pub enum SettleFault {
 }
 
 impl SettleFault {
+    /// Every fault, for the series that start at zero.
+    const ALL: [SettleFault; 5] = [
+        SettleFault::LeaseLost,
+        SettleFault::Panic,
+        SettleFault::Released,
+        SettleFault::FallbackDeadLetter,
+        SettleFault::RouteRemoved,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             SettleFault::LeaseLost => "lease-lost",
@@ -185,13 +194,7 @@ impl PipelineMetrics {
     /// Every settlement-fault series of `source` at zero: a fault that never happened reads
     /// 0 in a rate or an alert, not "no data".
     pub(crate) fn faults_from_zero(&self, source: &'static str) {
-        for fault in [
-            SettleFault::LeaseLost,
-            SettleFault::Panic,
-            SettleFault::Released,
-            SettleFault::FallbackDeadLetter,
-            SettleFault::RouteRemoved,
-        ] {
+        for fault in SettleFault::ALL {
             let _ = self
                 .faults
                 .get_or_create(&[("source", source), ("reason", fault.name())]);

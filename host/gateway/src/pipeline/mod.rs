@@ -193,7 +193,7 @@ impl Pipeline {
         trace: &DeliveryTrace,
     ) -> Settlement {
         let Some(target) = self.route_target(&message.topic) else {
-            return self.route_removed(message);
+            return self.route_removed(message, trace);
         };
         let Ok(_slot) = target.slots.acquire().await else {
             return Settlement::Release {
@@ -415,7 +415,7 @@ impl Pipeline {
     }
 
     /// A message whose route is gone: the gateway's own dead letter, kind `route.removed`.
-    pub(crate) fn route_removed(&self, message: &Delivery) -> Settlement {
+    pub(crate) fn route_removed(&self, message: &Delivery, trace: &DeliveryTrace) -> Settlement {
         use verdict_runtime::text::Clean;
         self.metrics
             .fault(message.source, SettleFault::RouteRemoved);
@@ -434,6 +434,7 @@ impl Pipeline {
                  or lost its consumer while the message waited"
             ),
             None,
+            trace,
         )
     }
 
@@ -441,14 +442,20 @@ impl Pipeline {
     /// settled the normal way (processing panicked, or settling failed too often): class
     /// `unknown`, kind `gateway.fault`, the cause as the reason, the gateway as the policy.
     /// Never panics: if even the full envelope cannot be built, a minimal JSON one is.
-    pub(crate) fn fallback_dead_letter(&self, message: &Delivery, cause: &str) -> Settlement {
+    /// The dead letter is a span of `trace` like any other.
+    pub(crate) fn fallback_dead_letter(
+        &self,
+        message: &Delivery,
+        cause: &str,
+        trace: &DeliveryTrace,
+    ) -> Settlement {
         let cause =
             verdict_runtime::text::one_line(cause, verdict_runtime::text::MAX_MESSAGE_BYTES);
         let reason = format!("the gateway could not settle this message: {cause}");
         let fault = verdict_runtime::Fault::Trap {
             message: cause.clone(),
         };
-        self.gateway_dead_letter(message, "gateway.fault", &reason, Some(fault))
+        self.gateway_dead_letter(message, "gateway.fault", &reason, Some(fault), trace)
     }
 
     /// A dead letter of class `unknown` decided by the gateway itself (the gateway as the
@@ -459,6 +466,7 @@ impl Pipeline {
         kind: &str,
         reason: &str,
         fault: Option<verdict_runtime::Fault>,
+        trace: &DeliveryTrace,
     ) -> Settlement {
         let now = self.store.now_ms();
         let reason = reason.to_string();
@@ -483,13 +491,7 @@ impl Pipeline {
             clamps: Vec::new(),
         };
         let full = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.settlement(
-                message,
-                failed.clone(),
-                &decision,
-                now,
-                &DeliveryTrace::off(),
-            )
+            self.settlement(message, failed.clone(), &decision, now, trace)
         }));
         match full {
             Ok(settlement @ Settlement::DeadLetter { .. }) => settlement,

@@ -196,26 +196,32 @@ impl SettlementDriver {
                 None => self.pipeline.process_traced(delivery, &trace).await,
             }
         };
-        let settlement = self.guarded(delivery, processing).await;
+        let settlement = self.guarded(delivery, processing, &trace).await;
         Decided { settlement, trace }
     }
 
     /// `processing`'s settlement, or if it panicked the gateway's dead letter for
-    /// `delivery`.
+    /// `delivery` (a span of `trace`).
     pub(crate) async fn guarded(
         &self,
         delivery: &Delivery,
         processing: impl Future<Output = Settlement>,
+        trace: &DeliveryTrace,
     ) -> Settlement {
         match AssertUnwindSafe(processing).catch_unwind().await {
             Ok(settlement) => settlement,
-            Err(panic) => self.panicked(delivery, &super::panic_text(&*panic)),
+            Err(panic) => self.panicked(delivery, &super::panic_text(&*panic), trace),
         }
     }
 
     /// Handling `delivery` panicked with `cause`: counted, logged, and the gateway's dead
-    /// letter for it, to be settled like any other.
-    pub(crate) fn panicked(&self, delivery: &Delivery, cause: &str) -> Settlement {
+    /// letter for it (a span of `trace`), to be settled like any other.
+    pub(crate) fn panicked(
+        &self,
+        delivery: &Delivery,
+        cause: &str,
+        trace: &DeliveryTrace,
+    ) -> Settlement {
         self.pipeline
             .metrics()
             .fault(self.source, SettleFault::Panic);
@@ -225,7 +231,7 @@ impl SettlementDriver {
             cause = %Clean(cause),
             "handling a delivery panicked; dead-lettering the message"
         );
-        self.pipeline.fallback_dead_letter(delivery, cause)
+        self.pipeline.fallback_dead_letter(delivery, cause, trace)
     }
 
     /// Apply `settlement` to the message `held` holds. `seats` are the delivery slots it
@@ -242,15 +248,15 @@ impl SettlementDriver {
         let Decided { settlement, trace } = decided.into();
         trace.settling();
         let settled = self
-            .settle_traced(held, delivery, settlement, seats, received)
+            .settle_traced(held, delivery, settlement, seats, received, &trace)
             .await;
-        let (outcome, applied) = match settled {
-            Settled::Applied(handled) => (outcome_name(handled), true),
-            Settled::ByGateway => ("dead-lettered-by-gateway", false),
-            Settled::GivenBack => ("given-back", false),
-            Settled::Fenced => ("fenced", false),
+        let (outcome, applied, letter_written) = match settled {
+            Settled::Applied(handled) => (outcome_name(handled), true, true),
+            Settled::ByGateway => ("dead-lettered-by-gateway", false, true),
+            Settled::GivenBack => ("given-back", false, false),
+            Settled::Fenced => ("fenced", false, false),
         };
-        trace.settled(outcome, applied);
+        trace.settled(outcome, applied, letter_written);
         settled
     }
 
@@ -261,6 +267,7 @@ impl SettlementDriver {
         settlement: Settlement,
         seats: impl Send,
         received: Instant,
+        trace: &DeliveryTrace,
     ) -> Settled {
         let handled = settlement.handled();
         match self.apply_while_held(held, settlement).await {
@@ -298,7 +305,8 @@ impl SettlementDriver {
                 Settled::Fenced
             }
             Err(Stopped::Failed(error)) => {
-                self.failed(held, delivery, &error, seats, received).await
+                self.failed(held, delivery, &error, seats, received, trace)
+                    .await
             }
         }
     }
@@ -349,7 +357,8 @@ impl SettlementDriver {
     /// A settlement could not be applied: give the message back at once, until the
     /// [`MAX_SETTLE_FAILURES`]th failure in a row; at that one dead-letter it through the
     /// gateway's fallback; when even that fails, give it back at the bounded rate of
-    /// [`release_delay`].
+    /// [`release_delay`]. The gateway's dead letter is a span of `trace`, in place of the
+    /// policy's that could not be written.
     async fn failed<H: Held>(
         &self,
         held: &mut H,
@@ -357,12 +366,13 @@ impl SettlementDriver {
         error: &str,
         seats: impl Send,
         received: Instant,
+        trace: &DeliveryTrace,
     ) -> Settled {
         let key = held.failure_key();
         let failed = self.failures.failed(&key);
         let metrics = self.pipeline.metrics();
         if failed >= MAX_SETTLE_FAILURES {
-            let letter = self.pipeline.fallback_dead_letter(delivery, error);
+            let letter = self.pipeline.fallback_dead_letter(delivery, error, trace);
             if apply_once(held, letter).await.is_ok() {
                 self.failures.settled(&key);
                 metrics.fault(self.source, SettleFault::FallbackDeadLetter);
@@ -394,7 +404,6 @@ impl SettlementDriver {
     }
 }
 
-/// [`Held::apply`], a panic in it counted as a failure.
 /// What a settlement that was applied did, as traces name it.
 fn outcome_name(handled: Handled) -> &'static str {
     match handled {
@@ -406,6 +415,7 @@ fn outcome_name(handled: Handled) -> &'static str {
     }
 }
 
+/// [`Held::apply`], a panic in it counted as a failure.
 async fn apply_once<H: Held>(held: &mut H, settlement: Settlement) -> Result<(), Unapplied> {
     AssertUnwindSafe(held.apply(settlement))
         .catch_unwind()
@@ -568,7 +578,11 @@ mod tests {
         let (pipeline, _dir) = pipeline();
         let driver = SettlementDriver::new(SOURCE, pipeline.clone());
         let settlement = driver
-            .guarded(&delivery(), async { panic!("a bug in processing") })
+            .guarded(
+                &delivery(),
+                async { panic!("a bug in processing") },
+                &DeliveryTrace::off(),
+            )
             .await;
         let Settlement::DeadLetter { failed, letter } = &settlement else {
             panic!("{settlement:?}");

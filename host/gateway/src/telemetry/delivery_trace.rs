@@ -233,9 +233,9 @@ impl DeliveryTrace {
     }
 
     /// Settled: `outcome` says how (`delivered`, `retry-scheduled`, `dead-lettered`, ...),
-    /// `applied` whether the outcome the policy chose was written. Every span of the
-    /// attempt ends.
-    pub(crate) fn settled(&self, outcome: &'static str, applied: bool) {
+    /// `applied` whether the outcome the policy chose was written, `letter_written` whether
+    /// the dead letter (if one) was. Every span of the attempt ends.
+    pub(crate) fn settled(&self, outcome: &'static str, applied: bool, letter_written: bool) {
         let Some(active) = &self.0 else {
             return;
         };
@@ -259,7 +259,7 @@ impl DeliveryTrace {
             .unwrap_or_else(PoisonError::into_inner)
             .take()
         {
-            if !applied {
+            if !letter_written {
                 letter.span().set_status(Status::error(outcome));
             }
             letter.span().end();

@@ -11,14 +11,28 @@ pub struct StartError(String);
 /// What `config` and the process's environment ask of telemetry, resolved and checked
 /// (secrets read); `None` when it is off. `verdict check` shows it.
 pub fn settings(config: &TelemetryConfig) -> Result<Option<Settings>, StartError> {
-    let mut headers = Vec::new();
+    let env = |name: &str| std::env::var(name).ok();
+    // Whether telemetry is on at all, before any secret is read: a gateway with traces off
+    // must not need the collector's key.
+    let mut requested = requested(config, Vec::new());
+    if Settings::resolve(&requested, &env)
+        .map_err(|e| StartError(e.to_string()))?
+        .is_none()
+    {
+        return Ok(None);
+    }
     for (name, secret) in &config.headers {
         let value = secret
             .read()
             .map_err(|e| StartError(format!("telemetry.headers.{name}: {e}")))?;
-        headers.push((name.clone(), value));
+        requested.headers.push((name.clone(), value));
     }
-    let requested = Requested {
+    Settings::resolve(&requested, &env).map_err(|e| StartError(e.to_string()))
+}
+
+/// What the file asks, with `headers` as the export headers.
+fn requested(config: &TelemetryConfig, headers: Vec<(String, String)>) -> Requested {
+    Requested {
         enabled: config.enabled,
         endpoint: config.endpoint.clone(),
         protocol: config.protocol.map(|p| match p {
@@ -31,9 +45,7 @@ pub fn settings(config: &TelemetryConfig) -> Result<Option<Settings>, StartError
         sample_ratio: config.sample_ratio,
         batch_delay_ms: config.batch_delay_ms,
         tls: config.tls.clone(),
-    };
-    Settings::resolve(&requested, &|name| std::env::var(name).ok())
-        .map_err(|e| StartError(e.to_string()))
+    }
 }
 
 /// Telemetry as `config` and the environment describe it, started on `runtime`; `None`

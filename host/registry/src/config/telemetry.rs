@@ -37,8 +37,8 @@ pub enum OtlpProtocol {
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// `false` turns traces off whatever the environment says; `true` turns them on, to
-    /// `http://localhost:4318` when no endpoint is set anywhere. Unset: on when an endpoint is
-    /// known.
+    /// `http://localhost:4318` (`grpc`: `:4317`) when no endpoint is set anywhere. Unset: on
+    /// when an endpoint is known.
     #[serde(default)]
     pub enabled: Option<bool>,
     /// The collector: for `http/protobuf` its base URL (`/v1/traces` is added when the URL
@@ -97,6 +97,12 @@ impl TelemetryConfig {
         }
         if self.timeout_ms == Some(0) {
             return Err(("telemetry.timeout_ms".into(), "must be at least 1".into()));
+        }
+        if self.batch_delay_ms == Some(0) {
+            return Err((
+                "telemetry.batch_delay_ms".into(),
+                "must be at least 1 (milliseconds finished spans wait to leave together)".into(),
+            ));
         }
         if let Some(endpoint) = &self.endpoint {
             let parsed = url::Url::parse(endpoint).map_err(|e| {

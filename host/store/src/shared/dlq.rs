@@ -69,20 +69,27 @@ impl<D: Dialect> Shared<D> {
     /// `repair`, what an operator changed); the ids put back.
     pub(crate) fn dlq_replay(
         &self,
-        seqs: &[i64],
+        items: &[(i64, Option<&Repair>)],
         now_ms: u64,
         note: &str,
-        repair: Option<&Repair>,
         event: &str,
     ) -> Result<Vec<String>, StoreError> {
-        let headers = repair.map(Repair::headers_json).transpose()?.flatten();
+        let headers: Vec<Option<String>> = items
+            .iter()
+            .map(|(_, repair)| {
+                repair
+                    .map(Repair::headers_json)
+                    .transpose()
+                    .map(Option::flatten)
+            })
+            .collect::<Result<_, _>>()?;
         self.transaction(|s| {
             if let Some(sql) = D::SQL.ready_begin {
                 s.batch(sql)?;
             }
             let now = clamp_ms(now_ms);
             let mut ids = Vec::new();
-            for &seq in seqs {
+            for (&(seq, repair), headers) in items.iter().zip(&headers) {
                 // Taking the entry with its row lock: two operators replaying the same
                 // letter put it back once.
                 let Some((message_seq, id, topic)) = take::<D>(s, seq, "replayed")? else {

@@ -283,13 +283,12 @@ macro_rules! shared_operations {
         /// Put dead letters back as ready messages with their attempts reset.
         pub fn dlq_replay(
             &self,
-            seqs: &[i64],
+            items: &[(i64, Option<&$crate::Repair>)],
             now_ms: u64,
             note: &str,
-            repair: Option<&$crate::Repair>,
             event: &str,
         ) -> Result<Vec<String>, $crate::StoreError> {
-            self.shared.dlq_replay(seqs, now_ms, note, repair, event)
+            self.shared.dlq_replay(items, now_ms, note, event)
         }
 
         /// Discard dead letters for good, each audited with `reason`.

@@ -92,17 +92,16 @@ impl SqliteStore {
     /// transaction, each audited with `note` (who and why).
     pub fn dlq_replay(
         &self,
-        seqs: &[i64],
+        items: &[(i64, Option<&Repair>)],
         now_ms: u64,
         note: &str,
-        repair: Option<&Repair>,
         event: &str,
     ) -> Result<Vec<String>, StoreError> {
-        let headers = repair.map(Repair::headers_json).transpose()?.flatten();
         let mut conn = self.conn();
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let mut ids = Vec::new();
-        for seq in seqs {
+        for (seq, repair) in items {
+            let headers = repair.map(Repair::headers_json).transpose()?.flatten();
             let Some((message_seq, id, topic)) = dead_entry(&tx, *seq)? else {
                 continue;
             };

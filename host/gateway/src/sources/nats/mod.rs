@@ -445,7 +445,11 @@ impl Job {
                 (i.stream_sequence, u64::try_from(i.delivered).unwrap_or(0))
             });
             let delivery = to_delivery(&message, self.broker.stream_name(), seq, 0);
-            let letter = self.driver.panicked(&delivery, &super::panic_text(&*panic));
+            let letter = self.driver.panicked(
+                &delivery,
+                &super::panic_text(&*panic),
+                &crate::telemetry::DeliveryTrace::off(),
+            );
             let key = self.broker.history_key(seq);
             let mut held = Fetched {
                 broker: &self.broker,
