@@ -380,6 +380,31 @@ fn on_the_embedded_store_a_message_is_traced_through_retries_the_dlq_and_replay(
     assert_ne!(process.trace_id, PRODUCER_TRACE);
     let received = consumer.seen().last().cloned().unwrap();
     assert_eq!(parts(&received.1).0, process.trace_id, "{received:?}");
+
+    // A producer that did not sample its trace decides for the gateway (parent-based
+    // sampling): no span is exported, and the consumer continues the trace, unsampled.
+    let unsampled = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00";
+    let _: Value = gw
+        .admin
+        .post(
+            "/v1/topics/orders/messages",
+            &json!({"id": "m-3", "headers": {"traceparent": unsampled}, "payload": 3}),
+        )
+        .unwrap();
+    assert!(wait(Duration::from_secs(20), || consumer.seen().len() == 5));
+    let received = consumer.seen().last().cloned().unwrap().1;
+    assert!(
+        received.starts_with("00-0af7651916cd43dd8448eb211c80319c-") && received.ends_with("-00"),
+        "{received}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !receiver
+            .spans()
+            .iter()
+            .any(|s| s.trace_id == "0af7651916cd43dd8448eb211c80319c"),
+        "an unsampled trace exported nothing"
+    );
 }
 
 #[test]

@@ -6,52 +6,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{Proc, healthy_consumer, publish_batch, scratch_with_rules, wait_until};
+use common::{healthy_consumer, publish_batch, scratch_with_rules, wait_until};
 use verdict_tests::gateway::Route;
 use verdict_tests::otlp::Receiver;
 
 /// The secret the export headers carry.
 const KEY: &str = "collector-key-5d1e9a";
-
-/// `verdict run -c config` with `env`, everything it logs at debug written to `log`.
-fn run_with_env(config: &Path, log: &Path, env: &[(&str, &str)]) -> Proc {
-    let file = std::fs::File::create(log).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
-        .args(["run", "-c", config.to_str().unwrap()])
-        .env_remove("VERDICT_ADMIN_TOKEN")
-        .env(
-            "VERDICT_LOG",
-            "debug,wasmtime=warn,wasmtime_internal_cranelift=warn,cranelift_codegen=warn",
-        )
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file)
-        .spawn()
-        .unwrap();
-    let mut url = String::new();
-    let printed = wait_until(Duration::from_secs(60), || {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("verdict run exited ({status}):\n{text}");
-        }
-        match text
-            .split_whitespace()
-            .find(|w| w.starts_with("http://127.0.0.1:"))
-        {
-            Some(found) => {
-                url = found.trim_end_matches(';').to_string();
-                true
-            }
-            None => false,
-        }
-    });
-    assert!(printed, "no admin URL in {}", log.display());
-    Proc { child, url }
-}
 
 fn config(dir: &Path, consumer: &str) -> std::path::PathBuf {
     common::rules_policy()
@@ -70,7 +32,7 @@ fn the_standard_variables_alone_turn_traces_on_and_their_headers_never_reach_a_l
     std::fs::write(dir.join("token"), "traces-token").unwrap();
     let log = dir.join("gateway.log");
     let headers = format!("x-collector-key={KEY}");
-    let gateway = run_with_env(
+    let gateway = common::run_logged_with_env(
         &config,
         &log,
         &[
@@ -162,7 +124,7 @@ fn a_collector_that_is_down_costs_spans_and_one_warning_never_a_delivery() {
     let endpoint = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
     let log = dir.join("gateway.log");
-    let gateway = run_with_env(
+    let gateway = common::run_logged_with_env(
         &config,
         &log,
         &[

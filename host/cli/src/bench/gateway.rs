@@ -164,6 +164,7 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
     }
     clean_up.await;
     if let Some(collector) = &collector
+        && options.trace_sample_ratio > 0.0
         && collector
             .received
             .load(std::sync::atomic::Ordering::Relaxed)
@@ -283,8 +284,11 @@ config = {policy_config}
         consumer = peers.consumer,
         concurrency = options.concurrency,
     ) + &peers.collector.map_or(String::new(), |url| {
-        // Every span kept and exported: the most tracing can cost.
-        format!("[telemetry]\nendpoint = \"{url}\"\nsample_ratio = 1.0\n")
+        // By default every span is kept and exported: the most tracing can cost.
+        format!(
+            "[telemetry]\nendpoint = \"{url}\"\nsample_ratio = {:?}\n",
+            options.trace_sample_ratio
+        )
     }))
 }
 

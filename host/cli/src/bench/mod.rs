@@ -169,6 +169,8 @@ pub struct BenchOptions {
     pub progress: bool,
     /// Give up on a target that settles nothing for this long.
     pub stall_timeout: Duration,
+    /// The share of the `embedded-traced` target's traces recorded and exported.
+    pub trace_sample_ratio: f64,
 }
 
 impl BenchOptions {
@@ -191,12 +193,19 @@ impl BenchOptions {
             rounds: 1,
             progress: true,
             stall_timeout: Duration::from_secs(30),
+            trace_sample_ratio: 1.0,
         }
     }
 
     fn check(&self) -> Result<()> {
         if self.messages == 0 {
             bail!("--messages must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.trace_sample_ratio) {
+            bail!(
+                "--trace-sample-ratio {} is not between 0 and 1",
+                self.trace_sample_ratio
+            );
         }
         if self.transient_percent + self.permanent_percent > 100 {
             bail!(

@@ -175,6 +175,11 @@ pub fn scratch_with_rules(name: &str) -> PathBuf {
 /// `verdict run -c config` with everything it says at `debug` (the compiler's chatter
 /// aside) written to `log`; waits for the admin URL it prints there.
 pub fn run_logged(config: &Path, log: &Path) -> Proc {
+    run_logged_with_env(config, log, &[])
+}
+
+/// [`run_logged`] with `env` set.
+pub fn run_logged_with_env(config: &Path, log: &Path, env: &[(&str, &str)]) -> Proc {
     let file = std::fs::File::create(log).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_verdict"))
         .args(["run", "-c", config.to_str().unwrap()])
@@ -183,6 +188,7 @@ pub fn run_logged(config: &Path, log: &Path) -> Proc {
             "VERDICT_LOG",
             "debug,wasmtime=warn,wasmtime_internal_cranelift=warn,cranelift_codegen=warn",
         )
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(file.try_clone().unwrap())
         .stderr(file)

@@ -3,7 +3,7 @@
 use std::sync::{Mutex, PoisonError};
 
 use opentelemetry::trace::{
-    Link, SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _,
+    Link, Span as _, SpanContext, SpanKind, Status, TraceContextExt as _, Tracer as _,
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
@@ -29,13 +29,20 @@ struct Active {
     creation: Option<SpanContext>,
     /// `messaging.system`: the source.
     system: &'static str,
+    /// Whether the sampler kept the process span (and so its children).
+    recording: bool,
     dead_letter: Mutex<Option<Context>>,
     settle: Mutex<Option<Context>>,
 }
 
 /// The push's span: its context goes to the consumer as `traceparent`.
 #[derive(Debug, Default)]
-pub(crate) struct PushSpan(Option<Context>);
+pub(crate) struct PushSpan {
+    /// The span, when recorded.
+    span: Option<Context>,
+    /// What the consumer receives.
+    traceparent: Option<String>,
+}
 
 impl DeliveryTrace {
     /// No spans.
@@ -58,24 +65,10 @@ impl DeliveryTrace {
             Some(context) => Context::new().with_remote_span_context(context.clone()),
             None => Context::new(),
         };
-        let topic = bounded(&delivery.topic);
-        let mut attributes = vec![
-            KeyValue::new("messaging.system", delivery.source),
-            KeyValue::new("messaging.operation.type", "process"),
-            KeyValue::new("messaging.operation.name", "process"),
-            KeyValue::new("messaging.destination.name", topic.clone()),
-            KeyValue::new("messaging.message.id", bounded(&delivery.id)),
-            KeyValue::new("messaging.consumer.group.name", bounded(consumer_group)),
-            KeyValue::new(
-                "verdict.attempt",
-                i64::from(delivery.attempts_spent.saturating_add(1)),
-            ),
-        ];
-        if delivery.redelivery {
-            attributes.push(KeyValue::new("verdict.redelivery", true));
-        }
-        let span = tracer
-            .span_builder(format!("process {topic}"))
+        // The sampler decides from the context alone; a span it drops costs no attribute,
+        // no name and no child span (the consumer still gets its context, unsampled).
+        let mut span = tracer
+            .span_builder("process")
             .with_kind(SpanKind::Consumer)
             .with_links(
                 creation
@@ -83,21 +76,46 @@ impl DeliveryTrace {
                     .map(|c| Link::with_context(c.clone()))
                     .collect(),
             )
-            .with_attributes(attributes)
             .start_with_context(tracer, &parent);
+        let recording = span.is_recording();
+        if recording {
+            let topic = bounded(&delivery.topic);
+            span.update_name(format!("process {topic}"));
+            span.set_attributes([
+                KeyValue::new("messaging.system", delivery.source),
+                KeyValue::new("messaging.operation.type", "process"),
+                KeyValue::new("messaging.operation.name", "process"),
+                KeyValue::new("messaging.destination.name", topic),
+                KeyValue::new("messaging.message.id", bounded(&delivery.id)),
+                KeyValue::new("messaging.consumer.group.name", bounded(consumer_group)),
+                KeyValue::new(
+                    "verdict.attempt",
+                    i64::from(delivery.attempts_spent.saturating_add(1)),
+                ),
+            ]);
+            if delivery.redelivery {
+                span.set_attribute(KeyValue::new("verdict.redelivery", true));
+            }
+        }
         DeliveryTrace(Some(Box::new(Active {
             tracer: tracer.clone(),
             process: parent.with_span(span),
             creation,
             system: delivery.source,
+            recording,
             dead_letter: Mutex::new(None),
             settle: Mutex::new(None),
         })))
     }
 
+    /// The attempt's spans when they are recorded (sampled).
+    fn recorded(&self) -> Option<&Active> {
+        self.0.as_deref().filter(|active| active.recording)
+    }
+
     /// The route that took the message.
     pub(crate) fn route(&self, route: &str) {
-        if let Some(active) = &self.0 {
+        if let Some(active) = self.recorded() {
             active
                 .process
                 .span()
@@ -108,8 +126,18 @@ impl DeliveryTrace {
     /// The push to `url` (delivery `attempt`, 1-based) begins.
     pub(crate) fn push(&self, url: &str, attempt: u32) -> PushSpan {
         let Some(active) = &self.0 else {
-            return PushSpan(None);
+            return PushSpan::default();
         };
+        if !active.recording {
+            // Unsampled: the consumer continues the trace from the process span's context,
+            // which says so.
+            return PushSpan {
+                span: None,
+                traceparent: Some(propagation::traceparent(
+                    active.process.span().span_context(),
+                )),
+            };
+        }
         let mut attributes = vec![
             KeyValue::new("http.request.method", "POST"),
             KeyValue::new(
@@ -137,12 +165,16 @@ impl DeliveryTrace {
             .with_kind(SpanKind::Client)
             .with_attributes(attributes)
             .start_with_context(&active.tracer, &active.process);
-        PushSpan(Some(active.process.with_span(span)))
+        let span = active.process.with_span(span);
+        PushSpan {
+            traceparent: Some(propagation::traceparent(span.span().span_context())),
+            span: Some(span),
+        }
     }
 
     /// The policy's decision on the failed attempt.
     pub(crate) fn decided(&self, decision: &Decision) {
-        let Some(active) = &self.0 else {
+        let Some(active) = self.recorded() else {
             return;
         };
         let (action, delay_ms) = match decision.verdict.action {
@@ -188,6 +220,12 @@ impl DeliveryTrace {
     /// envelope keeps of the trace is returned (none when telemetry is off).
     pub(crate) fn dead_letter(&self, dlq: &str) -> Option<TraceEntry> {
         let active = self.0.as_ref()?;
+        if !active.recording {
+            return Some(TraceEntry {
+                creation: active.creation.as_ref().map(propagation::traceparent),
+                dead_letter: None,
+            });
+        }
         let dlq = bounded(dlq);
         let span = active
             .tracer
@@ -221,7 +259,7 @@ impl DeliveryTrace {
 
     /// Settling begins.
     pub(crate) fn settling(&self) {
-        if let Some(active) = &self.0 {
+        if let Some(active) = self.recorded() {
             let span = active
                 .tracer
                 .span_builder("settle")
@@ -273,14 +311,12 @@ impl DeliveryTrace {
 impl PushSpan {
     /// The `traceparent` the consumer receives: this push as its parent.
     pub(crate) fn traceparent(&self) -> Option<String> {
-        self.0
-            .as_ref()
-            .map(|cx| propagation::traceparent(cx.span().span_context()))
+        self.traceparent.clone()
     }
 
     /// The push ended: answered with `status` (when an answer came) or failed with `kind`.
     pub(crate) fn finish(self, status: Option<u16>, failed: Option<&str>) {
-        let Some(cx) = self.0 else {
+        let Some(cx) = self.span else {
             return;
         };
         let span = cx.span();

@@ -346,6 +346,10 @@ pub struct BenchArgs {
     /// Deliveries at most (the policy's max_attempts, NATS's MaxDeliver).
     #[arg(long, default_value_t = 5)]
     pub max_attempts: u32,
+    /// The `embedded-traced` target's `[telemetry] sample_ratio` (0 to 1): the share of its
+    /// traces that are recorded and exported.
+    #[arg(long, default_value_t = 1.0)]
+    pub trace_sample_ratio: f64,
     /// Run the targets this many times, alternating; the report adds each target's median
     /// ratio to nats-native over the rounds.
     #[arg(long, default_value_t = 1)]
@@ -394,6 +398,7 @@ impl BenchArgs {
         options.concurrency = self.concurrency;
         options.retry_delay_ms = self.retry_delay_ms;
         options.max_attempts = self.max_attempts;
+        options.trace_sample_ratio = self.trace_sample_ratio;
         options.targets = self.targets;
         options.rounds = self.rounds;
         options.nats_url = self.nats_url;
