@@ -16,9 +16,15 @@ fn rules_file() -> std::path::PathBuf {
 
 /// `verdict_...` names in the rules' expressions, without the suffixes Prometheus adds.
 fn metric_names(rules: &str) -> BTreeSet<String> {
-    rules
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("expr:"))
+    verdict_names(rules.lines().filter_map(|l| l.trim().strip_prefix("expr:")))
+}
+
+/// `verdict_...` names in `expressions`, as written (the dashboard's queries use them too).
+pub(crate) fn verdict_names<'a>(
+    expressions: impl IntoIterator<Item = &'a str>,
+) -> BTreeSet<String> {
+    expressions
+        .into_iter()
         .flat_map(|expr| {
             expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .filter(|t| t.starts_with("verdict_"))

@@ -115,15 +115,7 @@ fn variable_queries(dashboard: &Value) -> Vec<String> {
 
 /// `verdict_...` names in `expressions`, as written (with the suffixes Prometheus adds).
 fn metric_names(expressions: &[String]) -> BTreeSet<String> {
-    expressions
-        .iter()
-        .flat_map(|expr| {
-            expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .filter(|t| t.starts_with("verdict_"))
-                .map(String::from)
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    crate::alerts::verdict_names(expressions.iter().map(String::as_str))
 }
 
 /// Each `verdict_...` selector of `expr`: the name and its label matchers (empty without

@@ -14,6 +14,8 @@ use verdict_tests::otlp::Receiver;
 
 /// The secret the export headers carry.
 const KEY: &str = "collector-key-5d1e9a";
+/// The secret a consumer URL's query carries.
+const CONSUMER_KEY: &str = "consumer-key-77c0b2";
 
 fn config(dir: &Path, consumer: &str) -> std::path::PathBuf {
     common::rules_policy()
@@ -28,7 +30,13 @@ fn the_standard_variables_alone_turn_traces_on_and_their_headers_never_reach_a_l
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let receiver = Receiver::start(&runtime);
     let consumer = healthy_consumer();
-    let config = config(&dir, &consumer.url);
+    let config = config(
+        &dir,
+        &format!(
+            "{}/?api_key={CONSUMER_KEY}",
+            consumer.url.trim_end_matches('/')
+        ),
+    );
     std::fs::write(dir.join("token"), "traces-token").unwrap();
     let log = dir.join("gateway.log");
     let headers = format!("x-collector-key={KEY}");
@@ -54,6 +62,21 @@ fn the_standard_variables_alone_turn_traces_on_and_their_headers_never_reach_a_l
         .filter(|s| s.name == "process orders")
         .collect();
     assert_eq!(processes.len(), 5, "{spans:#?}");
+    for s in &spans {
+        for (key, value) in &s.attributes {
+            assert!(
+                !value.contains(CONSUMER_KEY),
+                "{key} carries the consumer URL's key: {s:?}"
+            );
+        }
+    }
+    assert!(
+        spans.iter().any(|s| s
+            .attributes
+            .get("url.full")
+            .is_some_and(|u| u.contains("api_key="))),
+        "the pushes' URL is there, its key masked: {spans:#?}"
+    );
     for p in &processes {
         assert_eq!(p.attributes["verdict.outcome"], "delivered", "{p:?}");
         assert!(

@@ -50,7 +50,7 @@ impl OnRuntime {
         if last.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
             *last = Some(Instant::now());
             tracing::warn!(
-                endpoint = %verdict_runtime::text::redact_urls(&self.endpoint),
+                endpoint = %verdict_runtime::redact::redact(&self.endpoint),
                 error = %verdict_runtime::text::one_line(&verdict_runtime::redact::redact(error), 512),
                 "traces cannot be exported to the OTLP collector; their spans are dropped \
                  (deliveries go on; this warning repeats at most once a minute)"

@@ -140,10 +140,7 @@ impl DeliveryTrace {
         }
         let mut attributes = vec![
             KeyValue::new("http.request.method", "POST"),
-            KeyValue::new(
-                "url.full",
-                bounded(&verdict_runtime::text::redact_urls(url)),
-            ),
+            KeyValue::new("url.full", bounded(&verdict_runtime::redact::redact(url))),
         ];
         if let Ok(parsed) = reqwest::Url::parse(url) {
             if let Some(host) = parsed.host_str() {

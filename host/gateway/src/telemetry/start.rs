@@ -60,7 +60,7 @@ pub fn start(
     let telemetry = Telemetry::start(settings, runtime).map_err(|e| StartError(e.to_string()))?;
     let settings = telemetry.settings();
     tracing::info!(
-        endpoint = %verdict_runtime::text::redact_urls(&settings.endpoint),
+        endpoint = %verdict_runtime::redact::redact(&settings.endpoint),
         protocol = settings.protocol.name(),
         service = %settings.service_name,
         sample_ratio = settings.sampling.ratio,
