@@ -5,7 +5,11 @@
 //! free delivery slots (its consumer's `concurrency`, within `[gateway] max_in_flight`),
 //! topic by topic, routes in turn. A message is claimed only when a slot is waiting for it,
 //! so a slow or failing route holds its own slots and never the others' (routes are
-//! isolated), and no claimed message waits for a slot while its lease runs out.
+//! isolated), and no claimed message waits for a slot while its lease runs out. A route's
+//! slot is held while its consumer works on the message; once the consumer has answered,
+//! the slot goes to the next message and the settlement waits for the writer holding only
+//! one of the source's `max_in_flight` - so settlements pile up into large group commits
+//! instead of the consumer waiting for each fsync.
 //!
 //! **Leases are kept and fenced.** While a delivery runs, its lease is extended every third
 //! of `lease_ms`; a lease expires only when the process holding it stopped (crashed, or
@@ -115,32 +119,31 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     let mut outage = super::StoreOutage::default();
     while !*shutdown.borrow() {
         round = round.wrapping_add(1);
-        let planned = match plan(&pipeline, &store, &slots, round).await {
-            Ok(planned) => planned,
-            Err(e) => {
+        // The topic list, the seats and the claim in one trip to a blocking thread: each
+        // trip waits for the store's lock, which a settlement batch holds through its fsync.
+        let round_trip = {
+            let (pipeline, store, slots) = (pipeline.clone(), store.clone(), slots.clone());
+            let lease_ms = settings.lease_ms;
+            tokio::task::spawn_blocking(move || {
+                let planned = plan(&pipeline, store.topics()?, &slots, round);
+                let claimed = if planned.wants.is_empty() {
+                    Vec::new()
+                } else {
+                    store.claim(store.now_ms(), &planned.wants, lease_ms)?
+                };
+                Ok::<_, StoreError>((planned, claimed))
+            })
+        };
+        let (planned, claimed) = match round_trip.await {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
                 let wait = outage.failed(&e, poll);
                 tokio::time::sleep(wait).await;
                 continue;
             }
-        };
-        let claimed = if planned.wants.is_empty() {
-            Vec::new()
-        } else {
-            let (store, lease_ms) = (store.clone(), settings.lease_ms);
-            let wants = planned.wants.clone();
-            match tokio::task::spawn_blocking(move || store.claim(store.now_ms(), &wants, lease_ms))
-                .await
-            {
-                Ok(Ok(claimed)) => claimed,
-                Ok(Err(e)) => {
-                    let wait = outage.failed(&e, poll);
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "the claim task failed");
-                    continue;
-                }
+            Err(e) => {
+                tracing::error!(error = %e, "the claim task failed");
+                continue;
             }
         };
         outage.answered();
@@ -224,7 +227,7 @@ enum Seat {
     /// `max_in_flight`.
     Now {
         route: Option<(Arc<RouteTarget>, OwnedSemaphorePermit)>,
-        _global: OwnedSemaphorePermit,
+        global: OwnedSemaphorePermit,
     },
     /// Claimed ahead - at most the route's `concurrency` of them - so claims come in batches
     /// rather than one per freed slot (a claim is a durable transaction): it waits for a slot
@@ -252,20 +255,9 @@ impl Plan {
     }
 }
 
-/// Seats for every route with room, routes taken in turn from `round` so that none is
-/// always first to the shared `max_in_flight` slots.
-async fn plan(
-    pipeline: &Pipeline,
-    store: &Arc<Store>,
-    slots: &Arc<Semaphore>,
-    round: usize,
-) -> Result<Plan, StoreError> {
-    let topics = {
-        let store = store.clone();
-        tokio::task::spawn_blocking(move || store.topics())
-            .await
-            .map_err(|e| StoreError::Corrupt(format!("the topic list task failed: {e}")))??
-    };
+/// Seats for every route of `topics` with room, routes taken in turn from `round` so that
+/// none is always first to the shared `max_in_flight` slots.
+fn plan(pipeline: &Pipeline, topics: Vec<String>, slots: &Arc<Semaphore>, round: usize) -> Plan {
     // Topics grouped by the route they take now; unrouted ones last.
     let mut routes: Vec<(Option<Arc<RouteTarget>>, Vec<String>)> = Vec::new();
     for topic in topics {
@@ -323,10 +315,7 @@ async fn plan(
                 },
                 None => None,
             };
-            seats.push(Seat::Now {
-                route,
-                _global: global,
-            });
+            seats.push(Seat::Now { route, global });
             now += 1;
         }
         if seats.is_empty() {
@@ -339,7 +328,7 @@ async fn plan(
         plan.wants.push((topics, seats.len()));
         plan.seats.push(seats);
     }
-    Ok(plan)
+    plan
 }
 
 /// How often the store is pruned (retention) and idle topics leave the claim round.
@@ -429,7 +418,7 @@ impl Task {
             freed: self.freed.clone(),
         };
         // A seat claimed ahead waits for its slots first (its lease is kept meanwhile).
-        let seat = match seat {
+        let (route, global) = match seat {
             Seat::Ahead { target, _ahead } => {
                 let Ok(slot) = target.slots.clone().acquire_owned().await else {
                     return;
@@ -437,28 +426,29 @@ impl Task {
                 let Ok(global) = self.global.clone().acquire_owned().await else {
                     return;
                 };
-                Seat::Now {
-                    route: Some((target, slot)),
-                    _global: global,
-                }
+                // Its place ahead is free: the loop may claim the next one.
+                drop(_ahead);
+                self.freed.notify_one();
+                (Some((target, slot)), global)
             }
-            now => now,
+            Seat::Now { route, global } => (route, global),
         };
-        let target = match &seat {
-            Seat::Now {
-                route: Some((target, _)),
-                ..
-            } => Some(target.clone()),
-            _ => None,
-        };
-        let settlement = self.driver.decide(&message.delivery, target.as_ref()).await;
+        let settlement = self
+            .driver
+            .decide(&message.delivery, route.as_ref().map(|(target, _)| target))
+            .await;
+        // The consumer has answered: its route's slot goes to the next message now, while
+        // this one's settlement waits for the writer (the message stays leased, and the
+        // source's `max_in_flight` slot is kept until it is written).
+        drop(route);
+        self.freed.notify_one();
         let mut leased = Leased {
             committer: self.committer,
             seq: message.seq,
             lease: message.lease,
         };
         self.driver
-            .settle(&mut leased, &message.delivery, settlement, seat, received)
+            .settle(&mut leased, &message.delivery, settlement, global, received)
             .await;
     }
 }

@@ -156,11 +156,13 @@ impl SettlementDriver {
         self
     }
 
-    /// The seats a delivery of `topic` holds until its settlement is applied: a slot of
-    /// its route (none when no route takes the topic now: the pipeline releases it) and
-    /// one of the source's `max_in_flight` (`global`), taken in that order, so a slow
-    /// route waits on its own slots, never on the ones another route needs. `None` once
-    /// the source's slots are closed.
+    /// The seats a delivery of `topic` takes: a slot of its route (none when no route
+    /// takes the topic now: the pipeline releases it), held while its consumer works on
+    /// it - let go once the consumer has answered, so the route's next delivery does not
+    /// wait for this one's settlement to be written - and one of the source's
+    /// `max_in_flight` (`global`), held until the settlement is applied. Taken in that
+    /// order, so a slow route waits on its own slots, never on the ones another route
+    /// needs. `None` once the source's slots are closed.
     pub(crate) async fn seats(
         &self,
         topic: &str,

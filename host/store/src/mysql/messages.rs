@@ -11,16 +11,26 @@ use super::session::MySession;
 use crate::model::{AttemptRecord, Delivery};
 use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
-/// The due messages of one topic, oldest first, that no other gateway is claiming right now
-/// (`SKIP LOCKED`), locked for this transaction.
-const DUE: &str = "
+/// The due messages of one topic in one state (`ready` or `scheduled`), oldest first, that
+/// no other gateway is claiming right now (`SKIP LOCKED`), locked for this transaction. Each
+/// kind of due row is read on its own, in index order: one `WHERE ... OR ... ORDER BY` made
+/// InnoDB sort the topic's whole backlog on every claim - and lock every row it read.
+const DUE_WAITING: &str = "
 SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals,
-       published_at_ms, first_failed_at_ms, state
+       published_at_ms, first_failed_at_ms, state, next_at_ms
 FROM messages
-WHERE topic = ?
-  AND ((state IN ('ready', 'scheduled') AND next_at_ms <= ?)
-       OR (state = 'leased' AND lease_until_ms <= ?))
+WHERE topic = ? AND state = ? AND next_at_ms <= ?
 ORDER BY next_at_ms
+LIMIT ?
+FOR UPDATE SKIP LOCKED";
+
+/// [`DUE_WAITING`] for leases that ran out.
+const DUE_EXPIRED: &str = "
+SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals,
+       published_at_ms, first_failed_at_ms, state, next_at_ms
+FROM messages
+WHERE state = 'leased' AND lease_until_ms <= ? AND topic = ?
+ORDER BY lease_until_ms
 LIMIT ?
 FOR UPDATE SKIP LOCKED";
 
@@ -153,10 +163,21 @@ fn claim_in(
             if left == 0 {
                 break;
             }
-            let rows: Vec<Row> = tx.exec(DUE, (topic, now, now, left as u64))?;
-            for row in rows {
-                claimed.push(claimed_of(row)?);
+            let mut due: Vec<(i64, Claimed)> = Vec::new();
+            for state in ["ready", "scheduled"] {
+                let rows: Vec<Row> = tx.exec(DUE_WAITING, (topic, state, now, left as u64))?;
+                for row in rows {
+                    due.push(claimed_of(row)?);
+                }
             }
+            let rows: Vec<Row> = tx.exec(DUE_EXPIRED, (now, topic, left as u64))?;
+            for row in rows {
+                due.push(claimed_of(row)?);
+            }
+            // The oldest `left` of them; the rest stay as they were (locked only until
+            // this transaction ends).
+            due.sort_by_key(|(next_at, c)| (*next_at, c.seq));
+            claimed.extend(due.into_iter().take(left).map(|(_, c)| c));
         }
     }
     if claimed.is_empty() {
@@ -178,10 +199,21 @@ fn claim_in(
         ),
         (until, now),
     )?;
-    let history: Vec<(i64, i64, String, String)> = tx.query(format!(
-        "SELECT message_seq, at_ms, kind, message FROM attempts
-         WHERE message_seq IN ({seqs}) ORDER BY message_seq, seq"
-    ))?;
+    // Only a message that has failed before has a history (a replay clears both).
+    let failed_before = claimed
+        .iter()
+        .filter(|c| c.delivery.first_failed_at_ms.is_some())
+        .map(|c| c.seq.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let history: Vec<(i64, i64, String, String)> = if failed_before.is_empty() {
+        Vec::new()
+    } else {
+        tx.query(format!(
+            "SELECT message_seq, at_ms, kind, message FROM attempts
+             WHERE message_seq IN ({failed_before}) ORDER BY message_seq, seq"
+        ))?
+    };
     let mut by_seq: BTreeMap<i64, Vec<AttemptRecord>> = BTreeMap::new();
     for (seq, at_ms, kind, message) in history {
         by_seq.entry(seq).or_default().push(AttemptRecord {
@@ -209,7 +241,8 @@ fn claim_in(
     Ok(claimed)
 }
 
-fn claimed_of(mut row: Row) -> Result<Claimed, StoreError> {
+/// A due row as claimed, with its `next_at_ms` (the claim's order).
+fn claimed_of(mut row: Row) -> Result<(i64, Claimed), StoreError> {
     fn take<T: mysql::prelude::FromValue>(row: &mut Row, i: usize) -> Result<T, StoreError> {
         row.take_opt(i)
             .ok_or_else(|| StoreError::Corrupt(format!("claim: column {i} missing")))?
@@ -221,7 +254,8 @@ fn claimed_of(mut row: Row) -> Result<Claimed, StoreError> {
         .map_err(|e| StoreError::Corrupt(format!("message {id}: headers: {e}")))?;
     let count = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
     let state: String = take(&mut row, 11)?;
-    Ok(Claimed {
+    let next_at_ms: i64 = take(&mut row, 12)?;
+    let claimed = Claimed {
         seq: take(&mut row, 0)?,
         lease: take(&mut row, 1)?,
         delivery: Delivery {
@@ -238,5 +272,6 @@ fn claimed_of(mut row: Row) -> Result<Claimed, StoreError> {
             redelivery: state == "leased",
             source: verdict_registry::SourceKind::Embedded.name(),
         },
-    })
+    };
+    Ok((next_at_ms, claimed))
 }

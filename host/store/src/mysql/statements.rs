@@ -35,6 +35,8 @@ pub(super) static SQL: Statements = Statements {
                     updated_at_ms = COALESCE(?, updated_at_ms)
              WHERE seq = ? AND lease = ? AND state = 'leased'",
     attempt: "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES (?, ?, ?, ?)",
+    // No data-changing statement in a CTE: the two go one after the other.
+    settle_recording: None,
     letter: "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason, attempts,
                               created_at_ms, format, envelope, state, repeats)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'dead',

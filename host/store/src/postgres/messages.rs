@@ -11,16 +11,31 @@ use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 /// now (`SKIP LOCKED`: competing claims take different rows instead of waiting), leased,
 /// with their histories, in one statement - one round trip per topic and claim round. `was`
 /// tells a redelivery (an expired lease) from a first claim; a redelivery is audited in
-/// the same statement, so the audit trail and the lease cannot disagree.
+/// the same statement, so the audit trail and the lease cannot disagree. Each kind of due
+/// row is read in index order, at most `limit` of each, and the oldest `limit` of those
+/// claimed: one `WHERE ... OR ... ORDER BY` made PostgreSQL sort the topic's whole backlog
+/// on every claim. A history is read only for a message that has failed before.
 const CLAIM: &str = "
-WITH due AS (
-    SELECT seq, state AS was FROM messages
-    WHERE topic = $1
-      AND ((state IN ('ready', 'scheduled') AND next_at_ms <= $2)
-           OR (state = 'leased' AND lease_until_ms <= $2))
-    ORDER BY next_at_ms
-    LIMIT $3
+WITH ready AS (
+    SELECT seq, state AS was, next_at_ms AS due_at FROM messages
+    WHERE topic = $1 AND state = 'ready' AND next_at_ms <= $2
+    ORDER BY next_at_ms LIMIT $3
     FOR UPDATE SKIP LOCKED),
+scheduled AS (
+    SELECT seq, state AS was, next_at_ms AS due_at FROM messages
+    WHERE topic = $1 AND state = 'scheduled' AND next_at_ms <= $2
+    ORDER BY next_at_ms LIMIT $3
+    FOR UPDATE SKIP LOCKED),
+expired AS (
+    SELECT seq, state AS was, next_at_ms AS due_at FROM messages
+    WHERE state = 'leased' AND lease_until_ms <= $2 AND topic = $1
+    ORDER BY lease_until_ms LIMIT $3
+    FOR UPDATE SKIP LOCKED),
+due AS (
+    SELECT seq, was FROM (
+        SELECT * FROM ready UNION ALL SELECT * FROM scheduled UNION ALL SELECT * FROM expired
+    ) d
+    ORDER BY due_at LIMIT $3),
 claimed AS (
     UPDATE messages m
     SET state = 'leased', lease_until_ms = $4, lease = m.lease + 1,
@@ -32,8 +47,9 @@ audited AS (
     INSERT INTO audit (at_ms, message_id, topic, event, detail)
     SELECT $2, id, topic, 'lease-expired', 'delivered again: possible duplicate'
     FROM claimed WHERE was = 'leased')
-SELECT c.*, (SELECT json_agg(json_build_array(a.at_ms, a.kind, a.message) ORDER BY a.seq)
-             FROM attempts a WHERE a.message_seq = c.seq)::TEXT AS history
+SELECT c.*, CASE WHEN c.first_failed_at_ms IS NOT NULL THEN
+           (SELECT json_agg(json_build_array(a.at_ms, a.kind, a.message) ORDER BY a.seq)
+            FROM attempts a WHERE a.message_seq = c.seq)::TEXT END AS history
 FROM claimed c
 ORDER BY c.seq";
 

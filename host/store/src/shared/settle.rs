@@ -164,26 +164,35 @@ fn apply<D: Dialect>(
     row: &Held,
     plan: &Plan<'_>,
 ) -> Result<(), StoreError> {
-    let changed = s.execute(
-        D::SQL.settle,
-        &[
-            Arg::Text(plan.state),
-            Arg::OptInt(plan.due_at_ms),
-            Arg::Int(plan.attempts_spent),
-            Arg::Int(plan.deferrals_counted),
-            Arg::Int(plan.dead_letterings_counted),
-            Arg::Int(plan.deliveries_returned),
-            Arg::OptInt(plan.failed_at_ms),
-            Arg::OptInt(plan.updated_at_ms),
-            Arg::Int(seq),
-            Arg::Int(lease),
-        ],
-    )?;
+    let mut args = vec![
+        Arg::Text(plan.state),
+        Arg::OptInt(plan.due_at_ms),
+        Arg::Int(plan.attempts_spent),
+        Arg::Int(plan.deferrals_counted),
+        Arg::Int(plan.dead_letterings_counted),
+        Arg::Int(plan.deliveries_returned),
+        Arg::OptInt(plan.failed_at_ms),
+        Arg::OptInt(plan.updated_at_ms),
+        Arg::Int(seq),
+        Arg::Int(lease),
+    ];
+    let recorded = match (plan.attempt, D::SQL.settle_recording) {
+        (Some(failed), Some(both)) => {
+            args.extend([
+                Arg::Int(clamp_ms(failed.at_ms)),
+                Arg::Text(&failed.kind),
+                Arg::Text(&failed.message),
+            ]);
+            Some(both)
+        }
+        _ => None,
+    };
+    let changed = s.execute(recorded.unwrap_or(D::SQL.settle), &args)?;
     // The batch read the row under lock already; the statement's own fence keeps it exact.
     if changed != 1 {
         return Err(StoreError::Fenced { seq, lease });
     }
-    if let Some(failed) = plan.attempt {
+    if let Some(failed) = plan.attempt.filter(|_| recorded.is_none()) {
         s.execute(
             D::SQL.attempt,
             &[

@@ -39,6 +39,12 @@ pub(crate) struct Statements {
     pub settle: &'static str,
     /// Takes `(message_seq, at_ms, kind, message)`; records a failed attempt.
     pub attempt: &'static str,
+    /// Where the dialect can: [`Statements::settle`] and [`Statements::attempt`] in one
+    /// statement - `settle`'s arguments, then the attempt's `(at_ms, kind, message)` - the
+    /// attempt recorded only when the fence held (one row changed). A settlement that
+    /// records a failure is most of them; one statement instead of two is one round trip
+    /// and one statement's overhead less in the database.
+    pub settle_recording: Option<&'static str>,
     /// Takes `(message_seq, message_id, topic, dlq, class, kind, reason, attempts,
     /// created_at_ms, format, envelope, message_seq)`; writes a dead letter whose `repeats`
     /// is the message's dead-letterings before this one (read from the message, whose seq

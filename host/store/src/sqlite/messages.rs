@@ -291,6 +291,12 @@ fn claim_topic(
     )?;
     for c in &mut claimed[first..] {
         c.lease = lease.query_row(params![c.seq, until, now], |r| r.get(0))?;
+        // Every settlement that records an attempt and leaves the message deliverable sets
+        // `first_failed_at_ms` (and a replay clears both): without it there is no history
+        // to read - most claims, a message's first delivery.
+        if c.delivery.first_failed_at_ms.is_none() {
+            continue;
+        }
         c.delivery.history = history
             .query_map([c.seq], |r| {
                 Ok(AttemptRecord {

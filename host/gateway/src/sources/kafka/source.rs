@@ -748,6 +748,8 @@ impl Job {
                 .driver
                 .decide(&incoming.delivery, held.as_ref().map(|(target, _)| target))
                 .await;
+            // The consumer has answered: the route's slot goes to the next delivery.
+            drop(held);
             let mut record = Record {
                 job: &self,
                 incoming: &incoming,
@@ -760,7 +762,7 @@ impl Job {
                     &mut record,
                     &incoming.delivery,
                     settlement,
-                    (held, global),
+                    global,
                     received,
                 )
                 .await;

@@ -217,9 +217,11 @@ impl Session<'_> {
         }
     }
 
-    /// Take the consumer `durable`'s messages as it has room - at most its route's
-    /// `concurrency` taken and not yet settled - in fetches of exactly that many, so no
-    /// message waits in a client buffer without in-progress acks. A taken message that
+    /// Take the consumer `durable`'s messages as it has room - at most twice its route's
+    /// `concurrency` taken and not yet settled: one for each slot and one fetched ahead to
+    /// take the slot as soon as it is free, so no slot waits for a pull's round trip - in
+    /// fetches of exactly that many, so no message waits in a client buffer without
+    /// in-progress acks (one fetched ahead waits in its task, its acks running). A taken message that
     /// another consumer owns ([`Ownership`]) is acknowledged here and left to it; one of its
     /// own waits for a delivery slot of the route that takes its subject now and one of
     /// `max_in_flight`, with its in-progress acks running. A retired consumer ends once it
@@ -242,7 +244,7 @@ impl Session<'_> {
         } else {
             RETIRED_CONCURRENCY
         };
-        let room = Arc::new(Semaphore::new(room.max(1)));
+        let room = Arc::new(Semaphore::new(room.max(1).saturating_mul(2)));
         loop {
             if let Some(through) = me.retired_through()
                 && drained(&consumer, through).await
@@ -569,6 +571,10 @@ async fn handle(
         settlement = driver.decide(&delivery, seats.as_ref().map(|(target, _, _)| target)) => settlement,
         never = keep_alive(message, every) => match never {},
     };
+    // The consumer has answered: its route's slot goes to the next message, while this
+    // one's settlement (a history write and a `nak`, a dead letter and its `term`) holds
+    // only a slot of `max_in_flight`.
+    let seats = seats.map(|(_, _, global)| global);
     let mut held = Fetched {
         broker,
         dlqs,
@@ -585,18 +591,21 @@ async fn handle(
         Settled::ByGateway => true,
         Settled::GivenBack | Settled::Fenced => false,
     };
-    // Once the message is gone from the stream's point of view, so is its history.
-    if fin
-        && had_history
-        && let Err(e) = broker.history().forget(&key).await
-    {
-        tracing::debug!(error = %e, seq, "nats source: a settled history was not purged (it expires)");
+    // Once the message is gone from the stream's point of view, so is its history - in a
+    // task of its own, so the purge's round trip holds none of the route's room.
+    if fin && had_history {
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            if let Err(e) = broker.history().forget(&key).await {
+                tracing::debug!(error = %e, seq, "nats source: a settled history was not purged (it expires)");
+            }
+        });
     }
 }
 
-/// A delivery slot of the route that takes `topic` and one of `max_in_flight`, held until
-/// the settlement is applied; `None` when no route takes the topic now (the pipeline then
-/// releases the message).
+/// A delivery slot of the route that takes `topic`, held until the consumer has answered,
+/// and one of `max_in_flight`, held until the settlement is applied; `None` when no route
+/// takes the topic now (the pipeline then releases the message).
 async fn take_seats(
     pipeline: &Pipeline,
     topic: &str,

@@ -148,7 +148,7 @@ pub(super) async fn move_due(
     topology: &Topology,
     config: &RabbitmqConfig,
     ready: &Readiness,
-    mut deliveries: lapin::Consumer,
+    (channel, mut deliveries): (lapin::Channel, lapin::Consumer),
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let due = config.due_queue();
@@ -166,8 +166,14 @@ pub(super) async fn move_due(
         };
         let (mover, topology, ready) = (mover.clone(), topology.clone(), ready.clone());
         let invalid = config.due_invalid_queue();
+        // The due queue's channel stays open until this move is acked or given back: a
+        // session torn down meanwhile cancels the consumer, but closing the channel would
+        // put back a message whose copy is already in its route queue, and it would be
+        // moved twice.
+        let held = channel.clone();
         tokio::spawn(async move {
             move_one(&mover, &topology, &ready, &invalid, message).await;
+            drop(held);
         });
     }
 }
@@ -225,8 +231,15 @@ async fn move_one(
             message.nack(requeue).await
         }
     };
-    if let Err(e) = settled {
-        tracing::debug!(error = %e, "rabbitmq source: settling a due message failed; the broker gives it back when the channel closes");
+    match settled {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(
+            "rabbitmq source: settling a due message found its channel closed; the broker has \
+             given it back and it is moved again"
+        ),
+        Err(e) => {
+            tracing::debug!(error = %e, "rabbitmq source: settling a due message failed; the broker gives it back when the channel closes");
+        }
     }
 }
 

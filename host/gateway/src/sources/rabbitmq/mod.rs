@@ -174,16 +174,17 @@ impl Session<'_> {
         topology.queue(&self.config.audit_queue).await?;
         let mut streams = Vec::new();
         for queue in queues {
-            streams.push((queue.as_str(), self.consume(&conn, queue).await?));
+            let (channel, consumer) = self.consume(&conn, queue).await?;
+            streams.push((queue.as_str(), channel, consumer));
         }
         // Classic buckets expire into the due queue: every gateway with them moves what
         // is due on to its route queue, whichever route it came from.
         let due = if self.config.delay_queues == verdict_registry::DelayQueues::Classic {
             let name = self.config.due_queue();
             topology.queue(&name).await?;
-            let consumer = self.consume(&conn, &name).await?;
+            let (channel, consumer) = self.consume(&conn, &name).await?;
             let mover = Topology::new(conn.create_channel().await?, self.config).await?;
-            Some((consumer, mover))
+            Some((channel, consumer, mover))
         } else {
             None
         };
@@ -198,13 +199,13 @@ impl Session<'_> {
         tracing::info!(queues = ?queues, "rabbitmq source: consuming");
         let mut loops: Vec<BoxFuture<'_, anyhow::Result<()>>> = streams
             .into_iter()
-            .map(|(queue, consumer)| {
-                self.consume_queue(&topology, queue, consumer, shutdown.clone())
+            .map(|(queue, channel, consumer)| {
+                self.consume_queue(&topology, queue, channel, consumer, shutdown.clone())
                     .boxed()
             })
             .collect();
-        let mover = due.as_ref().map(|(_, mover)| mover.clone());
-        if let Some((consumer, mover)) = due {
+        let mover = due.as_ref().map(|(_, _, mover)| mover.clone());
+        if let Some((channel, consumer, mover)) = due {
             let topology = topology.clone();
             let moving = async move {
                 due::move_due(
@@ -212,7 +213,7 @@ impl Session<'_> {
                     &topology,
                     self.config,
                     self.ready,
-                    consumer,
+                    (channel, consumer),
                     shutdown,
                 )
                 .await
@@ -239,17 +240,22 @@ impl Session<'_> {
         }
     }
 
-    /// A consumer of `queue` on a channel of its own, at most `prefetch` deliveries unacked.
+    /// A consumer of `queue` on a channel of its own, at most `prefetch` deliveries unacked,
+    /// and that channel: each delivery's task holds a clone of it until the delivery is
+    /// acked or given back. A session torn down drops its consumers, which cancels them,
+    /// but the channel stays open while a task still holds one of its deliveries - closing
+    /// it would hand the broker back a message whose retry, dead letter or move had already
+    /// been confirmed, and the copy and the redelivery would both live on.
     async fn consume(
         &self,
         conn: &lapin::Connection,
         queue: &str,
-    ) -> anyhow::Result<lapin::Consumer> {
+    ) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
         let channel = conn.create_channel().await?;
         channel
             .basic_qos(self.config.prefetch.max(1), BasicQosOptions::default())
             .await?;
-        channel
+        let consumer = channel
             .basic_consume(
                 ShortString::from(queue),
                 ShortString::from(""),
@@ -257,7 +263,8 @@ impl Session<'_> {
                 FieldTable::default(),
             )
             .await
-            .with_context(|| format!("consuming queue `{queue}`"))
+            .with_context(|| format!("consuming queue `{queue}`"))?;
+        Ok((channel, consumer))
     }
 
     /// Take `queue`'s deliveries as the broker hands them (at most `prefetch` unacked per
@@ -268,6 +275,7 @@ impl Session<'_> {
         &self,
         topology: &Topology,
         queue: &str,
+        channel: lapin::Channel,
         mut deliveries: lapin::Consumer,
         mut shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
@@ -290,6 +298,7 @@ impl Session<'_> {
                 key: self.key.clone(),
                 slots: self.slots.clone(),
                 ready: self.ready.clone(),
+                _channel: channel.clone(),
             };
             let queue = queue.to_string();
             tokio::spawn(async move { job.handle(&queue, delivery).await });
@@ -345,6 +354,9 @@ struct Job {
     /// The source's `max_in_flight` slots.
     slots: Arc<Semaphore>,
     ready: Readiness,
+    /// The channel the delivery came on, kept open until it is settled (see
+    /// [`Session::consume`]).
+    _channel: lapin::Channel,
 }
 
 impl Job {
@@ -385,6 +397,8 @@ impl Job {
             .driver
             .decide(&delivery, held.as_ref().map(|(target, _)| target))
             .await;
+        // The consumer has answered: the route's slot goes to the next delivery.
+        drop(held);
         let mut consumed = Consumed {
             topology: &self.topology,
             dlqs: &self.dlqs,
@@ -394,13 +408,7 @@ impl Job {
             failure_key,
         };
         self.driver
-            .settle(
-                &mut consumed,
-                &delivery,
-                settlement,
-                (held, global),
-                received,
-            )
+            .settle(&mut consumed, &delivery, settlement, global, received)
             .await;
     }
 }
@@ -457,8 +465,14 @@ impl Held for Consumed<'_> {
             requeue: true,
             ..BasicNackOptions::default()
         };
-        if let Err(e) = self.message.nack(requeue).await {
-            tracing::warn!(error = %e, "rabbitmq source: giving a message back failed; the broker redelivers it when the channel closes");
+        match self.message.nack(requeue).await {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                "rabbitmq source: giving a message back found its channel closed; the broker has redelivered it"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "rabbitmq source: giving a message back failed; the broker redelivers it when the channel closes");
+            }
         }
     }
 }
