@@ -202,14 +202,27 @@ consumer_group = "torture-{name}"
 # Short leases (the store's): a delivery slower than the route's timeout, or a message
 # claimed ahead of a free slot, outlives one unless the gateway keeps extending it.
 lease_ms = {LEASE_MS}
+# A message a consumer has seen holds one of these until its outcome is written: what a
+# kill can deliver twice is bounded by it, and the check allows that many per kill.
+max_in_flight = {max_in_flight}
 {section}
 [policies.rules]
 path = "{component}"
 {main}{narrower}"#,
         name = source.name.as_str(),
         section = source.section(),
+        max_in_flight = in_flight(source.name, p),
         main = route(&pattern),
     )
+}
+
+/// A gateway's `max_in_flight`: its routes' concurrency together (two routes where the
+/// reloads add a narrower one). A route's slot is free again once its consumer has
+/// answered, while the message's outcome is still being written; the message keeps its
+/// `max_in_flight` slot until then, so this is what a kill can deliver twice.
+fn in_flight(source: SourceName, p: &Profile) -> u64 {
+    let routes = if source.exact_topic() { 1 } else { 2 };
+    p.concurrency * routes
 }
 
 /// A route of the run's policy and consumer on `topic`.
@@ -742,14 +755,13 @@ impl<'a> Run<'a> {
         report.max_publish_to_terminal_ms = found.max_publish_to_terminal_ms;
         // What the faults can explain, from the harness's own record of them (never from
         // what the gateway or the store say about themselves): a kill re-delivers what the
-        // gateway had in flight - at most the route's concurrency on each of its routes (two
-        // where the reloads add a narrower one); a broker restart, a channel an operator's hand closed, or a shared store's
+        // gateway had in flight - at most its `max_in_flight`, set to its routes' concurrency
+        // together ([`in_flight`]); a broker restart, a channel an operator's hand closed, or a shared store's
         // connections cut, what every gateway had in flight, and on RabbitMQ the prefetch
         // window too. On Kafka a kill re-delivers more: every record past the committed
         // offsets, counted from the consumer's log ([`kafka_uncommitted`]). The store's own
         // count of leases taken over is reported beside it.
-        let routes = if self.name.exact_topic() { 1 } else { 2 };
-        let in_flight = self.o.profile.concurrency * routes;
+        let in_flight = in_flight(self.name, &self.o.profile);
         let gateways = self.gws.len() as u64;
         // Kafka has no prefetch window of unacknowledged records: what a gateway fetched
         // and has not delivered yet is only read again, never delivered twice.

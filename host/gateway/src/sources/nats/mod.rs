@@ -2,7 +2,8 @@
 //! per route, filtered to the route's subjects.
 //!
 //! - **Routes are isolated.** Each route fetches on a durable consumer of its own, at most
-//!   its consumer's `concurrency` messages taken and unsettled at once; each message then
+//!   twice its consumer's `concurrency` messages taken and unsettled at once (one fetched
+//!   ahead of each slot); each message then
 //!   waits for a delivery slot of its route and one of `max_in_flight`, with in-progress
 //!   acks running from receipt. A route whose consumer is down, with thousands of messages
 //!   waiting out a retry delay, holds its own consumer's pending set and nothing of another
