@@ -461,6 +461,7 @@ impl Job {
                 delivery: &delivery,
                 key: &key,
                 delivered,
+                marked: false,
             };
             self.driver
                 .settle(&mut held, &delivery, letter, (), received)
@@ -480,11 +481,15 @@ struct Fetched<'a> {
     key: &'a str,
     /// JetStream's delivery count.
     delivered: u64,
+    /// Whether its history now marks it dead-lettered (the letter is written but its
+    /// `term` failed): that history must outlive the settlement, so the redelivery only
+    /// terminates it.
+    marked: bool,
 }
 
 impl Held for Fetched<'_> {
     async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
-        apply(
+        let applied = apply(
             self.broker,
             self.dlqs,
             self.message,
@@ -494,7 +499,9 @@ impl Held for Fetched<'_> {
             self.delivered,
         )
         .await
-        .map_err(|e| Unapplied::Failed(format!("{e:#}")))
+        .map_err(|e| Unapplied::Failed(format!("{e:#}")))?;
+        self.marked = applied == Applied::MarkedDeadLettered;
+        Ok(())
     }
 
     fn failure_key(&self) -> String {
@@ -583,6 +590,7 @@ async fn handle(
         delivery: &delivery,
         key: &key,
         delivered,
+        marked: false,
     };
     let settled = driver
         .settle(&mut held, &delivery, settlement, seats, received)
@@ -593,8 +601,9 @@ async fn handle(
         Settled::GivenBack | Settled::Fenced => false,
     };
     // Once the message is gone from the stream's point of view, so is its history - in a
-    // task of its own, so the purge's round trip holds none of the route's room.
-    if fin && had_history {
+    // task of its own, so the purge's round trip holds none of the route's room - unless
+    // the history is what stops its redelivery from reaching the consumer again.
+    if fin && had_history && !held.marked {
         let broker = broker.clone();
         tokio::spawn(async move {
             if let Err(e) = broker.history().forget(&key).await {
@@ -618,6 +627,16 @@ async fn take_seats(
     Some((target, slot, global))
 }
 
+/// What applying a settlement left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    /// The message is settled with JetStream.
+    Settled,
+    /// The dead letter is written but the `term` failed: the history marks the message
+    /// dead-lettered, so its redelivery is only terminated.
+    MarkedDeadLettered,
+}
+
 async fn apply(
     broker: &Broker,
     dlqs: &BrokerDlqs,
@@ -626,7 +645,7 @@ async fn apply(
     key: &str,
     settlement: Settlement,
     delivered: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Applied> {
     let ack = |kind| async move {
         message
             .ack_with(kind)
@@ -636,7 +655,8 @@ async fn apply(
     match settlement {
         Settlement::Delivered => {
             ack(AckKind::Ack).await?;
-            replay_delivered(broker, delivery).await
+            replay_delivered(broker, delivery).await?;
+            Ok(Applied::Settled)
         }
         Settlement::Again {
             failed,
@@ -645,13 +665,14 @@ async fn apply(
         } => {
             let next = History::after(delivery, &failed, spend_attempt);
             broker.history().put(key, &next, delivered).await?;
-            ack(AckKind::Nak(Some(Duration::from_millis(delay_ms)))).await
+            ack(AckKind::Nak(Some(Duration::from_millis(delay_ms)))).await?;
+            Ok(Applied::Settled)
         }
         Settlement::DeadLetter { failed, letter } => {
             broker.dead_letter(delivery, &failed, &letter, key).await?;
             dlqs.written(NAME, &letter.dlq, &delivery.topic);
             let Err(e) = message.double_ack_with(AckKind::Term).await else {
-                return Ok(());
+                return Ok(Applied::Settled);
             };
             // The letter is written: JetStream will deliver the original again, and that
             // delivery must only terminate it, not reach the consumer a second time.
@@ -674,16 +695,18 @@ async fn apply(
                 "nats source: the dead letter is written but terminating the original failed; \
                  its redelivery is terminated without delivering it"
             );
-            Ok(())
+            Ok(Applied::MarkedDeadLettered)
         }
         Settlement::Discard { failed, reason } => {
             broker
                 .audit("discarded", delivery, &failed.kind, &reason)
                 .await?;
-            ack(AckKind::Term).await
+            ack(AckKind::Term).await?;
+            Ok(Applied::Settled)
         }
         Settlement::Release { delay_ms } => {
-            ack(AckKind::Nak(Some(Duration::from_millis(delay_ms)))).await
+            ack(AckKind::Nak(Some(Duration::from_millis(delay_ms)))).await?;
+            Ok(Applied::Settled)
         }
     }
 }

@@ -468,7 +468,7 @@ impl Held for Consumed<'_> {
         match self.message.nack(requeue).await {
             Ok(true) => {}
             Ok(false) => tracing::warn!(
-                "rabbitmq source: giving a message back found its channel closed; the broker has redelivered it"
+                "rabbitmq source: giving a message back found its channel closed or the delivery already settled; an unsettled one is redelivered by the broker"
             ),
             Err(e) => {
                 tracing::warn!(error = %e, "rabbitmq source: giving a message back failed; the broker redelivers it when the channel closes");
