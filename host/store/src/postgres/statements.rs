@@ -2,6 +2,21 @@
 
 use crate::shared::Statements;
 
+/// `settle`'s `UPDATE`, a literal so that `settle_recording` can wrap the same text.
+macro_rules! settle_update {
+    () => {
+        "UPDATE messages SET state = $1, lease_until_ms = NULL,
+                next_at_ms = COALESCE($2, next_at_ms),
+                attempt = LEAST(attempt + $3, 4294967295),
+                deferrals = LEAST(deferrals + $4, 4294967295),
+                dead_letterings = dead_letterings + $5,
+                deliveries = GREATEST(deliveries - $6, 0),
+                first_failed_at_ms = COALESCE(first_failed_at_ms, $7),
+                updated_at_ms = COALESCE($8, updated_at_ms)
+         WHERE seq = $9 AND lease = $10 AND state = 'leased'"
+    };
+}
+
 /// Every statement of [`crate::shared`] on PostgreSQL.
 pub(super) static SQL: Statements = Statements {
     placeholder: |n| format!("${n}"),
@@ -23,31 +38,15 @@ pub(super) static SQL: Statements = Statements {
     delivered: "UPDATE messages SET state = 'delivered', lease_until_ms = NULL,
                        updated_at_ms = $1
                 WHERE seq = ANY($2) AND state = 'leased'",
-    settle: "UPDATE messages SET state = $1, lease_until_ms = NULL,
-                    next_at_ms = COALESCE($2, next_at_ms),
-                    attempt = LEAST(attempt + $3, 4294967295),
-                    deferrals = LEAST(deferrals + $4, 4294967295),
-                    dead_letterings = dead_letterings + $5,
-                    deliveries = GREATEST(deliveries - $6, 0),
-                    first_failed_at_ms = COALESCE(first_failed_at_ms, $7),
-                    updated_at_ms = COALESCE($8, updated_at_ms)
-             WHERE seq = $9 AND lease = $10 AND state = 'leased'",
+    settle: settle_update!(),
     attempt: "INSERT INTO attempts (message_seq, at_ms, kind, message) VALUES ($1, $2, $3, $4)",
-    settle_recording: Some(
-        "WITH settled AS (
-             UPDATE messages SET state = $1, lease_until_ms = NULL,
-                    next_at_ms = COALESCE($2, next_at_ms),
-                    attempt = LEAST(attempt + $3, 4294967295),
-                    deferrals = LEAST(deferrals + $4, 4294967295),
-                    dead_letterings = dead_letterings + $5,
-                    deliveries = GREATEST(deliveries - $6, 0),
-                    first_failed_at_ms = COALESCE(first_failed_at_ms, $7),
-                    updated_at_ms = COALESCE($8, updated_at_ms)
-             WHERE seq = $9 AND lease = $10 AND state = 'leased'
-             RETURNING seq)
+    settle_recording: Some(concat!(
+        "WITH settled AS (",
+        settle_update!(),
+        " RETURNING seq)
          INSERT INTO attempts (message_seq, at_ms, kind, message)
-         SELECT seq, $11, $12, $13 FROM settled",
-    ),
+         SELECT seq, $11, $12, $13 FROM settled"
+    )),
     letter: "INSERT INTO dlq (message_seq, message_id, topic, dlq, class, kind, reason,
                               attempts, created_at_ms, format, envelope, state, repeats)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'dead',
