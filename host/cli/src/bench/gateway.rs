@@ -59,16 +59,15 @@ pub(crate) async fn run(target: Target, options: &BenchOptions, load: &Load) -> 
     } else {
         "bench.orders".to_string()
     };
-    let database = match target {
-        Target::Postgres | Target::PostgresX3 | Target::Mysql | Target::MysqlX3 => {
-            // The database drivers block: never on an async worker.
-            let servers = (options.postgres_url.clone(), options.mysql_url.clone());
-            let created = tokio::task::spawn_blocking(move || {
-                super::database::ScratchDatabase::create(target, &servers.0, &servers.1)
-            });
-            Some(created.await.context("creating the scratch database")??)
-        }
-        _ => None,
+    let database = if target.shared_store() {
+        // The database drivers block: never on an async worker.
+        let servers = (options.postgres_url.clone(), options.mysql_url.clone());
+        let created = tokio::task::spawn_blocking(move || {
+            super::database::ScratchDatabase::create(target, &servers.0, &servers.1)
+        });
+        Some(created.await.context("creating the scratch database")??)
+    } else {
+        None
     };
     let store = database.as_ref().map(super::database::ScratchDatabase::url);
     let mut dirs = Vec::new();

@@ -98,6 +98,23 @@ impl Target {
         }
     }
 
+    /// Whether the target's store is a shared SQL database (PostgreSQL or MariaDB/MySQL).
+    pub fn shared_store(self) -> bool {
+        matches!(
+            self,
+            Target::Postgres | Target::PostgresX3 | Target::Mysql | Target::MysqlX3
+        )
+    }
+
+    /// The one-gateway target on the same store, for a target of three gateways.
+    pub fn single_gateway_twin(self) -> Option<Target> {
+        match self {
+            Target::PostgresX3 => Some(Target::Postgres),
+            Target::MysqlX3 => Some(Target::Mysql),
+            _ => None,
+        }
+    }
+
     /// Whether the gateway consumes from NATS.
     pub(crate) fn on_nats(self) -> bool {
         matches!(self, Target::Nats | Target::NatsTls)

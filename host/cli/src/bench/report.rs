@@ -161,14 +161,43 @@ impl Report {
             .into_iter()
             .filter_map(|target| {
                 let plain = target.plain_twin()?;
-                let ratios = self
-                    .targets
-                    .iter()
-                    .filter(|f| f.target == target)
-                    .filter_map(|f| Some(f.rate() / self.get(plain, f.round)?.rate()));
-                median(ratios).map(|m| (target, plain, m))
+                self.median_against(target, plain)
+                    .map(|m| (target, plain, m))
             })
             .collect()
+    }
+
+    /// Each shared-store target's median throughput over the embedded store's in the same
+    /// round, and each three-gateway target's over its one-gateway twin's, when the run has
+    /// both: a shared store is judged against the embedded store, and more gateways should
+    /// not make it slower. (With `embedded` the baseline, the table has the first already.)
+    pub fn store_ratios(&self) -> Vec<(Target, Target, f64)> {
+        let vs_embedded = self.baseline() != Some(Target::Embedded);
+        self.target_order()
+            .into_iter()
+            .flat_map(|target| {
+                let against = (vs_embedded && target.shared_store())
+                    .then_some(Target::Embedded)
+                    .into_iter()
+                    .chain(target.single_gateway_twin());
+                against
+                    .filter_map(move |other| {
+                        self.median_against(target, other)
+                            .map(|m| (target, other, m))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// The median over the rounds of `target`'s throughput over `other`'s in the same round.
+    fn median_against(&self, target: Target, other: Target) -> Option<f64> {
+        let ratios = self
+            .targets
+            .iter()
+            .filter(|f| f.target == target)
+            .filter_map(|f| Some(f.rate() / self.get(other, f.round)?.rate()));
+        median(ratios)
     }
 
     /// The report as JSON.
@@ -183,6 +212,11 @@ impl Report {
             .into_iter()
             .map(|(t, _, r)| (t.name().to_string(), r.into()))
             .collect();
+        let stores: serde_json::Map<String, serde_json::Value> = self
+            .store_ratios()
+            .into_iter()
+            .map(|(t, other, r)| (format!("{}/{}", t.name(), other.name()), r.into()))
+            .collect();
         serde_json::json!({
             "setup": self.setup,
             "targets": self
@@ -193,6 +227,7 @@ impl Report {
             "baseline": self.baseline(),
             "median_vs_baseline": medians,
             "median_tls_vs_plain": tls,
+            "median_store_ratios": stores,
         })
     }
 }
@@ -295,10 +330,111 @@ impl fmt::Display for Report {
                 tls.join(", ")
             )?;
         }
+        let stores: Vec<String> = self
+            .store_ratios()
+            .iter()
+            .map(|(t, other, r)| format!("{} {r:.2}x {}", t.name(), other.name()))
+            .collect();
+        if !stores.is_empty() {
+            writeln!(
+                f,
+                "shared stores (median of same-round ratios): {}",
+                stores.join(", ")
+            )?;
+        }
         writeln!(
             f,
             "settle = a delivery's receipt from its source to its settlement applied there; \
              CPU = this process without the load generator; policy = share of that CPU in policy evaluation"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(target: Target, round: usize, seconds: f64) -> Figures {
+        Figures {
+            target,
+            round,
+            messages: 1_000,
+            elapsed: Duration::from_secs_f64(seconds),
+            deliveries: 0,
+            delivered: 0,
+            dead_lettered: 0,
+            dropped: 0,
+            duplicates: 0,
+            handling: HandlingSummary::default(),
+            cpu: Duration::ZERO,
+            policy: Duration::ZERO,
+            policy_wall: Duration::ZERO,
+            broker_cpu: None,
+        }
+    }
+
+    fn report(targets: Vec<Figures>) -> Report {
+        Report {
+            targets,
+            setup: String::new(),
+        }
+    }
+
+    #[test]
+    fn shared_stores_are_judged_against_the_embedded_store_of_their_own_round() {
+        // Round 2's machine is twice as slow: the same-round ratios stay the same.
+        let run = report(vec![
+            figures(Target::Embedded, 1, 1.0),
+            figures(Target::NatsNative, 1, 0.5),
+            figures(Target::Postgres, 1, 2.0),
+            figures(Target::PostgresX3, 1, 1.0),
+            figures(Target::Embedded, 2, 2.0),
+            figures(Target::NatsNative, 2, 1.0),
+            figures(Target::Postgres, 2, 4.0),
+            figures(Target::PostgresX3, 2, 2.0),
+        ]);
+        assert_eq!(run.baseline(), Some(Target::NatsNative));
+        let stores = run.store_ratios();
+        assert_eq!(
+            stores,
+            vec![
+                (Target::Postgres, Target::Embedded, 0.5),
+                (Target::PostgresX3, Target::Embedded, 1.0),
+                (Target::PostgresX3, Target::Postgres, 2.0),
+            ]
+        );
+        let shown = run.to_string();
+        assert!(
+            shown.contains(
+                "postgres 0.50x embedded, postgres-x3 1.00x embedded, postgres-x3 2.00x postgres"
+            ),
+            "{shown}"
+        );
+        assert_eq!(
+            run.to_json()["median_store_ratios"]["postgres/embedded"],
+            0.5
+        );
+    }
+
+    #[test]
+    fn with_the_embedded_store_as_baseline_only_the_gateway_counts_are_compared() {
+        let run = report(vec![
+            figures(Target::Embedded, 1, 1.0),
+            figures(Target::Mysql, 1, 4.0),
+            figures(Target::MysqlX3, 1, 2.0),
+        ]);
+        assert_eq!(run.baseline(), Some(Target::Embedded));
+        assert_eq!(
+            run.store_ratios(),
+            vec![(Target::MysqlX3, Target::Mysql, 2.0)]
+        );
+        assert_eq!(
+            run.median_ratios(),
+            vec![
+                (Target::Embedded, 1.0),
+                (Target::Mysql, 0.25),
+                (Target::MysqlX3, 0.5)
+            ]
+        );
     }
 }

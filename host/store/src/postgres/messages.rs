@@ -161,11 +161,13 @@ impl PostgresStore {
         self.with(|c| {
             let mut tx = c.client.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&TOPICS_LOCK])?;
+            // One lookup in each state's index (none holds all three states).
             let n = tx.execute(
-                "DELETE FROM topics WHERE NOT EXISTS (
-                     SELECT 1 FROM messages
-                     WHERE messages.topic = topics.topic
-                       AND messages.state IN ('ready', 'scheduled', 'leased'))",
+                "DELETE FROM topics
+                 WHERE NOT EXISTS (SELECT 1 FROM messages WHERE messages.topic = topics.topic
+                                     AND messages.state IN ('ready', 'scheduled'))
+                   AND NOT EXISTS (SELECT 1 FROM messages WHERE messages.topic = topics.topic
+                                     AND messages.state = 'leased')",
                 &[],
             )?;
             tx.commit()?;
@@ -199,10 +201,18 @@ impl PostgresStore {
     /// The earliest instant a pending message falls due (or a lease expires).
     pub fn next_due_ms(&self) -> Result<Option<u64>, StoreError> {
         self.with(|c| {
+            // Per listed topic (the topics a claim asks): the waiting index is by topic
+            // first, so one minimum over the table would read all of it. Every leased row
+            // is read: the deliveries in flight and claimed ahead, and leases expired but
+            // not yet taken over.
             let s = c.statement(
                 "SELECT LEAST(
-                     (SELECT MIN(next_at_ms) FROM messages WHERE state = 'ready'),
-                     (SELECT MIN(next_at_ms) FROM messages WHERE state = 'scheduled'),
+                     (SELECT MIN((SELECT MIN(next_at_ms) FROM messages m
+                                  WHERE m.topic = t.topic AND m.state = 'ready'))
+                      FROM topics t),
+                     (SELECT MIN((SELECT MIN(next_at_ms) FROM messages m
+                                  WHERE m.topic = t.topic AND m.state = 'scheduled'))
+                      FROM topics t),
                      (SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased'))",
             )?;
             let due: Option<i64> = c.client.query_one(&s, &[])?.get(0);

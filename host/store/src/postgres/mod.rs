@@ -17,6 +17,7 @@ use tls::MakeRustls;
 
 mod messages;
 mod schema;
+pub use schema::MIGRATIONS;
 mod session;
 mod settle;
 mod statements;
@@ -245,7 +246,7 @@ impl PostgresStore {
     /// after. A database already current is only read, so gateways whose user may not
     /// change the schema start against one an operator migrated (`verdict store migrate`).
     pub fn migrate(&self) -> Result<u32, StoreError> {
-        self.shared.migrate(schema::MIGRATIONS)
+        self.shared.migrate(MIGRATIONS)
     }
 
     /// Call `wake(true)` on every notification of [`CHANNEL`], from a thread with a

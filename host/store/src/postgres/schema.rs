@@ -5,7 +5,7 @@
 /// Migration `n` is `MIGRATIONS[n - 1]` (one script each: schema changes are transactional
 /// here, so a script runs whole or not at all); `verdict_schema` records each one applied.
 /// Append, never edit: a gateway at version `n` applies only what comes after.
-pub(super) const MIGRATIONS: &[&[&str]] = &[&[V1], &[V2]];
+pub const MIGRATIONS: &[&[&str]] = &[&[V1], &[V2], &[V3]];
 
 const V1: &str = "
 CREATE TABLE messages (
@@ -95,4 +95,27 @@ UPDATE dlq d SET repeats = (SELECT COUNT(*) FROM dlq e
 UPDATE messages m SET dead_letterings = c.n
     FROM (SELECT message_seq, COUNT(*) AS n FROM dlq GROUP BY message_seq) c
     WHERE c.message_seq = m.seq;
+";
+
+/// Indexes per state in place of indexes over every row's state: a state change is never a
+/// HOT update (`state` is indexed), so it wrote an entry into all six of the table's indexes;
+/// now a row sits only in the index of its state, and a change writes three (the primary key,
+/// `id`, and the index of the state it enters). PostgreSQL uses a partial index only for a
+/// statement whose `WHERE` implies the index's predicate with literal states, which every
+/// statement of the store's does (the operators' `pending` view, over three states, reads
+/// the table). Built from the rows there, in the migration's transaction, with the table
+/// locked first: the builds and the drops need stronger locks in turn, and a gateway of the
+/// earlier version settling meanwhile would otherwise deadlock with them.
+const V3: &str = "
+LOCK TABLE messages IN ACCESS EXCLUSIVE MODE;
+CREATE INDEX IF NOT EXISTS messages_waiting ON messages (topic, state, next_at_ms)
+    WHERE state IN ('ready', 'scheduled');
+CREATE INDEX IF NOT EXISTS messages_leased ON messages (topic, lease_until_ms)
+    WHERE state = 'leased';
+CREATE INDEX IF NOT EXISTS messages_settled ON messages (state, updated_at_ms)
+    WHERE state IN ('delivered', 'dead', 'discarded');
+DROP INDEX IF EXISTS messages_topic_due;
+DROP INDEX IF EXISTS messages_due;
+DROP INDEX IF EXISTS messages_lease;
+DROP INDEX IF EXISTS messages_done;
 ";

@@ -153,15 +153,7 @@ impl SqliteStore {
     /// lists a topic again), so a claim round asks only topics that may have work; how
     /// many were forgotten.
     pub fn prune_topics(&self) -> Result<usize, StoreError> {
-        self.write(|tx| {
-            Ok(tx.execute(
-                "DELETE FROM topics WHERE NOT EXISTS (
-                     SELECT 1 FROM messages
-                     WHERE messages.topic = topics.topic
-                       AND messages.state IN ('ready', 'scheduled', 'leased'))",
-                [],
-            )?)
-        })
+        self.write(|tx| Ok(tx.execute(PRUNE_TOPICS, [])?))
     }
 
     /// Keep the leases of deliveries still running: each `(seq, lease)` whose message is
@@ -184,14 +176,7 @@ impl SqliteStore {
     /// The earliest instant a pending message falls due (or a lease expires).
     pub fn next_due_ms(&self) -> Result<Option<u64>, StoreError> {
         let conn = self.conn();
-        let due: Option<i64> = conn
-            .prepare_cached(
-                "SELECT MIN(t) FROM (
-                     SELECT MIN(next_at_ms) AS t FROM messages WHERE state = 'ready'
-                     UNION ALL SELECT MIN(next_at_ms) FROM messages WHERE state = 'scheduled'
-                     UNION ALL SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased')",
-            )?
-            .query_row([], |r| r.get(0))?;
+        let due: Option<i64> = conn.prepare_cached(NEXT_DUE)?.query_row([], |r| r.get(0))?;
         Ok(due.map(|t| t.max(0) as u64))
     }
 
@@ -219,6 +204,53 @@ fn record_attempt(tx: &Connection, seq: i64, failed: &AttemptRecord) -> Result<(
     Ok(())
 }
 
+/// A claim of one topic's due messages: the first `limit` of each kind of due message (ready,
+/// scheduled, leased past its lease), each read in index order, then the first `limit` of
+/// those. One `WHERE ... OR ... ORDER BY` over the topic's backlog would make SQLite sort
+/// every due row on every claim.
+pub(super) const CLAIM_TOPIC: &str = "
+    SELECT seq, id, topic, headers, payload, content_type, attempt, deferrals,
+           published_at_ms, first_failed_at_ms, state
+    FROM messages
+    WHERE seq IN (
+        SELECT seq FROM (SELECT seq FROM messages
+            WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1
+            ORDER BY next_at_ms LIMIT ?2)
+        UNION ALL
+        SELECT seq FROM (SELECT seq FROM messages
+            WHERE topic = ?3 AND state = 'scheduled' AND next_at_ms <= ?1
+            ORDER BY next_at_ms LIMIT ?2)
+        UNION ALL
+        SELECT seq FROM (SELECT seq FROM messages
+            WHERE state = 'leased' AND lease_until_ms <= ?1 AND topic = ?3
+            ORDER BY lease_until_ms LIMIT ?2))
+    ORDER BY next_at_ms LIMIT ?2";
+
+/// Topics with nothing ready, scheduled or leased, forgotten: one lookup per state, since an
+/// `IN` over the three states matches no state index.
+pub(super) const PRUNE_TOPICS: &str = "
+    DELETE FROM topics
+    WHERE NOT EXISTS (SELECT 1 FROM messages
+                      WHERE messages.topic = topics.topic AND messages.state = 'ready')
+      AND NOT EXISTS (SELECT 1 FROM messages
+                      WHERE messages.topic = topics.topic AND messages.state = 'scheduled')
+      AND NOT EXISTS (SELECT 1 FROM messages
+                      WHERE messages.topic = topics.topic AND messages.state = 'leased')";
+
+/// The earliest instant a pending message falls due or a lease expires, per listed topic (the
+/// topics a claim asks): the waiting index is by topic first, so one minimum over the whole
+/// table would read all of it. Every leased row is read: the deliveries in flight and claimed
+/// ahead, and leases expired but not yet taken over.
+pub(super) const NEXT_DUE: &str = "
+    SELECT MIN(t) FROM (
+        SELECT (SELECT MIN(next_at_ms) FROM messages
+                WHERE topic = topics.topic AND state = 'ready') AS t FROM topics
+        UNION ALL
+        SELECT (SELECT MIN(next_at_ms) FROM messages
+                WHERE topic = topics.topic AND state = 'scheduled') FROM topics
+        UNION ALL
+        SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased')";
+
 fn claim_topic(
     tx: &Connection,
     topic: &str,
@@ -227,27 +259,7 @@ fn claim_topic(
     until: i64,
     claimed: &mut Vec<Claimed>,
 ) -> Result<(), StoreError> {
-    let mut due = tx.prepare_cached(
-        // The first `limit` of each kind of due message, each read in index order, then the
-        // first `limit` of those: one `WHERE ... OR ... ORDER BY` over the topic's backlog
-        // would make SQLite sort every due row on every claim.
-        "SELECT seq, id, topic, headers, payload, content_type, attempt, deferrals,
-                published_at_ms, first_failed_at_ms, state
-         FROM messages
-         WHERE seq IN (
-             SELECT seq FROM (SELECT seq FROM messages
-                 WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1
-                 ORDER BY next_at_ms LIMIT ?2)
-             UNION ALL
-             SELECT seq FROM (SELECT seq FROM messages
-                 WHERE topic = ?3 AND state = 'scheduled' AND next_at_ms <= ?1
-                 ORDER BY next_at_ms LIMIT ?2)
-             UNION ALL
-             SELECT seq FROM (SELECT seq FROM messages
-                 WHERE state = 'leased' AND lease_until_ms <= ?1 AND topic = ?3
-                 ORDER BY lease_until_ms LIMIT ?2))
-         ORDER BY next_at_ms LIMIT ?2",
-    )?;
+    let mut due = tx.prepare_cached(CLAIM_TOPIC)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = due.query_map(params![now, limit, topic], |r| {
         let headers: String = r.get(3)?;

@@ -39,9 +39,6 @@ CREATE TABLE IF NOT EXISTS messages (
     updated_at_ms INTEGER NOT NULL,
     dead_letterings INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS messages_due ON messages (state, next_at_ms);
-CREATE INDEX IF NOT EXISTS messages_lease ON messages (state, lease_until_ms);
-CREATE INDEX IF NOT EXISTS messages_topic_due ON messages (topic, state, next_at_ms);
 CREATE TABLE IF NOT EXISTS topics (topic TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS attempts (
     message_seq INTEGER NOT NULL REFERENCES messages (seq),
@@ -67,6 +64,7 @@ CREATE TABLE IF NOT EXISTS dlq (
     repeats INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS dlq_state ON dlq (state, dlq);
+CREATE INDEX IF NOT EXISTS dlq_message ON dlq (message_seq);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY,
     at_ms INTEGER NOT NULL,
@@ -75,7 +73,6 @@ CREATE TABLE IF NOT EXISTS audit (
     event TEXT NOT NULL,
     detail TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS messages_done ON messages (state, updated_at_ms);
 CREATE INDEX IF NOT EXISTS audit_at ON audit (at_ms);
 CREATE TABLE IF NOT EXISTS state_counts (state TEXT PRIMARY KEY, n INTEGER NOT NULL)
     WITHOUT ROWID;
@@ -93,6 +90,29 @@ CREATE TRIGGER IF NOT EXISTS messages_count_delete AFTER DELETE ON messages BEGI
     UPDATE state_counts SET n = n - 1 WHERE state = OLD.state;
 END;
 ";
+
+/// The indexes a message's state is read through, each holding only the rows in the states
+/// it names, so a state change touches the one or two indexes of the states it leaves and
+/// enters - not every index that has `state` in it. SQLite uses a partial index only for a
+/// query whose `WHERE` names the same states: `=` alternatives match `state = 'ready'`, and
+/// an `IN` list matches only the same list, so the statements that read them say their
+/// states exactly this way (`store_reads_use_the_state_indexes` checks their plans).
+const STATE_INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS messages_waiting ON messages (topic, state, next_at_ms)
+    WHERE state = 'ready' OR state = 'scheduled';
+CREATE INDEX IF NOT EXISTS messages_leased ON messages (topic, lease_until_ms)
+    WHERE state = 'leased';
+CREATE INDEX IF NOT EXISTS messages_settled ON messages (updated_at_ms)
+    WHERE state IN ('delivered', 'discarded');
+";
+
+/// The indexes of every state that [`STATE_INDEXES`] replaced.
+const WHOLE_STATE_INDEXES: [&str; 4] = [
+    "messages_due",
+    "messages_lease",
+    "messages_topic_due",
+    "messages_done",
+];
 
 /// The store. Cheap to share behind an `Arc`; calls are serialised on one connection (SQLite
 /// has one writer anyway), so call it from blocking threads, not async tasks. Write
@@ -142,6 +162,7 @@ impl SqliteStore {
             .map_err(open_err)?;
         migrate(&conn).map_err(open_err)?;
         conn.execute_batch(SCHEMA).map_err(open_err)?;
+        conn.execute_batch(STATE_INDEXES).map_err(open_err)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
@@ -194,8 +215,10 @@ impl SqliteStore {
 }
 
 /// Bring a store written by an earlier version up to [`SCHEMA`]: the lease fence column, the
-/// topic list the per-route claim reads, the state counters (counted once, here), and the
-/// kept repeat counts (counted once from the DLQ rows still there).
+/// topic list the per-route claim reads, the state counters (counted once, here), the
+/// kept repeat counts (counted once from the DLQ rows still there), and the per-state
+/// indexes in place of the whole-table ones (built from the rows there, in the same
+/// transaction that drops the old ones).
 fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
     let has_messages: bool = conn.query_row(
         "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'messages'",
@@ -240,6 +263,21 @@ fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
     )?;
     if !has_repeats {
         conn.execute_batch(REPEATS_KEPT)?;
+    }
+    let whole_state_indexes: bool = conn.query_row(
+        &format!(
+            "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'index' AND name IN ('{}')",
+            WHOLE_STATE_INDEXES.join("', '")
+        ),
+        [],
+        |r| r.get(0),
+    )?;
+    if whole_state_indexes {
+        let drops: String = WHOLE_STATE_INDEXES
+            .iter()
+            .map(|name| format!("DROP INDEX IF EXISTS {name};\n"))
+            .collect();
+        conn.execute_batch(&format!("BEGIN IMMEDIATE;\n{drops}{STATE_INDEXES}COMMIT;"))?;
     }
     Ok(())
 }
@@ -314,6 +352,116 @@ mod tests {
             .query_row("SELECT dead_letterings FROM messages", [], |r| r.get(0))
             .unwrap();
         assert_eq!(kept, 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn plan(conn: &Connection, sql: &str) -> Vec<String> {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let nulls = vec![rusqlite::types::Null; stmt.parameter_count()];
+        stmt.query_map(rusqlite::params_from_iter(nulls), |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// Each statement that reads messages by state goes through the index of that state: a
+    /// partial index is used only when the statement names its states the way the index
+    /// does, and a mismatch would not fail - it would read the whole table on every claim.
+    #[test]
+    fn store_reads_use_the_state_indexes() {
+        let dir = std::env::temp_dir().join(format!("verdict-sqlite-plans-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = SqliteStore::open(&dir.join("store.db")).unwrap();
+        let conn = store.conn();
+        let reads: [(&str, &str, &[&str]); 4] = [
+            (
+                "claim",
+                messages::CLAIM_TOPIC,
+                &["messages_waiting", "messages_leased"],
+            ),
+            (
+                "next due",
+                messages::NEXT_DUE,
+                &["messages_waiting", "messages_leased"],
+            ),
+            (
+                "prune topics",
+                messages::PRUNE_TOPICS,
+                &["messages_waiting", "messages_leased"],
+            ),
+            (
+                "retention",
+                retention::DOOMED_MESSAGES,
+                &["messages_settled"],
+            ),
+        ];
+        for (name, sql, indexes) in reads {
+            let plan = plan(&conn, sql);
+            for index in indexes {
+                assert!(
+                    plan.iter().any(|step| step.contains(index)),
+                    "{name} does not use {index}: {plan:?}"
+                );
+            }
+            assert!(
+                !plan.iter().any(|step| step == "SCAN messages"),
+                "{name} reads the whole messages table: {plan:?}"
+            );
+        }
+        drop(conn);
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store written with an index per state column: opening it replaces them with the
+    /// per-state indexes, built from the rows already there.
+    #[test]
+    fn an_earlier_store_gets_per_state_indexes_in_place_of_the_whole_table_ones() {
+        let dir =
+            std::env::temp_dir().join(format!("verdict-sqlite-indexes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("store.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute_batch(
+                "CREATE INDEX messages_due ON messages (state, next_at_ms);
+                 CREATE INDEX messages_lease ON messages (state, lease_until_ms);
+                 CREATE INDEX messages_topic_due ON messages (topic, state, next_at_ms);
+                 CREATE INDEX messages_done ON messages (state, updated_at_ms);
+                 INSERT INTO topics VALUES ('t');
+                 INSERT INTO messages (id, topic, headers, payload, state, next_at_ms,
+                                       lease_until_ms, published_at_ms, updated_at_ms)
+                 VALUES ('a', 't', '{}', x'', 'ready', 50, NULL, 0, 0),
+                        ('b', 't', '{}', x'', 'scheduled', 40, NULL, 0, 0),
+                        ('c', 't', '{}', x'', 'leased', 0, 30, 0, 0),
+                        ('d', 't', '{}', x'', 'delivered', 0, NULL, 0, 0);",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(&path).unwrap();
+        let indexes: Vec<String> = store
+            .conn()
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'messages' AND sql IS NOT NULL ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            indexes,
+            ["messages_leased", "messages_settled", "messages_waiting"]
+        );
+        // The rows already there are in the new indexes: the lease is the earliest.
+        assert_eq!(store.next_due_ms().unwrap(), Some(30));
+        store
+            .conn()
+            .execute("UPDATE messages SET state = 'delivered' WHERE id = 'c'", [])
+            .unwrap();
+        assert_eq!(store.next_due_ms().unwrap(), Some(40));
+        assert_eq!(store.prune_topics().unwrap(), 0, "t still has work");
+        drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
