@@ -75,12 +75,17 @@ impl MysqlStore {
     }
 
     /// Topics with messages pending: read from the `(state, topic)` index, so there is no
-    /// list to keep (and none to forget a topic from while a publish lists it again).
+    /// list to keep (and none to forget a topic from while a publish lists it again). The
+    /// distinct `(state, topic)` pairs are what the index can answer by skipping from one
+    /// pair to the next (a loose index scan: a few reads per topic); `DISTINCT topic` alone
+    /// read every pending row's entry on every claim round - most of the database's time.
     pub fn topics(&self) -> Result<Vec<String>, StoreError> {
         self.with(|c| {
             Ok(c.query(
-                "SELECT DISTINCT topic FROM messages
-                 WHERE state IN ('ready', 'scheduled', 'leased') ORDER BY topic",
+                "SELECT DISTINCT topic FROM (
+                     SELECT DISTINCT state, topic FROM messages
+                     WHERE state IN ('ready', 'scheduled', 'leased')) AS pending
+                 ORDER BY topic",
             )?)
         })
     }
