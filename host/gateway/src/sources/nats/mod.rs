@@ -221,13 +221,9 @@ impl Session<'_> {
     /// Take the consumer `durable`'s messages as it has room - at most twice its route's
     /// `concurrency` taken and not yet settled: one for each slot and one fetched ahead to
     /// take the slot as soon as it is free, so no slot waits for a pull's round trip - in
-    /// fetches of exactly the room free, so no message waits in a client buffer without
-    /// in-progress acks (one fetched ahead waits in its task, its acks running). A fetch
-    /// waits for a quarter of the room to be free: each fetch is a subscription made and
-    /// dropped and a pull request on the server, which cost more than a message's own acks
-    /// when a fetch brings one or two. While it waits, three quarters of the room is taken:
-    /// every slot busy and at least half of them with a message fetched ahead (fewer while
-    /// outcomes are being written). A taken message that another consumer owns ([`Ownership`]) is acknowledged here and left to it; one of its
+    /// fetches of exactly that many, so no message waits in a client buffer without
+    /// in-progress acks (one fetched ahead waits in its task, its acks running). A taken message that
+    /// another consumer owns ([`Ownership`]) is acknowledged here and left to it; one of its
     /// own waits for a delivery slot of the route that takes its subject now and one of
     /// `max_in_flight`, with its in-progress acks running. A retired consumer ends once it
     /// has delivered everything it was responsible for, and is deleted.
@@ -249,9 +245,7 @@ impl Session<'_> {
         } else {
             RETIRED_CONCURRENCY
         };
-        let room_size = room.max(1).saturating_mul(2);
-        let fetch_least = u32::try_from((room_size / 4).max(1)).unwrap_or(1);
-        let room = Arc::new(Semaphore::new(room_size));
+        let room = Arc::new(Semaphore::new(room.max(1).saturating_mul(2)));
         loop {
             if let Some(through) = me.retired_through()
                 && drained(&consumer, through).await
@@ -261,15 +255,11 @@ impl Session<'_> {
                 tracing::info!(%durable, "nats source: a retired route consumer delivered all it held; deleted");
                 return Ok(());
             }
-            let mut least = tokio::select! {
-                permit = room.clone().acquire_many_owned(fetch_least) => permit?,
+            let first = tokio::select! {
+                permit = room.clone().acquire_owned() => permit?,
                 _ = shutdown.changed() => return Ok(()),
             };
-            // One permit per message: each goes with its message's task.
-            let mut taken = Vec::new();
-            while let Some(one) = least.split(1) {
-                taken.push(one);
-            }
+            let mut taken = vec![first];
             while let Ok(permit) = room.clone().try_acquire_owned() {
                 taken.push(permit);
             }
