@@ -141,16 +141,12 @@ impl Report {
     /// Each target's median ratio to the baseline over the rounds (the figure to quote: a
     /// shared machine drifts between rounds, the same-round ratio much less).
     pub fn median_ratios(&self) -> Vec<(Target, f64)> {
+        let Some(baseline) = self.baseline() else {
+            return Vec::new();
+        };
         self.target_order()
             .into_iter()
-            .filter_map(|target| {
-                let ratios = self
-                    .targets
-                    .iter()
-                    .filter(|f| f.target == target)
-                    .filter_map(|f| self.ratio(f));
-                median(ratios).map(|m| (target, m))
-            })
+            .filter_map(|target| self.median_against(target, baseline).map(|m| (target, m)))
             .collect()
     }
 
@@ -180,12 +176,10 @@ impl Report {
                     .then_some(Target::Embedded)
                     .into_iter()
                     .chain(target.single_gateway_twin());
-                against
-                    .filter_map(move |other| {
-                        self.median_against(target, other)
-                            .map(|m| (target, other, m))
-                    })
-                    .collect::<Vec<_>>()
+                against.filter_map(move |other| {
+                    self.median_against(target, other)
+                        .map(|m| (target, other, m))
+                })
             })
             .collect()
     }
