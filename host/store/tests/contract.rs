@@ -421,14 +421,15 @@ fn each_verdict_settles_as_documented(b: &dyn Backend) {
 
 /// A settlement the database refuses (PostgreSQL takes no NUL byte in text) fails alone:
 /// the rest of its batch commits, and the refused message is still leased, to be delivered
-/// again - never half settled.
+/// again - never half settled. The retries of a batch, which PostgreSQL applies in one
+/// statement, are refused one at a time all the same.
 fn a_settlement_the_database_refuses_fails_alone(b: &dyn Backend) {
     let store = b.open();
-    let msgs: Vec<NewMessage> = (0..4)
+    let msgs: Vec<NewMessage> = (0..7)
         .map(|i| message(&format!("n{i}"), "orders"))
         .collect();
     store.publish(&msgs, 0).unwrap();
-    let claimed = store.claim(10, &want("orders", 4), 60_000).unwrap();
+    let claimed = store.claim(10, &want("orders", 7), 60_000).unwrap();
     // A NUL PostgreSQL refuses; a class longer than MariaDB's column (64) it refuses -
     // each shared database meets one settlement it will not write, beside ones it will.
     let nul = Settlement::Discard {
@@ -442,11 +443,20 @@ fn a_settlement_the_database_refuses_fails_alone(b: &dyn Backend) {
         }
         other => other,
     };
+    let retry = |kind: &str| Settlement::Again {
+        failed: failed(20, kind),
+        delay_ms: 1_000,
+        spend_attempt: true,
+    };
+    let (retry_ok, retry_nul) = (retry("http.503"), retry("http.\0"));
     let outcomes = [
         &Settlement::Delivered,
         &nul,
         &long_class,
         &Settlement::Delivered,
+        &retry_ok,
+        &retry_nul,
+        &retry_ok,
     ];
     let batch: Vec<(i64, i64, &Settlement)> = claimed
         .iter()
@@ -454,8 +464,10 @@ fn a_settlement_the_database_refuses_fails_alone(b: &dyn Backend) {
         .map(|(c, s)| (c.seq, c.lease, s))
         .collect();
     let results = store.settle(&batch, 30).unwrap();
-    assert!(results[0].is_ok() && results[3].is_ok(), "{results:?}");
-    for (i, written) in [(1, "discarded"), (2, "dead")] {
+    for i in [0, 3, 4, 6] {
+        assert!(results[i].is_ok(), "{i}: {results:?}");
+    }
+    for (i, written) in [(1, "discarded"), (2, "dead"), (5, "scheduled")] {
         let state = store.state_of(&claimed[i].delivery.id).unwrap().unwrap();
         match &results[i] {
             Ok(()) => assert_eq!(state, written),
@@ -472,7 +484,29 @@ fn a_settlement_the_database_refuses_fails_alone(b: &dyn Backend) {
         dead,
         "a refused letter leaves no DLQ row"
     );
-    assert_eq!(store.counts().unwrap().delivered, 2);
+    let counts = store.counts().unwrap();
+    assert_eq!(counts.delivered, 2);
+    assert_eq!(counts.scheduled, 2 + u64::from(results[5].is_ok()));
+    // The retries written carry their attempt, once each.
+    let due = store.claim(2_000, &want("orders", 10), 1_000).unwrap();
+    for c in due
+        .iter()
+        .filter(|c| ["n4", "n6"].contains(&c.delivery.id.as_str()))
+    {
+        assert_eq!(
+            c.delivery.history,
+            [failed(20, "http.503")],
+            "{}",
+            c.delivery.id
+        );
+        assert_eq!(c.delivery.attempts_spent, 1);
+    }
+    assert_eq!(
+        due.iter()
+            .filter(|c| ["n4", "n6"].contains(&c.delivery.id.as_str()))
+            .count(),
+        2
+    );
 }
 
 /// The longest topic a shared store's columns take (512 characters), dead-lettered to its

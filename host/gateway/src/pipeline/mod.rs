@@ -5,6 +5,7 @@
 //! its consumer's `concurrency` at once.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
@@ -51,6 +52,9 @@ pub struct Pipeline {
     stats: TopicWindows,
     metrics: PipelineMetrics,
     wake: Notify,
+    /// How many times [`Pipeline::wake`] was called: a claim loop that caches its topic
+    /// list reads it again once this moved (a publish may have named a new topic).
+    wakes: AtomicU64,
     routes: Mutex<HashMap<String, Arc<RouteTarget>>>,
     sources: Mutex<Vec<Readiness>>,
     broker_dlqs: BrokerDlqs,
@@ -79,6 +83,7 @@ impl Pipeline {
             stats: TopicWindows::new(metrics.topics_tracked.clone()),
             metrics,
             wake: Notify::new(),
+            wakes: AtomicU64::new(0),
             routes: Mutex::new(HashMap::new()),
             sources: Mutex::new(Vec::new()),
             broker_dlqs: BrokerDlqs::default(),
@@ -116,7 +121,13 @@ impl Pipeline {
 
     /// Look for due messages now (after a publish), instead of at the next poll.
     pub fn wake(&self) {
+        self.wakes.fetch_add(1, Ordering::Release);
         self.wake.notify_one();
+    }
+
+    /// How many times [`Pipeline::wake`] was called so far.
+    pub(crate) fn wakes(&self) -> u64 {
+        self.wakes.load(Ordering::Acquire)
     }
 
     /// Notified by [`Pipeline::wake`].

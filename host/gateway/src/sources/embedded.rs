@@ -117,6 +117,7 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     });
     let mut round = 0_usize;
     let mut outage = super::StoreOutage::default();
+    let mut topics = TopicList::default();
     while !*shutdown.borrow() {
         round = round.wrapping_add(1);
         // The topic list, the seats and the claim in one trip to a blocking thread: each
@@ -124,18 +125,32 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
         let round_trip = {
             let (pipeline, store, slots) = (pipeline.clone(), store.clone(), slots.clone());
             let lease_ms = settings.lease_ms;
+            let cached = topics.fresh(pipeline.wakes());
             tokio::task::spawn_blocking(move || {
-                let planned = plan(&pipeline, store.topics()?, &slots, round);
+                let wakes = pipeline.wakes();
+                let (list, read) = match cached {
+                    Some(list) => (list, None),
+                    None => {
+                        let list = store.topics()?;
+                        (list.clone(), Some((list, wakes)))
+                    }
+                };
+                let planned = plan(&pipeline, list, &slots, round);
                 let claimed = if planned.wants.is_empty() {
                     Vec::new()
                 } else {
                     store.claim(store.now_ms(), &planned.wants, lease_ms)?
                 };
-                Ok::<_, StoreError>((planned, claimed))
+                Ok::<_, StoreError>((planned, claimed, read))
             })
         };
         let (planned, claimed) = match round_trip.await {
-            Ok(Ok(done)) => done,
+            Ok(Ok((planned, claimed, read))) => {
+                if let Some((list, wakes)) = read {
+                    topics.read(list, wakes);
+                }
+                (planned, claimed)
+            }
             Ok(Err(e)) => {
                 let wait = outage.failed(&e, poll);
                 tokio::time::sleep(wait).await;
@@ -148,6 +163,11 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
         };
         outage.answered();
         if claimed.is_empty() {
+            if !planned.wants.is_empty() {
+                // Asked and found nothing: what falls due next may be in a topic the
+                // cached list does not hold yet.
+                topics.forget();
+            }
             // Every slot taken: only a finished delivery (or the poll) can change that, and
             // asking the store when the next message falls due would find one due now and
             // spin. Otherwise a message due now that this round did not get is another
@@ -197,6 +217,41 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     drop(committer);
     if tokio::time::timeout(grace, writer).await.is_err() {
         tracing::warn!("the settlement writer did not finish in time");
+    }
+}
+
+/// How long the claim loop keeps its topic list before it reads it again. A busy loop
+/// claims many times a second, and the list (the topics with messages pending) changes only
+/// when a message is published to or replayed into a topic that had none: a publish or
+/// replay through this gateway, or another gateway's on a store that notifies, wakes the
+/// loop, which reads the list again at once; another gateway's publish on a store that
+/// does not notify (MariaDB) is seen within this long.
+const TOPICS_FRESH: Duration = Duration::from_millis(250);
+
+/// The claim loop's topic list, read from the store at most every [`TOPICS_FRESH`].
+#[derive(Default)]
+struct TopicList {
+    /// The list, when it was read, and [`Pipeline::wakes`] as it stood before.
+    cached: Option<(Vec<String>, Instant, u64)>,
+}
+
+impl TopicList {
+    /// The list, if it is young enough and nothing woke the loop since it was read.
+    fn fresh(&self, wakes: u64) -> Option<Vec<String>> {
+        self.cached
+            .as_ref()
+            .filter(|(_, at, seen)| *seen == wakes && at.elapsed() < TOPICS_FRESH)
+            .map(|(list, _, _)| list.clone())
+    }
+
+    /// `list` was read just now, when [`Pipeline::wakes`] stood at `wakes`.
+    fn read(&mut self, list: Vec<String>, wakes: u64) {
+        self.cached = Some((list, Instant::now(), wakes));
+    }
+
+    /// Read the list again next round.
+    fn forget(&mut self) {
+        self.cached = None;
     }
 }
 
@@ -589,5 +644,36 @@ impl Unwritten {
             e if e.is_unreachable() => Unwritten::Unreachable(e.to_string()),
             e => Unwritten::Failed(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list() -> Vec<String> {
+        vec!["invoices".to_string(), "orders".to_string()]
+    }
+
+    #[test]
+    fn the_topic_list_is_kept_until_a_wake_or_its_age_says_read_it_again() {
+        let mut topics = TopicList::default();
+        assert_eq!(topics.fresh(0), None, "nothing read yet");
+        topics.read(list(), 3);
+        assert_eq!(topics.fresh(3), Some(list()));
+        // A publish or replay woke the loop since: the list may lack the topic it named.
+        assert_eq!(topics.fresh(4), None);
+        topics.read(list(), 4);
+        topics.forget();
+        assert_eq!(
+            topics.fresh(4),
+            None,
+            "a claim that found nothing forgets it"
+        );
+        let old = Instant::now()
+            .checked_sub(TOPICS_FRESH)
+            .expect("the machine has been up longer than TOPICS_FRESH");
+        topics.cached = Some((list(), old, 4));
+        assert_eq!(topics.fresh(4), None, "too old");
     }
 }

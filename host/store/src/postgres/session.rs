@@ -7,6 +7,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{GenericClient, Statement};
 
 use crate::StoreError;
+use crate::plan::Plan;
 use crate::shared::session::{Arg, Cell, Row, Session};
 
 /// How many distinct statements a connection keeps prepared. The settlement and claim
@@ -60,6 +61,17 @@ impl<C: GenericClient> Session for PgSession<'_, C> {
 
     fn batch(&mut self, sql: &str) -> Result<(), StoreError> {
         Ok(self.client.batch_execute(sql)?)
+    }
+
+    fn apply_plans(
+        &mut self,
+        plans: &[(i64, i64, &Plan<'_>)],
+    ) -> Option<Result<Vec<(i64, i64)>, StoreError>> {
+        Some(super::settle::apply_plans(
+            self.client,
+            self.prepared,
+            plans,
+        ))
     }
 }
 

@@ -3,6 +3,7 @@
 //! schema statement that found its object already made.
 
 use crate::StoreError;
+use crate::plan::Plan;
 
 /// An argument of a statement. Each dialect binds these its own way; a list of keys
 /// (`Keys`) is an array on PostgreSQL and an inline list on MariaDB (keys are integers, so
@@ -102,6 +103,18 @@ pub(crate) trait Session {
     /// The first row `sql` answers, if any.
     fn query_opt(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Option<Row>, StoreError> {
         Ok(self.query(sql, args)?.into_iter().next())
+    }
+
+    /// Apply every `(seq, lease, plan)` of `plans` in one statement, where the database
+    /// can bind a column of values at once: the `(seq, lease)` pairs whose fence held and
+    /// whose row changed come back, each plan's attempt recorded for those only. `None`
+    /// where it cannot, and the caller applies them one by one. No plan writes a dead
+    /// letter or an audit record, no pair comes twice, and every row is locked already.
+    fn apply_plans(
+        &mut self,
+        _plans: &[(i64, i64, &Plan<'_>)],
+    ) -> Option<Result<Vec<(i64, i64)>, StoreError>> {
+        None
     }
 }
 

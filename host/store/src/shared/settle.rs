@@ -2,13 +2,15 @@
 //! fenced by the lease its delivery holds.
 //!
 //! Every row of the batch is locked and read first, in one statement; the deliveries are
-//! then one statement more, and every other settlement is its [`plan`] applied. Most
+//! then one statement more, and every other settlement is its [`plan`] applied - the
+//! retries, delays and releases together in one statement more where the database can
+//! bind a column of values (PostgreSQL's arrays), each dead letter and discard alone. Most
 //! batches fail nowhere and a fenced settlement changes nothing, so the batch first runs
 //! without savepoints (two round trips fewer per settlement); a statement that does fail
 //! aborts that run, and the batch runs again with each settlement in a savepoint of its
 //! own, so that one failure is rolled back alone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{Arg, Dialect, Session, Shared, audit};
 use crate::model::Settlement;
@@ -115,19 +117,30 @@ fn settle_in<D: Dialect>(
             &[Arg::Int(clamp_ms(now_ms)), Arg::Keys(&delivered)],
         )?;
     }
+    // Every other settlement still held, in seq order, as the row change it makes.
+    let mut planned: Vec<(usize, Held, Plan<'_>)> = Vec::new();
     for i in in_seq_order(batch) {
         if results[i].is_some() {
             continue;
         }
         let (seq, lease, settlement) = batch[i];
-        let Some(row) = held.remove(&(seq, lease)) else {
-            results[i] = Some(Err(StoreError::Fenced { seq, lease }));
+        match held.remove(&(seq, lease)) {
+            Some(row) => planned.push((i, row, plan(settlement, now_ms))),
+            None => results[i] = Some(Err(StoreError::Fenced { seq, lease })),
+        }
+    }
+    if !isolated {
+        apply_plain::<D>(s, batch, &planned, &mut results)?;
+    }
+    for (i, row, plan) in &planned {
+        let i = *i;
+        if results[i].is_some() {
             continue;
-        };
-        let plan = plan(settlement, now_ms);
+        }
+        let (seq, lease, _) = batch[i];
         let result = if isolated {
             s.batch("SAVEPOINT settlement")?;
-            match apply::<D>(s, seq, lease, &row, &plan) {
+            match apply::<D>(s, seq, lease, row, plan) {
                 Ok(()) => {
                     s.batch("RELEASE SAVEPOINT settlement")?;
                     Ok(())
@@ -142,7 +155,7 @@ fn settle_in<D: Dialect>(
                 }
             }
         } else {
-            match apply::<D>(s, seq, lease, &row, &plan) {
+            match apply::<D>(s, seq, lease, row, plan) {
                 Err(e @ (StoreError::Retry { .. } | StoreError::Disconnected { .. })) => {
                     return Err(e.into());
                 }
@@ -154,6 +167,47 @@ fn settle_in<D: Dialect>(
         results[i] = Some(result);
     }
     Ok(results.into_iter().flatten().collect())
+}
+
+/// The retries, delays and releases of `planned` - most failures, each a row change and an
+/// attempt with no letter or audit record beside it - in one statement, where the session
+/// can ([`Session::apply_plans`]); their results go into `results`. Fewer than two are left
+/// to the one-by-one path, which is one statement each already. A failing statement makes
+/// the batch run again isolated, where every settlement is applied alone.
+fn apply_plain<D: Dialect>(
+    s: &mut dyn Session,
+    batch: &[(i64, i64, &Settlement)],
+    planned: &[(usize, Held, Plan<'_>)],
+    results: &mut [Option<Result<(), StoreError>>],
+) -> Result<(), Abort> {
+    let plain: Vec<(usize, (i64, i64, &Plan<'_>))> = planned
+        .iter()
+        .filter(|(_, _, p)| p.letter.is_none() && p.audit.is_none())
+        .map(|(i, _, p)| (*i, (batch[*i].0, batch[*i].1, p)))
+        .collect();
+    if plain.len() < 2 {
+        return Ok(());
+    }
+    let plans: Vec<(i64, i64, &Plan<'_>)> = plain.iter().map(|(_, p)| *p).collect();
+    let changed = match s.apply_plans(&plans) {
+        None => return Ok(()),
+        Some(Ok(changed)) => changed,
+        Some(Err(e @ (StoreError::Retry { .. } | StoreError::Disconnected { .. }))) => {
+            return Err(e.into());
+        }
+        Some(Err(_)) => return Err(Abort::Isolate),
+    };
+    let mut changed: HashSet<(i64, i64)> = changed.into_iter().collect();
+    for (i, (seq, lease, _)) in plain {
+        // The rows are locked and no pair comes twice, so every one changes; the
+        // statement's own fence keeps the answer exact all the same.
+        results[i] = Some(if changed.remove(&(seq, lease)) {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced { seq, lease })
+        });
+    }
+    Ok(())
 }
 
 /// `plan` applied to message `seq`, held by `lease` and read as `row` under its lock.
