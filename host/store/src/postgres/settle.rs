@@ -268,7 +268,7 @@ mod tests {
             .unwrap();
         let d = |id: &str| &again.iter().find(|c| c.delivery.id == id).unwrap().delivery;
         assert_eq!(again.len(), 3);
-        assert_eq!(d("retry").history, [failed.clone()]);
+        assert_eq!(d("retry").history, std::slice::from_ref(&failed));
         assert_eq!((d("retry").attempts_spent, d("retry").deferrals), (1, 0));
         assert_eq!(d("delay").history, [failed]);
         assert_eq!((d("delay").attempts_spent, d("delay").deferrals), (0, 1));

@@ -130,7 +130,7 @@ fn settle_in<D: Dialect>(
         }
     }
     if !isolated {
-        apply_plain::<D>(s, batch, &planned, &mut results)?;
+        apply_plain(s, batch, &planned, &mut results)?;
     }
     for (i, row, plan) in &planned {
         let i = *i;
@@ -174,7 +174,7 @@ fn settle_in<D: Dialect>(
 /// can ([`Session::apply_plans`]); their results go into `results`. Fewer than two are left
 /// to the one-by-one path, which is one statement each already. A failing statement makes
 /// the batch run again isolated, where every settlement is applied alone.
-fn apply_plain<D: Dialect>(
+fn apply_plain(
     s: &mut dyn Session,
     batch: &[(i64, i64, &Settlement)],
     planned: &[(usize, Held, Plan<'_>)],
