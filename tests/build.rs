@@ -11,8 +11,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-const GUESTS: [(&str, &str); 5] = [
+const GUESTS: [(&str, &str); 6] = [
     ("RULES", "policies/rules"),
+    ("RULES_V0_1", "tests/guests/rules-v0-1"),
     ("ROCKETMQ", "policies/rocketmq"),
     ("ADAPTIVE", "policies/adaptive"),
     ("PAYMENTS", "policies/payments"),

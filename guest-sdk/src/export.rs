@@ -4,6 +4,9 @@
 use crate::failure::{Details, Lazy};
 use crate::{AttemptRecord, Failure, Header, Level, Policy, Severity, TopicStats, Verdict};
 
+/// The contract this build exports: 0.2 by default, 0.1 with the `contract-v0-1` feature
+/// (for components that must load in hosts older than 0.2; the policy's source is the same).
+#[cfg(not(feature = "contract-v0-1"))]
 #[allow(missing_docs, unused_qualifications, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -16,11 +19,81 @@ pub mod bindings {
     });
 }
 
+/// The contract this build exports: 0.1, chosen by the `contract-v0-1` feature.
+#[cfg(feature = "contract-v0-1")]
+#[allow(missing_docs, unused_qualifications, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../wit/v0.1",
+        world: "policy",
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "::verdict_sdk::__private::bindings",
+        runtime_path: "::verdict_sdk::__private::wit_bindgen::rt",
+    });
+}
+
+pub use crate::failure::Handle;
 use bindings::verdict::policy::host;
 use bindings::verdict::policy::types as wit;
 
 pub use bindings::exports::verdict::policy::decider::Guest;
 pub use wit::{Failure as WitFailure, Info as WitInfo, Verdict as WitVerdict};
+
+/// The `Guest` implementation [`export_policy!`](crate::export_policy) writes for the
+/// contract this build exports; `POLICY` is the thread-local the export module declares.
+#[cfg(not(feature = "contract-v0-1"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __verdict_decide {
+    ($policy:ty) => {
+        fn decide(failure: glue::WitFailure, details: &glue::WitDetails) -> glue::WitVerdict {
+            POLICY.with_borrow(|policy| {
+                glue::decide::<$policy>(policy.as_ref(), failure, glue::handle(details, 0))
+            })
+        }
+
+        fn decide_batch(
+            failures: ::std::vec::Vec<glue::WitFailure>,
+            details: &glue::WitDetails,
+        ) -> ::std::vec::Vec<glue::WitVerdict> {
+            POLICY.with_borrow(|policy| {
+                glue::decide_batch::<$policy>(policy.as_ref(), failures, details)
+            })
+        }
+    };
+}
+
+/// The `Guest` implementation for contract 0.1: one failure per call, no handle.
+#[cfg(feature = "contract-v0-1")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __verdict_decide {
+    ($policy:ty) => {
+        fn decide(failure: glue::WitFailure) -> glue::WitVerdict {
+            POLICY.with_borrow(|policy| {
+                glue::decide::<$policy>(
+                    policy.as_ref(),
+                    failure,
+                    ::std::default::Default::default(),
+                )
+            })
+        }
+    };
+}
+
+#[cfg(not(feature = "contract-v0-1"))]
+pub use host::Details as WitDetails;
+
+/// The call's borrowed `details` and a failure's position in the call, kept in the
+/// [`Failure`]'s lazy fields.
+#[cfg(not(feature = "contract-v0-1"))]
+pub fn handle(details: &WitDetails, failure: u32) -> Handle {
+    Handle {
+        details: details.handle(),
+        failure,
+    }
+}
 
 pub(crate) fn log(level: Level, message: &str) {
     let level = match level {
@@ -53,11 +126,32 @@ pub fn describe(name: &str, version: &str, description: &str) -> WitInfo {
 
 /// `decide`: lift the record into a [`Failure`] with lazy host-backed details, decide, and
 /// lower the verdict.
-pub fn decide<P: Policy>(policy: Option<&P>, f: WitFailure) -> WitVerdict {
+pub fn decide<P: Policy>(policy: Option<&P>, f: WitFailure, handle: Handle) -> WitVerdict {
     let Some(policy) = policy else {
         panic!("decide called before a successful init");
     };
-    let failure = Failure {
+    lower(policy.decide(&lift(f, handle)))
+}
+
+/// `decide-batch`: each failure decided as if alone, in order.
+#[cfg(not(feature = "contract-v0-1"))]
+pub fn decide_batch<P: Policy>(
+    policy: Option<&P>,
+    failures: Vec<WitFailure>,
+    details: &WitDetails,
+) -> Vec<WitVerdict> {
+    let Some(policy) = policy else {
+        panic!("decide-batch called before a successful init");
+    };
+    failures
+        .into_iter()
+        .zip(0..)
+        .map(|(f, i)| lower(policy.decide(&lift(f, handle(details, i)))))
+        .collect()
+}
+
+fn lift(f: WitFailure, handle: Handle) -> Failure {
+    Failure {
         kind: f.error.kind,
         retry_after_ms: f.error.retry_after_ms,
         rejected: f.error.rejected,
@@ -73,41 +167,148 @@ pub fn decide<P: Policy>(policy: Option<&P>, f: WitFailure) -> WitVerdict {
             failures: f.stats.failures,
             consecutive_failures: f.stats.consecutive_failures,
         },
-        details: host_details(),
-    };
-    lower(policy.decide(&failure))
+        details: host_details(handle),
+    }
 }
 
-fn host_details() -> Details {
+/// Ask the host about the failure `handle` names. Contract 0.2: through the `details` handle
+/// the host lent for the running call.
+#[cfg(not(feature = "contract-v0-1"))]
+fn ask<T>(handle: Handle, question: impl FnOnce(&host::Details, u32) -> T) -> T {
+    // SAFETY: `handle.details` is the borrowed handle the host lent for the running call,
+    // and every `Failure` holding it lives only inside that call (the policy gets
+    // `&Failure`). `ManuallyDrop`: the generated export glue ends the borrow itself when
+    // the call returns; dropping it here too would end it twice.
+    let details =
+        std::mem::ManuallyDrop::new(unsafe { host::Details::from_handle(handle.details) });
+    question(&details, handle.failure)
+}
+
+#[cfg(not(feature = "contract-v0-1"))]
+mod fetch {
+    use super::{Handle, ask, host};
+    pub(super) fn topic(h: Handle) -> String {
+        ask(h, |d, i| d.topic(i))
+    }
+    pub(super) fn message_id(h: Handle) -> String {
+        ask(h, |d, i| d.message_id(i))
+    }
+    pub(super) fn consumer_group(h: Handle) -> String {
+        ask(h, |d, i| d.consumer_group(i))
+    }
+    pub(super) fn error_message(h: Handle) -> String {
+        ask(h, |d, i| d.error_message(i))
+    }
+    pub(super) fn content_type(h: Handle) -> Option<String> {
+        ask(h, |d, i| d.content_type(i))
+    }
+    pub(super) fn published_at_ms(h: Handle) -> Option<u64> {
+        ask(h, |d, i| d.published_at_ms(i))
+    }
+    pub(super) fn payload_size(h: Handle) -> u32 {
+        ask(h, |d, i| d.payload_size(i))
+    }
+    pub(super) fn headers(h: Handle) -> Vec<host::Header> {
+        ask(h, |d, i| d.headers(i))
+    }
+    pub(super) fn payload(h: Handle) -> Vec<u8> {
+        ask(h, |d, i| d.payload(i))
+    }
+    pub(super) fn history(h: Handle) -> Vec<host::AttemptRecord> {
+        ask(h, |d, i| d.history(i))
+    }
+    pub(super) fn extension(h: Handle, key: &str) -> Option<String> {
+        ask(h, |d, i| d.extension(i, key))
+    }
+}
+
+/// Contract 0.1: the host's functions describe the current failure; the handle is unused.
+#[cfg(feature = "contract-v0-1")]
+mod fetch {
+    use super::{Handle, host};
+    pub(super) fn topic(_: Handle) -> String {
+        host::topic()
+    }
+    pub(super) fn message_id(_: Handle) -> String {
+        host::message_id()
+    }
+    pub(super) fn consumer_group(_: Handle) -> String {
+        host::consumer_group()
+    }
+    pub(super) fn error_message(_: Handle) -> String {
+        host::error_message()
+    }
+    pub(super) fn content_type(_: Handle) -> Option<String> {
+        host::content_type()
+    }
+    pub(super) fn published_at_ms(_: Handle) -> Option<u64> {
+        host::published_at_ms()
+    }
+    pub(super) fn payload_size(_: Handle) -> u32 {
+        host::payload_size()
+    }
+    pub(super) fn headers(_: Handle) -> Vec<host::Header> {
+        host::headers()
+    }
+    pub(super) fn payload(_: Handle) -> Vec<u8> {
+        host::payload()
+    }
+    pub(super) fn history(_: Handle) -> Vec<host::AttemptRecord> {
+        host::history()
+    }
+    pub(super) fn extension(_: Handle, key: &str) -> Option<String> {
+        host::extension(key)
+    }
+}
+
+/// The payload straight from the host, not the cached copy: for a test guest that must make
+/// the host call itself every time.
+pub fn host_payload(f: &Failure) -> Vec<u8> {
+    fetch::payload(f.details.handle)
+}
+
+/// The history straight from the host, not the cached copy (see [`host_payload`]).
+pub fn host_history(f: &Failure) -> impl Sized + use<> {
+    fetch::history(f.details.handle)
+}
+
+fn host_details(handle: Handle) -> Details {
     Details {
-        topic: Lazy::host(host::topic),
-        message_id: Lazy::host(host::message_id),
-        consumer_group: Lazy::host(host::consumer_group),
-        error_message: Lazy::host(host::error_message),
-        content_type: Lazy::host(host::content_type),
-        published_at_ms: Lazy::host(host::published_at_ms),
-        payload_size: Lazy::host(host::payload_size),
-        headers: Lazy::host(|| {
-            host::headers()
-                .into_iter()
-                .map(|h| Header {
-                    name: h.name,
-                    value: h.value,
-                })
-                .collect()
-        }),
-        payload: Lazy::host(host::payload),
-        history: Lazy::host(|| {
-            host::history()
-                .into_iter()
-                .map(|a| AttemptRecord {
-                    at_ms: a.at_ms,
-                    kind: a.kind,
-                    message: a.message,
-                })
-                .collect()
-        }),
-        extensions: crate::failure::Extensions::Host(host::extension),
+        handle,
+        topic: Lazy::host(fetch::topic, handle),
+        message_id: Lazy::host(fetch::message_id, handle),
+        consumer_group: Lazy::host(fetch::consumer_group, handle),
+        error_message: Lazy::host(fetch::error_message, handle),
+        content_type: Lazy::host(fetch::content_type, handle),
+        published_at_ms: Lazy::host(fetch::published_at_ms, handle),
+        payload_size: Lazy::host(fetch::payload_size, handle),
+        headers: Lazy::host(
+            |h| {
+                fetch::headers(h)
+                    .into_iter()
+                    .map(|h| Header {
+                        name: h.name,
+                        value: h.value,
+                    })
+                    .collect()
+            },
+            handle,
+        ),
+        payload: Lazy::host(fetch::payload, handle),
+        history: Lazy::host(
+            |h| {
+                fetch::history(h)
+                    .into_iter()
+                    .map(|a| AttemptRecord {
+                        at_ms: a.at_ms,
+                        kind: a.kind,
+                        message: a.message,
+                    })
+                    .collect()
+            },
+            handle,
+        ),
+        extensions: crate::failure::Extensions::Host(fetch::extension, handle),
     }
 }
 
@@ -129,7 +330,7 @@ fn lower(v: Verdict) -> WitVerdict {
             Class::Rejected => wit::Class::Rejected,
             Class::Unknown => wit::Class::Unknown,
         },
-        reason: v.reason,
+        reason: reason(v.reason),
         alert: match v.alert {
             Severity::None => wit::Severity::None,
             Severity::Info => wit::Severity::Info,
@@ -142,4 +343,15 @@ fn lower(v: Verdict) -> WitVerdict {
             .map(|(key, value)| wit::Label { key, value })
             .collect(),
     }
+}
+
+/// Contract 0.2 lifts a reason only when there is one.
+#[cfg(not(feature = "contract-v0-1"))]
+fn reason(reason: String) -> Option<String> {
+    (!reason.is_empty()).then_some(reason)
+}
+
+#[cfg(feature = "contract-v0-1")]
+fn reason(reason: String) -> String {
+    reason
 }

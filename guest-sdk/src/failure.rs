@@ -44,19 +44,37 @@ pub struct Header {
     pub value: String,
 }
 
+/// Where the host keeps one failure's details during a call: contract 0.2's borrowed
+/// `details` handle and the failure's position in the call (a 0.1 host needs neither: its
+/// functions describe the current failure).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+#[cfg_attr(
+    any(not(target_arch = "wasm32"), feature = "contract-v0-1"),
+    allow(dead_code)
+)]
+pub struct Handle {
+    pub(crate) details: u32,
+    pub(crate) failure: u32,
+}
+
 /// A value that is either given up front (native tests) or fetched from the host on first
-/// use (inside a component).
+/// use (inside a component), through a plain function and the failure's handle: no closure
+/// to allocate per field per decision.
 pub(crate) struct Lazy<T> {
     cell: OnceCell<T>,
-    fetch: Option<fn() -> T>,
+    fetch: Option<Fetch<T>>,
 }
+
+/// How a [`Lazy`] asks the host: a plain function and the failure's handle.
+type Fetch<T> = (fn(Handle) -> T, Handle);
 
 impl<T: Default> Lazy<T> {
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-    pub(crate) fn host(fetch: fn() -> T) -> Self {
+    pub(crate) fn host(fetch: fn(Handle) -> T, handle: Handle) -> Self {
         Lazy {
             cell: OnceCell::new(),
-            fetch: Some(fetch),
+            fetch: Some((fetch, handle)),
         }
     }
 
@@ -68,8 +86,11 @@ impl<T: Default> Lazy<T> {
     }
 
     fn get(&self) -> &T {
-        self.cell
-            .get_or_init(|| self.fetch.map(|f| f()).unwrap_or_default())
+        self.cell.get_or_init(|| {
+            self.fetch
+                .map(|(fetch, handle)| fetch(handle))
+                .unwrap_or_default()
+        })
     }
 }
 
@@ -82,6 +103,9 @@ impl<T: Default> Default for Lazy<T> {
 /// Fetchers for the parts of a failure that live on the host.
 #[derive(Default)]
 pub(crate) struct Details {
+    /// The failure's handle, for the uncached fetches of the test guests.
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+    pub(crate) handle: Handle,
     pub(crate) topic: Lazy<String>,
     pub(crate) message_id: Lazy<String>,
     pub(crate) consumer_group: Lazy<String>,
@@ -99,7 +123,7 @@ pub(crate) struct Details {
 pub(crate) enum Extensions {
     Given(std::collections::BTreeMap<String, String>),
     #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-    Host(fn(&str) -> Option<String>),
+    Host(fn(Handle, &str) -> Option<String>, Handle),
 }
 
 impl Default for Extensions {
@@ -292,7 +316,7 @@ impl Failure {
     pub fn extension(&self, key: &str) -> Option<String> {
         match &self.details.extensions {
             Extensions::Given(map) => map.get(key).cloned(),
-            Extensions::Host(fetch) => fetch(key),
+            Extensions::Host(fetch, handle) => fetch(*handle, key),
         }
     }
 }

@@ -154,9 +154,7 @@ macro_rules! export_policy {
                     )
                 }
 
-                fn decide(failure: glue::WitFailure) -> glue::WitVerdict {
-                    POLICY.with_borrow(|policy| glue::decide::<$policy>(policy.as_ref(), failure))
-                }
+                $crate::__verdict_decide!($policy);
             }
 
             glue::bindings::export!(Export with_types_in $crate::__private::bindings);

@@ -303,7 +303,7 @@ fn contract_module(name: &[u8], extra: &str) -> String {
 fn componentize(core_wat: &str) -> Vec<u8> {
     let mut resolve = wit_parser::Resolve::default();
     let package = resolve
-        .push_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/policy.wit"))
+        .push_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/v0.1/policy.wit"))
         .unwrap();
     let world = resolve.select_world(&[package], Some("policy")).unwrap();
     componentize_for(core_wat, &resolve, world)
@@ -595,7 +595,7 @@ fn calling_wasi(wit: &[&str], world_imports: &str, imports: &str, call: &str) ->
     assert!(module.contains(call), "the call was spliced in");
     let mut resolve = wit_parser::Resolve::default();
     resolve
-        .push_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/policy.wit"))
+        .push_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit/v0.1/policy.wit"))
         .unwrap();
     for package in wit {
         resolve.push_str("wasi.wit", package).unwrap();

@@ -158,6 +158,7 @@ fn shipped_policies_describe_themselves_and_import_only_the_contract() {
             "{name}: {:?}",
             p.imports()
         );
-        assert_eq!(p.exports(), ["verdict:policy/decider@0.1.0"]);
+        assert_eq!(p.exports(), ["verdict:policy/decider@0.2.0"]);
+        assert_eq!(p.contract(), verdict_runtime::Contract::V0_2);
     }
 }

@@ -8,6 +8,7 @@ mod brokers;
 mod conformance;
 mod console;
 mod console_actions;
+mod contracts;
 mod dashboard;
 mod dlq_groups;
 mod dlq_tools;

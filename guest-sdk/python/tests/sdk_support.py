@@ -16,7 +16,7 @@ if str(SDK_ROOT) not in sys.path:
     sys.path.insert(0, str(SDK_ROOT))
 
 
-# --- the shapes componentize-py 0.25 generates for wit/policy.wit -------------------------
+# --- the shapes componentize-py 0.25 generates for wit/v0.1/policy.wit --------------------
 
 
 class Level(enum.Enum):

@@ -30,8 +30,10 @@ fn inspect_prints_name_version_digest_imports_exports() {
     assert_eq!(v["sha256"].as_str().unwrap().len(), 64);
     assert_eq!(
         v["exports"],
-        serde_json::json!(["verdict:policy/decider@0.1.0"])
+        serde_json::json!(["verdict:policy/decider@0.2.0"])
     );
+    assert_eq!(v["contract"], "verdict:policy@0.2");
+    assert_eq!(v["host_contracts"], "0.1.x or 0.2.x");
     assert!(
         v["imports"]
             .as_array()
@@ -39,6 +41,71 @@ fn inspect_prints_name_version_digest_imports_exports() {
             .iter()
             .all(|i| i.as_str().unwrap().starts_with("verdict:policy/"))
     );
+}
+
+/// The `rules` crate built for the previous contract by the test build.
+fn rules_v0_1() -> &'static str {
+    verdict_tests::fixtures::RULES_V0_1
+}
+
+#[test]
+fn inspect_names_a_0_1_component_s_contract_and_check_warns_about_its_route() {
+    let v = json(&verdict(&["inspect", rules_v0_1()], None));
+    assert_eq!(v["name"], "rules");
+    assert_eq!(v["contract"], "verdict:policy@0.1");
+    assert_eq!(
+        v["exports"],
+        serde_json::json!(["verdict:policy/decider@0.1.0"])
+    );
+
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-contracts");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(rules(), dir.join("rules.wasm")).unwrap();
+    std::fs::copy(rules_v0_1(), dir.join("rules-v0-1.wasm")).unwrap();
+    let config = dir.join("verdict.toml");
+    std::fs::write(
+        &config,
+        "[policies.rules]\npath = \"rules.wasm\"\n\
+         [policies.old]\npath = \"rules-v0-1.wasm\"\n\
+         [[routes]]\ntopic = \"orders\"\npolicy = \"rules\"\n\
+         [[routes]]\ntopic = \"invoices\"\npolicy = \"old\"\n",
+    )
+    .unwrap();
+    let out = verdict(&["check", "-c", config.to_str().unwrap()], None);
+    let summary = json(&out);
+    let contracts: Vec<(&str, &str)> = summary["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["topic"].as_str().unwrap(),
+                r["contract"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        contracts,
+        [
+            ("orders", "verdict:policy@0.2"),
+            ("invoices", "verdict:policy@0.1")
+        ]
+    );
+    // One warning, for the older route only: it loads, and the operator is told to rebuild.
+    let warnings = summary["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let warning = warnings[0].as_str().unwrap();
+    assert!(
+        warning.contains("`invoices`") && warning.contains("verdict:policy@0.1"),
+        "{warning}"
+    );
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("warning: route `invoices`") && stderr.contains("verdict build"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("`orders`"), "{stderr}");
 }
 
 #[test]

@@ -12,8 +12,10 @@ use sha2::{Digest, Sha256};
 
 use crate::{BuildError, BuildOptions, Built, write_if_changed};
 
-/// The contract every policy is built against, as the toolchains read it.
-pub const POLICY_WIT: &str = include_str!("../../../wit/policy.wit");
+/// The contract Python and JavaScript policies are built against, as their toolchains read
+/// it: `verdict:policy@0.1` until their SDKs answer 0.2's `decide-batch` (hosts link both
+/// contracts, so their components run beside 0.2 ones).
+pub const POLICY_WIT: &str = include_str!("../../../wit/v0.1/policy.wit");
 /// The world a policy implements.
 pub const WORLD: &str = "policy";
 /// The componentize-py release the Python SDK is tested with.

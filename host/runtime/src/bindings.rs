@@ -1,17 +1,19 @@
 //! The host side of the contract's imports: what a policy's store carries, the `host.*`
-//! functions, and the memory limiter.
+//! functions of both contracts (0.2's `details` resource, 0.1's free functions about the
+//! current failure), and the memory limiter.
 
 use std::sync::Arc;
 
-use wasmtime::component::HasSelf;
+use wasmtime::component::{HasSelf, Resource};
 use wasmtime::{ResourceLimiter, Result};
 
-use crate::failure::Details;
+use crate::failure::{Details, Lent};
 use crate::wasi::{CallInputs, WasiHost, WasiState};
 
-use crate::wit::generated;
-use crate::wit::generated::verdict::policy::host::Host;
+use crate::wit::generated::verdict::policy::host as host_v0_2;
+use crate::wit::generated_v0_1::verdict::policy::host as host_v0_1;
 use crate::wit::types as wit;
+use crate::wit::{generated, generated_v0_1};
 
 /// Longest log line a policy may write; the rest is cut.
 const MAX_LOG_LINE_BYTES: usize = 4 << 10;
@@ -21,8 +23,10 @@ const MAX_LOG_LINES_PER_CALL: u32 = 32;
 /// What a store carries for one policy instance.
 pub(crate) struct HostState {
     pub(crate) limiter: MemoryLimiter,
-    /// The failure being decided; `None` outside `decide`.
-    pub(crate) current: Option<Arc<Details>>,
+    /// The details of the failures being decided, lent to the policy for the call: a 0.2
+    /// `details` handle's rep is its index here, and a 0.1 policy's `host.*` functions read
+    /// the first. Empty outside `decide`.
+    pub(crate) lent: Vec<Arc<Details>>,
     /// The last panic message the SDK's hook logged, to explain the trap that follows.
     pub(crate) last_panic: Option<String>,
     pub(crate) policy: Arc<str>,
@@ -35,7 +39,7 @@ impl HostState {
     pub(crate) fn new(policy: Arc<str>, memory_cap_bytes: usize, max_core_instances: u32) -> Self {
         HostState {
             limiter: MemoryLimiter::new(memory_cap_bytes, max_core_instances as usize),
-            current: None,
+            lent: Vec::new(),
             last_panic: None,
             policy,
             wasi: WasiState::default(),
@@ -43,18 +47,23 @@ impl HostState {
         }
     }
 
-    /// Reset per-call state.
-    pub(crate) fn begin_call(&mut self, current: Option<Arc<Details>>, inputs: CallInputs) {
-        self.current = current;
+    /// Reset per-call state and lend the call's failure details.
+    pub(crate) fn begin_call(
+        &mut self,
+        lent: impl IntoIterator<Item = Arc<Details>>,
+        inputs: CallInputs,
+    ) {
+        self.lent.clear();
+        self.lent.extend(lent);
         self.log_lines = 0;
         self.last_panic = None;
         self.wasi = WasiState::begin(inputs);
     }
 
-    /// Drop the borrowed failure once the call returns (the panic message stays for the
+    /// Take back the lent details once the call returns (the panic message stays for the
     /// fault report), and write out what the policy printed without a final newline.
     pub(crate) fn end_call(&mut self) {
-        self.current = None;
+        self.lent.clear();
         for (level, pending) in [
             (wit::Level::Info, std::mem::take(&mut self.wasi.stdout)),
             (wit::Level::Warn, std::mem::take(&mut self.wasi.stderr)),
@@ -84,13 +93,35 @@ impl HostState {
         }
     }
 
+    /// What a 0.1 policy's `host.*` functions describe: the one failure of its call.
     fn details(&self) -> Option<&Details> {
-        self.current.as_deref()
+        self.lent.first().map(|d| &**d)
+    }
+
+    /// The details of the call's `failure`-th failure, for a 0.2 policy (the component
+    /// model only lets it hold the `details` handle lent for the running call). A position
+    /// past the call's failures answers empty values, never a trap.
+    fn lent(&self, failure: u32) -> Option<&Details> {
+        let index = usize::try_from(failure).ok()?;
+        self.lent.get(index).map(|d| &**d)
+    }
+
+    /// A panic message the SDK's hook logged: one bounded line kept to explain the trap.
+    fn note_panic(&mut self, level: wit::Level, message: &str) {
+        if level == wit::Level::Error && message.starts_with("panic: ") {
+            // A policy's panic message reaches logs, metrics and envelopes: one bounded line.
+            self.last_panic = Some(crate::text::one_line(
+                &message["panic: ".len()..],
+                crate::text::MAX_MESSAGE_BYTES,
+            ));
+        }
     }
 }
 
+/// Link the `host` interface of every contract this host speaks.
 pub(crate) fn add_to_linker(linker: &mut wasmtime::component::Linker<HostState>) -> Result<()> {
-    generated::verdict::policy::host::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
+    host_v0_2::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)?;
+    host_v0_1::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
 }
 
 impl WasiHost for HostState {
@@ -104,39 +135,107 @@ impl WasiHost for HostState {
 }
 
 impl generated::verdict::policy::types::Host for HostState {}
+impl generated_v0_1::verdict::policy::types::Host for HostState {}
 
-impl Host for HostState {
+impl host_v0_2::Host for HostState {
     fn log(&mut self, level: wit::Level, message: String) {
-        if level == wit::Level::Error && message.starts_with("panic: ") {
-            // A policy's panic message reaches logs, metrics and envelopes: one bounded line.
-            self.last_panic = Some(crate::text::one_line(
-                &message["panic: ".len()..],
-                crate::text::MAX_MESSAGE_BYTES,
-            ));
-        }
+        self.note_panic(level, &message);
+        self.policy_log(level, message);
+    }
+}
+
+impl host_v0_2::HostDetails for HostState {
+    fn topic(&mut self, _: Resource<Lent>, failure: u32) -> String {
+        self.lent(failure).map(topic).unwrap_or_default()
+    }
+
+    fn message_id(&mut self, _: Resource<Lent>, failure: u32) -> String {
+        self.lent(failure).map(message_id).unwrap_or_default()
+    }
+
+    fn consumer_group(&mut self, _: Resource<Lent>, failure: u32) -> String {
+        self.lent(failure).map(consumer_group).unwrap_or_default()
+    }
+
+    fn error_message(&mut self, _: Resource<Lent>, failure: u32) -> String {
+        self.lent(failure).map(error_message).unwrap_or_default()
+    }
+
+    fn published_at_ms(&mut self, _: Resource<Lent>, failure: u32) -> Option<u64> {
+        self.lent(failure).and_then(|d| d.published_at_ms)
+    }
+
+    fn content_type(&mut self, _: Resource<Lent>, failure: u32) -> Option<String> {
+        self.lent(failure).and_then(|d| d.content_type.clone())
+    }
+
+    fn payload_size(&mut self, _: Resource<Lent>, failure: u32) -> u32 {
+        self.lent(failure).map_or(0, payload_size)
+    }
+
+    fn headers(&mut self, _: Resource<Lent>, failure: u32) -> Vec<wit::Header> {
+        self.lent(failure)
+            .map(|d| headers(d, |name, value| wit::Header { name, value }))
+            .unwrap_or_default()
+    }
+
+    fn payload(&mut self, _: Resource<Lent>, failure: u32) -> Vec<u8> {
+        self.lent(failure)
+            .map(|d| d.payload.clone())
+            .unwrap_or_default()
+    }
+
+    fn history(&mut self, _: Resource<Lent>, failure: u32) -> Vec<wit::AttemptRecord> {
+        self.lent(failure)
+            .map(|d| {
+                history(d, |at_ms, kind, message| wit::AttemptRecord {
+                    at_ms,
+                    kind,
+                    message,
+                })
+            })
+            .unwrap_or_default()
+    }
+
+    fn extension(&mut self, _: Resource<Lent>, failure: u32, key: String) -> Option<String> {
+        self.lent(failure)
+            .and_then(|d| d.extensions.get(&key).cloned())
+    }
+
+    /// The host only lends `details` (borrowed handles end with the call); a policy never
+    /// owns one, so there is nothing to free.
+    fn drop(&mut self, _: Resource<Lent>) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl host_v0_1::Host for HostState {
+    fn log(&mut self, level: host_v0_1::Level, message: String) {
+        let level = match level {
+            host_v0_1::Level::Trace => wit::Level::Trace,
+            host_v0_1::Level::Debug => wit::Level::Debug,
+            host_v0_1::Level::Info => wit::Level::Info,
+            host_v0_1::Level::Warn => wit::Level::Warn,
+            host_v0_1::Level::Error => wit::Level::Error,
+        };
+        self.note_panic(level, &message);
         self.policy_log(level, message);
     }
 
     fn topic(&mut self) -> String {
-        self.details().map(|d| d.topic.clone()).unwrap_or_default()
+        self.details().map(topic).unwrap_or_default()
     }
 
     fn message_id(&mut self) -> String {
-        self.details()
-            .map(|d| d.message_id.clone())
-            .unwrap_or_default()
+        self.details().map(message_id).unwrap_or_default()
     }
 
     fn consumer_group(&mut self) -> String {
-        self.details()
-            .map(|d| d.consumer_group.clone())
-            .unwrap_or_default()
+        self.details().map(consumer_group).unwrap_or_default()
     }
 
     fn error_message(&mut self) -> String {
-        self.details()
-            .map(|d| d.error_message.clone())
-            .unwrap_or_default()
+        self.details().map(error_message).unwrap_or_default()
     }
 
     fn published_at_ms(&mut self) -> Option<u64> {
@@ -144,25 +243,17 @@ impl Host for HostState {
     }
 
     fn payload_size(&mut self) -> u32 {
-        self.details()
-            .map_or(0, |d| u32::try_from(d.payload.len()).unwrap_or(u32::MAX))
+        self.details().map_or(0, payload_size)
     }
 
     fn content_type(&mut self) -> Option<String> {
         self.details().and_then(|d| d.content_type.clone())
     }
 
-    fn headers(&mut self) -> Vec<wit::Header> {
-        let Some(d) = self.details() else {
-            return Vec::new();
-        };
-        d.headers
-            .iter()
-            .map(|(name, value)| wit::Header {
-                name: name.clone(),
-                value: value.clone(),
-            })
-            .collect()
+    fn headers(&mut self) -> Vec<host_v0_1::Header> {
+        self.details()
+            .map(|d| headers(d, |name, value| host_v0_1::Header { name, value }))
+            .unwrap_or_default()
     }
 
     fn payload(&mut self) -> Vec<u8> {
@@ -171,23 +262,58 @@ impl Host for HostState {
             .unwrap_or_default()
     }
 
-    fn history(&mut self) -> Vec<wit::AttemptRecord> {
-        let Some(d) = self.details() else {
-            return Vec::new();
-        };
-        d.history
-            .iter()
-            .map(|a| wit::AttemptRecord {
-                at_ms: a.at_ms,
-                kind: a.kind.clone(),
-                message: a.message.clone(),
+    fn history(&mut self) -> Vec<host_v0_1::AttemptRecord> {
+        self.details()
+            .map(|d| {
+                history(d, |at_ms, kind, message| host_v0_1::AttemptRecord {
+                    at_ms,
+                    kind,
+                    message,
+                })
             })
-            .collect()
+            .unwrap_or_default()
     }
 
     fn extension(&mut self, key: String) -> Option<String> {
         self.details().and_then(|d| d.extensions.get(&key).cloned())
     }
+}
+
+// What both contracts answer, written once: the two differ only in how a policy names the
+// failure (a handle, or "the current one") and in their generated record types.
+
+fn topic(d: &Details) -> String {
+    d.topic.clone()
+}
+
+fn message_id(d: &Details) -> String {
+    d.message_id.clone()
+}
+
+fn consumer_group(d: &Details) -> String {
+    d.consumer_group.clone()
+}
+
+fn error_message(d: &Details) -> String {
+    d.error_message.clone()
+}
+
+fn payload_size(d: &Details) -> u32 {
+    u32::try_from(d.payload.len()).unwrap_or(u32::MAX)
+}
+
+fn headers<H>(d: &Details, header: impl Fn(String, String) -> H) -> Vec<H> {
+    d.headers
+        .iter()
+        .map(|(name, value)| header(name.clone(), value.clone()))
+        .collect()
+}
+
+fn history<A>(d: &Details, record: impl Fn(u64, String, String) -> A) -> Vec<A> {
+    d.history
+        .iter()
+        .map(|a| record(a.at_ms, a.kind.clone(), a.message.clone()))
+        .collect()
 }
 
 /// Caps linear memory and remembers when a policy hit the cap, so the trap that follows is

@@ -90,6 +90,18 @@ pub enum LoadError {
         /// The versions this host supports.
         supported: &'static str,
     },
+    /// It imports one contract version and exports another.
+    #[error(
+        "{origin}: imports `{import}` but exports {contract}; a component speaks one contract version (rebuild it with one SDK)"
+    )]
+    MixedContracts {
+        /// Where the bytes came from.
+        origin: String,
+        /// The import of the other version.
+        import: String,
+        /// The contract its decider export speaks.
+        contract: crate::Contract,
+    },
     /// Its imports or exports do not have the contract's types.
     #[error("{origin}: does not match the verdict:policy contract: {message}")]
     Link {

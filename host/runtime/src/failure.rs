@@ -27,6 +27,10 @@ pub(crate) struct Details {
     pub(crate) extensions: BTreeMap<String, String>,
 }
 
+/// The `details` resource a 0.2 policy holds a borrowed handle of for one call: the call's
+/// failures' [`Details`], named by their position in the call.
+pub struct Lent;
+
 /// One failed delivery, ready to be decided. Build it from a [`FailureSpec`].
 #[derive(Debug, Clone)]
 pub struct Failure {
@@ -35,6 +39,31 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// The record as the 0.1 contract spells it (the same fields, its own generated type).
+    pub(crate) fn record_v0_1(&self) -> crate::wit::v0_1::types::Failure {
+        use crate::wit::v0_1::types as v0_1;
+        let r = &self.record;
+        v0_1::Failure {
+            attempt: r.attempt,
+            deferrals: r.deferrals,
+            first_failed_at_ms: r.first_failed_at_ms,
+            now_ms: r.now_ms,
+            deadline_ms: r.deadline_ms,
+            error: v0_1::ErrorInfo {
+                kind: r.error.kind.clone(),
+                retry_after_ms: r.error.retry_after_ms,
+                rejected: r.error.rejected,
+            },
+            jitter_seed: r.jitter_seed,
+            stats: v0_1::TopicStats {
+                window_ms: r.stats.window_ms,
+                deliveries: r.stats.deliveries,
+                failures: r.stats.failures,
+                consecutive_failures: r.stats.consecutive_failures,
+            },
+        }
+    }
+
     /// 1-based count of failed deliveries, this one included.
     pub fn attempt(&self) -> u32 {
         self.record.attempt

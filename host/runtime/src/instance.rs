@@ -4,17 +4,30 @@
 use std::sync::Arc;
 
 use verdict_types::Verdict;
+use wasmtime::component::Resource;
 use wasmtime::{Store, Trap};
 
 use crate::bindings::HostState;
+use crate::failure::Lent;
+use crate::policy::Pre;
 use crate::wasi::CallInputs;
-use crate::wit::PolicyBindings;
 use crate::wit::types as wit;
+use crate::wit::{PolicyBindings, v0_1};
 use crate::{Failure, Fault, Limits, Policy};
+
+/// The most failures one `decide-batch` call carries (the contract promises policies this
+/// bound).
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// An instance's exports, in the contract it speaks.
+enum Bindings {
+    V0_2(PolicyBindings),
+    V0_1(v0_1::PolicyBindings),
+}
 
 pub(crate) struct Instance {
     store: Store<HostState>,
-    bindings: PolicyBindings,
+    bindings: Bindings,
     uses: u32,
     /// Linear memory right after instantiation: what the policy starts with (a few pages
     /// for a Rust policy, megabytes for an embedded interpreter). Growth is measured from it.
@@ -44,6 +57,19 @@ impl Budget {
             fuel: limits.fuel_per_decision,
         }
     }
+
+    /// A batch: one deadline (a batch of rules decisions takes microseconds, far below any
+    /// deadline, and a looping policy should not get a deadline per failure to burn), and
+    /// each failure's fuel.
+    fn batch(limits: &Limits, failures: usize) -> Self {
+        let failures = u64::try_from(failures).unwrap_or(u64::MAX);
+        Budget {
+            timeout_ms: limits.decide_timeout_ms,
+            fuel: limits
+                .fuel_per_decision
+                .map(|fuel| fuel.saturating_mul(failures)),
+        }
+    }
 }
 
 impl Instance {
@@ -62,8 +88,12 @@ impl Instance {
         // 128 MiB default, so a policy capped at 16 MiB cannot make each call cost 128.
         store.set_hostcall_fuel(limits.memory_cap_bytes);
         let budget = Budget::setup(limits);
-        arm(&mut store, limits, budget, None, CallInputs::default());
-        match policy.pre().instantiate(&mut store) {
+        arm(&mut store, limits, budget, &[], CallInputs::default());
+        let bindings = match policy.pre() {
+            Pre::V0_2(pre) => pre.instantiate(&mut store).map(Bindings::V0_2),
+            Pre::V0_1(pre) => pre.instantiate(&mut store).map(Bindings::V0_1),
+        };
+        match bindings {
             Ok(bindings) => Ok(Instance {
                 baseline_bytes: store.data().limiter.peak_bytes,
                 store,
@@ -83,11 +113,15 @@ impl Instance {
         config: &str,
     ) -> Result<Result<(), String>, Fault> {
         let budget = Budget::setup(limits);
-        arm(&mut self.store, limits, budget, None, CallInputs::default());
-        let result = self
-            .bindings
-            .verdict_policy_decider()
-            .call_init(&mut self.store, config);
+        arm(&mut self.store, limits, budget, &[], CallInputs::default());
+        let result = match &self.bindings {
+            Bindings::V0_2(b) => b
+                .verdict_policy_decider()
+                .call_init(&mut self.store, config),
+            Bindings::V0_1(b) => b
+                .verdict_policy_decider()
+                .call_init(&mut self.store, config),
+        };
         self.store.data_mut().end_call();
         result.map_err(|e| classify(e, &self.store, budget))
     }
@@ -95,11 +129,18 @@ impl Instance {
     /// Call `describe`.
     pub(crate) fn describe(&mut self, limits: &Limits) -> Result<wit::Info, Fault> {
         let budget = Budget::setup(limits);
-        arm(&mut self.store, limits, budget, None, CallInputs::default());
-        let result = self
-            .bindings
-            .verdict_policy_decider()
-            .call_describe(&mut self.store);
+        arm(&mut self.store, limits, budget, &[], CallInputs::default());
+        let result = match &self.bindings {
+            Bindings::V0_2(b) => b.verdict_policy_decider().call_describe(&mut self.store),
+            Bindings::V0_1(b) => b
+                .verdict_policy_decider()
+                .call_describe(&mut self.store)
+                .map(|i| wit::Info {
+                    name: i.name,
+                    version: i.version,
+                    description: i.description,
+                }),
+        };
         self.store.data_mut().end_call();
         result.map_err(|e| classify(e, &self.store, budget))
     }
@@ -116,16 +157,70 @@ impl Instance {
             &mut self.store,
             limits,
             budget,
-            Some(failure.details.clone()),
+            std::slice::from_ref(failure),
             inputs,
         );
-        let result = self
-            .bindings
-            .verdict_policy_decider()
-            .call_decide(&mut self.store, &failure.record);
-        let result = result
-            .map(Verdict::from)
-            .map_err(|e| classify(e, &self.store, budget));
+        let result = match &self.bindings {
+            Bindings::V0_2(b) => b
+                .verdict_policy_decider()
+                .call_decide(&mut self.store, &failure.record, lend())
+                .map(Verdict::from),
+            Bindings::V0_1(b) => b
+                .verdict_policy_decider()
+                .call_decide(&mut self.store, &failure.record_v0_1())
+                .map(Verdict::from),
+        };
+        let result = result.map_err(|e| classify(e, &self.store, budget));
+        self.store.data_mut().end_call();
+        result
+    }
+
+    /// Call `decide-batch(failures)`: one verdict per failure, in order, or the fault that
+    /// stopped the whole call. At most [`MAX_BATCH`] failures; a 0.1 component, which has no
+    /// `decide-batch`, is asked once per failure.
+    pub(crate) fn decide_batch(
+        &mut self,
+        limits: &Limits,
+        failures: &[Failure],
+    ) -> Result<Vec<Verdict>, Fault> {
+        let Bindings::V0_2(bindings) = &self.bindings else {
+            return failures.iter().map(|f| self.decide(limits, f)).collect();
+        };
+        debug_assert!(
+            failures.len() <= MAX_BATCH,
+            "batches are cut by the decider"
+        );
+        self.uses += u32::try_from(failures.len()).unwrap_or(u32::MAX);
+        let budget = Budget::batch(limits, failures.len());
+        // WASI's clock and generator serve the batch from its first failure: a policy that
+        // reads them instead of the failure's own clock and seed is not deterministic per
+        // failure anyway, and the SDKs never do.
+        let inputs = failures
+            .first()
+            .map(|f| CallInputs {
+                now_ms: f.record.now_ms,
+                seed: f.record.jitter_seed,
+            })
+            .unwrap_or_default();
+        arm(&mut self.store, limits, budget, failures, inputs);
+        let records: Vec<wit::Failure> = failures.iter().map(|f| f.record.clone()).collect();
+        let result =
+            bindings
+                .verdict_policy_decider()
+                .call_decide_batch(&mut self.store, &records, lend());
+        let result = match result {
+            Ok(verdicts) if verdicts.len() == failures.len() => {
+                Ok(verdicts.into_iter().map(Verdict::from).collect())
+            }
+            Ok(verdicts) => Err(Fault::Trap {
+                message: format!(
+                    "decide-batch answered {} verdicts for {} failures",
+                    verdicts.len(),
+                    failures.len()
+                ),
+            }),
+            Err(e) => Err(classify(e, &self.store, budget)),
+        };
         self.store.data_mut().end_call();
         result
     }
@@ -143,11 +238,17 @@ impl Instance {
     }
 }
 
+/// The borrowed `details` handle of a call: one per call, its failures named by position,
+/// so its rep carries nothing.
+fn lend() -> Resource<Lent> {
+    Resource::new_borrow(0)
+}
+
 fn arm(
     store: &mut Store<HostState>,
     limits: &Limits,
     budget: Budget,
-    current: Option<Arc<crate::failure::Details>>,
+    failures: &[Failure],
     inputs: CallInputs,
 ) {
     store.set_epoch_deadline(limits.ticks(budget.timeout_ms));
@@ -156,7 +257,9 @@ fn arm(
         let _ = store.set_fuel(fuel);
     }
     store.data_mut().limiter.refused = None;
-    store.data_mut().begin_call(current, inputs);
+    store
+        .data_mut()
+        .begin_call(failures.iter().map(|f| f.details.clone()), inputs);
 }
 
 /// Turn a Wasmtime error into the fault operators read.
@@ -212,12 +315,44 @@ impl From<wit::Verdict> for Verdict {
                 wit::Class::Rejected => Class::Rejected,
                 wit::Class::Unknown => Class::Unknown,
             },
-            reason: v.reason,
+            reason: v.reason.unwrap_or_default(),
             alert: match v.alert {
                 wit::Severity::None => Severity::None,
                 wit::Severity::Info => Severity::Info,
                 wit::Severity::Warning => Severity::Warning,
                 wit::Severity::Critical => Severity::Critical,
+            },
+            labels: v.labels.into_iter().map(|l| (l.key, l.value)).collect(),
+        }
+    }
+}
+
+impl From<v0_1::types::Verdict> for Verdict {
+    fn from(v: v0_1::types::Verdict) -> Self {
+        use v0_1::types as old;
+        use verdict_types::{Action, Class, Severity};
+        Verdict {
+            action: match v.action {
+                old::Action::Retry(ms) => Action::Retry(ms),
+                old::Action::Delay(ms) => Action::Delay(ms),
+                old::Action::DeadLetter => Action::DeadLetter,
+                old::Action::Discard => Action::Discard,
+            },
+            class: match v.class {
+                old::Class::Transient => Class::Transient,
+                old::Class::Permanent => Class::Permanent,
+                old::Class::Poison => Class::Poison,
+                old::Class::Exhausted => Class::Exhausted,
+                old::Class::Expired => Class::Expired,
+                old::Class::Rejected => Class::Rejected,
+                old::Class::Unknown => Class::Unknown,
+            },
+            reason: v.reason,
+            alert: match v.alert {
+                old::Severity::None => Severity::None,
+                old::Severity::Info => Severity::Info,
+                old::Severity::Warning => Severity::Warning,
+                old::Severity::Critical => Severity::Critical,
             },
             labels: v.labels.into_iter().map(|l| (l.key, l.value)).collect(),
         }

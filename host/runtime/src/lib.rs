@@ -64,7 +64,7 @@ mod wasi;
 mod wit;
 
 pub use artifacts::CacheStats;
-pub use contract::SUPPORTED_CONTRACT;
+pub use contract::{Contract, SUPPORTED_CONTRACT};
 pub use decider::{Decider, TopicSettings};
 pub use decision::{Clamp, Decision, Provenance};
 pub use engine::Host;

@@ -8,13 +8,20 @@ use wasmtime::component::Component;
 use crate::bindings::HostState;
 use crate::digest::sha256_hex;
 use crate::instance::Instance;
-use crate::wit::PolicyBindingsPre;
-use crate::{ConfigError, Decider, Host, LoadError, Provenance, TopicSettings, contract};
+use crate::wit::{PolicyBindingsPre, v0_1};
+use crate::{ConfigError, Contract, Decider, Host, LoadError, Provenance, TopicSettings, contract};
+
+/// A component linked against the contract it speaks, ready to instantiate.
+pub(crate) enum Pre {
+    V0_2(PolicyBindingsPre<HostState>),
+    V0_1(v0_1::PolicyBindingsPre<HostState>),
+}
 
 /// A policy component, compiled once and shared by every topic that uses it.
 pub struct Policy {
     host: Host,
-    pre: PolicyBindingsPre<HostState>,
+    pre: Pre,
+    contract: Contract,
     provenance: Arc<Provenance>,
     description: String,
     imports: Vec<String>,
@@ -48,7 +55,10 @@ impl Policy {
         let surface = contract::check(&component, host.engine(), origin)?;
         let pre = crate::wasi::linker_for(host.linker(), host.engine(), &component)
             .and_then(|linker| linker.instantiate_pre(&component))
-            .and_then(PolicyBindingsPre::new)
+            .and_then(|pre| match surface.contract {
+                Contract::V0_2 => PolicyBindingsPre::new(pre).map(Pre::V0_2),
+                Contract::V0_1 => v0_1::PolicyBindingsPre::new(pre).map(Pre::V0_1),
+            })
             .map_err(|e| LoadError::Link {
                 origin: origin.into(),
                 message: format!("{e:#}"),
@@ -56,6 +66,7 @@ impl Policy {
         let mut policy = Policy {
             host: host.clone(),
             pre,
+            contract: surface.contract,
             provenance: Arc::new(Provenance {
                 name: origin.into(),
                 version: String::new(),
@@ -86,7 +97,7 @@ impl Policy {
             sha256,
         });
         policy.description = one_line(&info.description, 4 * 1_024);
-        tracing::info!(name = %policy.provenance.name, version = %policy.provenance.version, "policy loaded");
+        tracing::info!(name = %policy.provenance.name, version = %policy.provenance.version, contract = %policy.contract, "policy loaded");
         Ok(policy)
     }
 
@@ -98,6 +109,11 @@ impl Policy {
     /// The policy's one-line description.
     pub fn description(&self) -> &str {
         &self.description
+    }
+
+    /// The contract version the component speaks.
+    pub fn contract(&self) -> Contract {
+        self.contract
     }
 
     /// The component's imports (all within the contract).
@@ -145,7 +161,7 @@ impl Policy {
         &self.host
     }
 
-    pub(crate) fn pre(&self) -> &PolicyBindingsPre<HostState> {
+    pub(crate) fn pre(&self) -> &Pre {
         &self.pre
     }
 }

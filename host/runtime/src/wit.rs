@@ -1,10 +1,23 @@
-//! The contract's types and world, generated from `wit/policy.wit`: what every other module
-//! of the runtime speaks to a component in.
+//! The contract's types and worlds, generated from `wit/policy.wit` (the current contract,
+//! 0.2) and `wit/v0.1/policy.wit` (the previous one, frozen): what every other module of the
+//! runtime speaks to a component in. The host links both, so a component built for 0.1
+//! runs unchanged beside 0.2 ones.
 
 #[allow(missing_docs, unused_qualifications, clippy::all)]
 pub(crate) mod generated {
     wasmtime::component::bindgen!({
         path: "../../wit",
+        world: "policy",
+        with: {
+            "verdict:policy/host.details": crate::failure::Lent,
+        },
+    });
+}
+
+#[allow(missing_docs, unused_qualifications, clippy::all)]
+pub(crate) mod generated_v0_1 {
+    wasmtime::component::bindgen!({
+        path: "../../wit/v0.1",
         world: "policy",
     });
 }
@@ -12,3 +25,10 @@ pub(crate) mod generated {
 pub(crate) use generated::Policy as PolicyBindings;
 pub(crate) use generated::PolicyPre as PolicyBindingsPre;
 pub(crate) use generated::verdict::policy::types;
+
+/// The 0.1 contract's world and types.
+pub(crate) mod v0_1 {
+    pub(crate) use super::generated_v0_1::Policy as PolicyBindings;
+    pub(crate) use super::generated_v0_1::PolicyPre as PolicyBindingsPre;
+    pub(crate) use super::generated_v0_1::verdict::policy::types;
+}

@@ -63,8 +63,10 @@ pub struct Inspection {
     pub description: String,
     /// SHA-256 of the component.
     pub sha256: String,
-    /// The contract versions this host accepts.
-    pub contract: &'static str,
+    /// The contract the component speaks, e.g. `verdict:policy@0.2`.
+    pub contract: String,
+    /// The contract versions this host loads.
+    pub host_contracts: &'static str,
     /// The component's imports.
     pub imports: Vec<String>,
     /// The WASI interfaces among the imports, each with what its deterministic stub grants
@@ -95,7 +97,8 @@ pub fn inspect(path: &Path) -> Result<Inspection> {
         version: p.version.clone(),
         description: policy.description().to_string(),
         sha256: p.sha256.clone(),
-        contract: SUPPORTED_CONTRACT,
+        contract: policy.contract().to_string(),
+        host_contracts: SUPPORTED_CONTRACT,
         imports: policy.imports().to_vec(),
         wasi: policy
             .imports()
@@ -255,6 +258,8 @@ pub struct RouteSummary {
     pub policy: String,
     /// What the component says it is.
     pub provenance: verdict_runtime::Provenance,
+    /// The contract the component speaks, e.g. `verdict:policy@0.2`.
+    pub contract: String,
     /// The config it was initialised with.
     pub config: serde_json::Value,
     /// The worst a message can meet on this route, per way the policy treats the kinds it
@@ -271,6 +276,10 @@ pub struct CheckSummary {
     pub generation: u64,
     /// The routes, in config order.
     pub routes: Vec<RouteSummary>,
+    /// What an operator should know before activating the config: routes whose policy was
+    /// built for an older contract. None stops the config from loading.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// What `verdict run` creates on the brokers when missing (streams, buckets, durable
     /// consumers, queues); nothing is created by the check.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -294,13 +303,14 @@ fn open_registry(config_path: &Path) -> Result<verdict_registry::Registry> {
 pub fn check(config_path: &Path) -> Result<CheckSummary> {
     let registry = open_registry(config_path)?;
     let generation = registry.current();
-    let routes = generation
+    let routes: Vec<RouteSummary> = generation
         .routes
         .iter()
         .map(|r| RouteSummary {
             topic: r.topic.clone(),
             policy: r.policy.clone(),
             provenance: (**r.decider.policy().provenance()).clone(),
+            contract: r.decider.policy().contract().to_string(),
             config: serde_json::from_str(r.decider.config()).unwrap_or(serde_json::Value::Null),
             worst_case: worst_case(r),
         })
@@ -321,13 +331,32 @@ pub fn check(config_path: &Path) -> Result<CheckSummary> {
             }
         ),
     };
+    let warnings = older_contracts(&routes);
     Ok(CheckSummary {
         generation: generation.number,
         routes,
+        warnings,
         traces,
         created_when_missing: broker_objects(&config),
         probe: Vec::new(),
     })
+}
+
+/// One warning per route whose policy speaks an older contract than the current one.
+fn older_contracts(routes: &[RouteSummary]) -> Vec<String> {
+    let current = verdict_runtime::Contract::CURRENT;
+    routes
+        .iter()
+        .filter(|r| r.contract != current.to_string())
+        .map(|r| {
+            format!(
+                "route `{}`: policy `{}` speaks {}, older than {current}; it runs unchanged, one \
+                 failure per call - rebuild it with the current SDK (`verdict build`) to let the \
+                 gateway hand it batches",
+                r.topic, r.policy, r.contract
+            )
+        })
+        .collect()
 }
 
 /// Connect once to each consumer and broker `config_path` names (`verdict check --probe`).

@@ -205,15 +205,29 @@ impl Job {
                 })?;
                 let entries = list_pages(dlqs, &filter, now_ms())?;
                 self.update(|v| v.total = entries.len());
-                for entry in &entries {
+                // One topic's letters side by side, up to a batch at a time: one call into
+                // the policy's sandbox per batch, progress after each.
+                let batches = entries
+                    .chunk_by(|a, b| a.topic == b.topic)
+                    .flat_map(|run| run.chunks(DRY_RUN_BATCH));
+                for batch in batches {
                     if self.cancel.load(Ordering::Relaxed) {
                         break;
                     }
-                    let decision = registry.decide(&entry.topic, &super::last_failure(entry));
-                    let action = decision.map_or("no-route", |d| action_name(&d.verdict.action));
+                    let failures: Vec<_> = batch.iter().map(super::last_failure).collect();
+                    let decisions = registry.decide_batch(&batch[0].topic, &failures);
+                    let actions: Vec<&'static str> = match &decisions {
+                        Some(decisions) => decisions
+                            .iter()
+                            .map(|d| action_name(&d.verdict.action))
+                            .collect(),
+                        None => vec!["no-route"; batch.len()],
+                    };
                     self.update(|v| {
-                        *v.decisions.entry(action.to_string()).or_default() += 1;
-                        v.done += 1;
+                        for action in &actions {
+                            *v.decisions.entry((*action).to_string()).or_default() += 1;
+                        }
+                        v.done += batch.len();
                     });
                 }
             }
@@ -221,6 +235,9 @@ impl Job {
         Ok(())
     }
 }
+
+/// Dead letters a dry run decides per call into a policy (the contract's batch bound).
+const DRY_RUN_BATCH: usize = 64;
 
 fn action_name(action: &Action) -> &'static str {
     match action {

@@ -178,13 +178,21 @@ pub fn replay(
     };
     if options.dry_run {
         let registry = registry.ok_or(ReplayError::NoRegistry)?;
-        for e in &entries {
-            let failure = last_failure(e);
-            report.dry_run.push(DryRunLine {
-                seq: e.seq,
-                message_id: e.message_id.clone(),
-                decision: registry.decide(&e.topic, &failure),
-            });
+        // Letters of one topic side by side are one batch: one call into the policy's
+        // sandbox per 64 of them instead of one each.
+        for run in entries.chunk_by(|a, b| a.topic == b.topic) {
+            let failures: Vec<_> = run.iter().map(last_failure).collect();
+            let decisions = match registry.decide_batch(&run[0].topic, &failures) {
+                Some(decisions) => decisions.into_iter().map(Some).collect(),
+                None => vec![None; run.len()],
+            };
+            report
+                .dry_run
+                .extend(run.iter().zip(decisions).map(|(e, decision)| DryRunLine {
+                    seq: e.seq,
+                    message_id: e.message_id.clone(),
+                    decision,
+                }));
         }
         return Ok(report);
     }

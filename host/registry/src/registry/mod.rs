@@ -196,6 +196,22 @@ impl Registry {
         Some(decision)
     }
 
+    /// Decide on several failures of `topic` with one generation: as [`Registry::decide`]
+    /// on each, in order, but a policy on contract 0.2 answers up to 64 of them per call
+    /// into its sandbox. `None` when no route matches.
+    pub fn decide_batch(&self, topic: &str, failures: &[Failure]) -> Option<Vec<Decision>> {
+        let generation = self.current.load();
+        let route = generation.route(topic)?;
+        let mut decisions = route.decider.decide_batch(failures);
+        for (failure, decision) in failures.iter().zip(&mut decisions) {
+            decision.generation = Some(generation.number);
+            if let Some(shadow) = &route.shadow {
+                shadow.observe(topic, failure, decision);
+            }
+        }
+        Some(decisions)
+    }
+
     /// Shadow counters of the active generation's routes that have a shadow.
     pub fn shadow_report(&self) -> Vec<ShadowReport> {
         let generation = self.current.load();

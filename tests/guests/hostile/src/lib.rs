@@ -8,7 +8,9 @@
 //! `"ok"` retries after 1 s; `"echo"` retries and returns every on-demand fact as labels;
 //! `"huge-panic"` panics with a 2 MiB message spread over many lines; `"loop-in-init"` spins
 //! forever in `init`; `"payload-storm"` calls `host.payload()` a million times in one
-//! decision; `"history-storm"` calls `host.history()` a million times and keeps every copy.
+//! decision; `"history-storm"` calls `host.history()` a million times and keeps every copy;
+//! `"panic-on-kind"` panics on a failure of kind `hostile.panic` and echoes any other (one
+//! failure of a batch faulting).
 //!
 //! What `describe` returns cannot depend on a mode (the host calls it before `init`, with
 //! no config), so a gigantic self-description, a trap during instantiation and compile
@@ -53,7 +55,12 @@ pub enum Mode {
     PayloadStorm,
     /// Fetch the history from the host [`STORM_CALLS`] times, keeping every copy.
     HistoryStorm,
+    /// Panic on a failure of kind [`PANIC_KIND`], echo any other.
+    PanicOnKind,
 }
+
+/// The kind `"panic-on-kind"` panics on.
+pub const PANIC_KIND: &str = "hostile.panic";
 
 /// Host calls one storm makes in a single decision.
 pub const STORM_CALLS: u32 = 1_000_000;
@@ -61,8 +68,8 @@ pub const STORM_CALLS: u32 = 1_000_000;
 // The SDK fetches each on-demand fact once per call and caches it; a hostile guest calls
 // the imports themselves, so every call is a fresh copy from the host.
 #[cfg(target_arch = "wasm32")]
-fn host_payload(_: &Failure) -> Vec<u8> {
-    verdict_sdk::__private::bindings::verdict::policy::host::payload()
+fn host_payload(f: &Failure) -> Vec<u8> {
+    verdict_sdk::__private::host_payload(f)
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -71,8 +78,8 @@ fn host_payload(f: &Failure) -> Vec<u8> {
 }
 
 #[cfg(target_arch = "wasm32")]
-fn host_history(_: &Failure) -> impl Sized {
-    verdict_sdk::__private::bindings::verdict::policy::host::history()
+fn host_history(f: &Failure) -> impl Sized {
+    verdict_sdk::__private::host_history(f)
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -138,7 +145,10 @@ impl Policy for Hostile {
                 v.label(format!("k{i}"), "v")
             }),
             Mode::PastTheCap => Verdict::retry_after(u64::MAX),
-            Mode::Echo => Verdict::retry_after(1_000)
+            Mode::PanicOnKind if f.kind() == PANIC_KIND => {
+                panic!("hostile policy panics on {}", f.kind())
+            }
+            Mode::Echo | Mode::PanicOnKind => Verdict::retry_after(1_000)
                 .label("topic", f.topic())
                 .label("message-id", f.message_id())
                 .label("consumer-group", f.consumer_group())

@@ -131,6 +131,9 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 summary.probe = cli::probe(&config)?;
             }
             emit(&(serde_json::to_string_pretty(&summary)? + "\n"))?;
+            for warning in &summary.warnings {
+                eprintln!("warning: {warning}");
+            }
             let failed: Vec<String> = summary
                 .probe
                 .iter()

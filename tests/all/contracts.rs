@@ -1,0 +1,287 @@
+//! Two contract versions in one host: a component built for `verdict:policy@0.1` (the
+//! `rules` crate with the previous SDK glue) gives the verdicts its 0.2 build gives, a 0.2
+//! policy answers a batch exactly as it answers each failure alone - each with its own
+//! details, a fault costing only the failure that caused it - and one gateway routes topics
+//! to both with the same outcome.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use verdict_gateway::store::DlqFilter;
+use verdict_runtime::{Contract, Decision, Failure};
+use verdict_tests::consumer::{Behaviour, Consumer};
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
+use verdict_tests::{failure, fixtures, host, scratch_dir};
+
+use crate::gateway::RULES_CONFIG;
+
+/// Failures across the `rules` table: every kind family, attempts past the limit, a
+/// Retry-After, deferrals, expired and live deadlines, many jitter seeds.
+fn sweep() -> Vec<Failure> {
+    let kinds = [
+        "db.timeout",
+        "http.503",
+        "http.429",
+        "json.parse",
+        "schema.unknown-version",
+        "auth.denied",
+        "transport.refused",
+        "no.such.kind",
+    ];
+    let mut failures = Vec::new();
+    for (k, kind) in kinds.iter().enumerate() {
+        for attempt in 1..=6u32 {
+            let n = (k as u64) * 10 + u64::from(attempt);
+            let mut spec = json!({
+                "topic": format!("orders.{k}"),
+                "message-id": format!("m-{n}"),
+                "attempt": attempt,
+                "deferrals": attempt % 3,
+                "first-failed-at-ms": 1_000_000,
+                "now-ms": 1_000_000 + n * 1_000,
+                "jitter-seed": n * 7_919,
+                "error": {"kind": kind, "message": format!("failure {n}")},
+            });
+            if attempt == 2 {
+                spec["error"]["retry-after-ms"] = json!(4_500);
+            }
+            if attempt == 4 {
+                spec["deadline-ms"] = json!(1_000_000 + n * 500);
+            }
+            failures.push(failure(spec));
+        }
+    }
+    failures
+}
+
+/// What a decision says, without where it came from (the two builds differ in digest).
+fn answer(d: &Decision) -> String {
+    assert!(d.fallback.is_none(), "no fault: {:?}", d.fallback);
+    format!("{:?}", d.verdict)
+}
+
+#[test]
+fn a_0_1_component_gives_the_verdicts_of_its_0_2_build_batched_or_not() {
+    let host = host();
+    let current = host.load_file(fixtures::RULES.as_ref()).unwrap();
+    let previous = host.load_file(fixtures::RULES_V0_1.as_ref()).unwrap();
+    assert_eq!(current.contract(), Contract::V0_2);
+    assert_eq!(previous.contract(), Contract::V0_1);
+    assert_eq!(previous.exports(), ["verdict:policy/decider@0.1.0"]);
+    assert_eq!(current.exports(), ["verdict:policy/decider@0.2.0"]);
+    assert_eq!(
+        (&previous.provenance().name, &current.provenance().name),
+        (&"rules".to_string(), &"rules".to_string())
+    );
+    let config = r#"{"max_attempts": 4}"#;
+    let new = current.configure(config, Default::default()).unwrap();
+    let old = previous.configure(config, Default::default()).unwrap();
+    let failures = sweep();
+    let alone: Vec<String> = failures.iter().map(|f| answer(&new.decide(f))).collect();
+    let old_alone: Vec<String> = failures.iter().map(|f| answer(&old.decide(f))).collect();
+    assert_eq!(
+        old_alone, alone,
+        "0.1 and 0.2 builds agree on every failure"
+    );
+    // Batched: one call per 64 failures on 0.2, one call per failure on 0.1 - the same
+    // answers, in order.
+    let batched: Vec<String> = new.decide_batch(&failures).iter().map(answer).collect();
+    assert_eq!(batched, alone, "a batch answers as each failure alone");
+    let old_batched: Vec<String> = old.decide_batch(&failures).iter().map(answer).collect();
+    assert_eq!(old_batched, alone);
+    assert!(
+        failures.len() > 64,
+        "the sweep spans more than one batch ({})",
+        failures.len()
+    );
+    // The sweep exercises every action the table has, so agreement is not vacuous.
+    for action in ["Retry", "DeadLetter", "Delay"] {
+        assert!(
+            alone.iter().any(|a| a.contains(action)),
+            "{action} in {alone:#?}"
+        );
+    }
+}
+
+/// A batch of failures with distinct details, as the hostile `echo` mode reports them.
+fn distinct_details(n: usize) -> Vec<Failure> {
+    (0..n)
+        .map(|i| {
+            let kind = if i == 3 {
+                "hostile.panic"
+            } else {
+                "db.timeout"
+            };
+            failure(json!({
+                "topic": format!("t.{i}"),
+                "message-id": format!("id-{i}"),
+                "consumer-group": format!("g-{i}"),
+                "attempt": 1 + i % 4,
+                "now-ms": 2_000 + i,
+                "error": {"kind": kind, "message": format!("error {i}")},
+                "payload": format!("payload {i}"),
+                "headers": {"X-Trace": format!("trace-{i}")},
+                "history": [{"at-ms": 1, "kind": format!("k{i}"), "message": "earlier"}],
+                "extensions": {"source": format!("src-{i}")},
+            }))
+        })
+        .collect()
+}
+
+fn label<'a>(d: &'a Decision, key: &str) -> &'a str {
+    d.verdict
+        .labels
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no label {key}: {:?}", d.verdict))
+}
+
+#[test]
+fn each_failure_of_a_batch_reads_its_own_details_through_its_handle() {
+    let host = host();
+    let hostile = host.load_file(fixtures::HOSTILE.as_ref()).unwrap();
+    assert_eq!(hostile.contract(), Contract::V0_2);
+    let echo = hostile
+        .configure(r#"{"mode": "echo"}"#, Default::default())
+        .unwrap();
+    let failures = distinct_details(9);
+    let decisions = echo.decide_batch(&failures);
+    assert_eq!(decisions.len(), failures.len());
+    for (i, d) in decisions.iter().enumerate() {
+        assert!(d.fallback.is_none(), "{i}: {:?}", d.fallback);
+        assert_eq!(label(d, "topic"), format!("t.{i}"));
+        assert_eq!(label(d, "message-id"), format!("id-{i}"));
+        assert_eq!(label(d, "consumer-group"), format!("g-{i}"));
+        assert_eq!(label(d, "error-message"), format!("error {i}"));
+        assert_eq!(label(d, "payload"), format!("payload {i}"));
+        assert_eq!(
+            label(d, "payload-size"),
+            format!("payload {i}").len().to_string()
+        );
+        assert_eq!(label(d, "header"), format!("trace-{i}"));
+        assert_eq!(label(d, "history"), format!("k{i}"));
+        assert_eq!(label(d, "ext-source"), format!("src-{i}"));
+        assert_eq!(label(d, "ext-unknown"), "None");
+    }
+    // A reason given is lifted as given; none given reads as empty.
+    assert_eq!(decisions[0].verdict.reason, "");
+}
+
+#[test]
+fn a_fault_in_a_batch_costs_only_the_failure_that_caused_it() {
+    let host = host();
+    let hostile = host.load_file(fixtures::HOSTILE.as_ref()).unwrap();
+    let decider = hostile
+        .configure(r#"{"mode": "panic-on-kind"}"#, Default::default())
+        .unwrap();
+    let failures = distinct_details(6);
+    let decisions = decider.decide_batch(&failures);
+    for (i, d) in decisions.iter().enumerate() {
+        if i == 3 {
+            let fault = d.fallback.as_ref().expect("failure 3 faults");
+            assert!(
+                fault.to_string().contains("hostile.panic"),
+                "the panic message names the kind: {fault}"
+            );
+        } else {
+            assert!(d.fallback.is_none(), "{i} decided by the policy: {d:?}");
+            assert_eq!(label(d, "message-id"), format!("id-{i}"));
+        }
+    }
+    // The counters saw one decision per failure, one of them a fault.
+    let stats = decider.stats();
+    assert_eq!(stats.decisions, 6, "{stats:?}");
+    assert_eq!(stats.faults, 1, "{stats:?}");
+}
+
+/// Message `<v>-<i>`: 5% permanent, 20% transient (1-3 failures first), the rest fine.
+fn behaviour(id: &str) -> Behaviour {
+    let i: u32 = id
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    match i % 100 {
+        0..5 => Behaviour::Permanent,
+        5..25 => Behaviour::FailsFirst(1 + i % 3),
+        _ => Behaviour::Ok,
+    }
+}
+
+#[test]
+fn one_gateway_runs_a_0_1_and_a_0_2_policy_with_the_same_outcome() {
+    let dir = scratch_dir("gateway-contracts");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = Consumer::start(&runtime, behaviour);
+    let mut config = TestConfig::new()
+        .set("gateway.instance", "gw-contracts")
+        .policy("rules", fixtures::RULES)
+        .policy("rules_v0_1", fixtures::RULES_V0_1);
+    for (topic, policy) in [("orders.v02", "rules"), ("orders.v01", "rules_v0_1")] {
+        config = config.route(
+            Route::new(topic, policy)
+                .config(RULES_CONFIG)
+                .consumer(&consumer.url()),
+        );
+    }
+    let gw = Gateway::start_on(runtime, &dir, &config.text(), "unused");
+    const N: u32 = 60;
+    for v in ["v02", "v01"] {
+        let batch: Vec<Value> = (0..N)
+            .map(|i| json!({"id": format!("{v}-{i}"), "payload": {"order": i}}))
+            .collect();
+        let published: Value = gw
+            .admin
+            .post(&format!("/v1/topics/orders.{v}/messages"), &batch)
+            .expect("publish");
+        assert_eq!(published["accepted"].as_array().unwrap().len(), N as usize);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while gw.store.counts().unwrap().pending() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        gw.store.counts().unwrap().pending(),
+        0,
+        "every message settled"
+    );
+    let dead = gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap();
+    let (deliveries, accepted) = consumer.snapshot();
+    let outcome = |v: &str| {
+        let mut letters: Vec<(String, String, u32)> = dead
+            .iter()
+            .filter(|e| e.topic == format!("orders.{v}"))
+            .map(|e| (e.message_id[4..].to_string(), e.class.clone(), e.attempts))
+            .collect();
+        letters.sort();
+        let delivered: Vec<(u32, u32, u32)> = (0..N)
+            .map(|i| {
+                let id = format!("{v}-{i}");
+                (
+                    i,
+                    deliveries.get(&id).copied().unwrap_or(0),
+                    accepted.get(&id).copied().unwrap_or(0),
+                )
+            })
+            .collect();
+        (letters, delivered)
+    };
+    let current = outcome("v02");
+    assert!(
+        !current.0.is_empty(),
+        "the permanent failures are dead-lettered"
+    );
+    assert_eq!(
+        outcome("v01"),
+        current,
+        "the 0.1 build gives the 0.2 outcome"
+    );
+    for entry in &dead {
+        assert!(
+            entry.envelope.policy.fallback.is_none(),
+            "no fault: {:?}",
+            entry.envelope.policy
+        );
+    }
+}
