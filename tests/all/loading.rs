@@ -70,7 +70,7 @@ fn foreign_import_unknown_interface_is_refused() {
 fn wrong_contract_version_names_found_and_supported() {
     let err = refused_wat("wrong-version.wat").to_string();
     assert!(
-        err.contains("verdict:policy/decider@0.2.0") && err.contains("0.1.x"),
+        err.contains("verdict:policy/decider@0.3.0") && err.contains("0.1.x or 0.2.x"),
         "{err}"
     );
 }

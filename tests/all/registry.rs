@@ -88,7 +88,7 @@ fn a_refused_reload_keeps_the_active_generation() {
         .reload(&config(wrong.to_str().unwrap(), 5), Path::new("/"))
         .unwrap_err();
     assert!(
-        err.to_string().contains("verdict:policy/decider@0.2.0"),
+        err.to_string().contains("verdict:policy/decider@0.3.0"),
         "{err}"
     );
     // sha256 pin mismatch.

@@ -1,7 +1,8 @@
 //! Decision cost: every shipped policy through the host against the same logic called
 //! natively through the SDK; a warm reused instance against a fresh pooled instance per
-//! decision; fuel metering off and on. Criterion reports each; a summary at the end prints
-//! the ratios measured in this same run.
+//! decision; fuel metering off and on; `rules` built for contract 0.1 against 0.2, one
+//! decision per call against a batch of 32 in one call. Criterion reports each; a summary at
+//! the end prints the ratios measured in this same run.
 //!
 //! Run: `cargo bench -p verdict-cli --bench decide` (the policies are built first, into a
 //! target directory of their own).
@@ -220,6 +221,62 @@ fn summary() {
         );
     }
     floor(&hosts);
+    contracts(&hosts);
+}
+
+/// Failures a batch carries in the contracts table.
+const BATCH: usize = 32;
+
+/// `rules` on each contract: one decision per call on 0.1 and on 0.2, and 0.2's
+/// `decide-batch` with 32 failures per call (per decision), against the native call.
+fn contracts(hosts: &Hosts) {
+    let case = &CASES[0];
+    let nf = native_failure(case.kind);
+    let native = (case.native)(case.config);
+    let hf = host_failure(case.kind);
+    let current = decider(
+        &hosts.warm,
+        &common::component("policies/rules"),
+        case.config,
+    );
+    let previous = decider(
+        &hosts.warm,
+        &common::component("tests/guests/rules-v0-1"),
+        case.config,
+    );
+    let batch: Vec<Failure> = (0..BATCH).map(|_| hf.clone()).collect();
+    let (n50, _) = percentiles(2_000, 200, || {
+        black_box(native(black_box(&nf)));
+    });
+    let (old50, old99) = percentiles(500, 200, || {
+        black_box(previous.decide(black_box(&hf)));
+    });
+    let (new50, new99) = percentiles(500, 200, || {
+        black_box(current.decide(black_box(&hf)));
+    });
+    let (b50, b99) = percentiles(20, 200, || {
+        black_box(current.decide_batch(black_box(&batch)));
+    });
+    let per = |d: Duration| d / u32::try_from(BATCH).unwrap_or(1);
+    let ratio = |d: Duration| d.as_secs_f64() / n50.as_secs_f64().max(1e-12);
+    println!(
+        "\ncontracts (rules, same run; p50 and p99 per decision; ratio = wasm / native {}):",
+        ns(n50)
+    );
+    println!("{:<22} {:>10} {:>10} {:>7}", "", "p50", "p99", "ratio");
+    for (name, p50, p99) in [
+        ("0.1 one per call", old50, old99),
+        ("0.2 one per call", new50, new99),
+        ("0.2 batch of 32", per(b50), per(b99)),
+    ] {
+        println!(
+            "{:<22} {:>10} {:>10} {:>6.1}x",
+            name,
+            ns(p50),
+            ns(p99),
+            ratio(p50)
+        );
+    }
 }
 
 criterion_group! {

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use wasmtime::component::{HasSelf, Resource};
 use wasmtime::{ResourceLimiter, Result};
 
-use crate::failure::{Details, Lent};
+use crate::failure::Details;
 use crate::wasi::{CallInputs, WasiHost, WasiState};
 
 use crate::wit::generated::verdict::policy::host as host_v0_2;
 use crate::wit::generated_v0_1::verdict::policy::host as host_v0_1;
 use crate::wit::types as wit;
-use crate::wit::{generated, generated_v0_1};
+use crate::wit::{Lent, generated, generated_v0_1};
 
 /// Longest log line a policy may write; the rest is cut.
 const MAX_LOG_LINE_BYTES: usize = 4 << 10;

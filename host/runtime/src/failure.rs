@@ -27,10 +27,6 @@ pub(crate) struct Details {
     pub(crate) extensions: BTreeMap<String, String>,
 }
 
-/// The `details` resource a 0.2 policy holds a borrowed handle of for one call: the call's
-/// failures' [`Details`], named by their position in the call.
-pub struct Lent;
-
 /// One failed delivery, ready to be decided. Build it from a [`FailureSpec`].
 #[derive(Debug, Clone)]
 pub struct Failure {

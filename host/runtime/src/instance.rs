@@ -8,16 +8,21 @@ use wasmtime::component::Resource;
 use wasmtime::{Store, Trap};
 
 use crate::bindings::HostState;
-use crate::failure::Lent;
-use crate::policy::Pre;
 use crate::wasi::CallInputs;
+use crate::wit::Lent;
 use crate::wit::types as wit;
-use crate::wit::{PolicyBindings, v0_1};
+use crate::wit::{PolicyBindings, PolicyBindingsPre, v0_1};
 use crate::{Failure, Fault, Limits, Policy};
 
 /// The most failures one `decide-batch` call carries (the contract promises policies this
 /// bound).
 pub(crate) const MAX_BATCH: usize = 64;
+
+/// A component linked against the contract it speaks, ready to instantiate.
+pub(crate) enum Pre {
+    V0_2(PolicyBindingsPre<HostState>),
+    V0_1(v0_1::PolicyBindingsPre<HostState>),
+}
 
 /// An instance's exports, in the contract it speaks.
 enum Bindings {
@@ -60,7 +65,9 @@ impl Budget {
 
     /// A batch: one deadline (a batch of rules decisions takes microseconds, far below any
     /// deadline, and a looping policy should not get a deadline per failure to burn), and
-    /// each failure's fuel.
+    /// each failure's fuel, pooled (a batch whose whole use passes one failure's budget
+    /// is decided again one by one, so no failure got more than it would alone: see
+    /// `over_budget`).
     fn batch(limits: &Limits, failures: usize) -> Self {
         let failures = u64::try_from(failures).unwrap_or(u64::MAX);
         Budget {
@@ -209,6 +216,13 @@ impl Instance {
                 .verdict_policy_decider()
                 .call_decide_batch(&mut self.store, &records, lend());
         let result = match result {
+            // The batch's fuel is pooled: past one failure's budget in all, some failure
+            // may have used more than it would have been given alone. Then the batch counts
+            // as faulted and the decider asks again one failure at a time - a batch never
+            // answers what the failures alone would not.
+            Ok(_) if over_budget(&self.store, limits, budget) => Err(Fault::OutOfFuel {
+                fuel: limits.fuel_per_decision.unwrap_or(0),
+            }),
             Ok(verdicts) if verdicts.len() == failures.len() => {
                 Ok(verdicts.into_iter().map(Verdict::from).collect())
             }
@@ -236,6 +250,17 @@ impl Instance {
             .saturating_sub(self.baseline_bytes);
         self.uses < limits.instance_max_uses && grown <= limits.instance_recycle_bytes
     }
+}
+
+/// Whether a batch used, in all, more fuel than one decision may (`budget` is the batch's
+/// pooled fuel): only below that is every failure known to have kept to its own budget.
+fn over_budget(store: &Store<HostState>, limits: &Limits, budget: Budget) -> bool {
+    let (Some(per_decision), Some(pooled)) = (limits.fuel_per_decision, budget.fuel) else {
+        return false;
+    };
+    store
+        .get_fuel()
+        .is_ok_and(|left| pooled.saturating_sub(left) > per_decision)
 }
 
 /// The borrowed `details` handle of a call: one per call, its failures named by position,

@@ -7,15 +7,9 @@ use wasmtime::component::Component;
 
 use crate::bindings::HostState;
 use crate::digest::sha256_hex;
-use crate::instance::Instance;
+use crate::instance::{Instance, Pre};
 use crate::wit::{PolicyBindingsPre, v0_1};
 use crate::{ConfigError, Contract, Decider, Host, LoadError, Provenance, TopicSettings, contract};
-
-/// A component linked against the contract it speaks, ready to instantiate.
-pub(crate) enum Pre {
-    V0_2(PolicyBindingsPre<HostState>),
-    V0_1(v0_1::PolicyBindingsPre<HostState>),
-}
 
 /// A policy component, compiled once and shared by every topic that uses it.
 pub struct Policy {

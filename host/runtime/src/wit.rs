@@ -9,7 +9,7 @@ pub(crate) mod generated {
         path: "../../wit",
         world: "policy",
         with: {
-            "verdict:policy/host.details": crate::failure::Lent,
+            "verdict:policy/host.details": super::Lent,
         },
     });
 }
@@ -21,6 +21,10 @@ pub(crate) mod generated_v0_1 {
         world: "policy",
     });
 }
+
+/// The `details` resource a 0.2 policy holds a borrowed handle of for one call: the call's
+/// failures' details, named by their position in the call (the store keeps them).
+pub struct Lent;
 
 pub(crate) use generated::Policy as PolicyBindings;
 pub(crate) use generated::PolicyPre as PolicyBindingsPre;

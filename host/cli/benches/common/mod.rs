@@ -14,8 +14,15 @@ pub use timing::{ns, percentiles};
 /// once per target dir.
 pub fn component(crate_path: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // The 0.1 fixture rebuilds `rules` with other SDK features; a cdylib's file name has no
+    // hash, so it gets a target directory of its own (as in the test build).
+    let guests = if crate_path.ends_with("rules-v0-1") {
+        "../verdict-guests-v0-1"
+    } else {
+        "../verdict-guests"
+    };
     let options = verdict_componentize::BuildOptions {
-        target_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("../verdict-guests")),
+        target_dir: Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(guests)),
         release: true,
         quiet: true,
     };

@@ -351,8 +351,9 @@ fn older_contracts(routes: &[RouteSummary]) -> Vec<String> {
         .map(|r| {
             format!(
                 "route `{}`: policy `{}` speaks {}, older than {current}; it runs unchanged, one \
-                 failure per call - rebuild it with the current SDK (`verdict build`) to let the \
-                 gateway hand it batches",
+                 failure per call where the gateway batches - a Rust policy moves to {current} \
+                 when rebuilt with the current SDK (`verdict build`), a Python or JavaScript \
+                 one when its SDK does",
                 r.topic, r.policy, r.contract
             )
         })

@@ -7,8 +7,8 @@
 //! `u64::MAX` ms; `"reject-init"` refuses its config; `"trap-in-init"` panics in `init`;
 //! `"ok"` retries after 1 s; `"echo"` retries and returns every on-demand fact as labels;
 //! `"huge-panic"` panics with a 2 MiB message spread over many lines; `"loop-in-init"` spins
-//! forever in `init`; `"payload-storm"` calls `host.payload()` a million times in one
-//! decision; `"history-storm"` calls `host.history()` a million times and keeps every copy;
+//! forever in `init`; `"payload-storm"` calls `details.payload()` a million times in one
+//! decision; `"history-storm"` calls `details.history()` a million times and keeps every copy;
 //! `"panic-on-kind"` panics on a failure of kind `hostile.panic` and echoes any other (one
 //! failure of a batch faulting).
 //!

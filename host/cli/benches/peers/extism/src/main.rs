@@ -119,7 +119,7 @@ fn plugin_wasm() -> Vec<u8> {
 /// The SDK's host imports, which the plugin links but never calls (its failure is built
 /// natively): Extism must still be given something to link.
 fn unused_imports() -> Vec<Function> {
-    let ns = "verdict:policy/host@0.1.0";
+    let ns = "verdict:policy/host@0.2.0";
     let refuse = |name: &str, params: Vec<ValType>, results: Vec<ValType>| {
         let name = name.to_string();
         Function::new(
@@ -131,9 +131,18 @@ fn unused_imports() -> Vec<Function> {
         )
         .with_namespace(ns)
     };
+    // Contract 0.2: `log`, the lent `details` resource's methods (the handle and the
+    // failure's position first, then a return area for anything that is not a number) and
+    // the end of a borrow.
     let mut f = vec![
         refuse("log", vec![ValType::I32; 3], vec![]),
-        refuse("payload-size", vec![], vec![ValType::I32]),
+        refuse("[resource-drop]details", vec![ValType::I32], vec![]),
+        refuse(
+            "[method]details.payload-size",
+            vec![ValType::I32; 2],
+            vec![ValType::I32],
+        ),
+        refuse("[method]details.extension", vec![ValType::I32; 5], vec![]),
     ];
     for name in [
         "headers",
@@ -146,7 +155,11 @@ fn unused_imports() -> Vec<Function> {
         "topic",
         "payload",
     ] {
-        f.push(refuse(name, vec![ValType::I32], vec![]));
+        f.push(refuse(
+            &format!("[method]details.{name}"),
+            vec![ValType::I32; 3],
+            vec![],
+        ));
     }
     f
 }
