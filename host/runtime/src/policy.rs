@@ -5,7 +5,6 @@ use std::time::SystemTime;
 
 use wasmtime::component::Component;
 
-use crate::bindings::HostState;
 use crate::digest::sha256_hex;
 use crate::instance::{Instance, Pre};
 use crate::wit::{PolicyBindingsPre, v0_1};
