@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use verdict_gateway::store::DlqFilter;
 use verdict_runtime::{Contract, Decision, Failure};
-use verdict_tests::consumer::{Behaviour, Consumer};
+use verdict_tests::consumer::Consumer;
 use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{failure, fixtures, host, scratch_dir};
 
 use crate::gateway::RULES_CONFIG;
+use crate::languages::behaviour;
 
 /// Failures across the `rules` table: every kind family, attempts past the limit, a
 /// Retry-After, deferrals, expired and live deadlines, many jitter seeds - 72 of them, more
@@ -194,20 +195,6 @@ fn a_fault_in_a_batch_costs_only_the_failure_that_caused_it() {
     let stats = decider.stats();
     assert_eq!(stats.decisions, 6, "{stats:?}");
     assert_eq!(stats.faults, 1, "{stats:?}");
-}
-
-/// Message `<v>-<i>`: 5% permanent, 20% transient (1-3 failures first), the rest fine.
-fn behaviour(id: &str) -> Behaviour {
-    let i: u32 = id
-        .rsplit('-')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
-    match i % 100 {
-        0..5 => Behaviour::Permanent,
-        5..25 => Behaviour::FailsFirst(1 + i % 3),
-        _ => Behaviour::Ok,
-    }
 }
 
 #[test]

@@ -147,8 +147,8 @@ fn wasi_outside_the_catalogue_or_its_version_is_refused_by_name() {
     );
 }
 
-/// Message `<lang>-<i>`: 5% permanent, 20% transient (1-3 failures first), the rest fine.
-fn behaviour(id: &str) -> Behaviour {
+/// Message `<prefix>-<i>`: 5% permanent, 20% transient (1-3 failures first), the rest fine.
+pub(crate) fn behaviour(id: &str) -> Behaviour {
     let i: u32 = id
         .rsplit('-')
         .next()

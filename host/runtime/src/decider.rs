@@ -165,29 +165,27 @@ impl Decider {
     }
 
     fn ask(&self, failure: &Failure) -> Result<verdict_types::Verdict, Fault> {
-        let limits = self.policy.host().limits();
-        let warm = self.idle.pop();
-        let mut instance = match warm {
-            Some(instance) => instance,
-            None => self.fresh()?,
-        };
-        let result = instance.decide(limits, failure);
-        // A faulted instance may hold broken state: drop it. A healthy one goes back warm.
-        if result.is_ok() && instance.reusable(limits) && limits.warm_instances > 0 {
-            // A full pool drops the extra instance.
-            let _ = self.idle.push(instance);
-        }
-        result
+        self.on_instance(|instance, limits| instance.decide(limits, failure))
     }
 
     fn ask_batch(&self, failures: &[Failure]) -> Result<Vec<verdict_types::Verdict>, Fault> {
+        self.on_instance(|instance, limits| instance.decide_batch(limits, failures))
+    }
+
+    /// Run `call` on a warm instance (or a fresh one), then give the instance back.
+    fn on_instance<T>(
+        &self,
+        call: impl FnOnce(&mut Instance, &crate::Limits) -> Result<T, Fault>,
+    ) -> Result<T, Fault> {
         let limits = self.policy.host().limits();
         let mut instance = match self.idle.pop() {
             Some(instance) => instance,
             None => self.fresh()?,
         };
-        let result = instance.decide_batch(limits, failures);
+        let result = call(&mut instance, limits);
+        // A faulted instance may hold broken state: drop it. A healthy one goes back warm.
         if result.is_ok() && instance.reusable(limits) && limits.warm_instances > 0 {
+            // A full pool drops the extra instance.
             let _ = self.idle.push(instance);
         }
         result
