@@ -11,13 +11,14 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-const GUESTS: [(&str, &str); 6] = [
+const GUESTS: [(&str, &str); 7] = [
     ("RULES", "policies/rules"),
     ("RULES_V0_1", "tests/guests/rules-v0-1"),
     ("ROCKETMQ", "policies/rocketmq"),
     ("ADAPTIVE", "policies/adaptive"),
     ("PAYMENTS", "policies/payments"),
     ("HOSTILE", "tests/guests/hostile"),
+    ("BATCH_LIAR", "tests/guests/batch-liar"),
 ];
 
 /// Policies in other languages: built by their toolchains, which a machine may lack.

@@ -197,6 +197,55 @@ fn a_fault_in_a_batch_costs_only_the_failure_that_caused_it() {
     assert_eq!(stats.faults, 1, "{stats:?}");
 }
 
+/// A policy whose `decide-batch` answers too few or too many verdicts gets no batch
+/// answer applied: each failure is decided again alone (reason `alone`, the batch's would
+/// say `batch`), none of them a fault.
+#[test]
+fn a_batch_answered_with_the_wrong_number_of_verdicts_is_decided_again_one_by_one() {
+    let host = host();
+    let liar = host.load_file(fixtures::BATCH_LIAR.as_ref()).unwrap();
+    assert_eq!(liar.contract(), Contract::V0_2);
+    for mode in ["short", "long"] {
+        let decider = liar.configure(mode, Default::default()).unwrap();
+        let failures = distinct_details(5);
+        let decisions = decider.decide_batch(&failures);
+        assert_eq!(decisions.len(), 5, "{mode}");
+        for d in &decisions {
+            assert!(d.fallback.is_none(), "{mode}: {d:?}");
+            assert_eq!(d.verdict.reason, "alone", "{mode}: {d:?}");
+        }
+        let stats = decider.stats();
+        assert_eq!((stats.decisions, stats.faults), (5, 0), "{mode}: {stats:?}");
+    }
+    // Its config is checked like any policy's.
+    let refused = liar.configure("sideways", Default::default()).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("expected `short`, `long` or `past-the-end`"),
+        "{refused}"
+    );
+}
+
+/// The lent details asked about a position no failure of the call holds answer empty
+/// values - no trap, no other failure's data.
+#[test]
+fn details_asked_past_the_batch_answer_nothing() {
+    let host = host();
+    let liar = host.load_file(fixtures::BATCH_LIAR.as_ref()).unwrap();
+    let decider = liar.configure("past-the-end", Default::default()).unwrap();
+    let decisions = decider.decide_batch(&distinct_details(4));
+    assert_eq!(decisions.len(), 4);
+    for d in &decisions {
+        assert!(d.fallback.is_none(), "{d:?}");
+        assert_eq!(
+            d.verdict.reason,
+            "texts=0 payload=0 payload-size=0 headers=0 history=0 published=None \
+             content-type=None extension=None"
+        );
+    }
+}
+
 #[test]
 fn one_gateway_runs_a_0_1_and_a_0_2_policy_with_the_same_outcome() {
     let dir = scratch_dir("gateway-contracts");
@@ -272,4 +321,28 @@ fn one_gateway_runs_a_0_1_and_a_0_2_policy_with_the_same_outcome() {
             entry.envelope.policy
         );
     }
+    // Every failure was decided exactly once, whether alone or in a batch with failures
+    // that waited for it: the failures handed to each route's policy add up to its
+    // decisions. The 0.1 route is asked one failure per call.
+    let metrics = gw.admin.get_text("/metrics").unwrap();
+    for topic in ["orders.v02", "orders.v01"] {
+        let decisions = sum(&metrics, "verdict_decisions_total{", topic);
+        let handed = sum(&metrics, "verdict_policy_batch_failures_sum{", topic);
+        let calls = sum(&metrics, "verdict_policy_batch_failures_count{", topic);
+        assert!(decisions > 0.0, "{topic} decided failures:\n{metrics}");
+        assert_eq!(handed, decisions, "{topic}: each failure decided once");
+        assert!(calls <= handed, "{topic}");
+        if topic == "orders.v01" {
+            assert_eq!(calls, handed, "a 0.1 policy takes one failure per call");
+        }
+    }
+}
+
+/// The sum of the samples of `series` (a name and the opening brace) labelled with `topic`.
+fn sum(metrics: &str, series: &str, topic: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(series) && l.contains(&format!("topic=\"{topic}\"")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -1,7 +1,8 @@
 //! The Python and JavaScript SDKs' own tests, and those of the `rules` ports, run natively
 //! (CPython's `unittest`, `node --test`) as part of the workspace's test command: the
 //! algorithms they hold to the Rust vectors, config errors, accessors and the ported
-//! `rules` tests.
+//! `rules` tests - the JavaScript port's including its built component (the test build's),
+//! run through jco against the native code.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -10,10 +11,16 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn passes(dir: &str, program: &str, args: &[&str]) {
+/// Runs `program` in `dir` and returns what it printed; fails the test if it failed.
+fn passes(dir: &str, program: &str, args: &[&str]) -> String {
+    passes_with(dir, program, args, &[])
+}
+
+fn passes_with(dir: &str, program: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     let dir = root().join(dir);
     let out = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .current_dir(&dir)
         .output()
         .unwrap_or_else(|e| panic!("running {program} in {}: {e}", dir.display()));
@@ -27,11 +34,12 @@ fn passes(dir: &str, program: &str, args: &[&str]) {
         "{program} {args:?} in {}:\n{text}",
         dir.display()
     );
+    text
 }
 
 #[test]
 fn the_python_sdk_passes_its_tests() {
-    passes(
+    let _ = passes(
         "guest-sdk/python",
         "python3",
         &["-m", "unittest", "discover", "-s", "tests"],
@@ -40,7 +48,7 @@ fn the_python_sdk_passes_its_tests() {
 
 #[test]
 fn the_python_rules_port_passes_its_tests() {
-    passes(
+    let _ = passes(
         "policies/rules-py",
         "python3",
         &["-m", "unittest", "discover", "-s", "tests"],
@@ -49,10 +57,18 @@ fn the_python_rules_port_passes_its_tests() {
 
 #[test]
 fn the_javascript_sdk_passes_its_tests() {
-    passes("guest-sdk/js", "node", &["--test", "test/"]);
+    let _ = passes("guest-sdk/js", "node", &["--test", "test/"]);
 }
 
 #[test]
 fn the_javascript_rules_port_passes_its_tests() {
-    passes("policies/rules-js", "node", &["--test", "test/"]);
+    let component = verdict_tests::fixtures::RULES_JS.expect("the JavaScript port builds");
+    let text = passes_with(
+        "policies/rules-js",
+        "node",
+        &["--test", "test/"],
+        &[("VERDICT_COMPONENT", component)],
+    );
+    // The component's tests ran: none skipped for want of a build.
+    assert!(text.contains("skipped 0"), "{text}");
 }

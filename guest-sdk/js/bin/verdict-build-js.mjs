@@ -57,7 +57,7 @@ function parseArgs(argv) {
   };
 }
 
-/** The host interface's import specifier, versioned as the WIT package is (`...@0.1.0`). */
+/** The host interface's import specifier, versioned as the WIT package is (`...@0.2.0`). */
 function hostSpecifier(witPath) {
   if (!existsSync(witPath)) throw new BuildError(`--wit ${witPath} does not exist`);
   const files = statSync(witPath).isDirectory()

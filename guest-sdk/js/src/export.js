@@ -1,10 +1,9 @@
 // The glue between the component model and a policy class: what `exportPolicy` returns is
-// the `decider` interface the world exports.
+// the `decider` interface the world exports (contract `verdict:policy@0.2`).
 
 import { SplitMix64 } from './backoff.js';
 import { ConfigError } from './config.js';
 import { Failure } from './failure.js';
-import { boundHost } from './host.js';
 import { Level, log } from './log.js';
 import { instantiate } from './policy.js';
 import { Class, Severity } from './verdict.js';
@@ -21,11 +20,13 @@ const U64_MAX = (1n << 64n) - 1n;
  */
 
 /**
- * The `verdict:policy/decider` interface as the bindings call it.
+ * The `verdict:policy/decider` interface as the bindings call it: `details` is the resource
+ * the host lends for the call, asked about each failure by its position in the call.
  * @typedef {object} Decider
  * @property {(config: string) => {tag: 'ok', val: undefined} | {tag: 'err', val: string}} init
  * @property {() => Info} describe
- * @property {(failure: object) => object} decide
+ * @property {(failure: object, details: import('./host.js').Details) => object} decide
+ * @property {(failures: object[], details: import('./host.js').Details) => object[]} decideBatch
  */
 
 /**
@@ -36,9 +37,12 @@ const U64_MAX = (1n << 64n) - 1n;
  * ```
  *
  * `init` parses the config and builds the policy; a `ConfigError` (from the config schema or
- * the constructor) comes back as init's error string. Any other exception, in any of the
- * three functions, is logged through the host as `panic: ...` and then traps, so the host
- * falls back with the cause recorded, as it does for a Rust panic.
+ * the constructor) comes back as init's error string. `decide` answers one failure (position
+ * 0 of the lent `details`), `decideBatch` each failure of its list as `decide` would, in
+ * order (failure `i` at position `i`). Any other exception, in any of the functions, is
+ * logged through the host as `panic: ...` and then traps, so the host falls back with the
+ * cause recorded, as it does for a Rust panic; a batch that traps is decided again one
+ * failure at a time, so only the faulty failure gets the fallback.
  *
  * @param {import('./policy.js').PolicyClass} Policy
  * @param {Info} info
@@ -73,19 +77,40 @@ export function exportPolicy(Policy, info) {
       return { ...described };
     },
 
-    decide(record) {
+    decide(record, details) {
       if (policy === undefined) panic(new Error('decide called before a successful init'));
-      // The engine's own generator keeps its state in the instance, which serves many
-      // decisions: drawn from the failure's jitter seed instead, the same failure gets the
-      // same numbers.
-      Math.random = seededRandom(record.jitterSeed);
       try {
-        return lower(policy.decide(Failure.fromRecord(record, boundHost())));
+        return decideOne(policy, record, details, 0);
+      } catch (e) {
+        panic(e);
+      }
+    },
+
+    decideBatch(records, details) {
+      if (policy === undefined) panic(new Error('decide-batch called before a successful init'));
+      try {
+        return records.map((record, i) => decideOne(policy, record, details, i));
       } catch (e) {
         panic(e);
       }
     },
   });
+}
+
+/**
+ * One failure of a call, decided as if alone: its lazy parts asked of `details` at
+ * `position`.
+ * @param {{decide: (f: Failure) => object}} policy
+ * @param {object} record the contract's `failure` record
+ * @param {import('./host.js').Details} details
+ * @param {number} position
+ */
+function decideOne(policy, record, details, position) {
+  // The engine's own generator keeps its state in the instance, which serves many
+  // decisions (and a batch many failures): drawn from each failure's jitter seed instead,
+  // the same failure gets the same numbers, batched or not.
+  Math.random = seededRandom(record.jitterSeed);
+  return lower(policy.decide(Failure.fromRecord(record, details, position)));
 }
 
 /**
@@ -146,5 +171,7 @@ function lower(v) {
     }
     return { key: pair[0], value: pair[1] };
   });
-  return { action: lowered, class: v.class, reason: v.reason, alert: v.alert, labels };
+  // Contract 0.2 lifts a reason only when there is one: an empty reason crosses as none, as
+  // the Rust SDK lowers it.
+  return { action: lowered, class: v.class, reason: v.reason === '' ? undefined : v.reason, alert: v.alert, labels };
 }

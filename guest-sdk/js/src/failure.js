@@ -2,8 +2,9 @@
 //
 // Small facts (attempt, kind, clock, seed, statistics) arrive with every call. The bulky or
 // rarely needed parts (topic, ids, error message, headers, payload, history) are fetched
-// from the host the first time a policy asks for them, then kept for the decision: a policy
-// that reads only the kind and the attempt never pays for copying a payload.
+// from the host the first time a policy asks for them, through the `details` resource it
+// lends for the call, then kept for the decision: a policy that reads only the kind and the
+// attempt never pays for copying a payload.
 
 import { toU64 } from './backoff.js';
 import { fromJson } from './config.js';
@@ -95,8 +96,10 @@ export class Failure {
   #stats = new TopicStats();
   /** @type {Map<string, unknown>} details known so far */
   #known = new Map();
-  /** @type {import('./host.js').Host | undefined} where unknown details come from */
-  #host;
+  /** @type {import('./host.js').Details | undefined} where unknown details come from */
+  #details;
+  /** This failure's position in the call, which every `details` method takes first. */
+  #position = 0;
   /** @type {Map<string, string | undefined>} */
   #extensions = new Map();
 
@@ -108,13 +111,16 @@ export class Failure {
   }
 
   /**
-   * The failure the host passed to `decide`, with the details fetched from `host` on first
-   * use. Used by the export glue.
+   * A failure the host passed to `decide` or `decide-batch`, with the details fetched on
+   * first use from the `details` resource the host lent for the call, at the failure's
+   * position in it (0 in `decide`, its index in `decide-batch`). Used by the export glue;
+   * the resource is a borrow that ends with the call, and so does the failure.
    * @param {object} record the contract's `failure` record as the bindings lift it
-   * @param {import('./host.js').Host} host
+   * @param {import('./host.js').Details} details
+   * @param {number} [position]
    * @returns {Failure}
    */
-  static fromRecord(record, host) {
+  static fromRecord(record, details, position = 0) {
     const f = new Failure(record.error.kind);
     f.#retryAfterMs = record.error.retryAfterMs;
     f.#rejected = record.error.rejected;
@@ -125,13 +131,14 @@ export class Failure {
     f.#deadlineMs = record.deadlineMs;
     f.#jitterSeed = record.jitterSeed;
     f.#stats = new TopicStats(record.stats);
-    f.#host = host;
+    f.#details = details;
+    f.#position = toU32(position, 'position');
     return f;
   }
 
   #detail(name) {
     if (!this.#known.has(name)) {
-      this.#known.set(name, this.#host ? this.#host[name]() : NEUTRAL[name]);
+      this.#known.set(name, this.#details ? this.#details[name](this.#position) : NEUTRAL[name]);
     }
     return this.#known.get(name);
   }
@@ -295,7 +302,9 @@ export class Failure {
    * @param {string} key @returns {string | undefined}
    */
   extension(key) {
-    if (!this.#extensions.has(key) && this.#host) this.#extensions.set(key, this.#host.extension(key));
+    if (!this.#extensions.has(key) && this.#details) {
+      this.#extensions.set(key, this.#details.extension(this.#position, key));
+    }
     return this.#extensions.get(key);
   }
 

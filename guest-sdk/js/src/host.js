@@ -1,33 +1,43 @@
-// The host's functions (`verdict:policy/host`), reachable only inside the component.
+// The host's interface (`verdict:policy/host`), reachable only inside the component.
 //
 // The SDK never imports the host module itself: that import exists only in a component,
 // and Node cannot resolve it, which would make every policy untestable natively. The build
 // (bin/verdict-build-js.mjs) instead bundles a first module that imports the host and hands
 // it over here, before the policy's own modules run. Natively nothing is bound, and the SDK
 // falls back to what a test gave (log lines go to stderr).
+//
+// Only `log` is used through the bound module. A failure's on-demand parts come from the
+// `details` resource the host lends to each `decide` and `decide-batch` call, which the
+// bindings pass to the export with the failures.
 
 /**
  * The `verdict:policy/host` interface as the component's bindings present it.
  * @typedef {object} Host
  * @property {(level: 'trace' | 'debug' | 'info' | 'warn' | 'error', message: string) => void} log
- * @property {() => string} topic
- * @property {() => string} messageId
- * @property {() => string} consumerGroup
- * @property {() => string} errorMessage
- * @property {() => bigint | undefined} publishedAtMs
- * @property {() => string | undefined} contentType
- * @property {() => number} payloadSize
- * @property {() => Array<{name: string, value: string}>} headers
- * @property {() => Uint8Array} payload
- * @property {() => Array<{atMs: bigint, kind: string, message: string}>} history
- * @property {(key: string) => string | undefined} extension
+ */
+
+/**
+ * The `details` resource the host lends to one call: every method names the failure by its
+ * position in the call (0 in `decide`, the index into the list in `decide-batch`).
+ * @typedef {object} Details
+ * @property {(failure: number) => string} topic
+ * @property {(failure: number) => string} messageId
+ * @property {(failure: number) => string} consumerGroup
+ * @property {(failure: number) => string} errorMessage
+ * @property {(failure: number) => bigint | undefined} publishedAtMs
+ * @property {(failure: number) => string | undefined} contentType
+ * @property {(failure: number) => number} payloadSize
+ * @property {(failure: number) => Array<{name: string, value: string}>} headers
+ * @property {(failure: number) => Uint8Array} payload
+ * @property {(failure: number) => Array<{atMs: bigint, kind: string, message: string}>} history
+ * @property {(failure: number, key: string) => string | undefined} extension
  */
 
 /** @type {Host | undefined} */
 let bound;
 
 /**
- * Hand the SDK the host's functions. The build does it inside the component; a test may do
+ * Hand the SDK the host's interface. The build does it inside the component; a test may do
  * it to run the export glue against a fake host. `undefined` unbinds.
  * @param {Host | undefined} host
  */

@@ -85,9 +85,10 @@ test('kindIs, neverRetry and the setters', () => {
   assert.throws(() => f.withAttempt(-1), /attempt must be a u32/);
 });
 
-test('details from the host are fetched on first use, once per decision', () => {
+test('details from the host are fetched on first use, once per decision, at the failure\'s position', () => {
   const calls = [];
-  const host = new Proxy(
+  // The `details` resource: every method takes the failure's position first.
+  const details = new Proxy(
     {},
     {
       get: (_, name) => (...args) => {
@@ -97,7 +98,7 @@ test('details from the host are fetched on first use, once per decision', () => 
           headers: [{ name: 'X-Trace', value: 't-1' }],
           payload: new Uint8Array([123, 125]),
           publishedAtMs: 100n,
-          extension: args[0] === 'source' ? 'embedded' : undefined,
+          extension: args[1] === 'source' ? 'embedded' : undefined,
         }[name];
       },
     },
@@ -112,7 +113,7 @@ test('details from the host are fetched on first use, once per decision', () => 
     jitterSeed: 9n,
     stats: { windowMs: 0n, deliveries: 0, failures: 0, consecutiveFailures: 0 },
   };
-  const f = Failure.fromRecord(record, host);
+  const f = Failure.fromRecord(record, details, 3);
   assert.equal(f.attempt(), 2);
   assert.deepEqual(calls, [], 'nothing fetched up front');
   assert.equal(f.topic(), 'orders');
@@ -124,5 +125,10 @@ test('details from the host are fetched on first use, once per decision', () => 
   assert.equal(f.extension('source'), 'embedded');
   assert.equal(f.extension('source'), 'embedded');
   assert.equal(f.extension('route'), undefined);
-  assert.deepEqual(calls, [['topic'], ['headers'], ['publishedAtMs'], ['extension', 'source'], ['extension', 'route']]);
+  assert.deepEqual(calls, [['topic', 3], ['headers', 3], ['publishedAtMs', 3], ['extension', 3, 'source'], ['extension', 3, 'route']]);
+  // `decide`'s failure is the call's only one, at position 0.
+  calls.length = 0;
+  assert.equal(Failure.fromRecord(record, details).topic(), 'orders');
+  assert.deepEqual(calls, [['topic', 0]]);
+  assert.throws(() => Failure.fromRecord(record, details, -1), /position must be a u32/);
 });

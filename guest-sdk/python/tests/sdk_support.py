@@ -16,7 +16,7 @@ if str(SDK_ROOT) not in sys.path:
     sys.path.insert(0, str(SDK_ROOT))
 
 
-# --- the shapes componentize-py 0.25 generates for wit/v0.1/policy.wit --------------------
+# --- the shapes componentize-py 0.25 generates for wit/policy.wit ---------------------------
 
 
 class Level(enum.Enum):
@@ -114,7 +114,7 @@ class Label:
 class WitVerdict:
     action: Any
     class_: WitClass
-    reason: str
+    reason: str | None
     alert: WitSeverity
     labels: list[Label]
 
@@ -131,49 +131,93 @@ class Err(Exception):
     value: Any
 
 
+def failure_details(topic: str = "orders", message_id: str = "m-1") -> dict[str, Any]:
+    """What the host holds for one failure of a call, by `details` method name."""
+    return {
+        "topic": topic,
+        "message_id": message_id,
+        "consumer_group": "billing",
+        "error_message": "boom",
+        "published_at_ms": 500,
+        "content_type": "application/json",
+        "payload_size": 11,
+        "headers": [WitHeader("Trace-Id", "t-1")],
+        "payload": b'{"a": [1]}\n',
+        "history": [WitAttemptRecord(10, "db.timeout", "first")],
+    }
+
+
+# What a `details` method answers for a position past the call's failures.
+_EMPTY: dict[str, Any] = {
+    "topic": "",
+    "message_id": "",
+    "consumer_group": "",
+    "error_message": "",
+    "published_at_ms": None,
+    "content_type": None,
+    "payload_size": 0,
+    "headers": [],
+    "payload": b"",
+    "history": [],
+}
+
+
 class FakeHost:
-    """The host side of one decision: its details, the calls the policy made, its log."""
+    """The host side of a call: the details of its failures (one per position), the calls
+    the policy made, its log."""
 
     def __init__(self) -> None:
         self.logs: list[tuple[Level, str]] = []
         self.calls: dict[str, int] = {}
-        self.details: dict[str, Any] = {
-            "topic": "orders",
-            "message_id": "m-1",
-            "consumer_group": "billing",
-            "error_message": "boom",
-            "published_at_ms": 500,
-            "content_type": "application/json",
-            "payload_size": 11,
-            "headers": [WitHeader("Trace-Id", "t-1")],
-            "payload": b'{"a": [1]}\n',
-            "history": [WitAttemptRecord(10, "db.timeout", "first")],
-        }
-        self.extensions = {"source": "nats"}
+        # Every `details` method call, in order, with the position it named.
+        self.asked: list[tuple[str, int]] = []
+        self.failures: list[dict[str, Any]] = [failure_details()]
+        self.extensions: list[dict[str, str]] = [{"source": "nats"}]
+        self._module: types.ModuleType | None = None
+
+    def lend(self) -> Any:
+        """The `details` resource the host lends to one `decide` or `decide_batch` call."""
+        return self.module().Details()
+
+    def _answer(self, name: str, position: int) -> Any:
+        self.calls[name] = self.calls.get(name, 0) + 1
+        self.asked.append((name, position))
+        if position < len(self.failures):
+            return self.failures[position][name]
+        return _EMPTY[name]
 
     def module(self) -> types.ModuleType:
+        """The `wit_world.imports.host` module (made once: `lend` hands out its `Details`)."""
+        if self._module is not None:
+            return self._module
         host = types.ModuleType("wit_world.imports.host")
+        fake = self
 
-        def getter(name: str) -> Any:
-            def get() -> Any:
-                self.calls[name] = self.calls.get(name, 0) + 1
-                return self.details[name]
+        def method(name: str) -> Any:
+            def ask(self: Any, failure: int) -> Any:
+                return fake._answer(name, failure)
 
-            return get
+            return ask
 
-        for name in self.details:
-            setattr(host, name, getter(name))
+        def extension(self: Any, failure: int, key: str) -> str | None:
+            fake.calls["extension"] = fake.calls.get("extension", 0) + 1
+            fake.asked.append(("extension", failure))
+            if failure < len(fake.extensions):
+                return fake.extensions[failure].get(key)
+            return None
 
-        def extension(key: str) -> str | None:
-            self.calls["extension"] = self.calls.get("extension", 0) + 1
-            return self.extensions.get(key)
+        # The resource class componentize-py generates: one method per `details` function,
+        # each naming the failure by its position in the call.
+        methods: dict[str, Any] = {name: method(name) for name in _EMPTY}
+        methods["extension"] = extension
+        host.Details = type("Details", (), methods)
 
         def log(level: Level, message: str) -> None:
             message.encode("utf-8")  # what lowering a WIT string demands
             self.logs.append((level, message))
 
-        host.extension = extension
         host.log = log
+        self._module = host
         return host
 
 

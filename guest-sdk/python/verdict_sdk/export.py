@@ -3,9 +3,9 @@ does, for componentize-py.
 
 componentize-py builds the component by importing the policy module ahead of time and
 instantiating `Decider`, the class named after the exported interface
-(`verdict:policy/decider`), whose `init`, `describe` and `decide` methods are the exports. It
-makes one object per exported function, so the configured policy is kept beside the class,
-not on the object.
+(`verdict:policy/decider`), whose `init`, `describe`, `decide` and `decide_batch` methods are
+the exports. It makes one object per exported function, so the configured policy is kept
+beside the class, not on the object.
 `export(MyPolicy)` makes that class. It imports the generated bindings (`wit_world`, plus
 componentize-py's `componentize_py_types`) only when it is instantiated, which happens while
 componentize-py pre-initialises the module; natively nothing instantiates it, so the SDK
@@ -18,8 +18,14 @@ As in the Rust SDK:
   exception is a bug: it is logged as `panic: ...` at error level through the host, then
   traps, so the host reports the fault with its message;
 * `decide` lifts the record into a `Failure` whose bulky parts come from the host on first
-  use, decides, and lowers the verdict; an exception is logged as `panic: ...` and traps,
+  use, through the `details` resource the host lends for the call (the failure's position
+  is 0), decides, and lowers the verdict; an exception is logged as `panic: ...` and traps,
   and the host applies the topic's fallback verdict;
+* `decide_batch` decides each failure of the list as `decide` would, in order, its bulky
+  parts asked of `details` by its position in the list; an exception in any of them traps
+  the whole call as in `decide` (the host then decides the batch again one failure at a
+  time, so only the faulty failure gets the fallback);
+* a verdict without a reason is lowered as none, as the Rust SDK lowers an empty one;
 * logging goes to the host's `log` import from then on.
 """
 
@@ -51,7 +57,8 @@ def export(policy: type[Any]) -> type[Any]:
     """
     _check_policy(policy)
     # The configured policy, shared by every `Decider` object: componentize-py makes one per
-    # exported function (one for `init`, another for `decide`), so it cannot live on `self`.
+    # exported function (one for `init`, others for `decide` and `decide_batch`), so it
+    # cannot live on `self`.
     # This is the Rust macro's `thread_local! POLICY`.
     configured: list[Any] = [None]
 
@@ -82,22 +89,38 @@ def export(policy: type[Any]) -> type[Any]:
                 name=policy.name, version=policy.version, description=policy.description
             )
 
-        def decide(self, failure: Any) -> Any:
+        def decide(self, failure: Any, details: Any) -> Any:
             try:
-                if self._policy is None:
-                    raise RuntimeError("decide called before a successful init")
-                # `random` keeps its state in the instance, which serves many decisions:
-                # reseeded from the failure, it draws the same numbers for the same failure.
-                random.seed(failure.jitter_seed)
-                verdict = self._policy.decide(_lift(failure, _HostDetails(self._wit.host)))
-                if not isinstance(verdict, Verdict):
-                    raise TypeError(
-                        f"{policy.__name__}.decide returned {type(verdict).__name__}, not a Verdict"
-                    )
-                return _lower(verdict, self._wit.types)
+                return self._decide(self._configured("decide"), failure, details, 0)
             except BaseException as error:
                 _panic(error)
                 raise
+
+        def decide_batch(self, failures: list[Any], details: Any) -> list[Any]:
+            try:
+                built = self._configured("decide-batch")
+                return [self._decide(built, f, details, i) for i, f in enumerate(failures)]
+            except BaseException as error:
+                _panic(error)
+                raise
+
+        def _configured(self, call: str) -> Any:
+            built = self._policy
+            if built is None:
+                raise RuntimeError(f"{call} called before a successful init")
+            return built
+
+        def _decide(self, built: Any, failure: Any, details: Any, position: int) -> Any:
+            # `random` keeps its state in the instance, which serves many decisions (and a
+            # batch many failures): reseeded from each failure, it draws the same numbers for
+            # the same failure, batched or not.
+            random.seed(failure.jitter_seed)
+            verdict = built.decide(_lift(failure, _HostDetails(details, position)))
+            if not isinstance(verdict, Verdict):
+                raise TypeError(
+                    f"{policy.__name__}.decide returned {type(verdict).__name__}, not a Verdict"
+                )
+            return _lower(verdict, self._wit.types)
 
     Decider.__module__ = policy.__module__
     Decider.__qualname__ = "Decider"
@@ -127,46 +150,52 @@ def _bindings() -> SimpleNamespace:
 
 
 class _HostDetails:
-    """The lazily fetched parts of the failure being decided, from the host's imports, in
-    the SDK's own types."""
+    """The lazily fetched parts of one failure of the running call, in the SDK's own types:
+    the `details` resource the host lent for the call, asked about the failure at
+    `position` (0 in `decide`, its index in `decide_batch`). The resource is a borrow that
+    ends with the call, and so does every `Failure` built on it."""
 
-    __slots__ = ("_host",)
+    __slots__ = ("_details", "_position")
 
-    def __init__(self, host: Any) -> None:
-        self._host = host
+    def __init__(self, details: Any, position: int) -> None:
+        self._details = details
+        self._position = position
 
     def topic(self) -> str:
-        return self._host.topic()
+        return self._details.topic(self._position)
 
     def message_id(self) -> str:
-        return self._host.message_id()
+        return self._details.message_id(self._position)
 
     def consumer_group(self) -> str:
-        return self._host.consumer_group()
+        return self._details.consumer_group(self._position)
 
     def error_message(self) -> str:
-        return self._host.error_message()
+        return self._details.error_message(self._position)
 
     def content_type(self) -> str | None:
-        return self._host.content_type()
+        return self._details.content_type(self._position)
 
     def published_at_ms(self) -> int | None:
-        return self._host.published_at_ms()
+        return self._details.published_at_ms(self._position)
 
     def payload_size(self) -> int:
-        return self._host.payload_size()
+        return self._details.payload_size(self._position)
 
     def headers(self) -> tuple[Header, ...]:
-        return tuple(Header(h.name, h.value) for h in self._host.headers())
+        return tuple(Header(h.name, h.value) for h in self._details.headers(self._position))
 
     def payload(self) -> bytes:
-        return bytes(self._host.payload())
+        return bytes(self._details.payload(self._position))
 
     def history(self) -> tuple[AttemptRecord, ...]:
-        return tuple(AttemptRecord(a.at_ms, a.kind, a.message) for a in self._host.history())
+        return tuple(
+            AttemptRecord(a.at_ms, a.kind, a.message)
+            for a in self._details.history(self._position)
+        )
 
     def extension(self, key: str) -> str | None:
-        return self._host.extension(key)
+        return self._details.extension(self._position, key)
 
 
 def _lift(f: Any, host: _HostDetails) -> Failure:
@@ -203,7 +232,9 @@ def _lower(v: Verdict, wit: Any) -> Any:
     return wit.Verdict(
         action=action,
         class_=wit.Class[v.class_.name],
-        reason=_unicode(v.reason),
+        # Contract 0.2 lifts a reason only when there is one: an empty reason crosses as
+        # none, as the Rust SDK lowers it.
+        reason=_unicode(v.reason) if v.reason else None,
         alert=wit.Severity[v.severity.name],
         labels=[wit.Label(key=_unicode(k), value=_unicode(val)) for k, val in v.labels],
     )

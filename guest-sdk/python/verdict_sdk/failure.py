@@ -64,8 +64,10 @@ class AttemptRecord:
 
 
 class HostDetails(Protocol):
-    """Where the lazily fetched parts come from inside a component (the export glue provides
-    it; natively they are given to `Failure` directly)."""
+    """Where the lazily fetched parts of one failure come from inside a component: the export
+    glue provides it, asking the `details` resource the host lent for the call about the
+    failure's position in it, so a failure of a batch reads its own parts. Natively they are
+    given to `Failure` directly."""
 
     def topic(self) -> str: ...
     def message_id(self) -> str: ...

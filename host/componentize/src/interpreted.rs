@@ -13,9 +13,9 @@ use sha2::{Digest, Sha256};
 use crate::{BuildError, BuildOptions, Built, write_if_changed};
 
 /// The contract Python and JavaScript policies are built against, as their toolchains read
-/// it: `verdict:policy@0.1` until their SDKs answer 0.2's `decide-batch` (hosts link both
-/// contracts, so their components run beside 0.2 ones).
-pub const POLICY_WIT: &str = include_str!("../../../wit/v0.1/policy.wit");
+/// it: the current one, `verdict:policy@0.2`, the same the Rust SDK builds for (the stamp
+/// hashes it, so a contract change rebuilds every project).
+pub const POLICY_WIT: &str = include_str!("../../../wit/policy.wit");
 /// The world a policy implements.
 pub const WORLD: &str = "policy";
 /// The componentize-py release the Python SDK is tested with.

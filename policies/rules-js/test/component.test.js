@@ -1,6 +1,7 @@
 // The built component, run in Node through jco's transpiler, against the native policy:
-// what it imports, and that init, describe and decide answer identically across the
-// bindings. Build first (npm run build), or point VERDICT_COMPONENT at a component.
+// what it imports, and that init, describe, decide and decide-batch answer identically
+// across the bindings. Build first (npm run build), or point VERDICT_COMPONENT at a
+// component.
 
 import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -24,19 +25,49 @@ let component;
 const logs = [];
 const fetched = [];
 
+// The host's interface as jco's bindings take it: `log`, and the `details` resource class
+// whose instances the test lends to each call (every method takes the failure's position).
+class Details {
+  topic(i) {
+    fetched.push(['topic', i]);
+    return 'orders';
+  }
+  messageId(i) {
+    fetched.push(['messageId', i]);
+    return 'm-1';
+  }
+  consumerGroup() {
+    return 'g';
+  }
+  errorMessage() {
+    return 'e';
+  }
+  publishedAtMs() {
+    return undefined;
+  }
+  contentType() {
+    return undefined;
+  }
+  payloadSize() {
+    return 0;
+  }
+  headers() {
+    return [];
+  }
+  payload() {
+    return new Uint8Array();
+  }
+  history() {
+    return [];
+  }
+  extension() {
+    return undefined;
+  }
+}
+
 const host = {
   log: (level, message) => logs.push([level, message]),
-  topic: () => (fetched.push('topic'), 'orders'),
-  messageId: () => (fetched.push('messageId'), 'm-1'),
-  consumerGroup: () => 'g',
-  errorMessage: () => 'e',
-  publishedAtMs: () => undefined,
-  contentType: () => undefined,
-  payloadSize: () => 0,
-  headers: () => [],
-  payload: () => new Uint8Array(),
-  history: () => [],
-  extension: () => undefined,
+  Details,
 };
 
 before(async () => {
@@ -50,7 +81,17 @@ before(async () => {
     writeFileSync(join(dir, name), bytes);
   }
   const { instantiate: load } = await import(pathToFileURL(join(dir, 'rules.js')).href);
-  const instance = await load((name) => WebAssembly.compile(readFileSync(join(dir, name))), { 'verdict:policy/host': host });
+  // The WASI interfaces the engine imports come from jco's own shim here (the gateway links
+  // deterministic stubs instead): `wasi:cli/terminal-input` is the shim's `cli.terminalInput`.
+  const shim = await import('@bytecodealliance/preview2-shim');
+  const imports = new Proxy({ 'verdict:policy/host': host }, {
+    get(given, name) {
+      if (name in given) return given[name];
+      const wasi = /^wasi:([a-z]+)\/([a-z-]+)$/.exec(String(name));
+      return wasi ? shim[wasi[1]]?.[wasi[2].replace(/-([a-z])/g, (_, c) => c.toUpperCase())] : undefined;
+    },
+  });
+  const instance = await load((name) => WebAssembly.compile(readFileSync(join(dir, name))), imports);
   component = instance.decider;
 });
 
@@ -79,6 +120,18 @@ function record(f) {
   };
 }
 
+// The native verdict as the component lowers it: labels as records, and a reason only when
+// the policy gave one (contract 0.2's reason is an option).
+function lowered(v) {
+  return {
+    action: v.action,
+    class: v.class,
+    reason: v.reason === '' ? undefined : v.reason,
+    alert: v.alert,
+    labels: v.labels.map(([key, value]) => ({ key, value })),
+  };
+}
+
 test('the component imports the contract and no WASI beyond what the host stubs', { skip }, async () => {
   const { componentWit } = await import('@bytecodealliance/jco');
   const wit = await componentWit(readFileSync(COMPONENT));
@@ -90,9 +143,9 @@ test('the component imports the contract and no WASI beyond what the host stubs'
   }
   const lines = all.filter((l) => !l.startsWith('import wasi:'));
   assert.deepEqual(lines.sort(), [
-    'export verdict:policy/decider@0.1.0;',
-    'import verdict:policy/host@0.1.0;',
-    'import verdict:policy/types@0.1.0;',
+    'export verdict:policy/decider@0.2.0;',
+    'import verdict:policy/host@0.2.0;',
+    'import verdict:policy/types@0.2.0;',
   ]);
 });
 
@@ -113,7 +166,7 @@ test('describe and init answer as the native policy does', { skip }, () => {
   assert.equal(init(component, ''), 'ok');
 });
 
-test('decide answers as the native policy does, across a sweep', { skip }, () => {
+test('decide and decideBatch answer as the native policy does, across a sweep', { skip }, () => {
   const configs = [
     '',
     '{"max_attempts": 3, "honor_retry_after": false, "on_expired": "discard", "reject_alert": "critical"}',
@@ -126,28 +179,35 @@ test('decide answers as the native policy does, across a sweep', { skip }, () =>
   const kinds = ['db.timeout', 'http.503', 'http.429', 'db.deadlock', 'biz.x', 'json.parse', 'auth.x', 'a.b', 'b.c', 'c.d', 'zzz', 'net.timeout'];
   const seeds = [0n, 1n, 42n, 0xffff_ffff_ffff_ffffn, 0x8000_0000_0000_0000n];
   let compared = 0;
+  let batches = 0;
   for (const config of configs) {
     const policy = instantiate(Rules, config);
     assert.equal(init(component, config), 'ok');
     for (const kind of kinds) {
+      const failures = [];
       for (const attempt of [1, 2, 3, 5, 39]) {
         for (const seed of seeds) {
           const make = () => new Failure(kind).withAttempt(attempt).withJitterSeed(seed).withNowMs(1_000);
           for (const f of [make(), make().withRetryAfterMs(90_000), make().withRejected(true), make().withDeadlineMs(1_000)]) {
-            const want = policy.decide(f);
-            const got = component.decide(record(f));
-            assert.deepEqual(
-              got,
-              { action: want.action, class: want.class, reason: want.reason, alert: want.alert, labels: want.labels.map(([key, value]) => ({ key, value })) },
-              `${config.slice(0, 40)} ${kind} attempt ${attempt} seed ${seed}`,
-            );
+            const want = lowered(policy.decide(f));
+            const got = component.decide(record(f), new Details());
+            assert.deepEqual(got, want, `${config.slice(0, 40)} ${kind} attempt ${attempt} seed ${seed}`);
+            failures.push([f, want]);
             compared++;
           }
         }
       }
+      // The kind's failures again as batches of up to 64, the most the host sends at once.
+      for (let at = 0; at < failures.length; at += 64) {
+        const batch = failures.slice(at, at + 64);
+        const got = component.decideBatch(batch.map(([f]) => record(f)), new Details());
+        assert.deepEqual(got, batch.map(([, want]) => want), `${config.slice(0, 40)} ${kind} batch at ${at}`);
+        batches++;
+      }
     }
   }
   assert.ok(compared > 1_000);
+  assert.ok(batches > 50);
   assert.deepEqual(fetched, [], 'rules reads no detail from the host');
   assert.deepEqual(logs, []);
 });
@@ -158,7 +218,8 @@ test('the Rust vector files pass through the component', { skip }, () => {
   for (const file of ['classes.json', 'error-table.json', 'limits.json']) {
     for (const run of runsOf(fileURLToPath(new URL(file, vectors)))) {
       assert.equal(init(component, run.config), 'ok');
-      for (const m of mismatches(component.decide(record(failureFromSpec(run.failure))), run.expect)) wrong.push(`${file}: ${run.name}: ${m}`);
+      const got = component.decide(record(failureFromSpec(run.failure)), new Details());
+      for (const m of mismatches(got, run.expect)) wrong.push(`${file}: ${run.name}: ${m}`);
     }
   }
   assert.deepEqual(wrong, []);

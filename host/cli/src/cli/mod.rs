@@ -351,9 +351,8 @@ fn older_contracts(routes: &[RouteSummary]) -> Vec<String> {
         .map(|r| {
             format!(
                 "route `{}`: policy `{}` speaks {}, older than {current}; it runs unchanged, one \
-                 failure per call where the gateway batches - a Rust policy moves to {current} \
-                 when rebuilt with the current SDK (`verdict build`), a Python or JavaScript \
-                 one when its SDK does",
+                 failure per call where the gateway batches - rebuilt with the current SDK \
+                 (`verdict build`), a Rust, Python or JavaScript policy moves to {current}",
                 r.topic, r.policy, r.contract
             )
         })

@@ -24,6 +24,7 @@ pub struct PipelineMetrics {
     pub(crate) latency: Family<Labels, Histogram, fn() -> Histogram>,
     pub(crate) applied: Family<Labels, Counter>,
     pub(crate) decide: Family<Labels, Histogram, fn() -> Histogram>,
+    pub(crate) batches: Family<Labels, Histogram, fn() -> Histogram>,
     pub(crate) handling: Family<StaticLabels, Histogram, fn() -> Histogram>,
     pub(crate) faults: Family<StaticLabels, Counter>,
     pub(crate) budget_held: Family<Labels, Counter>,
@@ -141,6 +142,11 @@ fn decide_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_001, 4.0, 10))
 }
 
+fn batch_histogram() -> Histogram {
+    // 1 .. 64 failures per call into the policy.
+    Histogram::new(exponential_buckets(1.0, 2.0, 7))
+}
+
 fn handling_histogram() -> Histogram {
     // 100 us .. ~3 s.
     Histogram::new(exponential_buckets(0.000_1, 2.0, 16))
@@ -158,6 +164,7 @@ impl Default for PipelineMetrics {
             latency: Family::new_with_constructor(latency_histogram),
             applied: Family::default(),
             decide: Family::new_with_constructor(decide_histogram),
+            batches: Family::new_with_constructor(batch_histogram),
             handling: Family::new_with_constructor(handling_histogram),
             faults: Family::default(),
             budget_held: Family::default(),
@@ -256,6 +263,13 @@ impl PipelineMetrics {
         self.totals.decide_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
+    /// One call into `route`'s policy decided `failures` failures.
+    pub(crate) fn batch(&self, route: &str, failures: usize) {
+        self.batches
+            .get_or_create(&vec![("topic", route.to_string())])
+            .observe(failures as f64);
+    }
+
     /// A source applied a delivery's settlement `took` after receiving it.
     pub fn handled(&self, source: &'static str, outcome: Handled, took: Duration) {
         self.handling
@@ -315,8 +329,13 @@ impl PipelineMetrics {
         );
         registry.register(
             "verdict_policy_decide_seconds",
-            "Time to a decision (policy call, guardrails, fallback) by route and policy",
+            "Time to a decision (policy call, guardrails, fallback; a batch's time shared among its failures) by route and policy",
             self.decide.clone(),
+        );
+        registry.register(
+            "verdict_policy_batch_failures",
+            "Failures decided per call into a route's policy: a policy on contract 0.2 decides together the failures that waited while it decided others (1 when none did, and always for older policies)",
+            self.batches.clone(),
         );
         registry.register(
             "verdict_verdicts_applied",

@@ -78,7 +78,7 @@ export function mismatches(v, expect) {
   if (expect.action !== undefined && v.action.tag !== expect.action) out.push(`action: expected ${expect.action}, got ${v.action.tag}`);
   if (expect.class !== undefined && v.class !== expect.class) out.push(`class: expected ${expect.class}, got ${v.class}`);
   if (expect.alert !== undefined && v.alert !== expect.alert) out.push(`alert: expected ${expect.alert}, got ${v.alert}`);
-  if (expect.reason_contains !== undefined && !v.reason.includes(expect.reason_contains)) {
+  if (expect.reason_contains !== undefined && !(v.reason ?? '').includes(expect.reason_contains)) {
     out.push(`reason: expected to contain ${expect.reason_contains}, got ${v.reason}`);
   }
   if ('delay_ms' in expect) {

@@ -1,0 +1,106 @@
+//! A policy that lies in `decide-batch`, written against the raw `verdict:policy@0.2.0`
+//! bindings because the SDK's glue always answers one verdict per failure. Its config (the
+//! whole string) picks the lie:
+//!
+//! - `short`: one verdict fewer than the failures it was given;
+//! - `long`: one verdict more;
+//! - `past-the-end`: asks the lent details for every on-demand fact of a position past the
+//!   batch and reports the sizes it got back as each verdict's reason.
+//!
+//! `decide` always retries after 1 s with the reason `alone`, and an honest batch answer
+//! says `batch`: a test tells from the reason which of the two the host applied.
+
+#![allow(missing_docs)]
+
+use std::cell::RefCell;
+
+wit_bindgen::generate!({
+    path: "../../../wit",
+    world: "policy",
+});
+
+use exports::verdict::policy::decider::{Failure, Guest, Info, Verdict};
+use verdict::policy::host::Details;
+use verdict::policy::types::{Action, Class, Severity};
+
+thread_local! {
+    static MODE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+fn verdict(reason: &str) -> Verdict {
+    Verdict {
+        action: Action::Retry(1_000),
+        class: Class::Transient,
+        reason: Some(reason.to_string()),
+        alert: Severity::None,
+        labels: Vec::new(),
+    }
+}
+
+/// The sizes of everything `details` answers for a position no failure holds.
+fn past_the_end(details: &Details, position: u32) -> String {
+    let texts = [
+        details.topic(position),
+        details.message_id(position),
+        details.consumer_group(position),
+        details.error_message(position),
+    ]
+    .iter()
+    .map(String::len)
+    .sum::<usize>();
+    format!(
+        "texts={texts} payload={} payload-size={} headers={} history={} published={:?} content-type={:?} extension={:?}",
+        details.payload(position).len(),
+        details.payload_size(position),
+        details.headers(position).len(),
+        details.history(position).len(),
+        details.published_at_ms(position),
+        details.content_type(position),
+        details.extension(position, "source"),
+    )
+}
+
+struct BatchLiar;
+
+impl Guest for BatchLiar {
+    fn init(config: String) -> Result<(), String> {
+        match config.as_str() {
+            "short" | "long" | "past-the-end" => {
+                MODE.with(|m| *m.borrow_mut() = config);
+                Ok(())
+            }
+            other => Err(format!(
+                "config: expected `short`, `long` or `past-the-end`, got `{other}`"
+            )),
+        }
+    }
+
+    fn describe() -> Info {
+        Info {
+            name: "batch-liar".into(),
+            version: "0.1.0".into(),
+            description: "answers decide-batch wrongly, as its config says".into(),
+        }
+    }
+
+    fn decide(_failure: Failure, _details: &Details) -> Verdict {
+        verdict("alone")
+    }
+
+    fn decide_batch(failures: Vec<Failure>, details: &Details) -> Vec<Verdict> {
+        let n = failures.len();
+        let mode = MODE.with(|m| m.borrow().clone());
+        match mode.as_str() {
+            "short" => (1..n).map(|_| verdict("batch")).collect(),
+            "long" => (0..=n).map(|_| verdict("batch")).collect(),
+            _ => {
+                let position = u32::try_from(n).unwrap_or(u32::MAX).saturating_add(3);
+                (0..n)
+                    .map(|_| verdict(&past_the_end(details, position)))
+                    .collect()
+            }
+        }
+    }
+}
+
+export!(BatchLiar);
