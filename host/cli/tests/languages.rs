@@ -1,7 +1,7 @@
 //! Python and JavaScript policies through the `verdict` binary: `verdict build` on a
 //! Python project, `verdict inspect` naming each WASI import and its deterministic stub,
 //! `verdict decide` giving the same verdict twice, and a missing toolchain named with how
-//! to install it.
+//! to install it; a project built from a relative path in another directory.
 
 mod common;
 
@@ -98,4 +98,47 @@ fn a_missing_componentize_py_is_named_with_how_to_install_it() {
             && err.contains("pip install componentize-py==0.25.1"),
         "{err}"
     );
+}
+
+/// `verdict build` takes a project's path as any path is taken - relative to where it runs -
+/// for both interpreted languages, run from a directory outside the project, into a
+/// relative `--target-dir`: a real build by each toolchain (the output is new).
+#[test]
+fn python_and_javascript_projects_build_from_a_relative_path_elsewhere() {
+    let cwd = Path::new(env!("CARGO_TARGET_TMPDIR")).join("lang-relative");
+    let _ = std::fs::remove_dir_all(&cwd);
+    std::fs::create_dir_all(&cwd).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap();
+    // From `cwd` up to `/`, then down to the project: relative, and through no symlink.
+    let up = "../".repeat(cwd.components().count() - 1);
+    for (project, language) in [
+        ("policies/rules-py", "python"),
+        ("policies/rules-js", "javascript"),
+    ] {
+        let relative = format!(
+            "{up}{}",
+            root.join(project).display().to_string().trim_start_matches('/')
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
+            .args(["build", "--target-dir", "out", &relative])
+            .current_dir(&cwd)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "verdict build {relative} in {}: {}",
+            cwd.display(),
+            text(&out.stderr)
+        );
+        let component = text(&out.stdout).trim().to_string();
+        assert!(
+            Path::new(&component).starts_with(cwd.join("out").join(language))
+                && component.ends_with(".component.wasm")
+                && Path::new(&component).is_file(),
+            "{project}: {component}"
+        );
+    }
 }

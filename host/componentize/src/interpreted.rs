@@ -49,10 +49,17 @@ pub fn build_project(
     language: Language,
     options: &BuildOptions,
 ) -> Result<Built, BuildError> {
+    // The toolchain runs in the project's directory, while the paths handed to it are
+    // made here: relative ones would be resolved twice (`policies/x/policies/x/...`).
+    let dir = &std::path::absolute(dir).map_err(|source| io(dir, source))?;
     let project = Project::read(dir, language)?;
-    let out_dir = options
+    let target_dir = options
         .target_dir
-        .clone()
+        .as_deref()
+        .map(std::path::absolute)
+        .transpose()
+        .map_err(|source| io(dir, source))?;
+    let out_dir = target_dir
         .unwrap_or_else(|| dir.join("target"))
         .join(match language {
             Language::Python => "python",

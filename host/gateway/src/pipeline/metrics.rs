@@ -263,7 +263,7 @@ impl PipelineMetrics {
         self.totals.decide_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
-    /// One call into `route`'s policy decided `failures` failures.
+    /// `route`'s policy was handed `failures` failures at once.
     pub(crate) fn batch(&self, route: &str, failures: usize) {
         self.batches
             .get_or_create(&vec![("topic", route.to_string())])
@@ -334,7 +334,7 @@ impl PipelineMetrics {
         );
         registry.register(
             "verdict_policy_batch_failures",
-            "Failures decided per call into a route's policy: a policy on contract 0.2 decides together the failures that waited while it decided others (1 when none did, and always for older policies)",
+            "Failures a route's policy was handed at a time: a policy on contract 0.2 decides together, in calls of up to 64, the failures of a topic that waited while it decided others (1 when none did, and always for older policies)",
             self.batches.clone(),
         );
         registry.register(
