@@ -5,7 +5,9 @@
 //! outages, hot reloads that reshape the routes, rollbacks, an operator deleting a RabbitMQ
 //! delay exchange or refusing writes), then checks the delivery invariants: nothing lost, at most one dead
 //! letter per message, no delivery after a terminal state, duplicates only as many as the
-//! faults explain, no panic, every dead letter naming its policy.
+//! faults explain, no panic, every dead letter naming its policy. The policy is the `rules`
+//! table, in Rust by default; `--languages rust,python,javascript` runs its Python and
+//! JavaScript ports too, one language per run in turn.
 //!
 //! ```text
 //! cargo build --release -p verdict-cli -p verdict-torture
@@ -33,6 +35,7 @@ mod database;
 mod faults;
 mod gateway;
 mod kafka;
+mod language;
 mod letters;
 mod operator;
 mod plan;
@@ -43,6 +46,7 @@ mod run;
 mod skew;
 mod sources;
 
+use language::Language;
 use sources::SourceName;
 
 /// The soak's backlog: enough to keep every delivery slot busy, few enough that a fault
@@ -110,6 +114,13 @@ struct Args {
     /// The `rules` policy component (default: built with `verdict build policies/rules`).
     #[arg(long)]
     policy: Option<PathBuf>,
+    /// The languages of the `rules` policy the runs use, in turn: `rust`
+    /// (`policies/rules`, or `--policy`), `python` (`policies/rules-py`), `javascript`
+    /// (`policies/rules-js`), each built with `verdict build`. The run of the `i`-th source
+    /// with its `j`-th seed takes language `(i + j) mod n`, so two seeds and two languages
+    /// give every source each of them.
+    #[arg(long, value_delimiter = ',', default_value = "rust")]
+    languages: Vec<Language>,
     /// Where runs keep their files (a failed run's directory is kept).
     #[arg(long, default_value = "target/torture")]
     workdir: PathBuf,
@@ -159,10 +170,17 @@ fn real_main() -> Result<bool> {
         Some(bin) => bin.clone(),
         None => sibling("verdict")?,
     };
-    let component = match &args.policy {
-        Some(p) => p.clone(),
-        None => build_rules(&bin)?,
-    };
+    let mut components = Vec::new();
+    for language in &args.languages {
+        let component = match (language, &args.policy) {
+            (Language::Rust, Some(p)) => p.clone(),
+            _ => build_rules(&bin, language.project())?,
+        };
+        components.push((*language, component));
+    }
+    if components.is_empty() {
+        bail!("--languages: name at least one of rust, python, javascript");
+    }
     let messages = args
         .messages
         .unwrap_or(if args.soak { 1_000_000 } else { 500 });
@@ -188,8 +206,10 @@ fn real_main() -> Result<bool> {
         (run::Profile::torture(), None)
     };
     let mut reports = Vec::new();
-    for name in &args.sources {
+    for (i, name) in args.sources.iter().enumerate() {
         for s in 0..args.seeds {
+            let k = (i + usize::try_from(s).unwrap_or(0)) % components.len();
+            let (language, component) = &components[k];
             let options = run::Options {
                 seed: seed + s,
                 messages,
@@ -206,6 +226,7 @@ fn real_main() -> Result<bool> {
                 })),
                 bin: bin.clone(),
                 component: component.clone(),
+                language: *language,
                 workdir: std::path::absolute(&args.workdir)?,
                 progress: !args.quiet,
                 max_backlog: args.max_backlog.or(args.soak.then_some(SOAK_BACKLOG)),
@@ -213,8 +234,14 @@ fn real_main() -> Result<bool> {
                 gateways: args.gateways,
                 skew: args.skew.clone(),
             };
-            let report = run::run(*name, &options)
-                .with_context(|| format!("{} with seed {}", name.as_str(), seed + s))?;
+            let report = run::run(*name, &options).with_context(|| {
+                format!(
+                    "{} with seed {} ({} policy)",
+                    name.as_str(),
+                    seed + s,
+                    language.name()
+                )
+            })?;
             reports.push(report);
         }
     }
@@ -249,10 +276,15 @@ fn real_main() -> Result<bool> {
             eprintln!("  files: {dir}");
         }
         eprintln!(
-            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}{}{}{}{}",
+            "  replay: verdict-torture --sources {} --seed {} --messages {}{}{}{}{}{}{}{}{}",
             r.source,
             r.seed,
             messages,
+            if r.language == Language::Rust {
+                String::new()
+            } else {
+                format!(" --languages {}", r.language.name())
+            },
             if args.soak {
                 " --soak".to_string()
             } else {
@@ -306,20 +338,20 @@ fn sibling(name: &str) -> Result<PathBuf> {
     )
 }
 
-/// Build the `rules` policy of this workspace with `verdict build`.
-fn build_rules(bin: &std::path::Path) -> Result<PathBuf> {
+/// Build the `rules` policy's `project` (a directory of this workspace) with `verdict build`.
+fn build_rules(bin: &std::path::Path, project: &str) -> Result<PathBuf> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut command = std::process::Command::new(bin);
     gateway::hermetic(&mut command);
     let out = command
         .arg("build")
-        .arg(root.join("policies/rules"))
+        .arg(root.join(project))
         .current_dir(&root)
         .output()
         .with_context(|| format!("running {} build", bin.display()))?;
     if !out.status.success() {
         bail!(
-            "`verdict build policies/rules` failed:\n{}",
+            "`verdict build {project}` failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
@@ -338,8 +370,9 @@ fn build_rules(bin: &std::path::Path) -> Result<PathBuf> {
 
 fn table(reports: &[run::Report]) -> String {
     let mut out = format!(
-        "{:<11} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>9} {:>6}\n",
+        "{:<11} {:<6} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>9} {:>6}\n",
         "SOURCE",
+        "POLICY",
         "SEED",
         "MSGS",
         "REFUSED",
@@ -358,12 +391,13 @@ fn table(reports: &[run::Report]) -> String {
     );
     for r in reports {
         out += &format!(
-            "{:<11} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>7}ms {:>6}\n",
+            "{:<11} {:<6} {:>7} {:>7} {:>7} {:>9} {:>6} {:>6}/{:<6} {:>5} {:>6} {:>6} {:>7} {:>8} {:>8} {:>7}ms {:>6}\n",
             if r.gateways > 1 {
                 format!("{} x{}", r.source, r.gateways)
             } else {
                 r.source.clone()
             },
+            r.language.short(),
             r.seed,
             r.messages,
             r.refused,

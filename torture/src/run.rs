@@ -14,6 +14,7 @@ use crate::consumer::{Consumer, Request};
 pub use crate::faults::{Fault, Faults};
 use crate::faults::{fault_kinds, schedule};
 use crate::gateway::Gateway;
+use crate::language::Language;
 use crate::letters;
 use crate::plan::{self, MAX_ATTEMPTS};
 use crate::progress::Progress;
@@ -96,6 +97,8 @@ pub struct Options {
     pub bin: PathBuf,
     /// The `rules` policy component.
     pub component: PathBuf,
+    /// The language `component` was written in.
+    pub language: Language,
     /// Where each run gets its directory (kept when the run fails).
     pub workdir: PathBuf,
     /// Print progress to stderr.
@@ -120,6 +123,8 @@ pub struct Report {
     pub source: String,
     /// The seed.
     pub seed: u64,
+    /// The language of the run's `rules` policy.
+    pub language: Language,
     /// The consumer and NATS were reached over TLS (`--tls`).
     pub tls: bool,
     /// Gateways sharing the source.
@@ -365,6 +370,7 @@ impl<'a> Run<'a> {
             report: Report {
                 source: name.as_str().into(),
                 seed: o.seed,
+                language: o.language,
                 tls: o.tls,
                 gateways: o.gateways.max(1),
                 skew: o.skew.clone(),
@@ -374,8 +380,14 @@ impl<'a> Run<'a> {
             progress: Progress::new(o.progress, name.as_str()),
         };
         run.write_config()?;
+        // A first start compiles the policy; an interpreter's component takes longer.
+        let first_start = Duration::from_secs(if o.language.compiles_slowly() {
+            180
+        } else {
+            60
+        });
         for gw in &mut run.gws {
-            gw.start(Duration::from_secs(60))?;
+            gw.start(first_start)?;
         }
         run.report.rss_start_kb = run.gws[0].rss_kb();
         Ok(run)

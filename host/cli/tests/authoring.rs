@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use common::{text, verdict};
+use common::text;
 
 fn ok(what: &str, out: &Output) -> String {
     assert!(
@@ -113,6 +113,87 @@ fn a_new_policy_is_tested_built_and_admitted_as_generated() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `verdict new --lang python|javascript`, then what its README says, as generated: the
+/// native tests, `verdict build .`, `verdict test --properties`, `verdict check`. The
+/// JavaScript project installs its toolchain first (`npm install`, from npm's cache when
+/// the machine has one).
+#[test]
+fn a_new_python_or_javascript_policy_is_tested_built_and_admitted_as_generated() {
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    for (lang, tests_cmd, component) in [
+        (
+            "python",
+            ["python3", "-m", "unittest", "discover", "-s", "tests"].as_slice(),
+            "target/python/payments_eu.component.wasm",
+        ),
+        (
+            "javascript",
+            ["node", "--test", "test/"].as_slice(),
+            "target/javascript/payments_eu.component.wasm",
+        ),
+    ] {
+        let started = Instant::now();
+        let (dir, _) = workspace(&format!("new-{lang}"));
+        ok(
+            "verdict new",
+            &run(&dir, bin, &["new", "--lang", lang, "payments-eu"]),
+        );
+        let project = dir.join("payments-eu");
+        if lang == "javascript" {
+            ok(
+                "npm install",
+                &run(
+                    &project,
+                    "npm",
+                    &["install", "--prefer-offline", "--no-audit", "--no-fund"],
+                ),
+            );
+        }
+        let out = run(&project, tests_cmd[0], &tests_cmd[1..]);
+        let native = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "{lang} native tests: {native}");
+        let four = if lang == "python" {
+            "Ran 4 tests"
+        } else {
+            "pass 4"
+        };
+        assert!(native.contains(four), "{lang}: {native}");
+        let built = ok("verdict build", &run(&project, bin, &["build", "."]));
+        assert!(built.trim().ends_with(component), "{lang}: {built}");
+        let tested = ok(
+            "verdict test",
+            &run(
+                &project,
+                bin,
+                &[
+                    "test",
+                    component,
+                    "vectors/payments-eu.json",
+                    "--properties",
+                ],
+            ),
+        );
+        assert!(
+            tested.contains("never-retry kinds are not retried") && tested.contains(", 0 failed"),
+            "{lang}: {tested}"
+        );
+        let checked = ok(
+            "verdict check",
+            &run(&project, bin, &["check", "-c", "verdict.toml"]),
+        );
+        assert!(
+            checked.contains("\"topic\": \"payments-eu.>\"")
+                && checked.contains("verdict:policy@0.2"),
+            "{lang}: {checked}"
+        );
+        eprintln!(
+            "{lang}: from `verdict new` to an admitted policy: {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
 #[test]
 fn the_readmes_policy_code_is_what_verdict_new_writes() {
     let (dir, _) = workspace("readme");
@@ -150,13 +231,34 @@ fn verdict_new_refuses_bad_names_and_existing_crates_naming_the_fix() {
         "{}",
         text(&taken.stderr)
     );
-    let lang = verdict(&["new", "x", "--lang", "python"], None);
+    // An unknown language is refused before anything is written, naming the ones there are.
+    let lang = run(&dir, bin, &["new", "x", "--lang", "go"]);
     assert!(!lang.status.success());
     assert!(
-        text(&lang.stderr).contains("rust"),
+        ["rust", "python", "javascript"]
+            .iter()
+            .all(|l| text(&lang.stderr).contains(l)),
         "{}",
         text(&lang.stderr)
     );
+    assert!(!dir.join("x").exists());
+    // The Python and JavaScript SDKs are in no registry: a version is refused, naming
+    // --sdk-path.
+    for language in ["python", "javascript"] {
+        let version = run(
+            &dir,
+            bin,
+            &["new", "y", "--lang", language, "--sdk-version", "0.1"],
+        );
+        assert!(!version.status.success());
+        assert!(
+            text(&version.stderr).contains("not published")
+                && text(&version.stderr).contains("--sdk-path"),
+            "{}",
+            text(&version.stderr)
+        );
+        assert!(!dir.join("y").exists());
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -120,7 +120,10 @@ fn python_and_javascript_projects_build_from_a_relative_path_elsewhere() {
     ] {
         let relative = format!(
             "{up}{}",
-            root.join(project).display().to_string().trim_start_matches('/')
+            root.join(project)
+                .display()
+                .to_string()
+                .trim_start_matches('/')
         );
         let out = Command::new(env!("CARGO_BIN_EXE_verdict"))
             .args(["build", "--target-dir", "out", &relative])

@@ -19,7 +19,7 @@ pub mod simulate;
 pub mod store;
 
 pub use jobs::{JobsCommand, jobs};
-pub use new::{Scaffold, SdkSource, new_policy};
+pub use new::{Language, Scaffold, SdkSource, new_policy};
 pub use policy::{PolicyCommand, policy};
 pub use signal::shutdown_signal;
 

@@ -16,20 +16,24 @@ pub struct Args {
 
 #[derive(Subcommand)]
 pub enum Command {
-    /// Start a policy crate that passes the admission gate as generated: a typed config,
-    /// `decide` with one marked place for your rules, unit tests, a vector file, a gateway
-    /// config for `verdict check` and a README with a CI job.
+    /// Start a policy project (Rust, Python or JavaScript) that passes the admission gate
+    /// as generated: a typed config, `decide` with one marked place for your rules, unit
+    /// tests, a vector file, a gateway config for `verdict check` and a README with a CI job.
     New {
-        /// The crate's directory; its last component names the policy (`orders`).
+        /// The project's directory; its last component names the policy (`orders`).
         path: PathBuf,
-        /// The SDK checkout to depend on (default: the one beside this binary's sources).
+        /// The `guest-sdk` directory of the Verdict checkout to depend on (default: the one
+        /// beside this binary's sources); Python and JavaScript take its `python` and `js`.
         #[arg(long, conflicts_with = "sdk_version")]
         sdk_path: Option<PathBuf>,
-        /// Depend on the SDK from a registry at this version instead.
+        /// Depend on the Rust SDK from a registry at this version instead (Rust only: the
+        /// Python and JavaScript SDKs are not published).
         #[arg(long)]
         sdk_version: Option<String>,
-        /// The policy's language. Only `rust` exists today.
-        #[arg(long, default_value = "rust", value_parser = ["rust"])]
+        /// The policy's language: `rust` (a crate, built with cargo), `python` (a
+        /// pyproject.toml project, built with componentize-py) or `javascript` (a
+        /// package.json project, built with ComponentizeJS).
+        #[arg(long, default_value = "rust", value_parser = ["rust", "python", "javascript"])]
         lang: String,
     },
     /// Build policies into WebAssembly components and print each component's path: a Rust

@@ -71,17 +71,19 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             path,
             sdk_path,
             sdk_version,
-            lang: _,
+            lang,
         } => {
+            let language: cli::Language = lang.parse()?;
             let sdk = cli::SdkSource::resolve(sdk_path, sdk_version)?;
-            let made = cli::new_policy(&path, &sdk)?;
+            let made = cli::new_policy(&path, language, &sdk)?;
             let mut text = format!("created {}:\n", made.dir.display());
             for file in &made.files {
                 text.push_str(&format!("  {}\n", file.display()));
             }
             text.push_str(&format!(
-                "next: cd {} && cargo test && verdict build . (see its README.md)\n",
-                made.dir.display()
+                "next: cd {} && {} (see its README.md)\n",
+                made.dir.display(),
+                made.language.next_steps()
             ));
             emit(&text)?;
         }
