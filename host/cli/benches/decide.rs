@@ -257,6 +257,19 @@ fn contracts(hosts: &Hosts) {
     let (b50, b99) = percentiles(20, 200, || {
         black_box(current.decide_batch(black_box(&batch)));
     });
+    // The same with the constant-verdict guest: what a decision costs the boundary alone,
+    // one per call and in a batch.
+    let floor = decider(
+        &hosts.warm,
+        &common::component("tests/guests/hostile"),
+        r#"{"mode": "ok"}"#,
+    );
+    let (f50, f99) = percentiles(500, 200, || {
+        black_box(floor.decide(black_box(&hf)));
+    });
+    let (fb50, fb99) = percentiles(20, 200, || {
+        black_box(floor.decide_batch(black_box(&batch)));
+    });
     let per = |d: Duration| d / u32::try_from(BATCH).unwrap_or(1);
     let ratio = |d: Duration| d.as_secs_f64() / n50.as_secs_f64().max(1e-12);
     println!(
@@ -268,6 +281,8 @@ fn contracts(hosts: &Hosts) {
         ("0.1 one per call", old50, old99),
         ("0.2 one per call", new50, new99),
         ("0.2 batch of 32", per(b50), per(b99)),
+        ("floor, one per call", f50, f99),
+        ("floor, batch of 32", per(fb50), per(fb99)),
     ] {
         println!(
             "{:<22} {:>10} {:>10} {:>6.1}x",
@@ -276,6 +291,17 @@ fn contracts(hosts: &Hosts) {
             ns(p99),
             ratio(p50)
         );
+    }
+    // For a profiler: keep deciding batches of `rules` for this many seconds (`perf record`
+    // on the bench with `-- NOMATCH`), so the batch path is most of the samples.
+    if let Some(seconds) = std::env::var("VERDICT_BENCH_PROFILE_BATCH_S")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        let until = std::time::Instant::now() + Duration::from_secs(seconds);
+        while std::time::Instant::now() < until {
+            black_box(current.decide_batch(black_box(&batch)));
+        }
     }
 }
 

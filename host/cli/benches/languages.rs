@@ -3,7 +3,11 @@
 //! the same host in the same run. For each: component size, cold load (compile, check,
 //! first instance, describe), load from the artifact cache, instantiate (a fresh instance
 //! plus `init`), resident memory per warm instance, and a warm instance's decision p50 and
-//! p99; then each figure's ratio to Rust's.
+//! p99; then each figure's ratio to Rust's. Then the fair floor: the same ports run by
+//! their own interpreters with no Wasm (`benches/native/rules.py` under `python3`,
+//! `benches/native/rules.mjs` under `node`, and under `node --jitless`, since the
+//! component's SpiderMonkey cannot compile to machine code inside the sandbox), each
+//! component's p50 against its interpreter's.
 //!
 //! Run: `cargo bench -p verdict-cli --bench languages` (componentize-py on PATH and
 //! `npm ci` done in `policies/rules-js`; the components are built first, into the
@@ -131,6 +135,28 @@ fn measure(name: &'static str, component: &Path) -> Figures {
     }
 }
 
+/// p50 and p99 of the same decision run natively by `program` on the script in
+/// `benches/native/`: what the script prints (`{"p50_ns": .., "p99_ns": ..}`).
+fn native(program: &str, args: &[&str]) -> Option<(Duration, Duration)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/native");
+    let out = std::process::Command::new(program)
+        .args(args)
+        .current_dir(&dir)
+        .output()
+        .map_err(|e| eprintln!("{program} {args:?}: {e}"))
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "{program} {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let ns = |key: &str| line[key].as_u64().map(Duration::from_nanos);
+    Some((ns("p50_ns")?, ns("p99_ns")?))
+}
+
 fn ratio(a: f64, b: f64) -> String {
     if b == 0.0 {
         "-".into()
@@ -172,5 +198,36 @@ fn main() {
             us(f.p99),
             x(f.p99, rust.p99),
         );
+    }
+    println!();
+    println!(
+        "| port | component p50 / p99 | run natively by | native p50 / p99 | component / native at p50 |"
+    );
+    println!("|---|---|---|---|---|");
+    let us = |d: Duration| format!("{:.1} us", d.as_secs_f64() * 1e6);
+    for (f, program, args) in [
+        (&figures[1], "python3", ["rules.py"].as_slice()),
+        (&figures[2], "node", ["rules.mjs"].as_slice()),
+        (&figures[2], "node", ["--jitless", "rules.mjs"].as_slice()),
+    ] {
+        let by = std::iter::once(program).chain(args[..args.len() - 1].iter().copied());
+        let by = by.collect::<Vec<_>>().join(" ");
+        match native(program, args) {
+            Some((n50, n99)) => println!(
+                "| {} | {} / {} | {by} | {} / {} | {} |",
+                f.name,
+                us(f.p50),
+                us(f.p99),
+                us(n50),
+                us(n99),
+                ratio(f.p50.as_secs_f64(), n50.as_secs_f64()),
+            ),
+            None => println!(
+                "| {} | {} / {} | {by} | (did not run) | - |",
+                f.name,
+                us(f.p50),
+                us(f.p99)
+            ),
+        }
     }
 }

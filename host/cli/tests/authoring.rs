@@ -345,3 +345,130 @@ fn a_config_without_defaults_is_told_how_to_give_them() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `verdict test --watch <project>` for each language: the first round builds and passes;
+/// saving a source file that breaks a rule rebuilds and fails, naming the file saved and the
+/// case; a vector file saved starts a round too.
+#[test]
+fn verdict_test_watch_rebuilds_and_retests_on_save_in_every_language() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let bin = env!("CARGO_BIN_EXE_verdict");
+    // Per language: the file to break and how (the never-retry rule turned off, so a
+    // payload that does not parse is retried instead of dead-lettered as poison).
+    let languages = [
+        (
+            "rust",
+            "src/lib.rs",
+            "if let Some(dead) = f.never_retry() {",
+            "if let Some(dead) = None::<Verdict> {",
+        ),
+        (
+            "python",
+            "watched_policy/__init__.py",
+            "if (dead := f.never_retry()) is not None:",
+            "if (dead := None) is not None:",
+        ),
+        (
+            "javascript",
+            "src/policy.js",
+            "const dead = f.neverRetry();",
+            "const dead = null;",
+        ),
+    ];
+    // Saved as editors save: a new file renamed over the old one.
+    let save = |path: &Path, text: &str| {
+        let tmp = path.with_extension("saving");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    };
+    for (lang, file, rule, broken) in languages {
+        let (dir, cache) = workspace(&format!("watch-{lang}"));
+        ok(
+            "verdict new",
+            &run(&dir, bin, &["new", "--lang", lang, "watched"]),
+        );
+        let project = dir.join("watched");
+        match lang {
+            // The crate's dependencies compile once per CI cache (not linked in as
+            // `target/`: the watch would then follow the link into the whole cache).
+            "rust" => {}
+            "javascript" => {
+                ok(
+                    "npm install",
+                    &run(
+                        &project,
+                        "npm",
+                        &["install", "--prefer-offline", "--no-audit", "--no-fund"],
+                    ),
+                );
+            }
+            _ => {}
+        }
+        let source = std::fs::read_to_string(project.join(file)).unwrap();
+        assert!(
+            source.contains(rule),
+            "{lang}: {file} has the rule to break"
+        );
+
+        let mut watch = Command::new(bin);
+        watch
+            .args(["test", "--watch", "watched", "watched/vectors/watched.json"])
+            .current_dir(&dir)
+            .env_remove("CARGO_TARGET_DIR");
+        if lang == "rust" {
+            watch.env("CARGO_TARGET_DIR", &cache);
+        }
+        let mut child = watch
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let (lines, rounds) = mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut round = String::new();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let done = line.starts_with("watching ");
+                round.push_str(&line);
+                round.push('\n');
+                if done && lines.send(std::mem::take(&mut round)).is_err() {
+                    return;
+                }
+            }
+        });
+        let next = |what: &str| {
+            rounds
+                .recv_timeout(Duration::from_secs(600))
+                .unwrap_or_else(|_| panic!("{lang}: no round {what} within 10 minutes"))
+        };
+        let first = next("at start");
+        assert!(first.contains("all passed"), "{lang}: {first}");
+
+        save(&project.join(file), &source.replace(rule, broken));
+        let second = next("after the source was saved");
+        assert!(
+            second.contains(&format!("{file} changed")) && second.contains("FAILED"),
+            "{lang}: {second}"
+        );
+        assert!(
+            second.contains("a payload that does not parse is poison"),
+            "{lang}: the failing case is named: {second}"
+        );
+
+        // A vector file saved: a round too (the component unchanged, so no new build).
+        let vectors = project.join("vectors/watched.json");
+        let cases = std::fs::read_to_string(&vectors).unwrap();
+        save(&vectors, &cases.replace("is poison", "is poison, still"));
+        let third = next("after the vectors were saved");
+        assert!(
+            third.contains("watched.json changed") && third.contains("is poison, still"),
+            "{lang}: {third}"
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -17,11 +17,13 @@ mod policy;
 mod signal;
 pub mod simulate;
 pub mod store;
+mod watch;
 
 pub use jobs::{JobsCommand, jobs};
 pub use new::{Language, Scaffold, SdkSource, new_policy};
 pub use policy::{PolicyCommand, policy};
 pub use signal::shutdown_signal;
+pub use watch::watch_test;
 
 /// `verdict build`: build each policy project (a Rust crate, a Python or a JavaScript
 /// project) into a component; returns the component paths.

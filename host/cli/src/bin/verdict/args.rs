@@ -56,7 +56,8 @@ pub enum Command {
     /// Run vector files (and property checks) against a policy. Exit code 0: all passed;
     /// 1: some case or property failed; 2: the input itself is invalid.
     Test {
-        /// The policy component.
+        /// The policy component, or its project's directory (built first, as `verdict
+        /// build` would).
         policy: PathBuf,
         /// Vector files (JSON). With none, the property checks run.
         vectors: Vec<PathBuf>,
@@ -76,6 +77,10 @@ pub enum Command {
         /// (implies --properties).
         #[arg(long)]
         monotone: bool,
+        /// Keep watching: build the project again and re-run the checks each time one of
+        /// its files or a vector file is saved (`policy` is the project's directory).
+        #[arg(long)]
+        watch: bool,
     },
     /// Validate a gateway config and run its admission gate (policies load, pins match,
     /// vectors pass, every route's config is accepted); print the routes as JSON.

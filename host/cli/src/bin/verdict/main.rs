@@ -103,8 +103,9 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             properties,
             fuel,
             monotone,
+            watch,
         } => {
-            let request = cli::TestRequest {
+            let mut request = cli::TestRequest {
                 policy: &policy,
                 vectors: &vectors,
                 config: config.as_deref(),
@@ -112,6 +113,15 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 fuel,
                 monotone,
             };
+            if watch {
+                cli::watch_test(&policy, &request, format, &mut |text: &str| emit(text))?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let built;
+            if policy.is_dir() {
+                built = cli::build(std::slice::from_ref(&policy), None)?;
+                request.policy = &built[0];
+            }
             return Ok(match cli::test(&request, format) {
                 Ok((report, passed)) => {
                     emit(&report)?;

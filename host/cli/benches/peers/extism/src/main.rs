@@ -96,7 +96,7 @@ fn host_failure() -> verdict_runtime::Failure {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../../..")
 }
 
 /// The plugin, built for wasm32-unknown-unknown in a target dir of its own.
