@@ -421,13 +421,23 @@ fn verdict_test_watch_rebuilds_and_retests_on_save_in_every_language() {
         if lang == "rust" {
             watch.env("CARGO_TARGET_DIR", &cache);
         }
-        let mut child = watch
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        // Killed when the test ends, passed or not: a watch never stops by itself.
+        struct Watching(std::process::Child);
+        impl Drop for Watching {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let mut child = Watching(
+            watch
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
         let (lines, rounds) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
+        let stdout = child.0.stdout.take().unwrap();
         std::thread::spawn(move || {
             let mut round = String::new();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -467,8 +477,7 @@ fn verdict_test_watch_rebuilds_and_retests_on_save_in_every_language() {
             third.contains("watched.json changed") && third.contains("is poison, still"),
             "{lang}: {third}"
         );
-        child.kill().unwrap();
-        child.wait().unwrap();
+        drop(child);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
