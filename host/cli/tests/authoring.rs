@@ -44,6 +44,18 @@ fn run(dir: &Path, program: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("{program} runs: {e}"))
 }
 
+/// A generated JavaScript project's toolchain, from npm's cache when the machine has one.
+fn npm_install(project: &Path) {
+    ok(
+        "npm install",
+        &run(
+            project,
+            "npm",
+            &["install", "--prefer-offline", "--no-audit", "--no-fund"],
+        ),
+    );
+}
+
 /// The `lang` code blocks of the book's "Write a policy in Rust" chapter.
 fn readme_blocks(lang: &str) -> Vec<String> {
     let chapter = std::fs::read_to_string(
@@ -140,14 +152,7 @@ fn a_new_python_or_javascript_policy_is_tested_built_and_admitted_as_generated()
         );
         let project = dir.join("payments-eu");
         if lang == "javascript" {
-            ok(
-                "npm install",
-                &run(
-                    &project,
-                    "npm",
-                    &["install", "--prefer-offline", "--no-audit", "--no-fund"],
-                ),
-            );
+            npm_install(&project);
         }
         let out = run(&project, tests_cmd[0], &tests_cmd[1..]);
         let native = format!("{}{}", text(&out.stdout), text(&out.stderr));
@@ -395,16 +400,7 @@ fn verdict_test_watch_rebuilds_and_retests_on_save_in_every_language() {
             // The crate's dependencies compile once per CI cache (not linked in as
             // `target/`: the watch would then follow the link into the whole cache).
             "rust" => {}
-            "javascript" => {
-                ok(
-                    "npm install",
-                    &run(
-                        &project,
-                        "npm",
-                        &["install", "--prefer-offline", "--no-audit", "--no-fund"],
-                    ),
-                );
-            }
+            "javascript" => npm_install(&project),
             _ => {}
         }
         let source = std::fs::read_to_string(project.join(file)).unwrap();
