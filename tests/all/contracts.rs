@@ -4,9 +4,7 @@
 //! details, a fault costing only the failure that caused it - and one gateway routes topics
 //! to both with the same outcome.
 
-use std::time::{Duration, Instant};
-
-use serde_json::{Value, json};
+use serde_json::json;
 use verdict_gateway::store::DlqFilter;
 use verdict_runtime::{Contract, Decision, Failure};
 use verdict_tests::consumer::Consumer;
@@ -14,7 +12,7 @@ use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{failure, fixtures, host, scratch_dir};
 
 use crate::gateway::RULES_CONFIG;
-use crate::languages::behaviour;
+use crate::languages::{behaviour, publish_and_settle};
 
 /// Failures across the `rules` table: every kind family, attempts past the limit, a
 /// Retry-After, deferrals, expired and live deadlines, many jitter seeds - 72 of them, more
@@ -264,25 +262,7 @@ fn one_gateway_runs_a_0_1_and_a_0_2_policy_with_the_same_outcome() {
     }
     let gw = Gateway::start_on(runtime, &dir, &config.text(), "unused");
     const N: u32 = 60;
-    for v in ["v02", "v01"] {
-        let batch: Vec<Value> = (0..N)
-            .map(|i| json!({"id": format!("{v}-{i}"), "payload": {"order": i}}))
-            .collect();
-        let published: Value = gw
-            .admin
-            .post(&format!("/v1/topics/orders.{v}/messages"), &batch)
-            .expect("publish");
-        assert_eq!(published["accepted"].as_array().unwrap().len(), N as usize);
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while gw.store.counts().unwrap().pending() > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        gw.store.counts().unwrap().pending(),
-        0,
-        "every message settled"
-    );
+    publish_and_settle(&gw, &["v02", "v01"], N);
     let dead = gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap();
     let (deliveries, accepted) = consumer.snapshot();
     let outcome = |v: &str| {

@@ -161,6 +161,30 @@ pub(crate) fn behaviour(id: &str) -> Behaviour {
     }
 }
 
+/// Publish `n` messages (ids `<suffix>-<i>`) to `orders.<suffix>` for each suffix, then wait
+/// (up to 2 minutes) until the store holds none of them pending: every one settled.
+pub fn publish_and_settle(gw: &Gateway, suffixes: &[&str], n: u32) {
+    for suffix in suffixes {
+        let batch: Vec<Value> = (0..n)
+            .map(|i| json!({"id": format!("{suffix}-{i}"), "payload": {"order": i}}))
+            .collect();
+        let published: Value = gw
+            .admin
+            .post(&format!("/v1/topics/orders.{suffix}/messages"), &batch)
+            .expect("publish");
+        assert_eq!(published["accepted"].as_array().unwrap().len(), n as usize);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while gw.store.counts().unwrap().pending() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        gw.store.counts().unwrap().pending(),
+        0,
+        "every message settled"
+    );
+}
+
 #[test]
 fn one_gateway_routes_a_topic_to_each_language_with_the_same_outcome() {
     let dir = scratch_dir("gateway-languages");
@@ -199,25 +223,7 @@ fn one_gateway_routes_a_topic_to_each_language_with_the_same_outcome() {
     // From a file: the test reloads it.
     let gw = Gateway::start_on(runtime, &dir, &config("rules_py").text(), "unused");
     const N: u32 = 60;
-    for lang in ["rs", "py", "js"] {
-        let batch: Vec<Value> = (0..N)
-            .map(|i| json!({"id": format!("{lang}-{i}"), "payload": {"order": i}}))
-            .collect();
-        let published: Value = gw
-            .admin
-            .post(&format!("/v1/topics/orders.{lang}/messages"), &batch)
-            .expect("publish");
-        assert_eq!(published["accepted"].as_array().unwrap().len(), N as usize);
-    }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while gw.store.counts().unwrap().pending() > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        gw.store.counts().unwrap().pending(),
-        0,
-        "every message settled"
-    );
+    publish_and_settle(&gw, &["rs", "py", "js"], N);
     let dead = gw.store.dlq_list(&DlqFilter::default(), u64::MAX).unwrap();
     let (deliveries, accepted) = consumer.snapshot();
     let outcome = |lang: &str| {
