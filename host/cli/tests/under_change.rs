@@ -185,6 +185,100 @@ fn removing_an_overlapping_nats_route_hands_its_waiting_retries_to_the_wider_rou
     assert_eq!(healthy.accepted(), each_once(&all), "nothing twice");
 }
 
+/// A fleet part-way through removing a route: gateways A and B run `orders.>` and
+/// `orders.vip`, each to a consumer of its own (the vip one fails the first messages
+/// always, retried after 20 s, so the vip consumer holds retries and is not deleted at
+/// once). A reloads without the vip route; B does not, and its session still consumes the
+/// vip consumer as its own. Each message published on `orders.vip` now is delivered once -
+/// by whichever gateway fetches it, on the route its own config gives the subject - never
+/// once on the vip consumer and again on the wide one: B checks the lives the server has
+/// before delivering what it fetched on the vip consumer.
+#[test]
+fn a_fleet_part_way_through_removing_a_nats_route_delivers_each_message_once() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let healthy = app(&runtime, Behaviour::Ok);
+    let vip_app = {
+        let consumer = DemoConsumer::new(|id: &str| {
+            if id.starts_with("v-") {
+                Behaviour::FailsFirst(u32::MAX)
+            } else {
+                Behaviour::Ok
+            }
+        });
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let router = consumer.router();
+        runtime.spawn(async move { axum::serve(listener, router).await });
+        App { consumer, url }
+    };
+    let nats = Nats::new("fleet-remove");
+    let wide = route(&nats.subject("orders.>"), "nats", &healthy, 200);
+    let vip = route(&nats.subject("orders.vip"), "nats", &vip_app, 20_000);
+    let on_nats = nats.configure(base_config());
+    let both = on_nats.clone().route(wide.clone()).route(vip);
+    let (dir_a, dir_b) = (
+        scratch("reload-nats-fleet-a"),
+        scratch("reload-nats-fleet-b"),
+    );
+    let gateway = |dir: &Path| {
+        let config = both.write_toml(dir);
+        spawn(
+            env!("CARGO_BIN_EXE_verdict"),
+            &["run", "-c", config.to_str().unwrap()],
+        )
+    };
+    let a = gateway(&dir_a);
+    let _b = gateway(&dir_b);
+    assert!(wait_until(Duration::from_secs(20), || nats
+        .has_consumer_of("orders.vip")));
+    let waiting = ids("v", 3);
+    nats.publish("orders.vip", &waiting);
+    assert!(
+        wait_until(Duration::from_secs(20), || vip_app.deliveries().len() == 3),
+        "{:?}",
+        vip_app.deliveries()
+    );
+
+    reload(&a, &dir_a, &on_nats.route(wide));
+    assert!(
+        wait_until(Duration::from_secs(20), || nats
+            .description_of("orders.vip")
+            .is_some_and(|d| d.contains("route removed"))),
+        "A retires the vip consumer with a boundary: {:?}",
+        nats.description_of("orders.vip")
+    );
+    let after = ids("n", 40);
+    nats.publish("orders.vip", &after);
+    let total = |id: &str| {
+        let seen = |a: &App| a.deliveries().get(id).copied().unwrap_or(0);
+        seen(&healthy) + seen(&vip_app)
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || after
+            .iter()
+            .all(|id| total(id) > 0)),
+        "healthy {:?}, vip {:?}, consumers {:?}",
+        healthy.deliveries(),
+        vip_app.deliveries(),
+        nats.consumers(),
+    );
+    // Long enough for a second copy to show up.
+    std::thread::sleep(Duration::from_secs(2));
+    let twice: Vec<_> = after.iter().filter(|id| total(id) != 1).collect();
+    assert!(
+        twice.is_empty(),
+        "delivered more than once: {twice:?}; healthy {:?}, vip {:?}",
+        healthy.deliveries(),
+        vip_app.deliveries()
+    );
+    assert!(
+        nats.has_consumer_of("orders.vip"),
+        "still holding its retries, the vip consumer was not deleted under B"
+    );
+}
+
 /// Route `orders.>` only (503 once, retried after 6 s). Five messages on `orders.vip` are
 /// delivered once and wait out their retry; meanwhile a reload adds route `orders.vip`
 /// (always 503, retried after 6 s: one message published now waits in it too) and another

@@ -127,6 +127,17 @@ impl Nats {
         panic!("the stream's consumers could not be listed")
     }
 
+    /// The description the gateway wrote on the durable consumer of `route` (its lives).
+    pub fn description_of(&self, topic: &str) -> Option<String> {
+        let name =
+            verdict_gateway::sources::nats::route_durable(&self.prefix, &self.subject(topic));
+        self.runtime.block_on(async {
+            let stream = self.js.get_stream(&self.prefix).await.ok()?;
+            let info = stream.consumer_info(&name).await.ok()?;
+            info.config.description.clone()
+        })
+    }
+
     /// Whether the durable consumer of `route` exists.
     pub fn has_consumer_of(&self, topic: &str) -> bool {
         let name =

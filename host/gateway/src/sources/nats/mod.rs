@@ -59,6 +59,7 @@ pub use dlq::NatsDeadLetters;
 pub(crate) use dlq::replay_headers;
 pub use history::History;
 use ownership::Ownership;
+use setup::OwnerUnknown;
 pub(crate) use setup::{Broker, PullConsumer, connect};
 pub use setup::{route_durable, widest as widest_subjects};
 
@@ -308,17 +309,8 @@ impl Session<'_> {
                     broker: broker.clone(),
                     dlqs: self.dlqs.clone(),
                     slots: self.slots.clone(),
-                    owned_elsewhere: ownership
-                        .owner(&message.subject, seq)
-                        .filter(|owner| *owner != durable.as_str())
-                        .and_then(|owner| ownership.member(owner))
-                        .map(|owner| Elsewhere {
-                            durable: owner.durable.clone(),
-                            filter: owner.filter.clone(),
-                            confirm: owner.active,
-                            seq,
-                            mine: (durable.clone(), me.filter.clone()),
-                        }),
+                    owner: Owner::of(ownership, &me, &message.subject, seq),
+                    seq,
                 };
                 tokio::spawn(async move {
                     job.handle(message).await;
@@ -328,6 +320,9 @@ impl Session<'_> {
         }
     }
 }
+
+/// How long a message whose owner cannot be decided now waits before it comes back.
+const OWNER_UNKNOWN_WAIT: Duration = Duration::from_secs(1);
 
 /// How many messages a retired consumer works on at once (each also waits for a slot of
 /// the route that takes it now).
@@ -382,52 +377,101 @@ struct Job {
     dlqs: BrokerDlqs,
     /// The source's `max_in_flight` slots.
     slots: Arc<Semaphore>,
-    /// Another consumer of the group delivers this message ([`Ownership`]).
-    owned_elsewhere: Option<Elsewhere>,
+    /// Which consumer of the group delivers this message ([`Ownership`]).
+    owner: Owner,
+    /// Its stream sequence.
+    seq: u64,
 }
 
-/// The consumer that delivers a message instead of the one that fetched it.
-struct Elsewhere {
-    durable: String,
-    /// Its route.
-    filter: String,
-    /// It is a route consumed now in this session's view: whether it still delivers the
-    /// message is asked of the server before the message is left to it. Another gateway
-    /// may have removed its route since, or added this one's again (a fleet part-way
-    /// through a config change); left to a consumer that no longer takes it, the message
-    /// would be acknowledged by both.
-    confirm: bool,
-    seq: u64,
-    /// The consumer that fetched it, and its route.
-    mine: (String, String),
+/// How the consumer that fetched a message knows whether it delivers it.
+#[derive(Debug, PartialEq, Eq)]
+enum Owner {
+    /// It does: no other consumer of the group covers the subject, or the message lies in
+    /// one of its own lives that ended (those never change again).
+    Mine,
+    /// A retired consumer does, within a life that ended: acknowledged here and left.
+    Retired,
+    /// Decided from the lives as the server has them now, among these consumers (durable,
+    /// route; the one that fetched it first): another gateway may have removed or added
+    /// one of their routes since this session read them.
+    Confirm(Vec<(String, String)>),
+}
+
+impl Owner {
+    /// How the consumer `me` settles who delivers the message at `seq` on `subject`.
+    fn of(ownership: &Ownership, me: &ownership::Member, subject: &str, seq: u64) -> Owner {
+        let owner = ownership
+            .owner(subject, seq)
+            .and_then(|o| ownership.member(o));
+        match owner {
+            Some(o) if o.durable != me.durable && !o.active => Owner::Retired,
+            Some(o) if o.durable == me.durable && !me.active => Owner::Mine,
+            None => Owner::Mine,
+            Some(_) => {
+                let others: Vec<(String, String)> = ownership
+                    .others_covering(subject, &me.durable)
+                    .map(|m| (m.durable.clone(), m.filter.clone()))
+                    .collect();
+                if others.is_empty() {
+                    return Owner::Mine;
+                }
+                let mut candidates = vec![(me.durable.clone(), me.filter.clone())];
+                candidates.extend(others);
+                Owner::Confirm(candidates)
+            }
+        }
+    }
 }
 
 impl Job {
+    /// Whether this gateway delivers the message: `false` once it is acknowledged for the
+    /// consumer that does, or given back while nobody can say which one does.
+    async fn settle_owner(&self, message: &jetstream::Message) -> bool {
+        let leave = match &self.owner {
+            Owner::Mine => return true,
+            Owner::Retired => true,
+            Owner::Confirm(candidates) => {
+                let by: Vec<(&str, &str)> = candidates
+                    .iter()
+                    .map(|(d, f)| (d.as_str(), f.as_str()))
+                    .collect();
+                let patience = Duration::from_millis(self.broker.config().ack_wait_ms / 3);
+                match self.broker.owner_now(&by, self.seq, patience).await {
+                    // Nobody responsible: delivered here - a duplicate at worst, never a
+                    // message nobody delivers.
+                    Ok(Some(0) | None) => false,
+                    Ok(Some(owner)) => {
+                        tracing::debug!(durable = %by[owner].0, seq = self.seq, "nats source: another consumer delivers this message; acknowledged here");
+                        true
+                    }
+                    Err(OwnerUnknown) => {
+                        tracing::debug!(
+                            seq = self.seq,
+                            "nats source: which consumer delivers this message is not known now; given back"
+                        );
+                        let _ = message
+                            .ack_with(AckKind::Nak(Some(OWNER_UNKNOWN_WAIT)))
+                            .await;
+                        return false;
+                    }
+                }
+            }
+        };
+        if leave {
+            // Delivered by the consumer that owns it; done here.
+            if let Err(e) = message.ack().await {
+                tracing::debug!(error = %e, "nats source: acknowledging another route's message failed; it comes back and is skipped again");
+            }
+            return false;
+        }
+        true
+    }
+
     /// Deliver one message and apply its settlement through the driver, which bounds
     /// whatever goes wrong on the way.
     async fn handle(self, message: jetstream::Message) {
-        if let Some(owner) = &self.owned_elsewhere {
-            // A retired owner's lives never change again: what it holds within them, it
-            // delivers.
-            let left_to_it = !owner.confirm
-                || self
-                    .broker
-                    .leaves_to(
-                        (&owner.mine.0, &owner.mine.1),
-                        (&owner.durable, &owner.filter),
-                        owner.seq,
-                    )
-                    .await;
-            if left_to_it {
-                // Delivered by the consumer that owns it; done here.
-                if let Err(e) = message.ack().await {
-                    tracing::debug!(error = %e, "nats source: acknowledging another route's message failed; it comes back and is skipped again");
-                }
-                return;
-            }
-            // Its owner in this session's view no longer takes it: delivered here (on the
-            // route that takes its subject in this gateway's config) rather than by nobody.
-            tracing::debug!(durable = %owner.durable, seq = owner.seq, "nats source: the consumer this message was left to no longer delivers it; delivering it here");
+        if !self.settle_owner(&message).await {
+            return;
         }
         let received = Instant::now();
         let run = std::panic::AssertUnwindSafe(handle(

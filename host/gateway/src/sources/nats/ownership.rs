@@ -20,6 +20,16 @@
 //! acknowledges what it sees there, and a retired consumer is deleted once everything up to
 //! its last boundary is acknowledged. So removing, narrowing, widening or restoring a route
 //! hands every waiting retry on, and replays nothing another consumer already delivered.
+//!
+//! In a fleet, gateways change routes one after another, and a gateway's session keeps its
+//! view of the lives until its own routes change. So whenever a fetched message's subject
+//! is covered by more than one consumer the session knows of a route consumed now, the
+//! owner is decided again from the lives *as the server has them* ([`owner_by_marks`]),
+//! read after the message was handed out. A boundary is fixed in two writes for that
+//! reason: first the consumer is marked `boundary=pending` (a check that reads it waits,
+//! or gives the message back), then the boundary is read - covering everything handed out
+//! before the mark - and written. A message handed out after the boundary was read is
+//! checked after it too, and sees the boundary.
 
 use verdict_registry::config::covers_subject as covers;
 
@@ -96,6 +106,17 @@ impl Ownership {
         self.members.iter().find(|m| m.durable == durable)
     }
 
+    /// The consumers other than `durable` whose filters cover `subject`.
+    pub(crate) fn others_covering<'a>(
+        &'a self,
+        subject: &'a str,
+        durable: &'a str,
+    ) -> impl Iterator<Item = &'a Member> + 'a {
+        self.members
+            .iter()
+            .filter(move |m| m.durable != durable && covers(&m.filter, subject))
+    }
+
     /// The durable name of the consumer that delivers the message at stream sequence `seq`
     /// on `subject`: among the consumers that were responsible for it (within one of their
     /// lives) the most specific; when none was (a route made for subjects nobody consumed),
@@ -109,13 +130,24 @@ impl Ownership {
     }
 }
 
-/// Whether the consumer of route `mine` leaves the message at `seq` it fetched to the
-/// consumer of route `theirs`, both as the server records them now: the other is
-/// responsible for it, and either this one is not or the other's route is more specific.
-/// When neither is (a consumer this session does not know took it over), it is delivered
-/// here: a duplicate at worst, never a message nobody delivers.
-pub(crate) fn leaves_to(mine: (&str, &Marks), theirs: (&str, &Marks), seq: u64) -> bool {
-    theirs.1.responsible(seq) && (!mine.1.responsible(seq) || more_specific(theirs.0, mine.0))
+/// Among `candidates` (route, marks as the server has them), all covering one message's
+/// subject, the position of the one that delivers the message at `seq`: the most specific
+/// of those responsible for it, the first of equals. `None` when none is (a consumer the
+/// session does not know took it over): the caller then delivers it itself - a duplicate
+/// at worst, never a message nobody delivers.
+pub(crate) fn owner_by_marks(candidates: &[(&str, &Marks)], seq: u64) -> Option<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, marks))| marks.responsible(seq))
+        .fold(
+            None,
+            |best: Option<(usize, &str)>, (i, (route, _))| match best {
+                Some((_, b)) if !more_specific(route, b) => best,
+                _ => Some((i, route)),
+            },
+        )
+        .map(|(i, _)| i)
 }
 
 /// The member with the most specific filter; the first of equals.
@@ -132,6 +164,9 @@ fn most_specific<'a>(members: impl Iterator<Item = &'a Member>) -> Option<&'a Me
 pub(crate) struct Marks {
     /// See [`Member::lives`]; empty in a description the gateway did not write.
     pub lives: Vec<Life>,
+    /// Its route was removed and the boundary of its open life is being read: nobody
+    /// decides by these marks until the boundary is written (see the module docs).
+    pub pending: bool,
 }
 
 impl Marks {
@@ -142,6 +177,7 @@ impl Marks {
                 after: last,
                 through: None,
             }],
+            pending: false,
         }
     }
 
@@ -149,6 +185,7 @@ impl Marks {
     /// `born-after=` / `retired-through=` of earlier versions as one life.
     pub(crate) fn parse(description: Option<&str>) -> Marks {
         let words = || description.into_iter().flat_map(|d| d.split([' ', ';']));
+        let pending = words().any(|w| w == PENDING);
         if let Some(spans) = words().find_map(|w| w.strip_prefix("lives=")) {
             let lives = spans
                 .split(',')
@@ -163,7 +200,7 @@ impl Marks {
                     })
                 })
                 .collect();
-            return Marks { lives };
+            return Marks { lives, pending };
         }
         let number = |key: &str| words().find_map(|w| w.strip_prefix(key)?.parse::<u64>().ok());
         let (born, retired) = (number("born-after="), number("retired-through="));
@@ -175,6 +212,7 @@ impl Marks {
                 after: born.unwrap_or(0),
                 through: retired,
             }],
+            pending,
         }
     }
 
@@ -184,8 +222,9 @@ impl Marks {
         self.lives.last().is_none_or(|l| l.through.is_none())
     }
 
-    /// Its route removed: the open life ends at `through`.
+    /// Its route removed: the open life ends at `through`, the boundary no longer pending.
     pub(crate) fn close(&mut self, through: u64) {
+        self.pending = false;
         match self.lives.last_mut() {
             Some(life) => life.through = Some(through),
             None => self.lives.push(Life {
@@ -197,6 +236,7 @@ impl Marks {
 
     /// Its route added again, the stream's last sequence being `last`: a new life.
     pub(crate) fn reopen(&mut self, last: u64) {
+        self.pending = false;
         self.lives.push(Life {
             after: last,
             through: None,
@@ -227,12 +267,18 @@ impl Marks {
             "verdict: consumer of route {route}; lives={}",
             spans.join(",")
         );
-        if !self.open() {
+        if self.pending {
+            text.push(' ');
+            text.push_str(PENDING);
+        } else if !self.open() {
             text.push_str(" (route removed: delivers what it holds of those, then is deleted)");
         }
         text
     }
 }
+
+/// The word in a description whose boundary is being read.
+const PENDING: &str = "boundary=pending";
 
 /// Whether `a` is strictly more specific than `b`, both covering one subject: `b` covers
 /// `a` but not the reverse; for patterns neither covers (`a.*.c` and `a.b.*`), the one
@@ -383,6 +429,11 @@ mod tests {
         assert_eq!(owner(&o, "orders.vip", 121).as_deref(), Some("orders.vip"));
     }
 
+    /// Whether the consumer of route `mine` leaves the message at `seq` to `theirs`.
+    fn leaves_to(mine: (&str, &Marks), theirs: (&str, &Marks), seq: u64) -> bool {
+        owner_by_marks(&[mine, theirs], seq) == Some(1)
+    }
+
     #[test]
     fn a_message_is_left_only_to_a_consumer_the_server_says_delivers_it() {
         let wide = Marks::born(0);
@@ -398,6 +449,54 @@ mod tests {
         vip.reopen(100);
         assert!(!leaves_to(("orders.vip", &vip), ("orders.>", &wide), 101));
         assert!(leaves_to(("orders.>", &wide), ("orders.vip", &vip), 101));
+    }
+
+    #[test]
+    fn the_server_marks_pick_one_owner_among_every_covering_consumer() {
+        let wide = Marks::born(0);
+        let star = Marks::born(0);
+        let mut vip = Marks::born(50);
+        let all = |vip: &Marks| {
+            [
+                ("orders.>", wide.clone()),
+                ("orders.*", star.clone()),
+                ("orders.vip", vip.clone()),
+            ]
+        };
+        let pick = |c: &[(&str, Marks)], seq| {
+            let c: Vec<(&str, &Marks)> = c.iter().map(|(r, m)| (*r, m)).collect();
+            owner_by_marks(&c, seq)
+        };
+        // Before the vip route was added, the more specific of the wide ones.
+        assert_eq!(pick(&all(&vip), 40), Some(1));
+        assert_eq!(pick(&all(&vip), 60), Some(2));
+        // Another gateway removed the vip route at 80: a stale session that fetched 90 on
+        // the vip consumer leaves it; 70 stays the vip consumer's.
+        vip.close(80);
+        assert_eq!(pick(&all(&vip), 90), Some(1));
+        assert_eq!(pick(&all(&vip), 70), Some(2));
+        // Whatever order a gateway lists them in, the same consumer.
+        let mut reversed = all(&vip);
+        reversed.reverse();
+        assert_eq!(pick(&reversed, 90), Some(1));
+        // Nobody responsible: nobody named.
+        assert_eq!(pick(&[("orders.vip", vip.clone())], 90), None);
+    }
+
+    #[test]
+    fn a_pending_boundary_is_written_and_read_back_and_cleared_by_the_boundary() {
+        let mut marks = Marks::born(12);
+        marks.pending = true;
+        let text = marks.describe("orders.vip");
+        assert!(text.contains("boundary=pending"), "{text}");
+        let read = Marks::parse(Some(&text));
+        assert!(read.pending && read.open(), "{read:?}");
+        marks.close(40);
+        assert!(!marks.pending);
+        assert!(!Marks::parse(Some(&marks.describe("orders.vip"))).pending);
+        marks.pending = true;
+        marks.reopen(90);
+        assert!(!marks.pending && marks.open());
     }
 
     #[test]

@@ -21,6 +21,14 @@ use verdict_registry::{GatewaySection, NatsConfig};
 /// A route's durable pull consumer.
 pub type PullConsumer = consumer::Consumer<consumer::pull::Config>;
 
+/// The owner of a message could not be decided now: a consumer was unreadable, or a
+/// boundary stayed pending past the caller's patience.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OwnerUnknown;
+
+/// How often a check waiting for a pending boundary reads the marks again.
+const PENDING_POLL: Duration = Duration::from_millis(50);
+
 /// A connection with everything the source writes to.
 #[derive(Clone)]
 pub(crate) struct Broker {
@@ -246,34 +254,54 @@ impl Broker {
         format!("{}.{seq}", self.inner.history_prefix)
     }
 
-    /// Whether the consumer `mine` (durable, route) leaves the message at stream sequence
-    /// `seq` it fetched to the consumer `theirs`, by both consumers' lives as the server
-    /// has them now ([`super::ownership::leaves_to`]). Read after the message was handed
-    /// out: a route another gateway removed or added again since this session started (a
-    /// fleet part-way through a config change) is then seen so, with a boundary that
-    /// covers every message handed out before it was marked. Unreadable: not left.
-    pub(crate) async fn leaves_to(
+    /// Which of `candidates` (durable, route), all covering one message's subject, delivers
+    /// the message at stream sequence `seq`, by their lives as the server has them now
+    /// ([`super::ownership::owner_by_marks`]): its position, or `None` when none is
+    /// responsible for it. Read after the message was handed out: a route another gateway
+    /// removed or added again since this session started (a fleet part-way through a
+    /// config change) is then seen so, with a boundary that covers every message handed
+    /// out before it was marked. A boundary still being read is waited for, at most
+    /// `patience`; past it, or with a consumer unreadable, `Err`: the caller gives the
+    /// message back rather than guess.
+    pub(crate) async fn owner_now(
         &self,
-        mine: (&str, &str),
-        theirs: (&str, &str),
+        candidates: &[(&str, &str)],
         seq: u64,
-    ) -> bool {
-        let Ok(stream) = self.inner.js.get_stream_no_info(self.stream_name()).await else {
-            return false;
-        };
-        let marks = |durable: &str| {
-            let stream = &stream;
-            let durable = durable.to_string();
-            async move {
-                let info = stream.consumer_info(durable).await.ok()?;
-                Some(Marks::parse(info.config.description.as_deref()))
+        patience: Duration,
+    ) -> Result<Option<usize>, OwnerUnknown> {
+        let stream = self
+            .inner
+            .js
+            .get_stream_no_info(self.stream_name())
+            .await
+            .map_err(|_| OwnerUnknown)?;
+        let given_up = tokio::time::Instant::now() + patience;
+        loop {
+            let reads = candidates.iter().map(|(durable, _)| {
+                let stream = &stream;
+                async move {
+                    let info = stream.consumer_info(*durable).await.ok()?;
+                    Some(Marks::parse(info.config.description.as_deref()))
+                }
+            });
+            let marks: Option<Vec<Marks>> = futures_util::future::join_all(reads)
+                .await
+                .into_iter()
+                .collect();
+            let marks = marks.ok_or(OwnerUnknown)?;
+            if marks.iter().all(|m| !m.pending) {
+                let by: Vec<(&str, &Marks)> = candidates
+                    .iter()
+                    .zip(&marks)
+                    .map(|((_, route), m)| (*route, m))
+                    .collect();
+                return Ok(super::ownership::owner_by_marks(&by, seq));
             }
-        };
-        let (Some(my_marks), Some(their_marks)) = (marks(mine.0).await, marks(theirs.0).await)
-        else {
-            return false;
-        };
-        super::ownership::leaves_to((mine.1, &my_marks), (theirs.1, &their_marks), seq)
+            if tokio::time::Instant::now() >= given_up {
+                return Err(OwnerUnknown);
+            }
+            tokio::time::sleep(PENDING_POLL).await;
+        }
     }
 
     /// The group's durable consumers for `routes` (the NATS routes consumed now), each
@@ -314,14 +342,28 @@ impl Broker {
             let through = match marks.through().filter(|_| !marks.open()) {
                 Some(through) => through,
                 None => {
-                    let through = ours
+                    // Marked pending first, then read: whatever any gateway is handed from
+                    // here on is checked against the boundary written next.
+                    marks.pending = true;
+                    self.mark(&stream, info, &marks).await?;
+                    let overlapping: Vec<&str> = ours
                         .iter()
-                        .filter(|o| routes.contains(&o.config.filter_subject))
                         .filter(|o| {
-                            subjects_overlap(&o.config.filter_subject, &info.config.filter_subject)
+                            o.name == info.name
+                                || subjects_overlap(
+                                    &o.config.filter_subject,
+                                    &info.config.filter_subject,
+                                )
                         })
-                        .map(|o| o.delivered.stream_sequence)
-                        .fold(info.delivered.stream_sequence, u64::max);
+                        .map(|o| o.name.as_str())
+                        .collect();
+                    let mut through = 0;
+                    for name in overlapping {
+                        let now = stream.consumer_info(name).await.with_context(|| {
+                            format!("reading how far consumer `{name}` was handed messages")
+                        })?;
+                        through = through.max(now.delivered.stream_sequence);
+                    }
                     marks.close(through);
                     self.mark(&stream, info, &marks).await?;
                     tracing::warn!(
@@ -353,6 +395,12 @@ impl Broker {
             let (consumer, marks) = match existing {
                 Some(info) => {
                     let mut marks = Marks::parse(info.config.description.as_deref());
+                    if marks.pending {
+                        // Another gateway is removing the route this one consumes (a fleet
+                        // part-way through a config change), or died doing it: its life
+                        // goes on, as this gateway's config says.
+                        marks.pending = false;
+                    }
                     if !marks.open() {
                         // Its route added again before the consumer was drained and
                         // deleted: a new life from now. What was published in between went
