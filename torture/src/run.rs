@@ -24,6 +24,9 @@ use crate::{admin, broker, operator, producer};
 
 /// The NATS config's `ack_wait_ms`: a redelivery after a broker restart comes this late.
 const ACK_WAIT_MS: u64 = 3_000;
+/// How long a gateway's NATS source takes at most to follow a change of its routes (it
+/// looks twice a second, then sets its consumers up again; longer in a debug build).
+const ROUTES_FOLLOWED_MS: u64 = 2_000;
 /// The gateway's `lease_ms` (the embedded store's leases): twice the route's timeout.
 const LEASE_MS: u64 = 2_000;
 /// Messages published at once (and at most this many between two faults' checks).
@@ -605,6 +608,10 @@ impl<'a> Run<'a> {
                 if fresh {
                     self.reload()?;
                 }
+                // The generation before had the narrower route when this one has not:
+                // rolling back adds it again.
+                let adds = !fresh && !self.narrow;
+                let from_ms = now_ms();
                 let mut failed = Vec::new();
                 for admin in &self.admins {
                     if let Err(e) =
@@ -612,6 +619,9 @@ impl<'a> Run<'a> {
                     {
                         failed.push(format!("a rollback to the previous generation failed: {e}"));
                     }
+                }
+                if adds {
+                    self.rolling_addition(from_ms);
                 }
                 if failed.is_empty() {
                     self.report.faults.rollbacks += 1;
@@ -648,11 +658,30 @@ impl<'a> Run<'a> {
         // removed while messages of its subject wait for a retry (a RabbitMQ or Kafka route
         // names its one queue or topic exactly).
         self.narrow = !self.narrow && !self.name.exact_topic();
+        let from_ms = now_ms();
         match admin::reload(&self.admins, || self.write_config())? {
             Ok(()) => self.report.faults.reloads += 1,
             Err(violation) => self.report.violations.push(violation),
         }
+        if self.narrow {
+            self.rolling_addition(from_ms);
+        }
         Ok(())
+    }
+
+    /// A narrower NATS route added to a fleet one gateway after the other: until every
+    /// gateway's session runs it, one that has not yet does not know the new consumer and
+    /// delivers on its wider route what the new route delivers too - a duplicate the gateway
+    /// documents (`docs/src/guarantees.md`), excused up to an ack wait after the last
+    /// gateway follows. A rolling *removal* gets no such window: it must deliver once.
+    fn rolling_addition(&mut self, from_ms: u64) {
+        if self.name == SourceName::Nats && self.gws.len() > 1 {
+            self.excuse(
+                from_ms,
+                now_ms() + ROUTES_FOLLOWED_MS + ACK_WAIT_MS,
+                Excuse::Redelivery,
+            );
+        }
     }
 
     /// Wait until every message taken is accepted or dead-lettered (counted by the DLQ's

@@ -6,7 +6,8 @@
 //! both. On the stores leases, due times and dead letters follow the database's clock; on
 //! NATS a message is left to another route's consumer only when the server says that
 //! consumer takes it. No message may be lost, and no duplicate appear beyond what the
-//! faults explain.
+//! faults explain. The policy is the `rules` table's Python port for one seed of each source
+//! and its JavaScript port for the other (the Rust build runs everywhere else).
 
 mod common;
 
@@ -30,10 +31,22 @@ fn two_gateways_a_clock_apart_keep_the_invariants_on_every_shared_source() {
             "6",
             "--duration",
             "90",
+            "--languages",
+            "python,javascript",
         ],
         &[],
     );
     assert_eq!(reports.len(), 8, "{reports:?}");
+    // Each shared source ran a Python and a JavaScript policy.
+    for source in ["postgres", "mysql", "nats", "rabbitmq"] {
+        let mut languages: Vec<&str> = reports
+            .iter()
+            .filter(|r| r["source"] == source)
+            .map(|r| r["language"].as_str().unwrap())
+            .collect();
+        languages.sort_unstable();
+        assert_eq!(languages, ["javascript", "python"], "{source}");
+    }
     for r in &reports {
         assert_eq!(r["violations"], serde_json::json!([]), "{r}");
         assert_eq!(r["gateways"], 2, "{r}");

@@ -1,8 +1,9 @@
 //! The short torture profile the test command runs: every source, two seeds, 150 hostile
 //! messages and six faults each (a gateway kill, a broker restart, a consumer outage, a
 //! hot reload that reshapes the routes, a rollback and, on RabbitMQ, an operator deleting the
-//! delay exchange of the waiting retries), through the real `verdict` binary. The long runs
-//! (`--soak`, more seeds, `--languages`) are run by hand; see RELIABILITY.md.
+//! delay exchange of the waiting retries), through the real `verdict` binary. The runs take
+//! the `rules` policy's Rust, Python and JavaScript builds in turn. The long runs (`--soak`,
+//! more seeds) are run by hand; see RELIABILITY.md.
 //!
 //! On Kafka the broker is never restarted (the test broker keeps its records in memory);
 //! a kill there is met by the group's rebalance once the dead member's session expires.
@@ -26,6 +27,8 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
             "6",
             "--duration",
             "90",
+            "--languages",
+            "rust,python,javascript",
         ],
         // Hermetic: a caller's admin settings reach neither the harness nor its gateways.
         &[
@@ -35,6 +38,11 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
         ],
     );
     assert_eq!(reports.len(), 8, "{reports:?}");
+    let languages: std::collections::BTreeSet<&str> = reports
+        .iter()
+        .map(|r| r["language"].as_str().unwrap())
+        .collect();
+    assert_eq!(languages.len(), 3, "every language ran: {languages:?}");
     for r in &reports {
         assert_eq!(r["violations"], serde_json::json!([]), "{r}");
         let terminal = r["delivered"].as_u64().unwrap() + r["dead_lettered"].as_u64().unwrap();

@@ -28,7 +28,15 @@ struct App {
 }
 
 fn app(runtime: &tokio::runtime::Runtime, behaviour: Behaviour) -> App {
-    let consumer = DemoConsumer::new(move |_| behaviour);
+    app_by_id(runtime, move |_| behaviour)
+}
+
+/// A consumer in this process treating each id by `rule`.
+fn app_by_id(
+    runtime: &tokio::runtime::Runtime,
+    rule: impl Fn(&str) -> Behaviour + Send + Sync + 'static,
+) -> App {
+    let consumer = DemoConsumer::new(rule);
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
@@ -97,6 +105,29 @@ fn reload(gw: &Proc, dir: &Path, config: &TestConfig) {
     );
 }
 
+/// `verdict run` with `config`.
+fn run(config: &Path) -> Proc {
+    spawn(
+        env!("CARGO_BIN_EXE_verdict"),
+        &["run", "-c", config.to_str().unwrap()],
+    )
+}
+
+/// Once the vip route's consumer exists, `n` messages `v-<i>` on `orders.vip`, each
+/// delivered once to `vip` (which fails them: they wait for a retry). Their ids.
+fn vip_retries_waiting(nats: &Nats, vip: &App, n: usize) -> Vec<String> {
+    assert!(wait_until(Duration::from_secs(20), || nats
+        .has_consumer_of("orders.vip")));
+    let waiting = ids("v", n);
+    nats.publish("orders.vip", &waiting);
+    assert!(
+        wait_until(Duration::from_secs(20), || vip.deliveries().len() == n),
+        "{:?}",
+        vip.deliveries()
+    );
+    waiting
+}
+
 fn ids(prefix: &str, n: usize) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i}")).collect()
 }
@@ -127,20 +158,8 @@ fn removing_an_overlapping_nats_route_hands_its_waiting_retries_to_the_wider_rou
         .route(wide.clone())
         .route(vip)
         .write_toml(&dir);
-    let gw = spawn(
-        env!("CARGO_BIN_EXE_verdict"),
-        &["run", "-c", config.to_str().unwrap()],
-    );
-    assert!(wait_until(Duration::from_secs(20), || nats
-        .has_consumer_of("orders.vip")));
-
-    let waiting = ids("v", 5);
-    nats.publish("orders.vip", &waiting);
-    assert!(
-        wait_until(Duration::from_secs(20), || down.deliveries().len() == 5),
-        "{:?}",
-        down.deliveries()
-    );
+    let gw = run(&config);
+    let waiting = vip_retries_waiting(&nats, &down, 5);
     reload(&gw, &dir, &on_nats.route(wide));
 
     assert!(
@@ -180,8 +199,18 @@ fn removing_an_overlapping_nats_route_hands_its_waiting_retries_to_the_wider_rou
         "{:?}",
         nats.consumers()
     );
+    // Once the retired consumer is gone, the wide route still takes vip messages (its
+    // session still knows the deleted consumer, which delivers nothing).
+    let late = ids("late", 3);
+    nats.publish("orders.vip", &late);
     let mut all = waiting.clone();
     all.extend(after);
+    all.extend(late);
+    assert!(
+        wait_until(Duration::from_secs(20), || healthy.accepted().len() == 11),
+        "{:?}",
+        healthy.accepted()
+    );
     assert_eq!(healthy.accepted(), each_once(&all), "nothing twice");
 }
 
@@ -197,22 +226,13 @@ fn removing_an_overlapping_nats_route_hands_its_waiting_retries_to_the_wider_rou
 fn a_fleet_part_way_through_removing_a_nats_route_delivers_each_message_once() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let healthy = app(&runtime, Behaviour::Ok);
-    let vip_app = {
-        let consumer = DemoConsumer::new(|id: &str| {
-            if id.starts_with("v-") {
-                Behaviour::FailsFirst(u32::MAX)
-            } else {
-                Behaviour::Ok
-            }
-        });
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let url = format!("http://{}/", listener.local_addr().unwrap());
-        let router = consumer.router();
-        runtime.spawn(async move { axum::serve(listener, router).await });
-        App { consumer, url }
-    };
+    let vip_app = app_by_id(&runtime, |id| {
+        if id.starts_with("v-") {
+            Behaviour::FailsFirst(u32::MAX)
+        } else {
+            Behaviour::Ok
+        }
+    });
     let nats = Nats::new("fleet-remove");
     let wide = route(&nats.subject("orders.>"), "nats", &healthy, 200);
     let vip = route(&nats.subject("orders.vip"), "nats", &vip_app, 20_000);
@@ -222,24 +242,9 @@ fn a_fleet_part_way_through_removing_a_nats_route_delivers_each_message_once() {
         scratch("reload-nats-fleet-a"),
         scratch("reload-nats-fleet-b"),
     );
-    let gateway = |dir: &Path| {
-        let config = both.write_toml(dir);
-        spawn(
-            env!("CARGO_BIN_EXE_verdict"),
-            &["run", "-c", config.to_str().unwrap()],
-        )
-    };
-    let a = gateway(&dir_a);
-    let _b = gateway(&dir_b);
-    assert!(wait_until(Duration::from_secs(20), || nats
-        .has_consumer_of("orders.vip")));
-    let waiting = ids("v", 3);
-    nats.publish("orders.vip", &waiting);
-    assert!(
-        wait_until(Duration::from_secs(20), || vip_app.deliveries().len() == 3),
-        "{:?}",
-        vip_app.deliveries()
-    );
+    let a = run(&both.write_toml(&dir_a));
+    let _b = run(&both.write_toml(&dir_b));
+    vip_retries_waiting(&nats, &vip_app, 3);
 
     reload(&a, &dir_a, &on_nats.route(wide));
     assert!(

@@ -86,6 +86,12 @@ pub(crate) struct Histories {
 }
 
 impl Histories {
+    /// The bucket itself, for the few records beside the histories (a retired route's
+    /// agreed boundary).
+    pub(crate) fn bucket(&self) -> &kv::Store {
+        &self.bucket
+    }
+
     pub(crate) fn new(bucket: kv::Store) -> Histories {
         Histories {
             bucket,

@@ -29,7 +29,9 @@
 //! reason: first the consumer is marked `boundary=pending` (a check that reads it waits,
 //! or gives the message back), then the boundary is read - covering everything handed out
 //! before the mark - and written. A message handed out after the boundary was read is
-//! checked after it too, and sees the boundary.
+//! checked after it too, and sees the boundary. Gateways that remove a route at the same
+//! moment read different boundaries: the first recorded in the history bucket is the one
+//! every one of them writes (`Broker::consumers`).
 
 use verdict_registry::config::covers_subject as covers;
 

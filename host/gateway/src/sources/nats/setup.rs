@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_nats::HeaderMap;
+use async_nats::jetstream::context::ConsumerInfoErrorKind;
 use async_nats::jetstream::{self, consumer, kv};
 
 use super::history::Histories;
@@ -277,25 +278,30 @@ impl Broker {
             .map_err(|_| OwnerUnknown)?;
         let given_up = tokio::time::Instant::now() + patience;
         loop {
+            // A consumer deleted since (a retired one, drained) delivers nothing: `None`.
             let reads = candidates.iter().map(|(durable, _)| {
                 let stream = &stream;
                 async move {
-                    let info = stream.consumer_info(*durable).await.ok()?;
-                    Some(Marks::parse(info.config.description.as_deref()))
+                    match stream.consumer_info(*durable).await {
+                        Ok(info) => Ok(Some(Marks::parse(info.config.description.as_deref()))),
+                        Err(e) if e.kind() == ConsumerInfoErrorKind::NotFound => Ok(None),
+                        Err(_) => Err(OwnerUnknown),
+                    }
                 }
             });
-            let marks: Option<Vec<Marks>> = futures_util::future::join_all(reads)
+            let marks: Vec<Option<Marks>> = futures_util::future::join_all(reads)
                 .await
                 .into_iter()
-                .collect();
-            let marks = marks.ok_or(OwnerUnknown)?;
-            if marks.iter().all(|m| !m.pending) {
-                let by: Vec<(&str, &Marks)> = candidates
+                .collect::<Result<_, _>>()?;
+            if marks.iter().flatten().all(|m| !m.pending) {
+                let present: Vec<(usize, (&str, &Marks))> = candidates
                     .iter()
                     .zip(&marks)
-                    .map(|((_, route), m)| (*route, m))
+                    .enumerate()
+                    .filter_map(|(i, ((_, route), m))| Some((i, (*route, m.as_ref()?))))
                     .collect();
-                return Ok(super::ownership::owner_by_marks(&by, seq));
+                let by: Vec<(&str, &Marks)> = present.iter().map(|(_, c)| *c).collect();
+                return Ok(super::ownership::owner_by_marks(&by, seq).map(|at| present[at].0));
             }
             if tokio::time::Instant::now() >= given_up {
                 return Err(OwnerUnknown);
@@ -364,6 +370,8 @@ impl Broker {
                         })?;
                         through = through.max(now.delivered.stream_sequence);
                     }
+                    let after = marks.lives.last().map_or(0, |l| l.after);
+                    let through = self.agreed_boundary(&info.name, after, through).await?;
                     marks.close(through);
                     self.mark(&stream, info, &marks).await?;
                     tracing::warn!(
@@ -457,6 +465,33 @@ impl Broker {
             tracing::info!(durable = %legacy.name, "nats source: deleted the shared durable of an earlier version; each route has its own");
         }
         Ok((Ownership::new(members), consumers))
+    }
+
+    /// The boundary of the life of consumer `durable` that began after `after`, as every
+    /// gateway closing it agrees: gateways of a fleet reloading at once may each close it,
+    /// having read different sequences (`mine` is this one's reading), and two boundaries
+    /// would leave a message to a consumer that already left it to the other. The first
+    /// boundary recorded in the history bucket wins - a create refuses a key that exists -
+    /// and the others adopt it: every copy of the description then says the same.
+    async fn agreed_boundary(&self, durable: &str, after: u64, mine: u64) -> anyhow::Result<u64> {
+        let key = format!("{}.boundary.{durable}.{after}", self.inner.history_prefix);
+        let bucket = self.inner.histories.bucket();
+        match bucket.create(&key, mine.to_string().into()).await {
+            Ok(_) => Ok(mine),
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                let agreed = bucket
+                    .get(key.as_str())
+                    .await
+                    .with_context(|| {
+                        format!("reading the boundary another gateway recorded for `{durable}`")
+                    })?
+                    .and_then(|b| std::str::from_utf8(&b).ok()?.parse::<u64>().ok());
+                agreed.with_context(|| {
+                    format!("the boundary another gateway recorded for `{durable}` is unreadable")
+                })
+            }
+            Err(e) => Err(e).with_context(|| format!("recording the boundary of `{durable}`")),
+        }
     }
 
     /// Write `marks` into the description of the consumer `info`, nothing else changed.
