@@ -543,11 +543,12 @@ impl Source {
         use lapin::options::BasicConsumeOptions;
 
         let queue = format!("{}.orders.DLQ", self.prefix);
-        let mut held = self.rabbit.lock().await;
-        if held.as_ref().is_none_or(|(c, _)| !c.status().connected()) {
-            *held = Some(rabbit_connect().await.context("reconnecting to RabbitMQ")?);
-        }
-        let (conn, _) = held.as_ref().expect("connected above");
+        // A connection of its own: the run's may have used up its channel numbers (a soak
+        // counts the queues every second for half an hour).
+        let (conn, _) = rabbit_connect()
+            .await
+            .context("connecting to RabbitMQ to read the DLQ")?;
+        let conn = &conn;
         let depth = queue_count(conn, &queue)
             .await
             .with_context(|| format!("queue `{queue}`"))? as usize;
@@ -587,6 +588,7 @@ impl Source {
             });
         }
         let _ = channel.close(200, ShortString::from("drained")).await;
+        let _ = conn.close(200, ShortString::from("read")).await;
         Ok(letters)
     }
 
@@ -674,13 +676,12 @@ impl Source {
     }
 
     async fn rabbit_still_queued(&self) -> Vec<(String, u64)> {
-        let mut held = self.rabbit.lock().await;
-        if held.as_ref().is_some_and(|(c, _)| !c.status().connected()) {
-            *held = rabbit_connect().await.ok();
-        }
-        let Some((conn, _)) = held.as_ref() else {
+        // A connection per look, closed after it: a channel per queue per look, once a
+        // second through a long soak, used up one connection's channel numbers (2,047).
+        let Ok((conn, _)) = rabbit_connect().await else {
             return Vec::new();
         };
+        let conn = &conn;
         let mut out = Vec::new();
         for q in self.rabbit_queues() {
             if q.ends_with(".DLQ") || q.ends_with(".audit") {
@@ -693,6 +694,7 @@ impl Source {
                 out.push((q, u64::from(n)));
             }
         }
+        let _ = conn.close(200, ShortString::from("counted")).await;
         out
     }
 
