@@ -909,7 +909,43 @@ mod tests {
 
     use async_nats::{HeaderMap, HeaderName, HeaderValue};
 
-    use super::delivery_of;
+    use super::{Owner, Ownership, delivery_of, ownership};
+
+    fn member(filter: &str, lives: &[(u64, Option<u64>)], active: bool) -> ownership::Member {
+        ownership::Member {
+            durable: format!("d-{filter}"),
+            filter: filter.into(),
+            lives: lives
+                .iter()
+                .map(|&(after, through)| ownership::Life { after, through })
+                .collect(),
+            active,
+        }
+    }
+
+    #[test]
+    fn a_fetched_message_is_checked_with_the_server_wherever_another_consumer_covers_it() {
+        let wide = member("orders.>", &[(0, None)], true);
+        let vip = member("orders.vip", &[(0, None)], true);
+        let gone = member("orders.eu", &[(0, Some(40))], false);
+        let o = Ownership::new(vec![wide.clone(), vip.clone(), gone.clone()]);
+        // Nobody else covers it: no round trip.
+        assert_eq!(Owner::of(&o, &wide, "orders.us", 50), Owner::Mine);
+        // Its own by the session's view, but another covers it: asked, itself first.
+        let both = |first: &ownership::Member, second: &ownership::Member| {
+            Owner::Confirm(vec![
+                (first.durable.clone(), first.filter.clone()),
+                (second.durable.clone(), second.filter.clone()),
+            ])
+        };
+        assert_eq!(Owner::of(&o, &vip, "orders.vip", 50), both(&vip, &wide));
+        assert_eq!(Owner::of(&o, &wide, "orders.vip", 50), both(&wide, &vip));
+        // A retired consumer's ended life never changes: left without asking.
+        assert_eq!(Owner::of(&o, &wide, "orders.eu", 30), Owner::Retired);
+        assert_eq!(Owner::of(&o, &gone, "orders.eu", 30), Owner::Mine);
+        // Past its boundary the wide route takes it, asked because the retired one covers it.
+        assert_eq!(Owner::of(&o, &wide, "orders.eu", 41), both(&wide, &gone));
+    }
 
     #[test]
     fn headers_that_collide_resolve_the_same_way_whatever_the_map_order() {
