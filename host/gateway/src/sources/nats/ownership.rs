@@ -132,16 +132,17 @@ impl Ownership {
     }
 }
 
-/// Among `candidates` (route, marks as the server has them), all covering one message's
-/// subject, the position of the one that delivers the message at `seq`: the most specific
-/// of those responsible for it, the first of equals. `None` when none is (a consumer the
-/// session does not know took it over): the caller then delivers it itself - a duplicate
-/// at worst, never a message nobody delivers.
-pub(crate) fn owner_by_marks(candidates: &[(&str, &Marks)], seq: u64) -> Option<usize> {
+/// Among `candidates` (route, marks as the server has them; `None` for a consumer deleted
+/// since, which delivers nothing), all covering one message's subject, the position of the
+/// one that delivers the message at `seq`: the most specific of those responsible for it,
+/// the first of equals. `None` when none is (a consumer the session does not know took it
+/// over): the caller then delivers it itself - a duplicate at worst, never a message
+/// nobody delivers.
+pub(crate) fn owner_by_marks(candidates: &[(&str, Option<&Marks>)], seq: u64) -> Option<usize> {
     candidates
         .iter()
         .enumerate()
-        .filter(|(_, (_, marks))| marks.responsible(seq))
+        .filter(|(_, (_, marks))| marks.is_some_and(|m| m.responsible(seq)))
         .fold(
             None,
             |best: Option<(usize, &str)>, (i, (route, _))| match best {
@@ -433,7 +434,7 @@ mod tests {
 
     /// Whether the consumer of route `mine` leaves the message at `seq` to `theirs`.
     fn leaves_to(mine: (&str, &Marks), theirs: (&str, &Marks), seq: u64) -> bool {
-        owner_by_marks(&[mine, theirs], seq) == Some(1)
+        owner_by_marks(&[(mine.0, Some(mine.1)), (theirs.0, Some(theirs.1))], seq) == Some(1)
     }
 
     #[test]
@@ -466,7 +467,7 @@ mod tests {
             ]
         };
         let pick = |c: &[(&str, Marks)], seq| {
-            let c: Vec<(&str, &Marks)> = c.iter().map(|(r, m)| (*r, m)).collect();
+            let c: Vec<(&str, Option<&Marks>)> = c.iter().map(|(r, m)| (*r, Some(m))).collect();
             owner_by_marks(&c, seq)
         };
         // Before the vip route was added, the more specific of the wide ones.
@@ -483,6 +484,11 @@ mod tests {
         assert_eq!(pick(&reversed, 90), Some(1));
         // Nobody responsible: nobody named.
         assert_eq!(pick(&[("orders.vip", vip.clone())], 90), None);
+        // A consumer deleted since delivers nothing: the next one takes it.
+        assert_eq!(
+            owner_by_marks(&[("orders.vip", None), ("orders.>", Some(&wide))], 60),
+            Some(1)
+        );
     }
 
     #[test]

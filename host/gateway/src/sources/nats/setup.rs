@@ -294,14 +294,12 @@ impl Broker {
                 .into_iter()
                 .collect::<Result<_, _>>()?;
             if marks.iter().flatten().all(|m| !m.pending) {
-                let present: Vec<(usize, (&str, &Marks))> = candidates
+                let by: Vec<(&str, Option<&Marks>)> = candidates
                     .iter()
                     .zip(&marks)
-                    .enumerate()
-                    .filter_map(|(i, ((_, route), m))| Some((i, (*route, m.as_ref()?))))
+                    .map(|((_, route), m)| (*route, m.as_ref()))
                     .collect();
-                let by: Vec<(&str, &Marks)> = present.iter().map(|(_, c)| *c).collect();
-                return Ok(super::ownership::owner_by_marks(&by, seq).map(|at| present[at].0));
+                return Ok(super::ownership::owner_by_marks(&by, seq));
             }
             if tokio::time::Instant::now() >= given_up {
                 return Err(OwnerUnknown);
