@@ -258,11 +258,28 @@ async fn publish_once_set_up(client: async_nats::Client, count: usize, what: &st
     }
     assert!(found, "{what}");
     for i in 0..count {
-        js.publish(format!("orders.{i}"), format!("{{\"n\": {i}}}").into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        publish_acked(&js, format!("orders.{i}"), format!("{{\"n\": {i}}}")).await;
+    }
+}
+
+/// Publish one message and wait for JetStream's ack. A server that has just created the
+/// stream may still answer "no responders" for a moment (seen in operator mode, where the
+/// account's JetStream is set up as its JWT loads): a producer retries that, as the NATS
+/// clients' own publish retry does, for up to 5 s.
+async fn publish_acked(js: &async_nats::jetstream::Context, subject: String, payload: String) {
+    use async_nats::jetstream::context::PublishErrorKind;
+    for attempt in 0.. {
+        let outcome = match js.publish(subject.clone(), payload.clone().into()).await {
+            Ok(ack) => ack.await,
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(_) => return,
+            Err(e) if e.kind() == PublishErrorKind::StreamNotFound && attempt < 50 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("publishing to {subject}: {e}"),
+        }
     }
 }
 

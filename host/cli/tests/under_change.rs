@@ -284,6 +284,54 @@ fn a_fleet_part_way_through_removing_a_nats_route_delivers_each_message_once() {
     );
 }
 
+/// Routes `orders.>` and `orders.vip`, both healthy, on one gateway. Another gateway
+/// removing the vip route stopped between its two writes: the vip consumer is marked
+/// `boundary=pending` (written here as that gateway would have left it) and no boundary
+/// follows. Messages on `orders.vip`, covered by both routes, wait for it - until the
+/// running gateway, which still consumes the vip route, finds the mark stale and settles it
+/// as its config says: each message is delivered once, by the vip route, and the mark is
+/// gone.
+#[test]
+fn a_boundary_left_pending_by_a_stopped_gateway_is_settled_and_nothing_waits_forever() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let healthy = app(&runtime, Behaviour::Ok);
+    let vip_app = app(&runtime, Behaviour::Ok);
+    let nats = Nats::new("stale-pending");
+    let both = nats
+        .configure(base_config())
+        .route(route(&nats.subject("orders.>"), "nats", &healthy, 200))
+        .route(route(&nats.subject("orders.vip"), "nats", &vip_app, 200));
+    let dir = scratch("reload-nats-stale-pending");
+    let _gw = run(&both.write_toml(&dir));
+    assert!(wait_until(Duration::from_secs(20), || nats
+        .has_consumer_of("orders.vip")));
+    let open = nats.description_of("orders.vip").unwrap();
+    nats.set_description_of("orders.vip", &format!("{open} boundary=pending"));
+
+    let waiting = ids("p", 10);
+    nats.publish("orders.vip", &waiting);
+    assert!(
+        wait_until(Duration::from_secs(60), || vip_app.accepted().len()
+            == waiting.len()),
+        "vip {:?}, healthy {:?}, vip consumer: {:?}",
+        vip_app.deliveries(),
+        healthy.deliveries(),
+        nats.description_of("orders.vip"),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(vip_app.deliveries(), each_once(&waiting));
+    assert!(
+        healthy.deliveries().is_empty(),
+        "{:?}",
+        healthy.deliveries()
+    );
+    let settled = nats.description_of("orders.vip").unwrap();
+    assert!(
+        !settled.contains("boundary=pending") && !settled.contains("route removed"),
+        "its life goes on, the mark gone: {settled}"
+    );
+}
+
 /// Route `orders.>` only (503 once, retried after 6 s). Five messages on `orders.vip` are
 /// delivered once and wait out their retry; meanwhile a reload adds route `orders.vip`
 /// (always 503, retried after 6 s: one message published now waits in it too) and another

@@ -138,6 +138,19 @@ impl Nats {
         })
     }
 
+    /// Write `description` on the durable consumer of `route`, nothing else changed: what a
+    /// gateway that stopped part-way through a change would have left there.
+    pub fn set_description_of(&self, topic: &str, description: &str) {
+        let name =
+            verdict_gateway::sources::nats::route_durable(&self.prefix, &self.subject(topic));
+        self.runtime.block_on(async {
+            let stream = self.js.get_stream(&self.prefix).await.unwrap();
+            let mut config = stream.consumer_info(&name).await.unwrap().config.clone();
+            config.description = Some(description.to_string());
+            stream.create_consumer(config).await.unwrap();
+        });
+    }
+
     /// Whether the durable consumer of `route` exists.
     pub fn has_consumer_of(&self, topic: &str) -> bool {
         let name =

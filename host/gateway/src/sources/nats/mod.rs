@@ -52,6 +52,7 @@ mod dlq;
 mod history;
 mod ownership;
 mod setup;
+mod stale;
 
 pub use access::{NatsAccessError, NatsProbe, probe};
 pub use dlq::NatsDeadLetters;
@@ -158,6 +159,9 @@ enum Ended {
     Shutdown,
     /// A reload changed the NATS routes: consume again, with the new ones.
     RoutesChanged,
+    /// A route's boundary was left pending by a gateway that stopped while removing the
+    /// route: consume again, the session's start settling it ([`stale`]).
+    StaleBoundary,
 }
 
 impl Session<'_> {
@@ -172,6 +176,7 @@ impl Session<'_> {
                 Ended::RoutesChanged => {
                     tracing::info!("nats source: the NATS routes changed; consuming the new ones");
                 }
+                Ended::StaleBoundary => {}
             }
         }
     }
@@ -216,6 +221,17 @@ impl Session<'_> {
         tokio::select! {
             ended = consuming => ended,
             () = routes_changed(&self.pipeline, routes) => Ok(Ended::RoutesChanged),
+            durable = broker.stale_boundary() => {
+                tracing::warn!(
+                    %durable,
+                    pending_for_s = stale::STALE_AFTER.as_secs(),
+                    "nats source: a route consumer's boundary is still pending (a gateway \
+                     removing its route stopped between its two writes?); the messages it \
+                     covers wait until it is settled: consuming again, settling it as this \
+                     gateway's routes say"
+                );
+                Ok(Ended::StaleBoundary)
+            }
         }
     }
 

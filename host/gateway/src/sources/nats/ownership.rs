@@ -31,7 +31,9 @@
 //! before the mark - and written. A message handed out after the boundary was read is
 //! checked after it too, and sees the boundary. Gateways that remove a route at the same
 //! moment read different boundaries: the first recorded in the history bucket is the one
-//! every one of them writes (`Broker::consumers`).
+//! every one of them writes (`Broker::consumers`). A mark left pending by a gateway that
+//! stopped between the two writes is settled by the next session start of a gateway whose
+//! checks found it stale ([`super::stale`]).
 
 use verdict_registry::config::covers_subject as covers;
 

@@ -12,6 +12,7 @@ use async_nats::jetstream::{self, consumer, kv};
 
 use super::history::Histories;
 use super::ownership::{Marks, Member, Ownership};
+use super::stale::StaleBoundaries;
 use super::{consumer_config, stream_config};
 use crate::clock::now_ms;
 use crate::health::Readiness;
@@ -44,6 +45,8 @@ struct Inner {
     history_prefix: String,
     histories: Histories,
     gateway: String,
+    /// The boundaries this session's ownership checks have found pending.
+    stale: StaleBoundaries,
 }
 
 /// Connect to `config.url` and set up the stream (capturing `subjects` when it is created),
@@ -118,6 +121,7 @@ pub async fn connect(
             durable,
             histories: Histories::new(bucket),
             gateway: settings.instance.clone(),
+            stale: StaleBoundaries::default(),
         }),
     })
 }
@@ -225,6 +229,13 @@ impl Broker {
         &self.inner.js
     }
 
+    /// Resolves once an ownership check has seen a consumer's boundary pending for
+    /// [`super::stale::STALE_AFTER`] (its closer stopped between its two writes): that
+    /// consumer's name. The session restarts over it, settling the mark.
+    pub(crate) async fn stale_boundary(&self) -> String {
+        self.inner.stale.found().await
+    }
+
     /// The `[nats]` settings.
     pub fn config(&self) -> &NatsConfig {
         &self.inner.config
@@ -293,6 +304,12 @@ impl Broker {
                 .await
                 .into_iter()
                 .collect::<Result<_, _>>()?;
+            let now = tokio::time::Instant::now();
+            for ((durable, _), m) in candidates.iter().zip(&marks) {
+                self.inner
+                    .stale
+                    .seen(durable, m.as_ref().is_some_and(|m| m.pending), now);
+            }
             if marks.iter().flatten().all(|m| !m.pending) {
                 let by: Vec<(&str, Option<&Marks>)> = candidates
                     .iter()
