@@ -151,13 +151,13 @@ pub fn decide_batch<P: Policy>(
 }
 
 fn lift(f: WitFailure, handle: Handle) -> Failure {
+    let first_failed = first_failed_at_ms(&f, handle);
     Failure {
         kind: f.error.kind,
         retry_after_ms: f.error.retry_after_ms,
         rejected: f.error.rejected,
         attempt: f.attempt,
         deferrals: f.deferrals,
-        first_failed_at_ms: f.first_failed_at_ms,
         now_ms: f.now_ms,
         deadline_ms: f.deadline_ms,
         jitter_seed: f.jitter_seed,
@@ -167,8 +167,20 @@ fn lift(f: WitFailure, handle: Handle) -> Failure {
             failures: f.stats.failures,
             consecutive_failures: f.stats.consecutive_failures,
         },
-        details: host_details(handle),
+        details: host_details(handle, first_failed),
     }
+}
+
+/// Contract 0.2: asked of the host on first use (few policies read it).
+#[cfg(not(feature = "contract-v0-1"))]
+fn first_failed_at_ms(_: &WitFailure, handle: Handle) -> Lazy<u64> {
+    Lazy::host(fetch::first_failed_at_ms, handle)
+}
+
+/// Contract 0.1: in the record.
+#[cfg(feature = "contract-v0-1")]
+fn first_failed_at_ms(f: &WitFailure, _: Handle) -> Lazy<u64> {
+    Lazy::given(f.first_failed_at_ms)
 }
 
 /// Ask the host about the failure `handle` names. Contract 0.2: through the `details` handle
@@ -204,6 +216,9 @@ mod fetch {
     }
     pub(super) fn published_at_ms(h: Handle) -> Option<u64> {
         ask(h, |d, i| d.published_at_ms(i))
+    }
+    pub(super) fn first_failed_at_ms(h: Handle) -> u64 {
+        ask(h, |d, i| d.first_failed_at_ms(i))
     }
     pub(super) fn payload_size(h: Handle) -> u32 {
         ask(h, |d, i| d.payload_size(i))
@@ -272,9 +287,10 @@ pub fn host_history(f: &Failure) -> impl Sized + use<> {
     fetch::history(f.details.handle)
 }
 
-fn host_details(handle: Handle) -> Details {
+fn host_details(handle: Handle, first_failed_at_ms: Lazy<u64>) -> Details {
     Details {
         handle,
+        first_failed_at_ms,
         topic: Lazy::host(fetch::topic, handle),
         message_id: Lazy::host(fetch::message_id, handle),
         consumer_group: Lazy::host(fetch::consumer_group, handle),

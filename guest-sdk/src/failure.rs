@@ -1,9 +1,10 @@
 //! The failed delivery a policy decides on.
 //!
 //! Small facts (attempt, kind, clock, seed, statistics) arrive with every call. The bulky or
-//! rarely needed parts (topic, ids, error message, headers, payload, history) are fetched
-//! from the host the first time a policy asks for them, then cached for the call: a policy
-//! that reads only the kind and the attempt never pays for copying a payload.
+//! rarely needed parts (topic, ids, error message, when it was published and first failed,
+//! headers, payload, history) are fetched from the host the first time a policy asks for
+//! them, then cached for the call: a policy that reads only the kind and the attempt never
+//! pays for copying a payload.
 
 use std::cell::OnceCell;
 
@@ -78,7 +79,7 @@ impl<T: Default> Lazy<T> {
         }
     }
 
-    fn given(value: T) -> Self {
+    pub(crate) fn given(value: T) -> Self {
         Lazy {
             cell: OnceCell::from(value),
             fetch: None,
@@ -112,6 +113,7 @@ pub(crate) struct Details {
     pub(crate) error_message: Lazy<String>,
     pub(crate) content_type: Lazy<Option<String>>,
     pub(crate) published_at_ms: Lazy<Option<u64>>,
+    pub(crate) first_failed_at_ms: Lazy<u64>,
     pub(crate) payload_size: Lazy<u32>,
     pub(crate) headers: Lazy<Vec<Header>>,
     pub(crate) payload: Lazy<Vec<u8>>,
@@ -152,7 +154,6 @@ pub struct Failure {
     pub(crate) rejected: bool,
     pub(crate) attempt: u32,
     pub(crate) deferrals: u32,
-    pub(crate) first_failed_at_ms: u64,
     pub(crate) now_ms: u64,
     pub(crate) deadline_ms: Option<u64>,
     pub(crate) jitter_seed: u64,
@@ -169,7 +170,6 @@ impl Failure {
             rejected: false,
             attempt: 1,
             deferrals: 0,
-            first_failed_at_ms: 0,
             now_ms: 0,
             deadline_ms: None,
             jitter_seed: 0,
@@ -224,9 +224,9 @@ impl Failure {
     pub fn deferrals(&self) -> u32 {
         self.deferrals
     }
-    /// When the first delivery failed (ms since the epoch).
+    /// When the first delivery failed (ms since the epoch; fetched on first use).
     pub fn first_failed_at_ms(&self) -> u64 {
-        self.first_failed_at_ms
+        *self.details.first_failed_at_ms.get()
     }
     /// The host's clock for this decision (ms since the epoch).
     pub fn now_ms(&self) -> u64 {
@@ -250,8 +250,10 @@ impl Failure {
     }
     /// Age of the message: since publication when known, else since its first failure.
     pub fn age_ms(&self) -> u64 {
-        self.now_ms
-            .saturating_sub(self.published_at_ms().unwrap_or(self.first_failed_at_ms))
+        self.now_ms.saturating_sub(
+            self.published_at_ms()
+                .unwrap_or_else(|| self.first_failed_at_ms()),
+        )
     }
     /// The seed for deterministic jitter.
     pub fn jitter_seed(&self) -> u64 {
@@ -364,7 +366,7 @@ impl Failure {
     /// Set when the first delivery failed.
     #[must_use]
     pub fn with_first_failed_at_ms(mut self, ms: u64) -> Self {
-        self.first_failed_at_ms = ms;
+        self.details.first_failed_at_ms = Lazy::given(ms);
         self
     }
     /// Set the publication time.

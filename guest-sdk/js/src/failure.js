@@ -57,6 +57,7 @@ const NEUTRAL = {
   errorMessage: '',
   contentType: undefined,
   publishedAtMs: undefined,
+  firstFailedAtMs: 0n,
   payloadSize: 0,
   headers: [],
   payload: new Uint8Array(0),
@@ -89,7 +90,6 @@ export class Failure {
   #rejected = false;
   #attempt = 1;
   #deferrals = 0;
-  #firstFailedAtMs = 0n;
   #nowMs = 0n;
   #deadlineMs;
   #jitterSeed = 0n;
@@ -126,7 +126,6 @@ export class Failure {
     f.#rejected = record.error.rejected;
     f.#attempt = record.attempt;
     f.#deferrals = record.deferrals;
-    f.#firstFailedAtMs = record.firstFailedAtMs;
     f.#nowMs = record.nowMs;
     f.#deadlineMs = record.deadlineMs;
     f.#jitterSeed = record.jitterSeed;
@@ -184,9 +183,10 @@ export class Failure {
     return this.#deferrals;
   }
 
-  /** When the first delivery failed (ms since the epoch). @returns {bigint} */
+  /** When the first delivery failed (ms since the epoch; fetched on first use).
+   * @returns {bigint} */
   firstFailedAtMs() {
-    return this.#firstFailedAtMs;
+    return this.#detail('firstFailedAtMs');
   }
 
   /** The host's clock for this decision (ms since the epoch); use it, never `Date.now()`.
@@ -220,7 +220,7 @@ export class Failure {
   /** Age of the message: since publication when known, else since its first failure.
    * @returns {bigint} */
   ageMs() {
-    const since = this.publishedAtMs() ?? this.#firstFailedAtMs;
+    const since = this.publishedAtMs() ?? this.firstFailedAtMs();
     return this.#nowMs > since ? this.#nowMs - since : 0n;
   }
 
@@ -348,7 +348,7 @@ export class Failure {
 
   /** Set when the first delivery failed. @param {bigint | number} ms */
   withFirstFailedAtMs(ms) {
-    this.#firstFailedAtMs = toU64(ms, 'firstFailedAtMs');
+    this.#known.set('firstFailedAtMs', toU64(ms, 'firstFailedAtMs'));
     return this;
   }
 

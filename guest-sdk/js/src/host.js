@@ -25,6 +25,7 @@
  * @property {(failure: number) => string} consumerGroup
  * @property {(failure: number) => string} errorMessage
  * @property {(failure: number) => bigint | undefined} publishedAtMs
+ * @property {(failure: number) => bigint} firstFailedAtMs
  * @property {(failure: number) => string | undefined} contentType
  * @property {(failure: number) => number} payloadSize
  * @property {(failure: number) => Array<{name: string, value: string}>} headers

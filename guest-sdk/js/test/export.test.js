@@ -43,6 +43,7 @@ function fakeHost(failures = [{ topic: 'orders.created', messageId: 'm-1' }]) {
     consumerGroup: () => 'g',
     errorMessage: () => 'e',
     publishedAtMs: () => undefined,
+    firstFailedAtMs: () => 0n,
     contentType: () => undefined,
     payloadSize: () => 0,
     headers: () => [],
@@ -57,7 +58,6 @@ function record(kind, attempt = 1) {
   return {
     attempt,
     deferrals: 0,
-    firstFailedAtMs: 0n,
     nowMs: 10n,
     deadlineMs: undefined,
     error: { kind, retryAfterMs: undefined, rejected: false },

@@ -98,6 +98,7 @@ test('details from the host are fetched on first use, once per decision, at the 
           headers: [{ name: 'X-Trace', value: 't-1' }],
           payload: new Uint8Array([123, 125]),
           publishedAtMs: 100n,
+          firstFailedAtMs: 50n,
           extension: args[1] === 'source' ? 'embedded' : undefined,
         }[name];
       },
@@ -106,7 +107,6 @@ test('details from the host are fetched on first use, once per decision, at the 
   const record = {
     attempt: 2,
     deferrals: 0,
-    firstFailedAtMs: 50n,
     nowMs: 1_000n,
     deadlineMs: undefined,
     error: { kind: 'db.timeout', retryAfterMs: undefined, rejected: false },
@@ -126,6 +126,12 @@ test('details from the host are fetched on first use, once per decision, at the 
   assert.equal(f.extension('source'), 'embedded');
   assert.equal(f.extension('route'), undefined);
   assert.deepEqual(calls, [['topic', 3], ['headers', 3], ['publishedAtMs', 3], ['extension', 3, 'source'], ['extension', 3, 'route']]);
+  // Asked of the host on first use, like every detail (published time known: not needed
+  // for the age).
+  calls.length = 0;
+  assert.equal(f.firstFailedAtMs(), 50n);
+  assert.equal(f.firstFailedAtMs(), 50n);
+  assert.deepEqual(calls, [['firstFailedAtMs', 3]]);
   // `decide`'s failure is the call's only one, at position 0.
   calls.length = 0;
   assert.equal(Failure.fromRecord(record, details).topic(), 'orders');

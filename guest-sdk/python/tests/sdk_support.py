@@ -63,7 +63,6 @@ class WitTopicStats:
 class WitFailure:
     attempt: int
     deferrals: int
-    first_failed_at_ms: int
     now_ms: int
     deadline_ms: int | None
     error: ErrorInfo
@@ -139,6 +138,7 @@ def failure_details(topic: str = "orders", message_id: str = "m-1") -> dict[str,
         "consumer_group": "billing",
         "error_message": "boom",
         "published_at_ms": 500,
+        "first_failed_at_ms": 100,
         "content_type": "application/json",
         "payload_size": 11,
         "headers": [WitHeader("Trace-Id", "t-1")],
@@ -154,6 +154,7 @@ _EMPTY: dict[str, Any] = {
     "consumer_group": "",
     "error_message": "",
     "published_at_ms": None,
+    "first_failed_at_ms": 0,
     "content_type": None,
     "payload_size": 0,
     "headers": [],
@@ -274,7 +275,6 @@ def wit_failure(kind: str = "db.timeout", **overrides: Any) -> WitFailure:
     fields: dict[str, Any] = {
         "attempt": 1,
         "deferrals": 0,
-        "first_failed_at_ms": 100,
         "now_ms": 1_000,
         "deadline_ms": None,
         "error": ErrorInfo(kind, None, False),

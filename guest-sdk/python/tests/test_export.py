@@ -47,7 +47,7 @@ class Probe(verdict_sdk.Policy):
     def decide(self, f: Failure) -> Verdict:
         self.seen.append(f)
         for _ in range(2):
-            _ = (f.topic, f.message_id, f.headers, f.payload, f.history, f.published_at_ms)
+            _ = (f.topic, f.message_id, f.headers, f.payload, f.history, f.published_at_ms, f.first_failed_at_ms)
         verdict_sdk.info(f"deciding {f.kind}")
         if f.kind == "boom":
             raise ZeroDivisionError("division by zero")
@@ -137,7 +137,7 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(f.headers[0].name, "Trace-Id")
         self.assertEqual(f.history[0].message, "first")
         self.assertEqual(f.age_ms, 1_500)
-        for name in ("topic", "message_id", "headers", "payload", "history", "published_at_ms"):
+        for name in ("topic", "message_id", "headers", "payload", "history", "published_at_ms", "first_failed_at_ms"):
             self.assertEqual(self.host.calls.get(name), 1, name)
         self.assertNotIn("consumer_group", self.host.calls)
         self.assertEqual({position for _, position in self.host.asked}, {0}, "decide's failure is at 0")
@@ -171,7 +171,7 @@ class ExportTest(unittest.TestCase):
         self.assertEqual((second.topic, second.message_id, second.kind), ("invoices", "m-2", "delay"))
         self.assertEqual((first.extension("source"), second.extension("source")), ("nats", "kafka"))
         # Each failure asked about its own position, and at most once per part.
-        read = ("topic", "message_id", "headers", "payload", "history", "published_at_ms", "extension")
+        read = ("topic", "message_id", "headers", "payload", "history", "published_at_ms", "first_failed_at_ms", "extension")
         self.assertEqual(sorted(self.host.asked), sorted((name, i) for i in (0, 1) for name in read))
         self.assertEqual(self.host.calls["topic"], 2)
 

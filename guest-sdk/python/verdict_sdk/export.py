@@ -179,6 +179,9 @@ class _HostDetails:
     def published_at_ms(self) -> int | None:
         return self._details.published_at_ms(self._position)
 
+    def first_failed_at_ms(self) -> int:
+        return self._details.first_failed_at_ms(self._position)
+
     def payload_size(self) -> int:
         return self._details.payload_size(self._position)
 
@@ -206,7 +209,6 @@ def _lift(f: Any, host: _HostDetails) -> Failure:
         rejected=f.error.rejected,
         attempt=f.attempt,
         deferrals=f.deferrals,
-        first_failed_at_ms=f.first_failed_at_ms,
         now_ms=f.now_ms,
         deadline_ms=f.deadline_ms,
         jitter_seed=f.jitter_seed,

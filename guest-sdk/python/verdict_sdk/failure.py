@@ -75,6 +75,7 @@ class HostDetails(Protocol):
     def error_message(self) -> str: ...
     def content_type(self) -> str | None: ...
     def published_at_ms(self) -> int | None: ...
+    def first_failed_at_ms(self) -> int: ...
     def payload_size(self) -> int: ...
     def headers(self) -> tuple[Header, ...]: ...
     def payload(self) -> bytes: ...
@@ -90,6 +91,7 @@ _DETAIL_DEFAULTS: dict[str, Any] = {
     "error_message": "",
     "content_type": None,
     "published_at_ms": None,
+    "first_failed_at_ms": 0,
     "payload_size": 0,
     "headers": (),
     "payload": b"",
@@ -101,7 +103,6 @@ _FACTS = (
     "rejected",
     "attempt",
     "deferrals",
-    "first_failed_at_ms",
     "now_ms",
     "deadline_ms",
     "jitter_seed",
@@ -120,7 +121,8 @@ class Failure:
         f = Failure("http.503").with_attempt(3).with_retry_after_ms(2_000)   # the same
 
     Every fact is a read-only property; the lazily fetched ones (`topic`, `message_id`,
-    `consumer_group`, `error_message`, `content_type`, `published_at_ms`, `payload_size`,
+    `consumer_group`, `error_message`, `content_type`, `published_at_ms`,
+    `first_failed_at_ms`, `payload_size`,
     `headers`, `payload`, `history`, and `extension(key)`) are fetched from the host at most
     once per decision.
     """
@@ -141,7 +143,7 @@ class Failure:
         rejected: bool = False,
         attempt: int = 1,
         deferrals: int = 0,
-        first_failed_at_ms: int = 0,
+        first_failed_at_ms: int | None = None,
         now_ms: int = 0,
         deadline_ms: int | None = None,
         jitter_seed: int = 0,
@@ -165,7 +167,6 @@ class Failure:
         self._rejected = rejected
         self._attempt = attempt
         self._deferrals = deferrals
-        self._first_failed_at_ms = first_failed_at_ms
         self._now_ms = now_ms
         self._deadline_ms = deadline_ms
         self._jitter_seed = jitter_seed
@@ -180,6 +181,7 @@ class Failure:
             ("error_message", error_message),
             ("content_type", content_type),
             ("published_at_ms", published_at_ms),
+            ("first_failed_at_ms", first_failed_at_ms),
         ):
             if value is not None:
                 given[name] = value
@@ -232,10 +234,6 @@ class Failure:
         """How many `delay` verdicts this message already received."""
         return self._deferrals
 
-    @property
-    def first_failed_at_ms(self) -> int:
-        """When the first delivery failed (ms since the epoch)."""
-        return self._first_failed_at_ms
 
     @property
     def now_ms(self) -> int:
@@ -264,7 +262,7 @@ class Failure:
     def age_ms(self) -> int:
         """Age of the message: since publication when known, else since its first failure."""
         published = self.published_at_ms
-        start = self._first_failed_at_ms if published is None else published
+        start = self.first_failed_at_ms if published is None else published
         return max(self._now_ms - start, 0)
 
     @property
@@ -292,6 +290,11 @@ class Failure:
     def published_at_ms(self) -> int | None:
         """When the message was published, if known."""
         return self._detail("published_at_ms")
+
+    @property
+    def first_failed_at_ms(self) -> int:
+        """When the first delivery failed (ms since the epoch)."""
+        return self._detail("first_failed_at_ms")
 
     @property
     def payload_size(self) -> int:

@@ -165,6 +165,10 @@ impl host_v0_2::HostDetails for HostState {
         self.lent(failure).and_then(|d| d.published_at_ms)
     }
 
+    fn first_failed_at_ms(&mut self, _: Resource<Lent>, failure: u32) -> u64 {
+        self.lent(failure).map_or(0, |d| d.first_failed_at_ms)
+    }
+
     fn content_type(&mut self, _: Resource<Lent>, failure: u32) -> Option<String> {
         self.lent(failure).and_then(|d| d.content_type.clone())
     }

@@ -21,6 +21,9 @@ pub(crate) struct Details {
     pub(crate) error_message: String,
     pub(crate) content_type: Option<String>,
     pub(crate) published_at_ms: Option<u64>,
+    /// When the first delivery failed: on demand since contract 0.2 (few policies read
+    /// it), in the record under 0.1.
+    pub(crate) first_failed_at_ms: u64,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) payload: Vec<u8>,
     pub(crate) history: Vec<AttemptRecord>,
@@ -42,7 +45,7 @@ impl Failure {
         v0_1::Failure {
             attempt: r.attempt,
             deferrals: r.deferrals,
-            first_failed_at_ms: r.first_failed_at_ms,
+            first_failed_at_ms: self.details.first_failed_at_ms,
             now_ms: r.now_ms,
             deadline_ms: r.deadline_ms,
             error: v0_1::ErrorInfo {
@@ -89,7 +92,7 @@ impl Failure {
         let since = self
             .details
             .published_at_ms
-            .unwrap_or(self.record.first_failed_at_ms);
+            .unwrap_or(self.details.first_failed_at_ms);
         self.record.now_ms.saturating_sub(since)
     }
 
@@ -107,6 +110,7 @@ impl Failure {
                     error_message: d.error_message.clone(),
                     content_type: d.content_type.clone(),
                     published_at_ms: d.published_at_ms,
+                    first_failed_at_ms: d.first_failed_at_ms,
                     headers: d.headers.clone(),
                     payload,
                     history: d.history.clone(),
@@ -256,7 +260,6 @@ impl FailureSpec {
         let record = wit::Failure {
             attempt: self.attempt,
             deferrals: self.deferrals,
-            first_failed_at_ms: self.first_failed_at_ms,
             now_ms: self.now_ms.unwrap_or(self.first_failed_at_ms),
             deadline_ms: self.deadline_ms,
             error: wit::ErrorInfo {
@@ -279,6 +282,7 @@ impl FailureSpec {
             error_message: self.error.message,
             content_type: self.content_type,
             published_at_ms: self.published_at_ms,
+            first_failed_at_ms: self.first_failed_at_ms,
             headers: self.headers.into_iter().collect(),
             payload,
             history: self.history,

@@ -45,6 +45,9 @@ class Details {
   publishedAtMs() {
     return undefined;
   }
+  firstFailedAtMs() {
+    return 0n;
+  }
   contentType() {
     return undefined;
   }
@@ -111,7 +114,6 @@ function record(f) {
   return {
     attempt: f.attempt(),
     deferrals: f.deferrals(),
-    firstFailedAtMs: f.firstFailedAtMs(),
     nowMs: f.nowMs(),
     deadlineMs: f.deadlineMs(),
     error: { kind: f.kind(), retryAfterMs: f.retryAfterMs(), rejected: f.rejected() },
