@@ -203,16 +203,30 @@ pub fn check(i: &Inputs) -> Findings {
         if let Some(d) = died {
             let mut letters_allowed =
                 dead_letters_allowed(copies, redelivered && i.name.keeps_every_copy());
-            if redelivered && i.name == SourceName::Kafka {
-                // A kill re-reads every record of a partition after its last commit: the
-                // first record and each retry copy of the message read since, each a life
-                // of its own that may end in the DLQ. One more per delivery in a fault's
-                // window, at most.
+            if i.name == SourceName::Kafka {
+                // A kill re-reads every record of the dead gateway's partitions after their
+                // last commit, and a record re-read is a life of its own that may end in
+                // the DLQ again: a letter written but not yet committed past is written
+                // once more, and a retry copy read in a fault's window goes on beside the
+                // record it came from. So one letter more per fault that re-reads (a kill,
+                // a broker restart) between the message's publication and its last letter
+                // - however late the replay comes, behind a backlog - and one per delivery
+                // inside a fault's window. The last letter stretches only this count (a
+                // late letter widens its own excuse, by one per fault it reaches), never
+                // the other checks' lifetime.
+                let last_letter = last_seen.max(d.last_at_ms);
+                let faults = i
+                    .windows
+                    .iter()
+                    .filter(|w| {
+                        w.excuse == Excuse::Redelivery && w.from_ms <= last_letter && at <= w.to_ms
+                    })
+                    .count() as u64;
                 let hops = mine
                     .iter()
                     .filter(|r| overlaps(r.at_ms, r.at_ms, Excuse::Redelivery))
                     .count() as u64;
-                letters_allowed = letters_allowed.max(copies * (1 + hops));
+                letters_allowed = letters_allowed.max(copies * (1 + faults + hops));
             }
             if u64::from(d.count) > letters_allowed {
                 f.violations
@@ -348,6 +362,7 @@ mod tests {
                 Dead {
                     count,
                     at_ms: 1_500,
+                    last_at_ms: 1_500,
                     policy: "rules".into(),
                 },
             )]
@@ -381,6 +396,7 @@ mod tests {
             Dead {
                 count: 1,
                 at_ms: 1_300,
+                last_at_ms: 1_300,
                 policy: "other".into(),
             },
         );
@@ -460,6 +476,7 @@ mod tests {
             Dead {
                 count: 3,
                 at_ms: 1_500,
+                last_at_ms: 1_500,
                 policy: "rules".into(),
             },
         );
@@ -468,5 +485,62 @@ mod tests {
             mangled.violations[0].starts_with("3 dead letter(s) whose envelope"),
             "{mangled:?}"
         );
+    }
+
+    /// On Kafka a kill replays a letter not yet committed past, however late the replay
+    /// comes behind a backlog: one letter more per kill in the message's lifetime, and no
+    /// more than that.
+    #[test]
+    fn kafka_allows_one_more_letter_per_kill_in_a_messages_lifetime() {
+        let planned = plan(200);
+        let poison = planned
+            .iter()
+            .find(|m| fate(7, &m.key) == Fate::Poison)
+            .unwrap()
+            .clone();
+        let published_at: BTreeMap<String, u64> = [(poison.key.clone(), 1_000)].into();
+        let planned = vec![poison.clone()];
+        let none = BTreeSet::new();
+        let kill = |from_ms| Window {
+            from_ms,
+            to_ms: from_ms + 5_000,
+            excuse: Excuse::Redelivery,
+        };
+        // Dead-lettered at 10 s, replayed after kills at 10.3 s and 14 s, the last replay
+        // dead-lettered 170 s later: far outside both kills' windows.
+        let dead: BTreeMap<String, Dead> = [(
+            poison.key.clone(),
+            Dead {
+                count: 3,
+                at_ms: 10_000,
+                last_at_ms: 184_000,
+                policy: "rules".into(),
+            },
+        )]
+        .into();
+        let judge = |windows: &[Window]| {
+            check(&Inputs {
+                name: SourceName::Kafka,
+                seed: 7,
+                planned: &planned,
+                published_at: &published_at,
+                refused: &none,
+                resent: &none,
+                dead: &dead,
+                log: &[],
+                windows,
+                late_ms: LATE_MARGIN_MS,
+            })
+        };
+        let two_kills = judge(&[kill(10_300), kill(14_000)]);
+        assert_eq!(two_kills.violations, Vec::<String>::new());
+        let one_kill = judge(&[kill(10_300)]);
+        assert!(
+            one_kill.violations[0].contains("3 dead letters"),
+            "{one_kill:?}"
+        );
+        // A kill after the last letter explains none of them.
+        let after = judge(&[kill(10_300), kill(200_000)]);
+        assert!(after.violations[0].contains("3 dead letters"), "{after:?}");
     }
 }

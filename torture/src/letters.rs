@@ -16,6 +16,8 @@ pub struct Dead {
     pub count: u32,
     /// The first one's time.
     pub at_ms: u64,
+    /// The last one's time.
+    pub last_at_ms: u64,
     /// The policy its envelope names.
     pub policy: String,
 }
@@ -43,10 +45,12 @@ pub fn tally(letters: &[Letter], by_digest: &HashMap<String, String>) -> BTreeMa
         let d = out.entry(key).or_insert(Dead {
             count: 0,
             at_ms: u64::MAX,
+            last_at_ms: 0,
             policy: String::new(),
         });
         d.count += 1;
         d.at_ms = d.at_ms.min(letter.created_at_ms);
+        d.last_at_ms = d.last_at_ms.max(letter.created_at_ms);
         d.policy.clone_from(&letter.envelope.policy.name);
     }
     out

@@ -19,7 +19,7 @@ use crate::letters;
 use crate::plan::{self, MAX_ATTEMPTS};
 use crate::progress::Progress;
 use crate::rng::Rng;
-use crate::sources::{Source, SourceName};
+use crate::sources::{CENSUS_FAILED, Source, SourceName};
 use crate::{admin, broker, operator, producer};
 
 /// The NATS config's `ack_wait_ms`: a redelivery after a broker restart comes this late.
@@ -690,18 +690,16 @@ impl<'a> Run<'a> {
     /// `settle` (a stuck run, or one whose retries wait longer than that).
     fn settle(&self, published: &Published) -> Result<()> {
         let mut moved = Instant::now();
-        let mut last_open = usize::MAX;
+        let mut most_terminal = 0;
+        let mut least_held = u64::MAX;
         let started = Instant::now();
         // Looks in a row at which a store held nothing waiting.
         let mut store_empty = 0;
         loop {
             let accepted = self.consumer.accepted_keys();
             let dead = self.dlq_depth()?;
-            let open = published.at.len().saturating_sub(accepted + dead as usize);
-            if open < last_open {
-                last_open = open;
-                moved = Instant::now();
-            }
+            let terminal = accepted + dead as usize;
+            let open = published.at.len().saturating_sub(terminal);
             let drained = published.at.len().saturating_sub(open) as f64;
             self.progress.show(&format!(
                 "settling: {open} of {} not terminal yet ({:.0} terminal/s so far)",
@@ -711,10 +709,32 @@ impl<'a> Run<'a> {
             // The counts can say "all terminal" while a broker still holds copies (a DLQ
             // letter counted twice after a fault); on RabbitMQ the route queue and delay
             // buckets must be empty too, on Kafka the route and retry topics committed to
-            // their ends, or the judge would call waiting messages lost.
-            let settled = open == 0
-                && (!matches!(self.name, SourceName::Rabbitmq | SourceName::Kafka)
-                    || self.runtime.block_on(self.source.still_queued()).is_empty());
+            // their ends, or the judge would call waiting messages lost. A look that fails
+            // is no answer: the run waits on.
+            let broker = matches!(self.name, SourceName::Rabbitmq | SourceName::Kafka);
+            // Asked only once the counts say "all terminal": a look a second while a soak
+            // drains would be load of the harness's own on the broker.
+            let held = match (broker, open) {
+                (true, 0) => match self.runtime.block_on(self.source.still_queued()) {
+                    Ok(queued) => Some(queued.iter().map(|(_, n)| n).sum::<u64>()),
+                    Err(e) => {
+                        self.progress
+                            .note(&format!("settling: counting what the broker holds: {e:#}"));
+                        None
+                    }
+                },
+                (true, _) => None,
+                (false, _) => Some(0),
+            };
+            // Progress is a message becoming terminal, or the broker holding fewer: after
+            // a fault the counts can reach "all terminal" early (a message dead-lettered
+            // twice counts twice) while retries still drain.
+            if terminal > most_terminal || (broker && held.is_some_and(|h| h < least_held)) {
+                moved = Instant::now();
+            }
+            most_terminal = most_terminal.max(terminal);
+            least_held = least_held.min(held.unwrap_or(u64::MAX));
+            let settled = open == 0 && held == Some(0);
             // A store that holds nothing ready, scheduled or leased twice in a row has
             // nothing left to make terminal, whatever the counts say (they count a message
             // both delivered and dead-lettered after a fault twice, and can lag the store):
@@ -876,6 +896,13 @@ fn unfinished(missing: &[(String, usize)], held: &[(String, u64)]) -> Vec<String
     if missing.is_empty() {
         return Vec::new();
     }
+    if let Some((failed, _)) = held.iter().find(|(w, _)| w.starts_with(CENSUS_FAILED)) {
+        return vec![format!(
+            "{} message(s) neither delivered nor dead-lettered, and the source's census \
+             failed ({failed}): lost or still waiting, the run cannot tell",
+            missing.len()
+        )];
+    }
     if total == 0 {
         return missing
             .iter()
@@ -958,7 +985,7 @@ fn now_ms() -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{KAFKA_COMMIT_MS, kafka_uncommitted, unfinished};
+    use super::{CENSUS_FAILED, KAFKA_COMMIT_MS, kafka_uncommitted, unfinished};
     use crate::consumer::Request;
 
     #[test]
@@ -1008,6 +1035,14 @@ mod tests {
         assert!(
             some[1].starts_with("at least 1 message(s) lost"),
             "{some:?}"
+        );
+        // A census that failed says so: neither "lost" nor "only late".
+        let failed = vec![(format!("{CENSUS_FAILED}: timed out"), 0)];
+        let unknown = unfinished(&missing, &failed);
+        assert_eq!(unknown.len(), 1, "{unknown:?}");
+        assert!(
+            unknown[0].contains("census failed") && unknown[0].contains("timed out"),
+            "{unknown:?}"
         );
     }
 }

@@ -521,17 +521,16 @@ impl Source {
 
     /// Where Kafka still holds the run's messages for the gateways: the route topic's and
     /// retry topics' records past the group's commit, and with `set_aside` the copies set
-    /// aside for an operator. Nothing when the broker cannot be asked (as on NATS).
-    async fn kafka_held(&self, set_aside: bool) -> Vec<(String, u64)> {
-        let Some(kafka) = &self.kafka else {
-            return Vec::new();
-        };
+    /// aside for an operator. An error when the broker cannot be asked: "nothing held"
+    /// would let the run be judged while messages still wait there.
+    async fn kafka_held(&self, set_aside: bool) -> Result<Vec<(String, u64)>> {
+        let kafka = self.kafka.as_ref().context("not connected to Kafka")?;
         let (route, _) = self.topics();
         let retry_prefix = format!("{}.retry", self.prefix);
         kafka
             .held(&route, &retry_prefix, set_aside)
             .await
-            .unwrap_or_default()
+            .context("counting what the route and retry topics hold past the group's commit")
     }
 
     /// Take every letter out of the run's RabbitMQ DLQ (the run is over: nothing reads it
@@ -632,9 +631,9 @@ impl Source {
     pub async fn census(&self) -> Vec<(String, u64)> {
         match self.name {
             SourceName::Embedded | SourceName::Postgres | SourceName::Mysql => Vec::new(),
-            SourceName::Rabbitmq => self.still_queued().await,
+            SourceName::Rabbitmq => unknown_if_failed(self.still_queued().await),
             SourceName::Nats => self.nats_census().await,
-            SourceName::Kafka => self.kafka_held(true).await,
+            SourceName::Kafka => unknown_if_failed(self.kafka_held(true).await),
         }
     }
 
@@ -667,20 +666,21 @@ impl Source {
     /// buckets (RabbitMQ), or route and retry topics past the group's commit (Kafka);
     /// nothing elsewhere: a message found there when the run is judged was not lost, only
     /// not terminal yet.
-    pub async fn still_queued(&self) -> Vec<(String, u64)> {
+    /// An error when the broker cannot be asked: that is not "nothing queued".
+    pub async fn still_queued(&self) -> Result<Vec<(String, u64)>> {
         match self.name {
             SourceName::Rabbitmq => self.rabbit_still_queued().await,
             SourceName::Kafka => self.kafka_held(false).await,
-            _ => Vec::new(),
+            _ => Ok(Vec::new()),
         }
     }
 
-    async fn rabbit_still_queued(&self) -> Vec<(String, u64)> {
+    async fn rabbit_still_queued(&self) -> Result<Vec<(String, u64)>> {
         // A connection per look, closed after it: a channel per queue per look, once a
         // second through a long soak, used up one connection's channel numbers (2,047).
-        let Ok((conn, _)) = rabbit_connect().await else {
-            return Vec::new();
-        };
+        let (conn, _) = rabbit_connect()
+            .await
+            .context("connecting to RabbitMQ to count the run's queues")?;
         let conn = &conn;
         let mut out = Vec::new();
         for q in self.rabbit_queues() {
@@ -695,7 +695,7 @@ impl Source {
             }
         }
         let _ = conn.close(200, ShortString::from("counted")).await;
-        out
+        Ok(out)
     }
 
     /// Delete what a run of this prefix leaves on the broker.
@@ -819,3 +819,12 @@ fn publish_embedded(m: &Planned, admin: &verdict_cli::client::AdminClient) -> Re
         Err(e) => Err(e.into()),
     }
 }
+
+/// A census that could not be taken, said as one line of it: the judge then reports the
+/// messages it misses as not terminal with the reason, never as lost on an empty census.
+fn unknown_if_failed(census: Result<Vec<(String, u64)>>) -> Vec<(String, u64)> {
+    census.unwrap_or_else(|e| vec![(format!("{CENSUS_FAILED}: {e:#}"), 0)])
+}
+
+/// How a census that could not be taken begins.
+pub const CENSUS_FAILED: &str = "the broker could not be asked";

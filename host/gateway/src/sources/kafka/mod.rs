@@ -3,6 +3,7 @@
 //!
 //! - [`source`]: the consumer, the delivery tasks, what each settlement writes.
 //! - [`offsets`]: what a partition may commit when its records finish out of order.
+//! - [`read_ahead`]: how far the source reads ahead of its slots.
 //! - [`record`]: a record as the gateway reads it, and the retry and dead-letter records.
 //! - [`dlt_headers`]: Spring Kafka's `kafka_dlt-*` headers.
 //! - [`client`]: the librdkafka settings (brokers, TLS, SASL).
@@ -12,6 +13,7 @@ pub(crate) mod client;
 pub mod dlq;
 pub(crate) mod dlt_headers;
 pub(crate) mod offsets;
+pub(crate) mod read_ahead;
 pub(crate) mod record;
 mod source;
 

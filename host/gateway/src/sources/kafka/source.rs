@@ -14,12 +14,16 @@
 //!   acknowledged, then done.
 //! - **Discard** -> an audit record to `[kafka] audit_topic`, acknowledged, then done.
 //!
+//! The source reads about twice `max_in_flight` records ahead of the ones it delivers,
+//! pausing its partitions past that ([`ReadAhead`]): a backlog waits in the broker, not in
+//! memory.
+//!
 //! "Done" moves nothing by itself: a partition's offset is committed (every second, and
 //! for partitions taken away at a rebalance) only up to its lowest record not yet done
 //! ([`PartitionOffsets`]). A crash redelivers what was not committed - duplicates, never a
 //! loss.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,6 +46,7 @@ use verdict_runtime::text::Clean;
 use super::NAME;
 use super::client::{Reporting, client_config, report};
 use super::offsets::PartitionOffsets;
+use super::read_ahead::ReadAhead;
 use super::record::{self, Incoming};
 use crate::health::{BrokerDlqs, Readiness};
 use crate::model::{AuditRecord, Delivery, REPLAY_HEADER, Settlement};
@@ -165,12 +170,18 @@ async fn consume(
 /// Each assigned partition's records in flight, shared by the consumer's loop, the
 /// delivery tasks and the rebalance callbacks. An assignment's generation tells a late
 /// completion of a partition taken away (and given back since) from a current one.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Assigned {
     partitions: HashMap<(String, i32), (u64, PartitionOffsets)>,
     /// The partitions of blocking routes paused for the record they have in flight: its
     /// generation and offset. Their other records wait in the broker.
     blocked: HashMap<(String, i32), (u64, i64)>,
+    /// The retry partitions whose next copy was read before it was due: the copy is taken
+    /// (the commit stays below it) but parked until the partition reads it again. Such a
+    /// partition is left to its timer, never paused or resumed for room.
+    waiting: HashSet<(String, i32)>,
+    /// The partitions paused because too many records are in flight.
+    read_ahead: ReadAhead,
     generation: u64,
 }
 
@@ -183,6 +194,55 @@ fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Assigned> {
 }
 
 impl Assigned {
+    fn new(max_in_flight: usize) -> Assigned {
+        Assigned {
+            partitions: HashMap::new(),
+            blocked: HashMap::new(),
+            waiting: HashSet::new(),
+            read_ahead: ReadAhead::new(max_in_flight),
+            generation: 0,
+        }
+    }
+
+    /// Whether `id` is paused for a reason of its own: a blocking route's record in flight,
+    /// a retry copy not yet due.
+    fn paused_otherwise(&self, id: &(String, i32)) -> bool {
+        self.blocked.contains_key(id) || self.waiting.contains(id)
+    }
+
+    /// Records taken that wait for a slot or hold one, about: a parked retry copy needs
+    /// none before it is due, and a blocking route's record (one per partition) waits out
+    /// its delays without one, so neither counts against the read-ahead bound.
+    fn waiting_for_slots(&self) -> usize {
+        self.in_flight()
+            .saturating_sub(self.waiting.len())
+            .saturating_sub(self.blocked.len())
+    }
+
+    /// With a record just taken: the partitions to pause, when too many are in flight.
+    fn pause_for_room(&mut self) -> Vec<(String, i32)> {
+        let in_flight = self.waiting_for_slots();
+        let readable: Vec<&(String, i32)> = self
+            .partitions
+            .keys()
+            .filter(|id| !self.paused_otherwise(id))
+            .collect();
+        self.read_ahead.to_pause(in_flight, readable.into_iter())
+    }
+
+    /// With a record just done: the partitions paused for room to resume, once enough
+    /// have drained.
+    fn resume_for_room(&mut self) -> Vec<(String, i32)> {
+        if !self.read_ahead.holding() {
+            return Vec::new();
+        }
+        let in_flight = self.waiting_for_slots();
+        let (blocked, waiting) = (&self.blocked, &self.waiting);
+        self.read_ahead.to_resume(in_flight, |id| {
+            blocked.contains_key(id) || waiting.contains(id)
+        })
+    }
+
     /// Records taken and not yet done, over every partition.
     fn in_flight(&self) -> usize {
         self.partitions.values().map(|(_, o)| o.in_flight()).sum()
@@ -228,6 +288,8 @@ impl ConsumerContext for Context {
                     let id = (element.topic().to_string(), element.partition());
                     assigned.partitions.remove(&id);
                     assigned.blocked.remove(&id);
+                    assigned.waiting.remove(&id);
+                    assigned.read_ahead.forget(&id);
                 }
                 commits
             };
@@ -260,6 +322,7 @@ impl ConsumerContext for Context {
             for element in given.elements() {
                 let id = (element.topic().to_string(), element.partition());
                 assigned.blocked.remove(&id);
+                assigned.waiting.remove(&id);
                 assigned
                     .partitions
                     .insert(id, (generation, PartitionOffsets::default()));
@@ -312,13 +375,15 @@ impl Session<'_> {
         dlqs: &[String],
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
-        let assigned = Shared::default();
+        let max_in_flight = self.driver.pipeline().settings().max_in_flight;
+        let assigned: Shared = Arc::new(Mutex::new(Assigned::new(max_in_flight)));
         let ended = self.read(topics, dlqs, shutdown, &assigned).await;
         // Whatever this session had in flight is no longer its to settle or resume: a task
         // still waiting out a blocking delay sees its partition gone and stops.
         let mut assigned = lock(&assigned);
         assigned.partitions.clear();
         assigned.blocked.clear();
+        assigned.waiting.clear();
         ended
     }
 
@@ -431,15 +496,23 @@ impl Session<'_> {
                 },
                 Some(back) = back_rx.recv() => back_to(&consumer, assigned, &job, back),
                 Some((topic, partition)) = resume_rx.recv() => {
-                    let mut tpl = TopicPartitionList::new();
-                    tpl.add_partition(&topic, partition);
-                    // Resumed even when taken away meanwhile: librdkafka keeps a pause
-                    // across a revoke, and a partition given back paused is never read.
-                    if let Err(e) = consumer.resume(&tpl) {
-                        tracing::debug!(error = %e, "kafka source: resuming a retry partition");
+                    // A timer left from before a rebalance must not lift a pause for room:
+                    // the partition would read past the bound until the next drain.
+                    let for_room = lock(assigned).read_ahead.holds(&(topic.clone(), partition));
+                    if !for_room {
+                        let mut tpl = TopicPartitionList::new();
+                        tpl.add_partition(&topic, partition);
+                        // Resumed even when taken away meanwhile: librdkafka keeps a pause
+                        // across a revoke, and a partition given back paused is never read.
+                        if let Err(e) = consumer.resume(&tpl) {
+                            tracing::debug!(error = %e, "kafka source: resuming a retry partition");
+                        }
                     }
                 }
-                _ = commit_tick.tick() => commit(&consumer, assigned, CommitMode::Async),
+                _ = commit_tick.tick() => {
+                    commit(&consumer, assigned, CommitMode::Async);
+                    resume_for_room(&consumer, assigned);
+                }
                 _ = shutdown.changed() => {
                     // Read no more; let what is in flight finish (up to the grace) so its
                     // offsets are committed here, not delivered again by the next member.
@@ -489,6 +562,9 @@ impl Session<'_> {
             };
             offsets.take(offset);
             let generation = *generation;
+            // Reading again: its parked copy, if it had one, comes first after the seek
+            // back, and parks again below if it is still not due.
+            assigned.waiting.remove(&id);
             if blocking {
                 assigned.blocked.insert(id, (generation, offset));
             }
@@ -529,6 +605,7 @@ impl Session<'_> {
                 // for this one and read on from it.
                 let mut tpl = TopicPartitionList::new();
                 tpl.add_partition(&topic, partition);
+                lock(assigned).waiting.insert((topic.clone(), partition));
                 consumer.pause(&tpl).context("pausing a retry partition")?;
                 consumer
                     .seek(
@@ -543,10 +620,12 @@ impl Session<'_> {
                     tokio::time::sleep(Duration::from_millis(wait)).await;
                     let _ = resume.send((topic, partition));
                 });
+                pause_for_room(consumer, assigned);
                 return Ok(());
             }
         }
         job.clone().spawn(message, generation);
+        pause_for_room(consumer, assigned);
         Ok(())
     }
 
@@ -604,20 +683,23 @@ fn back_to(consumer: &StreamConsumer<Context>, assigned: &Shared, job: &Job, bac
             generation,
         } => {
             let id = (topic, partition);
-            let mut assigned = lock(assigned);
-            if let Some((g, offsets)) = assigned.partitions.get_mut(&id)
-                && *g == generation
             {
-                offsets.finish(offset);
-            }
-            if assigned.blocked.get(&id) == Some(&(generation, offset)) {
-                assigned.blocked.remove(&id);
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(&id.0, id.1);
-                if let Err(e) = consumer.resume(&tpl) {
-                    tracing::warn!(error = %e, topic = %Clean(&id.0), partition = id.1, "kafka source: resuming a blocking route's partition failed; it is read again after the next rebalance");
+                let mut assigned = lock(assigned);
+                if let Some((g, offsets)) = assigned.partitions.get_mut(&id)
+                    && *g == generation
+                {
+                    offsets.finish(offset);
+                }
+                if assigned.blocked.get(&id) == Some(&(generation, offset)) {
+                    assigned.blocked.remove(&id);
+                    let mut tpl = TopicPartitionList::new();
+                    tpl.add_partition(&id.0, id.1);
+                    if let Err(e) = consumer.resume(&tpl) {
+                        tracing::warn!(error = %e, topic = %Clean(&id.0), partition = id.1, "kafka source: resuming a blocking route's partition failed; it is read again after the next rebalance");
+                    }
                 }
             }
+            resume_for_room(consumer, assigned);
         }
         Back::Again(message, generation) => {
             let current = lock(assigned)
@@ -628,6 +710,50 @@ fn back_to(consumer: &StreamConsumer<Context>, assigned: &Shared, job: &Job, bac
                 job.clone().spawn(message, generation);
             }
         }
+    }
+}
+
+/// Resume the partitions paused for room once enough records in flight have drained: at
+/// each record done, and at each commit tick (records of partitions taken away stop
+/// counting without one).
+fn resume_for_room(consumer: &StreamConsumer<Context>, assigned: &Shared) {
+    let mut assigned = lock(assigned);
+    let room = assigned.resume_for_room();
+    if room.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in &room {
+        tpl.add_partition(topic, *partition);
+    }
+    tracing::debug!(
+        partitions = room.len(),
+        "kafka source: records in flight drained; reading again"
+    );
+    if let Err(e) = consumer.resume(&tpl) {
+        // Kept paused for room: the next try resumes them.
+        tracing::debug!(error = %e, "kafka source: resuming partitions paused while too many records were in flight");
+        assigned.read_ahead.keep(room);
+    }
+}
+
+/// With a record just taken: when too many are in flight, pause the partitions still
+/// reading until they drain ([`ReadAhead`]). A pause that fails only reads further ahead.
+fn pause_for_room(consumer: &StreamConsumer<Context>, assigned: &Shared) {
+    let room = lock(assigned).pause_for_room();
+    if room.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in &room {
+        tpl.add_partition(topic, *partition);
+    }
+    tracing::debug!(
+        partitions = room.len(),
+        "kafka source: too many records in flight; pausing reads until they drain"
+    );
+    if let Err(e) = consumer.pause(&tpl) {
+        tracing::debug!(error = %e, "kafka source: pausing partitions while too many records are in flight");
     }
 }
 
