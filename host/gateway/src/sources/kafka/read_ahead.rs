@@ -3,8 +3,8 @@
 //! librdkafka fetches as fast as the application polls, and every record polled becomes a
 //! task waiting for one of the source's `max_in_flight` slots. Unbounded, a backlog of
 //! 100,000 records is 100,000 tasks: memory grows with the topic, and a gateway killed then
-//! holds every one of them uncommitted, so its partitions' next owner reads them all again
-//! - a replay that lands minutes after the kill that caused it. So past a bound of records
+//! holds every one of them uncommitted, so its partitions' next owner reads them all again:
+//! a replay that lands minutes after the kill that caused it. So past a bound of records
 //! taken and not yet done the source pauses its partitions, and resumes them once half of
 //! that has drained.
 //!
@@ -49,7 +49,7 @@ impl ReadAhead {
 
     /// With `in_flight` records taken and not done, the partitions among `readable` (those
     /// not paused for a reason of their own) to pause now.
-    pub(crate) fn to_pause<'a>(
+    pub(crate) fn pause_now<'a>(
         &mut self,
         in_flight: usize,
         readable: impl Iterator<Item = &'a PartitionId>,
@@ -66,7 +66,7 @@ impl ReadAhead {
     /// With `in_flight` records taken and not done, the partitions to resume now: every one
     /// this bound paused, but those `paused_otherwise` says are paused for a reason of their
     /// own since (their owner resumes them).
-    pub(crate) fn to_resume(
+    pub(crate) fn resume_now(
         &mut self,
         in_flight: usize,
         paused_otherwise: impl Fn(&PartitionId) -> bool,
@@ -114,25 +114,25 @@ mod tests {
     fn reading_pauses_at_twice_the_slots_and_resumes_at_the_slots() {
         let mut bound = ReadAhead::new(4);
         let all = ids(&[("orders", 0), ("orders", 1), ("retry.1000", 0)]);
-        assert!(bound.to_pause(7, all.iter()).is_empty(), "below the bound");
+        assert!(bound.pause_now(7, all.iter()).is_empty(), "below the bound");
         assert_eq!(
-            bound.to_pause(8, all.iter()),
+            bound.pause_now(8, all.iter()),
             all,
             "at the bound: every partition"
         );
         assert!(bound.holding());
         assert!(
-            bound.to_pause(9, all.iter()).is_empty(),
+            bound.pause_now(9, all.iter()).is_empty(),
             "a partition is paused once"
         );
         assert!(
-            bound.to_resume(5, |_| false).is_empty(),
+            bound.resume_now(5, |_| false).is_empty(),
             "not drained to the slots yet"
         );
-        assert_eq!(bound.to_resume(4, |_| false), all);
+        assert_eq!(bound.resume_now(4, |_| false), all);
         assert!(!bound.holding());
         assert!(
-            bound.to_resume(0, |_| false).is_empty(),
+            bound.resume_now(0, |_| false).is_empty(),
             "nothing paused, nothing to resume"
         );
     }
@@ -141,21 +141,21 @@ mod tests {
     fn a_partition_assigned_while_paused_is_paused_at_its_first_record() {
         let mut bound = ReadAhead::new(1);
         let first = ids(&[("orders", 0)]);
-        assert_eq!(bound.to_pause(2, first.iter()), first);
+        assert_eq!(bound.pause_now(2, first.iter()), first);
         let later = ids(&[("orders", 0), ("orders", 1)]);
-        assert_eq!(bound.to_pause(3, later.iter()), ids(&[("orders", 1)]));
+        assert_eq!(bound.pause_now(3, later.iter()), ids(&[("orders", 1)]));
     }
 
     #[test]
     fn a_partition_paused_for_its_own_reason_is_left_to_its_owner() {
         let mut bound = ReadAhead::new(2);
         let all = ids(&[("orders", 0), ("orders", 1)]);
-        bound.to_pause(4, all.iter());
+        bound.pause_now(4, all.iter());
         // orders/1 since waits for a blocking route's record: resuming it here would read
         // past that record.
         let blocked = ("orders".to_string(), 1);
         assert_eq!(
-            bound.to_resume(1, |id| *id == blocked),
+            bound.resume_now(1, |id| *id == blocked),
             ids(&[("orders", 0)])
         );
         assert!(!bound.holding(), "its owner resumes it, not this bound");
@@ -165,20 +165,20 @@ mod tests {
     fn a_resume_that_failed_is_tried_again_at_the_next_drain() {
         let mut bound = ReadAhead::new(1);
         let all = ids(&[("orders", 0)]);
-        bound.to_pause(2, all.iter());
-        let resumed = bound.to_resume(1, |_| false);
+        bound.pause_now(2, all.iter());
+        let resumed = bound.resume_now(1, |_| false);
         bound.keep(resumed);
         assert!(bound.holds(&all[0]));
-        assert_eq!(bound.to_resume(0, |_| false), all);
+        assert_eq!(bound.resume_now(0, |_| false), all);
     }
 
     #[test]
     fn a_partition_taken_away_is_forgotten() {
         let mut bound = ReadAhead::new(1);
         let all = ids(&[("orders", 0)]);
-        bound.to_pause(2, all.iter());
+        bound.pause_now(2, all.iter());
         bound.forget(&all[0]);
         assert!(!bound.holding());
-        assert!(bound.to_resume(0, |_| false).is_empty());
+        assert!(bound.resume_now(0, |_| false).is_empty());
     }
 }

@@ -227,7 +227,7 @@ impl Assigned {
             .keys()
             .filter(|id| !self.paused_otherwise(id))
             .collect();
-        self.read_ahead.to_pause(in_flight, readable.into_iter())
+        self.read_ahead.pause_now(in_flight, readable.into_iter())
     }
 
     /// With a record just done: the partitions paused for room to resume, once enough
@@ -238,7 +238,7 @@ impl Assigned {
         }
         let in_flight = self.waiting_for_slots();
         let (blocked, waiting) = (&self.blocked, &self.waiting);
-        self.read_ahead.to_resume(in_flight, |id| {
+        self.read_ahead.resume_now(in_flight, |id| {
             blocked.contains_key(id) || waiting.contains(id)
         })
     }
