@@ -147,6 +147,11 @@ fn unused_imports() -> Vec<Function> {
             vec![ValType::I32; 2],
             vec![ValType::I32],
         ),
+        refuse(
+            "[method]details.first-failed-at-ms",
+            vec![ValType::I32; 2],
+            vec![ValType::I64],
+        ),
         refuse("[method]details.extension", vec![ValType::I32; 5], vec![]),
     ];
     for name in [
