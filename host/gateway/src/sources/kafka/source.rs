@@ -722,10 +722,7 @@ fn resume_for_room(consumer: &StreamConsumer<Context>, assigned: &Shared) {
     if room.is_empty() {
         return;
     }
-    let mut tpl = TopicPartitionList::new();
-    for (topic, partition) in &room {
-        tpl.add_partition(topic, *partition);
-    }
+    let tpl = partition_list(&room);
     tracing::debug!(
         partitions = room.len(),
         "kafka source: records in flight drained; reading again"
@@ -737,6 +734,14 @@ fn resume_for_room(consumer: &StreamConsumer<Context>, assigned: &Shared) {
     }
 }
 
+fn partition_list(ids: &[(String, i32)]) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in ids {
+        tpl.add_partition(topic, *partition);
+    }
+    tpl
+}
+
 /// With a record just taken: when too many are in flight, pause the partitions still
 /// reading until they drain ([`ReadAhead`]). A pause that fails only reads further ahead.
 fn pause_for_room(consumer: &StreamConsumer<Context>, assigned: &Shared) {
@@ -744,10 +749,7 @@ fn pause_for_room(consumer: &StreamConsumer<Context>, assigned: &Shared) {
     if room.is_empty() {
         return;
     }
-    let mut tpl = TopicPartitionList::new();
-    for (topic, partition) in &room {
-        tpl.add_partition(topic, *partition);
-    }
+    let tpl = partition_list(&room);
     tracing::debug!(
         partitions = room.len(),
         "kafka source: too many records in flight; pausing reads until they drain"
