@@ -187,6 +187,16 @@ struct Assigned {
 
 type Shared = Arc<Mutex<Assigned>>;
 
+/// Whether `id` is paused for a reason of its own: a blocking route's record in flight, a
+/// retry copy not yet due.
+fn paused_otherwise(
+    blocked: &HashMap<(String, i32), (u64, i64)>,
+    waiting: &HashSet<(String, i32)>,
+    id: &(String, i32),
+) -> bool {
+    blocked.contains_key(id) || waiting.contains(id)
+}
+
 fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, Assigned> {
     shared
         .lock()
@@ -204,12 +214,6 @@ impl Assigned {
         }
     }
 
-    /// Whether `id` is paused for a reason of its own: a blocking route's record in flight,
-    /// a retry copy not yet due.
-    fn paused_otherwise(&self, id: &(String, i32)) -> bool {
-        self.blocked.contains_key(id) || self.waiting.contains(id)
-    }
-
     /// Records taken that wait for a slot or hold one, about: a parked retry copy needs
     /// none before it is due, and a blocking route's record (one per partition) waits out
     /// its delays without one, so neither counts against the read-ahead bound.
@@ -220,14 +224,15 @@ impl Assigned {
     }
 
     /// With a record just taken: the partitions to pause, when too many are in flight.
+    /// Called for every record: nothing is collected below the bound.
     fn pause_for_room(&mut self) -> Vec<(String, i32)> {
         let in_flight = self.waiting_for_slots();
-        let readable: Vec<&(String, i32)> = self
+        let (blocked, waiting) = (&self.blocked, &self.waiting);
+        let readable = self
             .partitions
             .keys()
-            .filter(|id| !self.paused_otherwise(id))
-            .collect();
-        self.read_ahead.pause_now(in_flight, readable.into_iter())
+            .filter(|id| !paused_otherwise(blocked, waiting, id));
+        self.read_ahead.pause_now(in_flight, readable)
     }
 
     /// With a record just done: the partitions paused for room to resume, once enough
@@ -238,9 +243,8 @@ impl Assigned {
         }
         let in_flight = self.waiting_for_slots();
         let (blocked, waiting) = (&self.blocked, &self.waiting);
-        self.read_ahead.resume_now(in_flight, |id| {
-            blocked.contains_key(id) || waiting.contains(id)
-        })
+        self.read_ahead
+            .resume_now(in_flight, |id| paused_otherwise(blocked, waiting, id))
     }
 
     /// Records taken and not yet done, over every partition.
