@@ -47,19 +47,20 @@ pub use wit::{Failure as WitFailure, Info as WitInfo, Verdict as WitVerdict};
 #[macro_export]
 macro_rules! __verdict_decide {
     ($policy:ty) => {
-        fn decide(failure: glue::WitFailure, details: &glue::WitDetails) -> glue::WitVerdict {
+        fn decide(failure: glue::WitFailure) -> glue::WitVerdict {
             POLICY.with_borrow(|policy| {
-                glue::decide::<$policy>(policy.as_ref(), failure, glue::handle(details, 0))
+                glue::decide::<$policy>(
+                    policy.as_ref(),
+                    failure,
+                    ::std::default::Default::default(),
+                )
             })
         }
 
         fn decide_batch(
             failures: ::std::vec::Vec<glue::WitFailure>,
-            details: &glue::WitDetails,
         ) -> ::std::vec::Vec<glue::WitVerdict> {
-            POLICY.with_borrow(|policy| {
-                glue::decide_batch::<$policy>(policy.as_ref(), failures, details)
-            })
+            POLICY.with_borrow(|policy| glue::decide_batch::<$policy>(policy.as_ref(), failures))
         }
     };
 }
@@ -80,19 +81,6 @@ macro_rules! __verdict_decide {
             })
         }
     };
-}
-
-#[cfg(not(feature = "contract-v0-1"))]
-pub use host::Details as WitDetails;
-
-/// The call's borrowed `details` and a failure's position in the call, kept in the
-/// [`Failure`]'s lazy fields.
-#[cfg(not(feature = "contract-v0-1"))]
-pub fn handle(details: &WitDetails, failure: u32) -> Handle {
-    Handle {
-        details: details.handle(),
-        failure,
-    }
 }
 
 pub(crate) fn log(level: Level, message: &str) {
@@ -135,18 +123,14 @@ pub fn decide<P: Policy>(policy: Option<&P>, f: WitFailure, handle: Handle) -> W
 
 /// `decide-batch`: each failure decided as if alone, in order.
 #[cfg(not(feature = "contract-v0-1"))]
-pub fn decide_batch<P: Policy>(
-    policy: Option<&P>,
-    failures: Vec<WitFailure>,
-    details: &WitDetails,
-) -> Vec<WitVerdict> {
+pub fn decide_batch<P: Policy>(policy: Option<&P>, failures: Vec<WitFailure>) -> Vec<WitVerdict> {
     let Some(policy) = policy else {
         panic!("decide-batch called before a successful init");
     };
     failures
         .into_iter()
         .zip(0..)
-        .map(|(f, i)| lower(policy.decide(&lift(f, handle(details, i)))))
+        .map(|(f, failure)| lower(policy.decide(&lift(f, Handle { failure }))))
         .collect()
 }
 
@@ -183,17 +167,16 @@ fn first_failed_at_ms(f: &WitFailure, _: Handle) -> Lazy<u64> {
     Lazy::given(f.first_failed_at_ms)
 }
 
-/// Ask the host about the failure `handle` names. Contract 0.2: through the `details` handle
-/// the host lent for the running call.
+/// Ask the host about the failure `handle` names. Contract 0.2: through the instance's one
+/// `details` handle, made the first time a policy reads an on-demand fact and kept (a
+/// policy that never reads one never makes it).
 #[cfg(not(feature = "contract-v0-1"))]
 fn ask<T>(handle: Handle, question: impl FnOnce(&host::Details, u32) -> T) -> T {
-    // SAFETY: `handle.details` is the borrowed handle the host lent for the running call,
-    // and every `Failure` holding it lives only inside that call (the policy gets
-    // `&Failure`). `ManuallyDrop`: the generated export glue ends the borrow itself when
-    // the call returns; dropping it here too would end it twice.
-    let details =
-        std::mem::ManuallyDrop::new(unsafe { host::Details::from_handle(handle.details) });
-    question(&details, handle.failure)
+    thread_local! {
+        static DETAILS: std::cell::OnceCell<host::Details> =
+            const { std::cell::OnceCell::new() };
+    }
+    DETAILS.with(|details| question(details.get_or_init(host::Details::new), handle.failure))
 }
 
 #[cfg(not(feature = "contract-v0-1"))]

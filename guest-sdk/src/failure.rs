@@ -45,9 +45,9 @@ pub struct Header {
     pub value: String,
 }
 
-/// Where the host keeps one failure's details during a call: contract 0.2's borrowed
-/// `details` handle and the failure's position in the call (a 0.1 host needs neither: its
-/// functions describe the current failure).
+/// Which failure of the running call the host's details describe: its position in the call,
+/// which contract 0.2's `details` methods take (a 0.1 host needs none: its functions
+/// describe the current failure).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, Default)]
 #[cfg_attr(
@@ -55,7 +55,6 @@ pub struct Header {
     allow(dead_code)
 )]
 pub struct Handle {
-    pub(crate) details: u32,
     pub(crate) failure: u32,
 }
 

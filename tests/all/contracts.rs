@@ -220,13 +220,14 @@ fn a_batch_answered_with_the_wrong_number_of_verdicts_is_decided_again_one_by_on
     assert!(
         refused
             .to_string()
-            .contains("expected `short`, `long` or `past-the-end`"),
+            .contains("expected `short`, `long`, `past-the-end` or `hoard-handles`"),
         "{refused}"
     );
 }
 
-/// The lent details asked about a position no failure of the call holds answer empty
-/// values - no trap, no other failure's data.
+/// `details` asked about a position no failure of the call holds answer empty values - no
+/// trap, no other failure's data - through a handle made outside any call (in `init`) and
+/// kept, as the SDKs keep theirs.
 #[test]
 fn details_asked_past_the_batch_answer_nothing() {
     let host = host();
@@ -242,6 +243,45 @@ fn details_asked_past_the_batch_answer_nothing() {
              content-type=None extension=None"
         );
     }
+}
+
+/// A policy that makes `details` handles and never drops them is stopped at the bound: the
+/// call faults with a message that says what happened, the fallback decides, and the
+/// instance holding the handles is dropped (the next call starts with none).
+#[test]
+fn a_policy_hoarding_details_handles_faults_at_the_bound() {
+    let host = host();
+    let liar = host.load_file(fixtures::BATCH_LIAR.as_ref()).unwrap();
+    let decider = liar.configure("hoard-handles", Default::default()).unwrap();
+    // `init` made one; each decision makes one more: the 16th decision asks for the 17th.
+    let failures = distinct_details(1);
+    for n in 1..16 {
+        let d = decider.decide(&failures[0]);
+        assert!(
+            d.fallback.is_none(),
+            "decision {n} holds {} handles: {d:?}",
+            n + 1
+        );
+    }
+    let d = decider.decide(&failures[0]);
+    let fault = d.fallback.as_ref().expect("the 17th handle is refused");
+    assert!(
+        fault.to_string().contains("16 `details` handles"),
+        "the fault names the bound: {fault}"
+    );
+    // The faulted instance went with its handles: the next decision, on a fresh one, holds
+    // two.
+    let d = decider.decide(&failures[0]);
+    assert!(d.fallback.is_none(), "{d:?}");
+    assert_eq!(d.verdict.reason, "alone");
+    // A batch asks for one handle per failure at once: 20 are refused, and its failures
+    // are decided again one by one, so each still gets a verdict of its own.
+    let decisions = decider.decide_batch(&distinct_details(20));
+    assert_eq!(decisions.len(), 20);
+    assert!(
+        decisions.iter().any(|d| d.verdict.reason == "alone"),
+        "{decisions:?}"
+    );
 }
 
 #[test]

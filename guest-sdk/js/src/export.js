@@ -4,6 +4,7 @@
 import { SplitMix64 } from './backoff.js';
 import { ConfigError } from './config.js';
 import { Failure } from './failure.js';
+import { hostDetails } from './host.js';
 import { Level, log } from './log.js';
 import { instantiate } from './policy.js';
 import { Class, Severity } from './verdict.js';
@@ -20,13 +21,13 @@ const U64_MAX = (1n << 64n) - 1n;
  */
 
 /**
- * The `verdict:policy/decider` interface as the bindings call it: `details` is the resource
- * the host lends for the call, asked about each failure by its position in the call.
+ * The `verdict:policy/decider` interface as the bindings call it. A failure's on-demand
+ * parts are asked of the instance's one `details` resource by its position in the call.
  * @typedef {object} Decider
  * @property {(config: string) => {tag: 'ok', val: undefined} | {tag: 'err', val: string}} init
  * @property {() => Info} describe
- * @property {(failure: object, details: import('./host.js').Details) => object} decide
- * @property {(failures: object[], details: import('./host.js').Details) => object[]} decideBatch
+ * @property {(failure: object) => object} decide
+ * @property {(failures: object[]) => object[]} decideBatch
  */
 
 /**
@@ -38,7 +39,7 @@ const U64_MAX = (1n << 64n) - 1n;
  *
  * `init` parses the config and builds the policy; a `ConfigError` (from the config schema or
  * the constructor) comes back as init's error string. `decide` answers one failure (position
- * 0 of the lent `details`), `decideBatch` each failure of its list as `decide` would, in
+ * 0 of `details`), `decideBatch` each failure of its list as `decide` would, in
  * order (failure `i` at position `i`). Any other exception, in any of the functions, is
  * logged through the host as `panic: ...` and then traps, so the host falls back with the
  * cause recorded, as it does for a Rust panic; a batch that traps is decided again one
@@ -77,19 +78,19 @@ export function exportPolicy(Policy, info) {
       return { ...described };
     },
 
-    decide(record, details) {
+    decide(record) {
       if (policy === undefined) panic(new Error('decide called before a successful init'));
       try {
-        return decideOne(policy, record, details, 0);
+        return decideOne(policy, record, 0);
       } catch (e) {
         panic(e);
       }
     },
 
-    decideBatch(records, details) {
+    decideBatch(records) {
       if (policy === undefined) panic(new Error('decide-batch called before a successful init'));
       try {
-        return records.map((record, i) => decideOne(policy, record, details, i));
+        return records.map((record, i) => decideOne(policy, record, i));
       } catch (e) {
         panic(e);
       }
@@ -98,19 +99,18 @@ export function exportPolicy(Policy, info) {
 }
 
 /**
- * One failure of a call, decided as if alone: its lazy parts asked of `details` at
- * `position`.
+ * One failure of a call, decided as if alone: its lazy parts asked of the host's `details`
+ * at `position`.
  * @param {{decide: (f: Failure) => object}} policy
  * @param {object} record the contract's `failure` record
- * @param {import('./host.js').Details} details
  * @param {number} position
  */
-function decideOne(policy, record, details, position) {
+function decideOne(policy, record, position) {
   // The engine's own generator keeps its state in the instance, which serves many
   // decisions (and a batch many failures): drawn from each failure's jitter seed instead,
   // the same failure gets the same numbers, batched or not.
   Math.random = seededRandom(record.jitterSeed);
-  return lower(policy.decide(Failure.fromRecord(record, details, position)));
+  return lower(policy.decide(Failure.fromRecord(record, hostDetails, position)));
 }
 
 /**

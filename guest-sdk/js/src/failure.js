@@ -2,9 +2,9 @@
 //
 // Small facts (attempt, kind, clock, seed, statistics) arrive with every call. The bulky or
 // rarely needed parts (topic, ids, error message, headers, payload, history) are fetched
-// from the host the first time a policy asks for them, through the `details` resource it
-// lends for the call, then kept for the decision: a policy that reads only the kind and the
-// attempt never pays for copying a payload.
+// from the host the first time a policy asks for them, through the instance's `details`
+// resource, then kept for the decision: a policy that reads only the kind and the attempt
+// never pays for copying a payload, nor for making the handle.
 
 import { toU64 } from './backoff.js';
 import { fromJson } from './config.js';
@@ -96,7 +96,7 @@ export class Failure {
   #stats = new TopicStats();
   /** @type {Map<string, unknown>} details known so far */
   #known = new Map();
-  /** @type {import('./host.js').Details | undefined} where unknown details come from */
+  /** @type {(() => import('./host.js').Details | undefined) | undefined} where unknown details come from */
   #details;
   /** This failure's position in the call, which every `details` method takes first. */
   #position = 0;
@@ -112,11 +112,12 @@ export class Failure {
 
   /**
    * A failure the host passed to `decide` or `decide-batch`, with the details fetched on
-   * first use from the `details` resource the host lent for the call, at the failure's
-   * position in it (0 in `decide`, its index in `decide-batch`). Used by the export glue;
-   * the resource is a borrow that ends with the call, and so does the failure.
+   * first use from the `details` resource `details()` gives (made when first asked for),
+   * at the failure's position in the call (0 in `decide`, its index in `decide-batch`).
+   * Used by the export glue; the host answers about the call in progress, so the failure
+   * means nothing once its call returns.
    * @param {object} record the contract's `failure` record as the bindings lift it
-   * @param {import('./host.js').Details} details
+   * @param {() => import('./host.js').Details | undefined} details
    * @param {number} [position]
    * @returns {Failure}
    */
@@ -137,7 +138,8 @@ export class Failure {
 
   #detail(name) {
     if (!this.#known.has(name)) {
-      this.#known.set(name, this.#details ? this.#details[name](this.#position) : NEUTRAL[name]);
+      const details = this.#details?.();
+      this.#known.set(name, details ? details[name](this.#position) : NEUTRAL[name]);
     }
     return this.#known.get(name);
   }
@@ -302,9 +304,8 @@ export class Failure {
    * @param {string} key @returns {string | undefined}
    */
   extension(key) {
-    if (!this.#extensions.has(key) && this.#details) {
-      this.#extensions.set(key, this.#details.extension(this.#position, key));
-    }
+    const details = this.#extensions.has(key) ? undefined : this.#details?.();
+    if (details) this.#extensions.set(key, details.extension(this.#position, key));
     return this.#extensions.get(key);
   }
 

@@ -6,19 +6,20 @@
 // it over here, before the policy's own modules run. Natively nothing is bound, and the SDK
 // falls back to what a test gave (log lines go to stderr).
 //
-// Only `log` is used through the bound module. A failure's on-demand parts come from the
-// `details` resource the host lends to each `decide` and `decide-batch` call, which the
-// bindings pass to the export with the failures.
+// Through the bound module the SDK writes `log` lines and makes the instance's one `details`
+// resource, on the first on-demand part of a failure a policy reads, then keeps it: every
+// method answers about the call in progress, so no call lends a handle.
 
 /**
  * The `verdict:policy/host` interface as the component's bindings present it.
  * @typedef {object} Host
  * @property {(level: 'trace' | 'debug' | 'info' | 'warn' | 'error', message: string) => void} log
+ * @property {new () => Details} Details the resource's class: a new handle per construction
  */
 
 /**
- * The `details` resource the host lends to one call: every method names the failure by its
- * position in the call (0 in `decide`, the index into the list in `decide-batch`).
+ * The `details` resource: every method answers about the call in progress and names the
+ * failure by its position in it (0 in `decide`, the index into the list in `decide-batch`).
  * @typedef {object} Details
  * @property {(failure: number) => string} topic
  * @property {(failure: number) => string} messageId
@@ -36,6 +37,8 @@
 
 /** @type {Host | undefined} */
 let bound;
+/** @type {Details | undefined} the instance's one handle, made on first use */
+let handle;
 
 /**
  * Hand the SDK the host's interface. The build does it inside the component; a test may do
@@ -44,6 +47,18 @@ let bound;
  */
 export function bindHost(host) {
   bound = host;
+  handle = undefined;
+}
+
+/**
+ * The instance's `details` resource: made the first time it is asked for (a policy that
+ * reads no on-demand part never makes one), then the same handle for every call.
+ * `undefined` outside a component.
+ * @returns {Details | undefined}
+ */
+export function hostDetails() {
+  if (handle === undefined && bound?.Details !== undefined) handle = new bound.Details();
+  return handle;
 }
 
 /** The bound host, or `undefined` outside a component. @returns {Host | undefined} */

@@ -28,16 +28,16 @@ class Orders {
 
 const INFO = { name: 'orders', version: '1.2.0', description: 'Orders retry 5 times.' };
 
-// The host side of a call: its `log` import, and the `details` resource it lends to a call,
-// answering for failure `i` from `failures[i]` (a position past them answers empty values,
-// as the host does) and recording every method call with the position it named.
+// The host side of a call: its `log` import, and the `details` resource class, answering for
+// failure `i` from `failures[i]` (a position past them answers empty values, as the host
+// does), recording every method call with the position it named and every handle made.
 function fakeHost(failures = [{ topic: 'orders.created', messageId: 'm-1' }]) {
   const calls = [];
   const asked = [];
   const logs = [];
-  const host = { log: (level, message) => logs.push([level, message]) };
+  const made = [];
   const at = (i) => failures[i] ?? { topic: '', messageId: '' };
-  const details = {
+  const methods = {
     topic: (i) => (calls.push('topic'), asked.push(['topic', i]), at(i).topic),
     messageId: (i) => (asked.push(['messageId', i]), at(i).messageId),
     consumerGroup: () => 'g',
@@ -51,7 +51,14 @@ function fakeHost(failures = [{ topic: 'orders.created', messageId: 'm-1' }]) {
     history: () => [],
     extension: (i, key) => (asked.push(['extension', i, key]), at(i).extensions?.[key]),
   };
-  return { host, details, calls, asked, logs };
+  class Details {
+    constructor() {
+      made.push(this);
+      Object.assign(this, methods);
+    }
+  }
+  const host = { log: (level, message) => logs.push([level, message]), Details };
+  return { host, calls, asked, logs, made };
 }
 
 function record(kind, attempt = 1) {
@@ -83,11 +90,11 @@ test('init returns ok, or the config error as err', () => {
 });
 
 test('decide lifts the record, fetches details once at position 0, and lowers the verdict', () => {
-  const { host, details, calls, asked } = fakeHost();
+  const { host, calls, asked, made } = fakeHost();
   bindHost(host);
   const d = exportPolicy(Orders, INFO);
   d.init('{"max_attempts": 3}');
-  assert.deepEqual(d.decide(record('db.timeout', 1), details), {
+  assert.deepEqual(d.decide(record('db.timeout', 1)), {
     action: { tag: 'retry', val: 200n },
     class: 'transient',
     reason: undefined,
@@ -99,7 +106,7 @@ test('decide lifts the record, fetches details once at position 0, and lowers th
   });
   assert.deepEqual(calls, ['topic'], 'the topic is fetched once per decision');
   assert.deepEqual(asked, [['topic', 0]], "decide's failure is at position 0");
-  assert.deepEqual(d.decide(record('db.timeout', 3), details), {
+  assert.deepEqual(d.decide(record('db.timeout', 3)), {
     action: { tag: 'dead-letter' },
     class: 'exhausted',
     reason: 'db.timeout on orders.created',
@@ -107,7 +114,18 @@ test('decide lifts the record, fetches details once at position 0, and lowers th
     labels: [],
   });
   assert.deepEqual(calls, ['topic', 'topic'], 'a new decision fetches afresh');
-  assert.deepEqual(d.decide(record('auth.denied'), details).action, { tag: 'dead-letter' });
+  assert.deepEqual(d.decide(record('auth.denied')).action, { tag: 'dead-letter' });
+  assert.equal(made.length, 1, 'one handle, made on first use, serves every call');
+});
+
+test('a policy that reads no on-demand part makes no handle', () => {
+  const { host, made } = fakeHost();
+  bindHost(host);
+  const d = exportPolicy(Orders, INFO);
+  d.init('{"max_attempts": 3}');
+  d.decide(record('auth.denied'));
+  d.decideBatch([record('json.parse'), record('auth.denied')]);
+  assert.equal(made.length, 0);
 });
 
 test('a verdict without a reason lowers it as none', () => {
@@ -119,22 +137,21 @@ test('a verdict without a reason lowers it as none', () => {
       return Verdict.delay(30_000);
     }
   }
-  const { details } = fakeHost();
   const d = exportPolicy(Terse, INFO);
   d.init('{}');
   // Contract 0.2's reason is an option: none unless the policy gave one, as in Rust.
-  assert.equal(d.decide(record('db.timeout'), details).reason, undefined);
-  assert.ok('reason' in d.decide(record('db.timeout'), details), 'the field is there, empty');
-  assert.equal(d.decide(record('blank'), details).reason, undefined);
-  assert.equal(d.decide(record('said'), details).reason, 'duplicate');
+  assert.equal(d.decide(record('db.timeout')).reason, undefined);
+  assert.ok('reason' in d.decide(record('db.timeout')), 'the field is there, empty');
+  assert.equal(d.decide(record('blank')).reason, undefined);
+  assert.equal(d.decide(record('said')).reason, 'duplicate');
   assert.deepEqual(
-    d.decideBatch([record('db.timeout'), record('said')], details).map((v) => v.reason),
+    d.decideBatch([record('db.timeout'), record('said')]).map((v) => v.reason),
     [undefined, 'duplicate'],
   );
 });
 
 test('decideBatch answers each failure in order, each reading its own position', () => {
-  const { host, details, asked } = fakeHost([
+  const { host, asked } = fakeHost([
     { topic: 'orders.created', messageId: 'm-1', extensions: { source: 'nats' } },
     { topic: 'invoices.paid', messageId: 'm-2', extensions: { source: 'kafka' } },
   ]);
@@ -150,7 +167,7 @@ test('decideBatch answers each failure in order, each reading its own position',
   }
   const d = exportPolicy(Echo, INFO);
   d.init('{}');
-  const batch = d.decideBatch([{ ...record('db.timeout'), jitterSeed: 5n }, { ...record('http.503'), jitterSeed: 6n }], details);
+  const batch = d.decideBatch([{ ...record('db.timeout'), jitterSeed: 5n }, { ...record('http.503'), jitterSeed: 6n }]);
   assert.deepEqual(
     batch.map((v) => [v.action.val, v.reason, v.labels.map((l) => l.value)]),
     [
@@ -166,7 +183,7 @@ test('decideBatch answers each failure in order, each reading its own position',
     ['messageId', 1],
     ['extension', 1, 'source'],
   ]);
-  assert.deepEqual(d.decideBatch([], details), []);
+  assert.deepEqual(d.decideBatch([]), []);
 });
 
 test('a batch answers as each failure alone', () => {
@@ -179,45 +196,48 @@ test('a batch answers as each failure alone', () => {
     }
   }
   const topics = records.map((_, i) => ({ topic: `orders.${i}`, messageId: `m-${i}` }));
-  const alone = records.map((r, i) => d.decide(r, fakeHost([topics[i]]).details));
-  assert.deepEqual(d.decideBatch(records, fakeHost(topics).details), alone);
+  const alone = records.map((r, i) => {
+    bindHost(fakeHost([topics[i]]).host);
+    return d.decide(r);
+  });
+  bindHost(fakeHost(topics).host);
+  assert.deepEqual(d.decideBatch(records), alone);
 });
 
 test('a refused config keeps the previous policy', () => {
-  const { details } = fakeHost();
   const d = exportPolicy(Orders, INFO);
   d.init('{"max_attempts": 2}');
   assert.equal(d.init('{"max_attempts": 0}').tag, 'err');
-  assert.equal(d.decide(record('db.timeout', 2), details).class, 'exhausted');
+  assert.equal(d.decide(record('db.timeout', 2)).class, 'exhausted');
 });
 
 test('panics are logged through the host, then trap', () => {
-  const { host, details, logs } = fakeHost();
+  const { host, logs } = fakeHost();
   bindHost(host);
   const d = exportPolicy(Orders, INFO);
-  assert.throws(() => d.decide(record('db.timeout'), details), (e) => e instanceof Error && !('payload' in e));
+  assert.throws(() => d.decide(record('db.timeout')), (e) => e instanceof Error && !('payload' in e));
   assert.match(logs.at(-1)[1], /^panic: Error: decide called before a successful init/);
-  assert.throws(() => d.decideBatch([record('db.timeout')], details), /policy panicked: decide-batch called before a successful init/);
+  assert.throws(() => d.decideBatch([record('db.timeout')]), /policy panicked: decide-batch called before a successful init/);
   assert.throws(() => d.init('{"max_attempts": 13}'), /policy panicked: unlucky/);
   assert.equal(logs.at(-1)[0], 'error');
   assert.match(logs.at(-1)[1], /^panic: Error: unlucky\n/);
   d.init('{}');
-  assert.throws(() => d.decide(record('boom'), details), /policy panicked: kaboom/);
+  assert.throws(() => d.decide(record('boom')), /policy panicked: kaboom/);
   assert.match(logs.at(-1)[1], /^panic: RangeError: kaboom/);
-  assert.throws(() => d.decide(record('bad'), details), /verdict.action.val must be a u64 BigInt/);
+  assert.throws(() => d.decide(record('bad')), /verdict.action.val must be a u64 BigInt/);
 });
 
 test('an exception in any failure of a batch is logged, then traps the whole call', () => {
-  const { host, details, logs } = fakeHost();
+  const { host, logs } = fakeHost();
   bindHost(host);
   const d = exportPolicy(Orders, INFO);
   d.init('{}');
-  assert.throws(() => d.decideBatch([record('db.timeout'), record('boom'), record('db.timeout')], details), /policy panicked: kaboom/);
+  assert.throws(() => d.decideBatch([record('db.timeout'), record('boom'), record('db.timeout')]), /policy panicked: kaboom/);
   assert.equal(logs.length, 1);
   assert.match(logs[0][1], /^panic: RangeError: kaboom/);
-  assert.throws(() => d.decideBatch([record('bad')], details), /verdict.action.val must be a u64 BigInt/);
+  assert.throws(() => d.decideBatch([record('bad')]), /verdict.action.val must be a u64 BigInt/);
   // The instance keeps serving: the host asks again one failure at a time.
-  assert.equal(d.decide(record('db.timeout'), details).action.tag, 'retry');
+  assert.equal(d.decide(record('db.timeout')).action.tag, 'retry');
 });
 
 test('log goes to the host when bound', () => {
@@ -239,17 +259,17 @@ test('Math.random inside decide is drawn from the failure: the same seed, the sa
       return Verdict.retryAfter(Math.floor(Math.random() * 1_000_000)).because(String(Math.random()));
     }
   }
-  const { host, details } = fakeHost();
+  const { host } = fakeHost();
   bindHost(host);
   const decider = exportPolicy(Dice, INFO);
   assert.deepEqual(decider.init('{}'), { tag: 'ok', val: undefined });
-  const seeded = (seed) => decider.decide({ ...record('db.timeout'), jitterSeed: seed }, details);
+  const seeded = (seed) => decider.decide({ ...record('db.timeout'), jitterSeed: seed });
   const first = seeded(7n);
   Math.random(); // whatever happens between decisions does not carry over
   assert.deepEqual(seeded(7n), first);
   assert.notDeepEqual(seeded(8n), first);
   // In a batch, each failure draws from its own seed.
-  const batch = decider.decideBatch([7n, 8n, 7n].map((jitterSeed) => ({ ...record('db.timeout'), jitterSeed })), details);
+  const batch = decider.decideBatch([7n, 8n, 7n].map((jitterSeed) => ({ ...record('db.timeout'), jitterSeed })));
   assert.deepEqual(batch[0], first);
   assert.deepEqual(batch[2], first);
   assert.deepEqual(batch[1], seeded(8n));

@@ -113,7 +113,7 @@ test('details from the host are fetched on first use, once per decision, at the 
     jitterSeed: 9n,
     stats: { windowMs: 0n, deliveries: 0, failures: 0, consecutiveFailures: 0 },
   };
-  const f = Failure.fromRecord(record, details, 3);
+  const f = Failure.fromRecord(record, () => details, 3);
   assert.equal(f.attempt(), 2);
   assert.deepEqual(calls, [], 'nothing fetched up front');
   assert.equal(f.topic(), 'orders');
@@ -134,7 +134,7 @@ test('details from the host are fetched on first use, once per decision, at the 
   assert.deepEqual(calls, [['firstFailedAtMs', 3]]);
   // `decide`'s failure is the call's only one, at position 0.
   calls.length = 0;
-  assert.equal(Failure.fromRecord(record, details).topic(), 'orders');
+  assert.equal(Failure.fromRecord(record, () => details).topic(), 'orders');
   assert.deepEqual(calls, [['topic', 0]]);
-  assert.throws(() => Failure.fromRecord(record, details, -1), /position must be a u32/);
+  assert.throws(() => Failure.fromRecord(record, () => details, -1), /position must be a u32/);
 });

@@ -174,11 +174,9 @@ class FakeHost:
         self.asked: list[tuple[str, int]] = []
         self.failures: list[dict[str, Any]] = [failure_details()]
         self.extensions: list[dict[str, str]] = [{"source": "nats"}]
+        # `details` handles the policy made (a policy needs one, made on first use).
+        self.handles_made = 0
         self._module: types.ModuleType | None = None
-
-    def lend(self) -> Any:
-        """The `details` resource the host lends to one `decide` or `decide_batch` call."""
-        return self.module().Details()
 
     def _answer(self, name: str, position: int) -> Any:
         self.calls[name] = self.calls.get(name, 0) + 1
@@ -188,7 +186,7 @@ class FakeHost:
         return _EMPTY[name]
 
     def module(self) -> types.ModuleType:
-        """The `wit_world.imports.host` module (made once: `lend` hands out its `Details`)."""
+        """The `wit_world.imports.host` module (made once)."""
         if self._module is not None:
             return self._module
         host = types.ModuleType("wit_world.imports.host")
@@ -209,8 +207,12 @@ class FakeHost:
 
         # The resource class componentize-py generates: one method per `details` function,
         # each naming the failure by its position in the call.
+        def made(self: Any) -> None:
+            fake.handles_made += 1
+
         methods: dict[str, Any] = {name: method(name) for name in _EMPTY}
         methods["extension"] = extension
+        methods["__init__"] = made
         host.Details = type("Details", (), methods)
 
         def log(level: Level, message: str) -> None:

@@ -1,5 +1,5 @@
 """The export glue, run natively against stand-ins for componentize-py's bindings: results,
-lowering, lazy details from the lent `details` resource, batches, logging and the panic path
+lowering, lazy details from the instance's one `details` resource, batches, logging and the panic path
 (guest-sdk/src/export.rs)."""
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class ExportTest(unittest.TestCase):
             decider.init('{"max_attempts": 0}')
         self.assertEqual(caught.exception.value, "config.max_attempts: must be at least 1")
         # A refused config keeps the policy already configured, as in Rust.
-        verdict = decider.decide(wit_failure("db.timeout", attempt=3), self.host.lend())
+        verdict = decider.decide(wit_failure("db.timeout", attempt=3))
         self.assertEqual(verdict.class_, WitClass.EXHAUSTED)
         self.assertEqual(self.host.logs, [], "a refused config is an answer, not a fault")
 
@@ -103,7 +103,7 @@ class ExportTest(unittest.TestCase):
         # answers `decide` is not the one that received `init`.
         exported = verdict_sdk.export(Probe)
         exported().init("{}")
-        v = exported().decide(wit_failure("delay"), self.host.lend())
+        v = exported().decide(wit_failure("delay"))
         self.assertEqual(v.action, Action_Delay(30_000))
 
     def test_describe(self) -> None:
@@ -114,22 +114,21 @@ class ExportTest(unittest.TestCase):
     def test_decide_lowers_every_action(self) -> None:
         decider = verdict_sdk.export(Probe)()
         decider.init("")
-        v = decider.decide(wit_failure("db.timeout", jitter_seed=2**64 - 1), self.host.lend())
+        v = decider.decide(wit_failure("db.timeout", jitter_seed=2**64 - 1))
         self.assertEqual(v.action, Action_Retry(2**64 - 1))
         self.assertEqual((v.class_, v.reason, v.alert, v.labels), (WitClass.TRANSIENT, "orders", WitSeverity.NONE, []))
-        v = decider.decide(wit_failure("delay"), self.host.lend())
+        v = decider.decide(wit_failure("delay"))
         self.assertEqual((v.action, v.alert), (Action_Delay(30_000), WitSeverity.INFO))
-        v = decider.decide(wit_failure("dead"), self.host.lend())
+        v = decider.decide(wit_failure("dead"))
         self.assertEqual(v.action, Action_DeadLetter())
         self.assertEqual(v.labels, [Label("a", "1"), Label("b", "2")])
-        self.assertEqual(decider.decide(wit_failure("discard"), self.host.lend()).action, Action_Discard())
+        self.assertEqual(decider.decide(wit_failure("discard")).action, Action_Discard())
 
     def test_the_failure_is_lifted_with_lazy_host_details(self) -> None:
         probe_decider = verdict_sdk.export(Probe)()
         probe_decider.init("{}")
         probe_decider.decide(
-            wit_failure("db.timeout", attempt=4, deferrals=1, deadline_ms=9_000, now_ms=2_000),
-            self.host.lend(),
+            wit_failure("db.timeout", attempt=4, deferrals=1, deadline_ms=9_000, now_ms=2_000)
         )
         f = probe_decider._policy.seen[-1]
         self.assertEqual((f.attempt, f.deferrals, f.now_ms, f.deadline_ms, f.first_failed_at_ms), (4, 1, 2_000, 9_000, 100))
@@ -142,18 +141,27 @@ class ExportTest(unittest.TestCase):
         self.assertNotIn("consumer_group", self.host.calls)
         self.assertEqual({position for _, position in self.host.asked}, {0}, "decide's failure is at 0")
         self.assertEqual(f.extension("source"), "nats")
-        # A new decision fetches afresh: the details belong to one failure.
-        probe_decider.decide(wit_failure("db.timeout"), self.host.lend())
+        # A new decision fetches afresh: the details belong to one failure. The handle does
+        # not: the instance made one, on the first fact it read, and keeps it.
+        probe_decider.decide(wit_failure("db.timeout"))
         self.assertEqual(self.host.calls["topic"], 2)
+        self.assertEqual(self.host.handles_made, 1)
+
+    def test_a_policy_that_reads_no_details_makes_no_handle(self) -> None:
+        decider = OrdersDecider()
+        decider.init("{}")
+        decider.decide(wit_failure("db.timeout"))
+        decider.decide_batch([wit_failure("db.timeout"), wit_failure("json.parse")])
+        self.assertEqual(self.host.handles_made, 0)
 
     def test_a_verdict_without_a_reason_lowers_it_as_none(self) -> None:
         decider = verdict_sdk.export(Probe)()
         decider.init("{}")
         # Contract 0.2's reason is an option: none unless the policy gave one, as in Rust.
-        self.assertIsNone(decider.decide(wit_failure("delay"), self.host.lend()).reason)
-        self.assertIsNone(decider.decide(wit_failure("blank"), self.host.lend()).reason)
-        self.assertEqual(decider.decide(wit_failure("discard"), self.host.lend()).reason, "duplicate")
-        self.assertIsNone(OrdersDecider().decide(wit_failure("db.timeout"), self.host.lend()).reason)
+        self.assertIsNone(decider.decide(wit_failure("delay")).reason)
+        self.assertIsNone(decider.decide(wit_failure("blank")).reason)
+        self.assertEqual(decider.decide(wit_failure("discard")).reason, "duplicate")
+        self.assertIsNone(OrdersDecider().decide(wit_failure("db.timeout")).reason)
 
     def test_decide_batch_answers_each_failure_in_order_from_its_own_details(self) -> None:
         self.host.failures = [failure_details("orders", "m-1"), failure_details("invoices", "m-2")]
@@ -161,8 +169,7 @@ class ExportTest(unittest.TestCase):
         decider = verdict_sdk.export(Probe)()
         decider.init("{}")
         verdicts = decider.decide_batch(
-            [wit_failure("db.timeout", jitter_seed=5), wit_failure("delay", jitter_seed=6)],
-            self.host.lend(),
+            [wit_failure("db.timeout", jitter_seed=5), wit_failure("delay", jitter_seed=6)]
         )
         self.assertEqual([v.action for v in verdicts], [Action_Retry(5), Action_Delay(30_000)])
         self.assertEqual([v.reason for v in verdicts], ["orders", None])
@@ -184,62 +191,61 @@ class ExportTest(unittest.TestCase):
             for attempt in (1, 2, 3)
             for seed in (0, 7, 2**64 - 1)
         ]
-        alone = [decider.decide(f, self.host.lend()) for f in failures]
-        self.assertEqual(decider.decide_batch(failures, self.host.lend()), alone)
-        self.assertEqual(decider.decide_batch([], self.host.lend()), [])
+        alone = [decider.decide(f) for f in failures]
+        self.assertEqual(decider.decide_batch(failures), alone)
+        self.assertEqual(decider.decide_batch([]), [])
 
     def test_random_is_reseeded_for_every_failure_of_a_batch(self) -> None:
         decider = verdict_sdk.export(Dice)()
         decider.init("{}")
         batch = decider.decide_batch(
-            [wit_failure(jitter_seed=7), wit_failure(jitter_seed=8), wit_failure(jitter_seed=7)],
-            self.host.lend(),
+            [wit_failure(jitter_seed=7), wit_failure(jitter_seed=8), wit_failure(jitter_seed=7)]
         )
         self.assertEqual(batch[0], batch[2])
         self.assertNotEqual(batch[0], batch[1])
         random.random()  # whatever happens between calls does not carry over
-        self.assertEqual(decider.decide(wit_failure(jitter_seed=8), self.host.lend()), batch[1])
+        self.assertEqual(decider.decide(wit_failure(jitter_seed=8)), batch[1])
 
     def test_an_exception_in_a_batch_is_logged_as_a_panic_then_traps_the_call(self) -> None:
         decider = verdict_sdk.export(Probe)()
         with self.assertRaises(RuntimeError):
-            decider.decide_batch([wit_failure()], self.host.lend())
+            decider.decide_batch([wit_failure()])
         self.assertIn("decide-batch called before a successful init", self.host.logs[-1][1])
         decider.init("{}")
         with self.assertRaises(ZeroDivisionError):
-            decider.decide_batch([wit_failure("db.timeout"), wit_failure("boom")], self.host.lend())
+            decider.decide_batch([wit_failure("db.timeout"), wit_failure("boom")])
         level, message = self.host.logs[-1]
         self.assertEqual(level, Level.ERROR)
         self.assertTrue(message.startswith("panic: ZeroDivisionError: division by zero"), message)
         with self.assertRaises(TypeError):
-            decider.decide_batch([wit_failure("none")], self.host.lend())
+            decider.decide_batch([wit_failure("none")])
         self.assertIn("returned NoneType, not a Verdict", self.host.logs[-1][1])
         # The instance keeps serving: the host asks again one failure at a time.
-        self.assertEqual(decider.decide(wit_failure("delay"), self.host.lend()).action, Action_Delay(30_000))
+        self.assertEqual(decider.decide(wit_failure("delay")).action, Action_Delay(30_000))
 
     def test_logging_goes_to_the_host_once_exported(self) -> None:
         decider = verdict_sdk.export(Probe)()
         decider.init("{}")
-        decider.decide(wit_failure("db.timeout"), self.host.lend())
+        decider.decide(wit_failure("db.timeout"))
         self.assertIn((Level.INFO, "deciding db.timeout"), self.host.logs)
 
     def test_an_exception_in_decide_is_logged_as_a_panic_then_traps(self) -> None:
         decider = verdict_sdk.export(Probe)()
         decider.init("{}")
         with self.assertRaises(ZeroDivisionError):
-            decider.decide(wit_failure("boom"), self.host.lend())
+            decider.decide(wit_failure("boom"))
         level, message = self.host.logs[-1]
         self.assertEqual(level, Level.ERROR)
         self.assertTrue(message.startswith("panic: ZeroDivisionError: division by zero"), message)
         self.assertIn("in decide", message)
         with self.assertRaises(TypeError):
-            decider.decide(wit_failure("none"), self.host.lend())
+            decider.decide(wit_failure("none"))
         self.assertIn("returned NoneType, not a Verdict", self.host.logs[-1][1])
 
     def test_decide_before_init_traps_with_a_reason(self) -> None:
         decider = verdict_sdk.export(Probe)()
         with self.assertRaises(RuntimeError):
-            decider.decide(wit_failure(), self.host.lend())
+            decider.decide(wit_failure())
         self.assertIn("decide called before a successful init", self.host.logs[-1][1])
 
     def test_a_bug_in_init_traps_instead_of_refusing(self) -> None:
@@ -252,7 +258,7 @@ class ExportTest(unittest.TestCase):
         decider = verdict_sdk.export(Probe)()
         decider.init("{}")
         with self.assertRaises(UnicodeEncodeError):
-            decider.decide(wit_failure("badtext"), self.host.lend())
+            decider.decide(wit_failure("badtext"))
         self.assertTrue(self.host.logs[-1][1].startswith("panic: UnicodeEncodeError"))
 
     def test_export_checks_the_policy_class_at_import(self) -> None:

@@ -18,9 +18,10 @@ As in the Rust SDK:
   exception is a bug: it is logged as `panic: ...` at error level through the host, then
   traps, so the host reports the fault with its message;
 * `decide` lifts the record into a `Failure` whose bulky parts come from the host on first
-  use, through the `details` resource the host lends for the call (the failure's position
-  is 0), decides, and lowers the verdict; an exception is logged as `panic: ...` and traps,
-  and the host applies the topic's fallback verdict;
+  use, through the instance's one `details` resource (made the first time a policy reads
+  such a part, then kept; the failure's position is 0), decides, and lowers the verdict; an
+  exception is logged as `panic: ...` and traps, and the host applies the topic's fallback
+  verdict;
 * `decide_batch` decides each failure of the list as `decide` would, in order, its bulky
   parts asked of `details` by its position in the list; an exception in any of them traps
   the whole call as in `decide` (the host then decides the batch again one failure at a
@@ -61,6 +62,14 @@ def export(policy: type[Any]) -> type[Any]:
     # cannot live on `self`.
     # This is the Rust macro's `thread_local! POLICY`.
     configured: list[Any] = [None]
+    # The instance's one `details` handle, made on first use (never while componentize-py
+    # pre-initialises the module: a handle cannot outlive that snapshot) and kept.
+    handle: list[Any] = [None]
+
+    def details() -> Any:
+        if handle[0] is None:
+            handle[0] = _bindings().host.Details()
+        return handle[0]
 
     class Decider:
         """The `verdict:policy/decider` export of the policy (made by `verdict_sdk.export`)."""
@@ -89,17 +98,17 @@ def export(policy: type[Any]) -> type[Any]:
                 name=policy.name, version=policy.version, description=policy.description
             )
 
-        def decide(self, failure: Any, details: Any) -> Any:
+        def decide(self, failure: Any) -> Any:
             try:
-                return self._decide(self._configured("decide"), failure, details, 0)
+                return self._decide(self._configured("decide"), failure, 0)
             except BaseException as error:
                 _panic(error)
                 raise
 
-        def decide_batch(self, failures: list[Any], details: Any) -> list[Any]:
+        def decide_batch(self, failures: list[Any]) -> list[Any]:
             try:
                 built = self._configured("decide-batch")
-                return [self._decide(built, f, details, i) for i, f in enumerate(failures)]
+                return [self._decide(built, f, i) for i, f in enumerate(failures)]
             except BaseException as error:
                 _panic(error)
                 raise
@@ -110,7 +119,7 @@ def export(policy: type[Any]) -> type[Any]:
                 raise RuntimeError(f"{call} called before a successful init")
             return built
 
-        def _decide(self, built: Any, failure: Any, details: Any, position: int) -> Any:
+        def _decide(self, built: Any, failure: Any, position: int) -> Any:
             # `random` keeps its state in the instance, which serves many decisions (and a
             # batch many failures): reseeded from each failure, it draws the same numbers for
             # the same failure, batched or not.
@@ -151,15 +160,19 @@ def _bindings() -> SimpleNamespace:
 
 class _HostDetails:
     """The lazily fetched parts of one failure of the running call, in the SDK's own types:
-    the `details` resource the host lent for the call, asked about the failure at
-    `position` (0 in `decide`, its index in `decide_batch`). The resource is a borrow that
-    ends with the call, and so does every `Failure` built on it."""
+    the instance's `details` resource (`handle()` makes it on first use), asked about the
+    failure at `position` (0 in `decide`, its index in `decide_batch`). The host answers
+    about the call in progress, so a `Failure` means nothing once its call returns."""
 
-    __slots__ = ("_details", "_position")
+    __slots__ = ("_handle", "_position")
 
-    def __init__(self, details: Any, position: int) -> None:
-        self._details = details
+    def __init__(self, handle: Any, position: int) -> None:
+        self._handle = handle
         self._position = position
+
+    @property
+    def _details(self) -> Any:
+        return self._handle()
 
     def topic(self) -> str:
         return self._details.topic(self._position)

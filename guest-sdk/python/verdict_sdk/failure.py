@@ -65,7 +65,7 @@ class AttemptRecord:
 
 class HostDetails(Protocol):
     """Where the lazily fetched parts of one failure come from inside a component: the export
-    glue provides it, asking the `details` resource the host lent for the call about the
+    glue provides it, asking the instance's one `details` resource about the
     failure's position in it, so a failure of a batch reads its own parts. Natively they are
     given to `Failure` directly."""
 

@@ -292,15 +292,28 @@ fn contracts(hosts: &Hosts) {
             ratio(p50)
         );
     }
-    // For a profiler: keep deciding batches of `rules` for this many seconds (`perf record`
-    // on the bench with `-- NOMATCH`), so the batch path is most of the samples.
-    if let Some(seconds) = std::env::var("VERDICT_BENCH_PROFILE_BATCH_S")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
+    // For a profiler: keep making one of the calls above for a while (`perf record` on the
+    // bench with `-- NOMATCH`), so that call is most of the samples.
+    // `VERDICT_BENCH_PROFILE=<row>:<seconds>`, the row one of `0.1`, `0.2`, `batch`,
+    // `floor`, `floor-batch`.
+    if let Some((row, seconds)) = std::env::var("VERDICT_BENCH_PROFILE").ok().and_then(|v| {
+        let (row, seconds) = v.split_once(':')?;
+        Some((row.to_owned(), seconds.parse::<u64>().ok()?))
+    }) {
         let until = std::time::Instant::now() + Duration::from_secs(seconds);
         while std::time::Instant::now() < until {
-            black_box(current.decide_batch(black_box(&batch)));
+            for _ in 0..100 {
+                match row.as_str() {
+                    "0.1" => drop(black_box(previous.decide(black_box(&hf)))),
+                    "0.2" => drop(black_box(current.decide(black_box(&hf)))),
+                    "batch" => drop(black_box(current.decide_batch(black_box(&batch)))),
+                    "floor" => drop(black_box(floor.decide(black_box(&hf)))),
+                    "floor-batch" => drop(black_box(floor.decide_batch(black_box(&batch)))),
+                    other => panic!(
+                        "VERDICT_BENCH_PROFILE: no row {other:?} (0.1, 0.2, batch, floor, floor-batch)"
+                    ),
+                }
+            }
         }
     }
 }

@@ -19,14 +19,20 @@ use crate::wit::{Lent, generated, generated_v0_1};
 const MAX_LOG_LINE_BYTES: usize = 4 << 10;
 /// Log lines one call may write; more are dropped and counted.
 const MAX_LOG_LINES_PER_CALL: u32 = 32;
+/// `details` handles one instance may hold at a time. A policy needs one; each lives in a
+/// table on the host, outside the memory cap, so a policy making them without end must be
+/// stopped rather than trusted.
+pub(crate) const MAX_DETAILS_HANDLES: u32 = 16;
 
 /// What a store carries for one policy instance.
 pub(crate) struct HostState {
     pub(crate) limiter: MemoryLimiter,
-    /// The details of the failures being decided, lent to the policy for the call: a 0.2
-    /// `details` handle's rep is its index here, and a 0.1 policy's `host.*` functions read
-    /// the first. Empty outside `decide`.
+    /// The details of the failures being decided, for the call: a 0.2 policy's `details`
+    /// methods name one by its index here, and a 0.1 policy's `host.*` functions read the
+    /// first. Empty outside `decide`.
     pub(crate) lent: Vec<Arc<Details>>,
+    /// `details` handles the policy holds (made and not yet dropped).
+    details_handles: u32,
     /// The last panic message the SDK's hook logged, to explain the trap that follows.
     pub(crate) last_panic: Option<String>,
     pub(crate) policy: Arc<str>,
@@ -40,6 +46,7 @@ impl HostState {
         HostState {
             limiter: MemoryLimiter::new(memory_cap_bytes, max_core_instances as usize),
             lent: Vec::new(),
+            details_handles: 0,
             last_panic: None,
             policy,
             wasi: WasiState::default(),
@@ -98,9 +105,8 @@ impl HostState {
         self.lent.first().map(|d| &**d)
     }
 
-    /// The details of the call's `failure`-th failure, for a 0.2 policy (the component
-    /// model only lets it hold the `details` handle lent for the running call). A position
-    /// past the call's failures answers empty values, never a trap.
+    /// The details of the call's `failure`-th failure, for a 0.2 policy. Outside a call, or
+    /// at a position past the call's failures, empty values, never a trap.
     fn lent(&self, failure: u32) -> Option<&Details> {
         let index = usize::try_from(failure).ok()?;
         self.lent.get(index).map(|d| &**d)
@@ -145,6 +151,18 @@ impl host_v0_2::Host for HostState {
 }
 
 impl host_v0_2::HostDetails for HostState {
+    /// Every handle reads the same store (its rep carries nothing): the count bounds them.
+    fn new(&mut self) -> Result<Resource<Lent>> {
+        if self.details_handles >= MAX_DETAILS_HANDLES {
+            wasmtime::bail!(
+                "the policy holds {MAX_DETAILS_HANDLES} `details` handles and asked for \
+                 another: one, kept for every call, is all a policy needs"
+            );
+        }
+        self.details_handles += 1;
+        Ok(Resource::new_own(0))
+    }
+
     fn topic(&mut self, _: Resource<Lent>, failure: u32) -> String {
         self.lent(failure).map(topic).unwrap_or_default()
     }
@@ -206,9 +224,9 @@ impl host_v0_2::HostDetails for HostState {
             .and_then(|d| d.extensions.get(&key).cloned())
     }
 
-    /// The host only lends `details` (borrowed handles end with the call); a policy never
-    /// owns one, so there is nothing to free.
+    /// A handle holds nothing but its place in the count.
     fn drop(&mut self, _: Resource<Lent>) -> Result<()> {
+        self.details_handles = self.details_handles.saturating_sub(1);
         Ok(())
     }
 }

@@ -4,12 +4,10 @@
 use std::sync::Arc;
 
 use verdict_types::Verdict;
-use wasmtime::component::Resource;
 use wasmtime::{Store, Trap};
 
 use crate::bindings::HostState;
 use crate::wasi::CallInputs;
-use crate::wit::Lent;
 use crate::wit::types as wit;
 use crate::wit::{PolicyBindings, PolicyBindingsPre, v0_1};
 use crate::{Failure, Fault, Limits, Policy};
@@ -170,7 +168,7 @@ impl Instance {
         let result = match &self.bindings {
             Bindings::V0_2(b) => b
                 .verdict_policy_decider()
-                .call_decide(&mut self.store, &failure.record, lend())
+                .call_decide(&mut self.store, &failure.record)
                 .map(Verdict::from),
             Bindings::V0_1(b) => b
                 .verdict_policy_decider()
@@ -211,10 +209,9 @@ impl Instance {
             .unwrap_or_default();
         arm(&mut self.store, limits, budget, failures, inputs);
         let records: Vec<wit::Failure> = failures.iter().map(|f| f.record.clone()).collect();
-        let result =
-            bindings
-                .verdict_policy_decider()
-                .call_decide_batch(&mut self.store, &records, lend());
+        let result = bindings
+            .verdict_policy_decider()
+            .call_decide_batch(&mut self.store, &records);
         let result = match result {
             // The batch's fuel is pooled: past one failure's budget in all, some failure
             // may have used more than it would have been given alone. Then the batch counts
@@ -261,12 +258,6 @@ fn over_budget(store: &Store<HostState>, limits: &Limits, budget: Budget) -> boo
     store
         .get_fuel()
         .is_ok_and(|left| pooled.saturating_sub(left) > per_decision)
-}
-
-/// The borrowed `details` handle of a call: one per call, its failures named by position,
-/// so its rep carries nothing.
-fn lend() -> Resource<Lent> {
-    Resource::new_borrow(0)
 }
 
 fn arm(

@@ -11,6 +11,11 @@ pub(crate) mod generated {
         with: {
             "verdict:policy/host.details": super::Lent,
         },
+        // A policy that makes `details` handles without end is stopped (see
+        // `bindings::MAX_DETAILS_HANDLES`).
+        imports: {
+            "verdict:policy/host.[constructor]details": trappable,
+        },
     });
 }
 
@@ -22,8 +27,8 @@ pub(crate) mod generated_v0_1 {
     });
 }
 
-/// The `details` resource a 0.2 policy holds a borrowed handle of for one call: the call's
-/// failures' details, named by their position in the call (the store keeps them).
+/// The `details` resource a 0.2 policy makes once and keeps: a handle onto the failures of
+/// the call in progress, named by their position in it (the store keeps them).
 pub struct Lent;
 
 pub(crate) use generated::Policy as PolicyBindings;

@@ -25,8 +25,8 @@ let component;
 const logs = [];
 const fetched = [];
 
-// The host's interface as jco's bindings take it: `log`, and the `details` resource class
-// whose instances the test lends to each call (every method takes the failure's position).
+// The host's interface as jco's bindings take it: `log`, and the `details` resource class a
+// policy makes its one handle from (every method takes the failure's position).
 class Details {
   topic(i) {
     fetched.push(['topic', i]);
@@ -192,7 +192,7 @@ test('decide and decideBatch answer as the native policy does, across a sweep', 
           const make = () => new Failure(kind).withAttempt(attempt).withJitterSeed(seed).withNowMs(1_000);
           for (const f of [make(), make().withRetryAfterMs(90_000), make().withRejected(true), make().withDeadlineMs(1_000)]) {
             const want = lowered(policy.decide(f));
-            const got = component.decide(record(f), new Details());
+            const got = component.decide(record(f));
             assert.deepEqual(got, want, `${config.slice(0, 40)} ${kind} attempt ${attempt} seed ${seed}`);
             failures.push([f, want]);
             compared++;
@@ -202,7 +202,7 @@ test('decide and decideBatch answer as the native policy does, across a sweep', 
       // The kind's failures again as batches of up to 64, the most the host sends at once.
       for (let at = 0; at < failures.length; at += 64) {
         const batch = failures.slice(at, at + 64);
-        const got = component.decideBatch(batch.map(([f]) => record(f)), new Details());
+        const got = component.decideBatch(batch.map(([f]) => record(f)));
         assert.deepEqual(got, batch.map(([, want]) => want), `${config.slice(0, 40)} ${kind} batch at ${at}`);
         batches++;
       }
@@ -220,7 +220,7 @@ test('the Rust vector files pass through the component', { skip }, () => {
   for (const file of ['classes.json', 'error-table.json', 'limits.json']) {
     for (const run of runsOf(fileURLToPath(new URL(file, vectors)))) {
       assert.equal(init(component, run.config), 'ok');
-      const got = component.decide(record(failureFromSpec(run.failure)), new Details());
+      const got = component.decide(record(failureFromSpec(run.failure)));
       for (const m of mismatches(got, run.expect)) wrong.push(`${file}: ${run.name}: ${m}`);
     }
   }

@@ -1,11 +1,13 @@
-//! A policy that lies in `decide-batch`, written against the raw `verdict:policy@0.2.0`
-//! bindings because the SDK's glue always answers one verdict per failure. Its config (the
-//! whole string) picks the lie:
+//! A policy that lies in `decide-batch` or abuses `details` handles, written against the raw
+//! `verdict:policy@0.2.0` bindings because the SDK's glue always answers one verdict per
+//! failure and makes one handle. Its config (the whole string) picks the lie:
 //!
 //! - `short`: one verdict fewer than the failures it was given;
 //! - `long`: one verdict more;
-//! - `past-the-end`: asks the lent details for every on-demand fact of a position past the
-//!   batch and reports the sizes it got back as each verdict's reason.
+//! - `past-the-end`: asks `details` (a handle made in `init`, outside any call) for every
+//!   on-demand fact of a position past the batch and reports the sizes it got back as each
+//!   verdict's reason;
+//! - `hoard-handles`: makes a `details` handle per failure and never drops one.
 //!
 //! `decide` always retries after 1 s with the reason `alone`, and an honest batch answer
 //! says `batch`: a test tells from the reason which of the two the host applied.
@@ -25,6 +27,7 @@ use verdict::policy::types::{Action, Class, Severity};
 
 thread_local! {
     static MODE: RefCell<String> = const { RefCell::new(String::new()) };
+    static DETAILS: RefCell<Option<Details>> = const { RefCell::new(None) };
 }
 
 fn verdict(reason: &str) -> Verdict {
@@ -65,12 +68,13 @@ struct BatchLiar;
 impl Guest for BatchLiar {
     fn init(config: String) -> Result<(), String> {
         match config.as_str() {
-            "short" | "long" | "past-the-end" => {
+            "short" | "long" | "past-the-end" | "hoard-handles" => {
                 MODE.with(|m| *m.borrow_mut() = config);
+                DETAILS.with(|d| *d.borrow_mut() = Some(Details::new()));
                 Ok(())
             }
             other => Err(format!(
-                "config: expected `short`, `long` or `past-the-end`, got `{other}`"
+                "config: expected `short`, `long`, `past-the-end` or `hoard-handles`, got `{other}`"
             )),
         }
     }
@@ -83,21 +87,34 @@ impl Guest for BatchLiar {
         }
     }
 
-    fn decide(_failure: Failure, _details: &Details) -> Verdict {
+    fn decide(_failure: Failure) -> Verdict {
+        if MODE.with(|m| m.borrow().as_str() == "hoard-handles") {
+            std::mem::forget(Details::new());
+        }
         verdict("alone")
     }
 
-    fn decide_batch(failures: Vec<Failure>, details: &Details) -> Vec<Verdict> {
+    fn decide_batch(failures: Vec<Failure>) -> Vec<Verdict> {
         let n = failures.len();
         let mode = MODE.with(|m| m.borrow().clone());
         match mode.as_str() {
             "short" => (1..n).map(|_| verdict("batch")).collect(),
             "long" => (0..=n).map(|_| verdict("batch")).collect(),
+            "hoard-handles" => (0..n)
+                .map(|_| {
+                    std::mem::forget(Details::new());
+                    verdict("batch")
+                })
+                .collect(),
             _ => {
                 let position = u32::try_from(n).unwrap_or(u32::MAX).saturating_add(3);
-                (0..n)
-                    .map(|_| verdict(&past_the_end(details, position)))
-                    .collect()
+                DETAILS.with(|d| {
+                    let held = d.borrow();
+                    let details = held.as_ref().expect("made in init");
+                    (0..n)
+                        .map(|_| verdict(&past_the_end(details, position)))
+                        .collect()
+                })
             }
         }
     }

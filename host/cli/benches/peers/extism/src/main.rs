@@ -136,11 +136,12 @@ fn unused_imports() -> Vec<Function> {
         )
         .with_namespace(ns)
     };
-    // Contract 0.2: `log`, the lent `details` resource's methods (the handle and the
-    // failure's position first, then a return area for anything that is not a number) and
-    // the end of a borrow.
+    // Contract 0.2: `log`, the `details` resource's constructor, its methods (the handle and
+    // the failure's position first, then a return area for anything that is not a number)
+    // and its drop.
     let mut f = vec![
         refuse("log", vec![ValType::I32; 3], vec![]),
+        refuse("[constructor]details", vec![], vec![ValType::I32]),
         refuse("[resource-drop]details", vec![ValType::I32], vec![]),
         refuse(
             "[method]details.payload-size",
