@@ -220,7 +220,7 @@ fn a_batch_answered_with_the_wrong_number_of_verdicts_is_decided_again_one_by_on
     assert!(
         refused
             .to_string()
-            .contains("expected `short`, `long`, `past-the-end` or `hoard-handles`"),
+            .contains("expected `short`, `long`, `past-the-end`, `hoard-handles` or"),
         "{refused}"
     );
 }
@@ -280,6 +280,27 @@ fn a_policy_hoarding_details_handles_faults_at_the_bound() {
     assert_eq!(decisions.len(), 20);
     assert!(
         decisions.iter().any(|d| d.verdict.reason == "alone"),
+        "{decisions:?}"
+    );
+}
+
+/// A policy that makes a `details` handle and drops it, call after call, never reaches the
+/// bound: a dropped handle gives its place back.
+#[test]
+fn details_handles_dropped_free_their_place() {
+    let host = host();
+    let liar = host.load_file(fixtures::BATCH_LIAR.as_ref()).unwrap();
+    let decider = liar.configure("churn-handles", Default::default()).unwrap();
+    let failures = distinct_details(1);
+    for n in 0..40 {
+        let d = decider.decide(&failures[0]);
+        assert!(d.fallback.is_none(), "decision {n}: {d:?}");
+    }
+    let decisions = decider.decide_batch(&distinct_details(20));
+    assert!(
+        decisions
+            .iter()
+            .all(|d| d.fallback.is_none() && d.verdict.reason == "batch"),
         "{decisions:?}"
     );
 }

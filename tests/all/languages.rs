@@ -121,6 +121,46 @@ fn a_python_policys_warm_instance_serves_decision_after_decision() {
     assert_eq!(counts, ["decisions=1", "decisions=2", "decisions=3"]);
 }
 
+/// A Python policy reads a failure's on-demand parts through the `details` handle its SDK
+/// makes once: decision after decision on one warm instance, and for each failure of a
+/// batch at its own position.
+#[test]
+fn a_python_policy_reads_each_failures_details_through_one_handle() {
+    let probe = host()
+        .load_file(built(fixtures::WASI_PROBE_PY).as_ref())
+        .unwrap();
+    let decider = probe.configure("{}", Default::default()).unwrap();
+    let failures: Vec<Failure> = (0..4)
+        .map(|i| {
+            failure(json!({
+                "topic": format!("orders.{i}"),
+                "message-id": format!("m-{i}"),
+                "error": {"kind": "probe.details"},
+                "extensions": {"source": format!("src-{i}")},
+            }))
+        })
+        .collect();
+    let want: Vec<String> = (0..4).map(|i| format!("orders.{i} m-{i} src-{i}")).collect();
+    let alone: Vec<String> = failures
+        .iter()
+        .map(|f| decider.decide(f))
+        .map(|d| {
+            assert!(d.fallback.is_none(), "{d:?}");
+            d.verdict.reason
+        })
+        .collect();
+    assert_eq!(alone, want);
+    let batched: Vec<String> = decider
+        .decide_batch(&failures)
+        .into_iter()
+        .map(|d| {
+            assert!(d.fallback.is_none(), "{d:?}");
+            d.verdict.reason
+        })
+        .collect();
+    assert_eq!(batched, want);
+}
+
 #[test]
 fn wasi_outside_the_catalogue_or_its_version_is_refused_by_name() {
     let host = host();

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import sdk_support
 from example_policy import Decider as OrdersDecider
+from example_policy import Orders
 from sdk_support import (
     Action_DeadLetter,
     Action_Delay,
@@ -148,7 +149,9 @@ class ExportTest(unittest.TestCase):
         self.assertEqual(self.host.handles_made, 1)
 
     def test_a_policy_that_reads_no_details_makes_no_handle(self) -> None:
-        decider = OrdersDecider()
+        # A class of its own: `OrdersDecider`'s handle, had an earlier test made one, would
+        # hide one made here.
+        decider = verdict_sdk.export(Orders)()
         decider.init("{}")
         decider.decide(wit_failure("db.timeout"))
         decider.decide_batch([wit_failure("db.timeout"), wit_failure("json.parse")])

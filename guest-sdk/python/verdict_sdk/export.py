@@ -160,7 +160,8 @@ def _bindings() -> SimpleNamespace:
 
 class _HostDetails:
     """The lazily fetched parts of one failure of the running call, in the SDK's own types:
-    the instance's `details` resource (`handle()` makes it on first use), asked about the
+    the instance's `details` resource (`handle()`, the export's `details`, makes it on first
+    use), asked about the
     failure at `position` (0 in `decide`, its index in `decide_batch`). The host answers
     about the call in progress, so a `Failure` means nothing once its call returns."""
 

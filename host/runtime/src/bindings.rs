@@ -29,7 +29,7 @@ pub(crate) struct HostState {
     pub(crate) limiter: MemoryLimiter,
     /// The details of the failures being decided, for the call: a 0.2 policy's `details`
     /// methods name one by its index here, and a 0.1 policy's `host.*` functions read the
-    /// first. Empty outside `decide`.
+    /// first. Empty outside `decide` and `decide-batch`.
     pub(crate) lent: Vec<Arc<Details>>,
     /// `details` handles the policy holds (made and not yet dropped).
     details_handles: u32,

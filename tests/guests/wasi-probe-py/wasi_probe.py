@@ -5,7 +5,8 @@ so the host's tests can check that every one is either deterministic or denied.
 The error kind picks the probe: `probe.report` answers with what it saw; `probe.socket`,
 `probe.exit` and `probe.file` reach for a capability and let whatever happens happen;
 `probe.count` says how many decisions this instance has made (a warm instance keeps counting,
-a fresh one starts at 1).
+a fresh one starts at 1); `probe.details` answers with the failure's topic, message id and
+`source` extension, read from the host through the SDK's one `details` handle.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ class WasiProbe:
         kind = failure.kind
         if kind == "probe.count":
             return Verdict.retry_after(0).because(f"decisions={_decisions}")
+        if kind == "probe.details":
+            return Verdict.retry_after(0).because(
+                f"{failure.topic} {failure.message_id} {failure.extension('source')}"
+            )
         if kind == "probe.socket":
             import socket
 

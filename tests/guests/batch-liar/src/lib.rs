@@ -7,7 +7,11 @@
 //! - `past-the-end`: asks `details` (a handle made in `init`, outside any call) for every
 //!   on-demand fact of a position past the batch and reports the sizes it got back as each
 //!   verdict's reason;
-//! - `hoard-handles`: makes a `details` handle per failure and never drops one.
+//! - `hoard-handles`: makes a `details` handle per failure and never drops one;
+//! - `churn-handles`: makes a `details` handle per failure and drops it at once.
+//!
+//! In every mode `init` first asks its handle about position 0 - no call is in progress -
+//! and refuses the config unless every answer is empty.
 //!
 //! `decide` always retries after 1 s with the reason `alone`, and an honest batch answer
 //! says `batch`: a test tells from the reason which of the two the host applied.
@@ -40,6 +44,10 @@ fn verdict(reason: &str) -> Verdict {
     }
 }
 
+/// What [`past_the_end`] reports when every answer is empty.
+const EMPTY: &str = "texts=0 payload=0 payload-size=0 headers=0 history=0 published=None \
+                     content-type=None extension=None";
+
 /// The sizes of everything `details` answers for a position no failure holds.
 fn past_the_end(details: &Details, position: u32) -> String {
     let texts = [
@@ -68,13 +76,19 @@ struct BatchLiar;
 impl Guest for BatchLiar {
     fn init(config: String) -> Result<(), String> {
         match config.as_str() {
-            "short" | "long" | "past-the-end" | "hoard-handles" => {
+            "short" | "long" | "past-the-end" | "hoard-handles" | "churn-handles" => {
+                let details = Details::new();
+                let outside = past_the_end(&details, 0);
+                if outside != EMPTY {
+                    return Err(format!("details outside a call answered: {outside}"));
+                }
                 MODE.with(|m| *m.borrow_mut() = config);
-                DETAILS.with(|d| *d.borrow_mut() = Some(Details::new()));
+                DETAILS.with(|d| *d.borrow_mut() = Some(details));
                 Ok(())
             }
             other => Err(format!(
-                "config: expected `short`, `long`, `past-the-end` or `hoard-handles`, got `{other}`"
+                "config: expected `short`, `long`, `past-the-end`, `hoard-handles` or \
+                 `churn-handles`, got `{other}`"
             )),
         }
     }
@@ -88,8 +102,10 @@ impl Guest for BatchLiar {
     }
 
     fn decide(_failure: Failure) -> Verdict {
-        if MODE.with(|m| m.borrow().as_str() == "hoard-handles") {
-            std::mem::forget(Details::new());
+        match MODE.with(|m| m.borrow().clone()).as_str() {
+            "hoard-handles" => std::mem::forget(Details::new()),
+            "churn-handles" => drop(Details::new()),
+            _ => {}
         }
         verdict("alone")
     }
@@ -103,6 +119,12 @@ impl Guest for BatchLiar {
             "hoard-handles" => (0..n)
                 .map(|_| {
                     std::mem::forget(Details::new());
+                    verdict("batch")
+                })
+                .collect(),
+            "churn-handles" => (0..n)
+                .map(|_| {
+                    drop(Details::new());
                     verdict("batch")
                 })
                 .collect(),
