@@ -140,7 +140,9 @@ fn a_python_policy_reads_each_failures_details_through_one_handle() {
             }))
         })
         .collect();
-    let want: Vec<String> = (0..4).map(|i| format!("orders.{i} m-{i} src-{i}")).collect();
+    let want: Vec<String> = (0..4)
+        .map(|i| format!("orders.{i} m-{i} src-{i}"))
+        .collect();
     let alone: Vec<String> = failures
         .iter()
         .map(|f| decider.decide(f))
