@@ -71,6 +71,16 @@ fn past_the_end(details: &Details, position: u32) -> String {
     )
 }
 
+/// What the handle modes do for each failure they decide: make a `details` handle and keep
+/// it forever (`hoard-handles`) or drop it at once (`churn-handles`).
+fn handle_per_failure(mode: &str) {
+    match mode {
+        "hoard-handles" => std::mem::forget(Details::new()),
+        "churn-handles" => drop(Details::new()),
+        _ => {}
+    }
+}
+
 struct BatchLiar;
 
 impl Guest for BatchLiar {
@@ -102,11 +112,7 @@ impl Guest for BatchLiar {
     }
 
     fn decide(_failure: Failure) -> Verdict {
-        match MODE.with(|m| m.borrow().clone()).as_str() {
-            "hoard-handles" => std::mem::forget(Details::new()),
-            "churn-handles" => drop(Details::new()),
-            _ => {}
-        }
+        MODE.with(|m| handle_per_failure(&m.borrow()));
         verdict("alone")
     }
 
@@ -116,15 +122,9 @@ impl Guest for BatchLiar {
         match mode.as_str() {
             "short" => (1..n).map(|_| verdict("batch")).collect(),
             "long" => (0..=n).map(|_| verdict("batch")).collect(),
-            "hoard-handles" => (0..n)
+            "hoard-handles" | "churn-handles" => (0..n)
                 .map(|_| {
-                    std::mem::forget(Details::new());
-                    verdict("batch")
-                })
-                .collect(),
-            "churn-handles" => (0..n)
-                .map(|_| {
-                    drop(Details::new());
+                    handle_per_failure(&mode);
                     verdict("batch")
                 })
                 .collect(),
