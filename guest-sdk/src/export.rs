@@ -317,6 +317,12 @@ fn lower(v: Verdict) -> WitVerdict {
         action: match v.action {
             Action::Retry(ms) => wit::Action::Retry(ms),
             Action::Delay(ms) => wit::Action::Delay(ms),
+            #[cfg(not(feature = "contract-v0-1"))]
+            Action::Pause(ms) => wit::Action::Pause(ms),
+            // Contract 0.1 has no route pause: the message alone is delayed, which is what
+            // a pause asks for it.
+            #[cfg(feature = "contract-v0-1")]
+            Action::Pause(ms) => wit::Action::Delay(ms),
             Action::DeadLetter => wit::Action::DeadLetter,
             Action::Discard => wit::Action::Discard,
         },

@@ -253,6 +253,7 @@ on_every_broker! {
     retries_carry_their_history_and_are_never_early => "delays",
     two_gateways_on_one_queue_split_the_load_and_lose_nothing => "pair",
     a_retry_budget_holds_retries_without_losing_or_spending => "budget",
+    a_paused_route_calls_nothing_but_its_probes => "pause",
 }
 
 /// 5% of a thousand messages fail for good, 20% a few times: 950 are delivered once each,
@@ -399,6 +400,29 @@ fn a_retry_budget_holds_retries_without_losing_or_spending<B: Broker>(name: &str
         })
         .count();
     assert!(held > 0, "some letters show their holds");
+    assert!(broker.wait_for(Duration::from_secs(10), || broker.drained()));
+}
+
+/// `adaptive`'s open circuit pauses the route: the consumer sees one probe per pause and
+/// nothing else until it is back, then every message once (see `pause`).
+fn a_paused_route_calls_nothing_but_its_probes<B: Broker>(name: &str) {
+    let dir = scratch_dir(&format!("{}-{name}", B::SOURCE));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let broker = B::new(name);
+    let consumer = super::pause::down_consumer(&runtime);
+    let gw = broker
+        .config(&consumer.url(), super::pause::ADAPTIVE_CONFIG, 1)
+        .policy("adaptive", fixtures::ADAPTIVE)
+        .map_routes(|r| r.set("policy", "adaptive"))
+        .start_on(runtime, &dir, "unused");
+    gw.wait_ready();
+    super::pause::a_paused_route_calls_nothing_but_its_probes(
+        &gw,
+        &broker.topic(),
+        &consumer,
+        &|ids| broker.publish(ids),
+        &|| broker.dlq_depth(),
+    );
     assert!(broker.wait_for(Duration::from_secs(10), || broker.drained()));
 }
 

@@ -116,7 +116,7 @@ fn adaptive_scales_with_success_rate_and_opens_the_circuit() {
     );
     assert_eq!(
         adaptive.decide(&with(100, 100, 50)).verdict.action,
-        Action::Delay(30_000)
+        Action::Pause(30_000)
     );
 }
 

@@ -11,10 +11,40 @@ pub enum Action {
     /// Redeliver after this many milliseconds without spending an attempt (rate limits, an
     /// open circuit, a downstream known to be down). The host bounds how often and how long.
     Delay(u64),
+    /// Stop the whole route for this many milliseconds: what failed this message fails
+    /// every message of the route (a dependency down for all), so the route stops taking
+    /// messages instead of deferring each one. Deliveries in flight finish; this message
+    /// is redelivered after the pause without spending an attempt (it counts as a
+    /// deferral, as a delay does, so the host's deferral bounds end a pause that never
+    /// lifts); when the pause ends one probe delivery decides between resuming and
+    /// pausing again. Contract 0.2 and later.
+    Pause(u64),
     /// Move the message to its dead-letter queue with its whole history.
     DeadLetter,
     /// Drop the message; the host keeps an audit record with the reason.
     Discard,
+}
+
+impl Action {
+    /// Every action's name, as [`Action::name`] gives it.
+    pub const NAMES: [&'static str; 5] = ["retry", "delay", "pause", "dead-letter", "discard"];
+
+    /// The action's name in metrics, reports and JSON (`retry`, `delay`, `pause`,
+    /// `dead-letter`, `discard`).
+    pub fn name(&self) -> &'static str {
+        Self::NAMES[self.index()]
+    }
+
+    /// The action's position in [`Action::NAMES`]: an index into per-action counters.
+    pub fn index(&self) -> usize {
+        match self {
+            Action::Retry(_) => 0,
+            Action::Delay(_) => 1,
+            Action::Pause(_) => 2,
+            Action::DeadLetter => 3,
+            Action::Discard => 4,
+        }
+    }
 }
 
 /// Why the message failed, in the vocabulary shared by alerts, metrics and envelopes.
@@ -141,6 +171,12 @@ impl Verdict {
         Self::new(Action::Delay(ms), Class::Transient)
     }
 
+    /// Pause the whole route for `ms` milliseconds (see [`Action::Pause`]); this message is
+    /// redelivered after it without spending an attempt. Class: transient.
+    pub fn pause(ms: u64) -> Self {
+        Self::new(Action::Pause(ms), Class::Transient)
+    }
+
     /// Dead-letter the message with the given class.
     pub fn dead_letter(class: Class) -> Self {
         Self::new(Action::DeadLetter, class)
@@ -179,10 +215,11 @@ impl Verdict {
         self
     }
 
-    /// The delay of a retry or delay verdict, `None` for the terminal actions.
+    /// When the message is delivered again (a retry, a delay or a pause), `None` for the
+    /// terminal actions.
     pub fn delay_ms(&self) -> Option<u64> {
         match self.action {
-            Action::Retry(ms) | Action::Delay(ms) => Some(ms),
+            Action::Retry(ms) | Action::Delay(ms) | Action::Pause(ms) => Some(ms),
             Action::DeadLetter | Action::Discard => None,
         }
     }

@@ -9,7 +9,7 @@ import { Level, log } from './log.js';
 import { instantiate } from './policy.js';
 import { Class, Severity } from './verdict.js';
 
-const ACTIONS = ['retry', 'delay', 'dead-letter', 'discard'];
+const ACTIONS = ['retry', 'delay', 'pause', 'dead-letter', 'discard'];
 const CLASSES = Object.values(Class);
 const SEVERITIES = Object.values(Severity);
 const U64_MAX = (1n << 64n) - 1n;
@@ -153,7 +153,7 @@ function lower(v) {
     throw new TypeError(`verdict.action must be one of ${ACTIONS.map((a) => `{tag: '${a}'}`).join(', ')}`);
   }
   let lowered;
-  if (action.tag === 'retry' || action.tag === 'delay') {
+  if (action.tag === 'retry' || action.tag === 'delay' || action.tag === 'pause') {
     if (typeof action.val !== 'bigint' || action.val < 0n || action.val > U64_MAX) {
       throw new TypeError(`verdict.action.val must be a u64 BigInt, got ${String(action.val)}`);
     }

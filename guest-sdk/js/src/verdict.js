@@ -45,7 +45,7 @@ export const Severity = Object.freeze({
 
 /**
  * What to do with the message: the contract's `action` variant as its bindings shape it.
- * @typedef {{tag: 'retry', val: bigint} | {tag: 'delay', val: bigint}
+ * @typedef {{tag: 'retry', val: bigint} | {tag: 'delay', val: bigint} | {tag: 'pause', val: bigint}
  *   | {tag: 'dead-letter'} | {tag: 'discard'}} Action
  */
 
@@ -103,6 +103,15 @@ export class Verdict {
     return new Verdict({ tag: 'delay', val: toU64(ms, 'delay') }, Class.Transient);
   }
 
+  /** Pause the whole route for `ms` milliseconds, for a dependency down for every message:
+   * deliveries in flight finish, the route takes no new message until then, and one probe
+   * delivery at the end decides between resuming and pausing again. This message is
+   * redelivered after the pause without spending an attempt. Class: transient.
+   * @param {bigint | number} ms */
+  static pause(ms) {
+    return new Verdict({ tag: 'pause', val: toU64(ms, 'pause') }, Class.Transient);
+  }
+
   /** Dead-letter the message with the given class. @param {Class} cls */
   static deadLetter(cls) {
     return new Verdict({ tag: 'dead-letter' }, cls);
@@ -137,10 +146,11 @@ export class Verdict {
     return this;
   }
 
-  /** The delay of a retry or delay verdict, `undefined` for the terminal actions.
-   * @returns {bigint | undefined} */
+  /** When the message is delivered again (a retry, a delay or a pause), `undefined` for
+   * the terminal actions. @returns {bigint | undefined} */
   delayMs() {
-    return this.action.tag === 'retry' || this.action.tag === 'delay' ? this.action.val : undefined;
+    const { tag } = this.action;
+    return tag === 'retry' || tag === 'delay' || tag === 'pause' ? this.action.val : undefined;
   }
 }
 

@@ -134,6 +134,7 @@ test('a verdict without a reason lowers it as none', () => {
     decide(f) {
       if (f.kind() === 'blank') return Verdict.retryNow().because('');
       if (f.kind() === 'said') return Verdict.discard(Class.Permanent).because('duplicate');
+      if (f.kind() === 'down') return Verdict.pause(15_000);
       return Verdict.delay(30_000);
     }
   }
@@ -144,6 +145,7 @@ test('a verdict without a reason lowers it as none', () => {
   assert.ok('reason' in d.decide(record('db.timeout')), 'the field is there, empty');
   assert.equal(d.decide(record('blank')).reason, undefined);
   assert.equal(d.decide(record('said')).reason, 'duplicate');
+  assert.deepEqual(d.decide(record('down')).action, { tag: 'pause', val: 15_000n });
   assert.deepEqual(
     d.decideBatch([record('db.timeout'), record('said')]).map((v) => v.reason),
     [undefined, 'duplicate'],

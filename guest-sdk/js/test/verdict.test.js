@@ -21,6 +21,9 @@ test('retries and delays carry a u64 BigInt and are transient', () => {
   assert.deepEqual(Verdict.retryNow().action, { tag: 'retry', val: 0n });
   assert.deepEqual(Verdict.delay(2n ** 63n).action, { tag: 'delay', val: 2n ** 63n });
   assert.equal(Verdict.delay(5).class, Class.Transient);
+  assert.deepEqual(Verdict.pause(15_000).action, { tag: 'pause', val: 15_000n });
+  assert.equal(Verdict.pause(15_000).delayMs(), 15_000n);
+  assert.equal(Verdict.pause(5).class, Class.Transient);
   assert.equal(Verdict.retryAfter(7).delayMs(), 7n);
   assert.equal(Verdict.discard(Class.Expired).withClass(Class.Permanent).class, 'permanent');
   assert.deepEqual(Verdict.retryAfter(1).label('a', '1').label('a', '2').labels, [['a', '1'], ['a', '2']]);

@@ -94,6 +94,11 @@ class Action_Delay:
 
 
 @dataclass
+class Action_Pause:
+    value: int
+
+
+@dataclass
 class Action_DeadLetter:
     pass
 
@@ -233,6 +238,7 @@ def install_bindings(host: FakeHost) -> None:
         "Severity": WitSeverity,
         "Action_Retry": Action_Retry,
         "Action_Delay": Action_Delay,
+        "Action_Pause": Action_Pause,
         "Action_DeadLetter": Action_DeadLetter,
         "Action_Discard": Action_Discard,
         "Label": Label,

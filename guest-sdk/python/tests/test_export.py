@@ -15,6 +15,7 @@ from sdk_support import (
     Action_DeadLetter,
     Action_Delay,
     Action_Discard,
+    Action_Pause,
     Action_Retry,
     Err,
     FakeHost,
@@ -56,6 +57,8 @@ class Probe(verdict_sdk.Policy):
             return None  # type: ignore[return-value]
         if f.kind == "delay":
             return Verdict.delay(30_000).alert(Severity.INFO)
+        if f.kind == "pause":
+            return Verdict.pause(15_000)
         if f.kind == "blank":
             return Verdict.retry_now().because("")
         if f.kind == "discard":
@@ -225,6 +228,7 @@ class ExportTest(unittest.TestCase):
         self.assertIn("returned NoneType, not a Verdict", self.host.logs[-1][1])
         # The instance keeps serving: the host asks again one failure at a time.
         self.assertEqual(decider.decide(wit_failure("delay")).action, Action_Delay(30_000))
+        self.assertEqual(decider.decide(wit_failure("pause")).action, Action_Pause(15_000))
 
     def test_logging_goes_to_the_host_once_exported(self) -> None:
         decider = verdict_sdk.export(Probe)()

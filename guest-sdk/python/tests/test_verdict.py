@@ -5,7 +5,7 @@ from __future__ import annotations
 import unittest
 
 import sdk_support  # noqa: F401  (puts the SDK on the path)
-from verdict_sdk import Class, DeadLetter, Delay, Discard, Retry, Severity, Verdict
+from verdict_sdk import Class, DeadLetter, Delay, Discard, Pause, Retry, Severity, Verdict
 
 
 class VerdictTest(unittest.TestCase):
@@ -29,6 +29,11 @@ class VerdictTest(unittest.TestCase):
         self.assertEqual(Verdict.retry_now().action, Retry(0))
         self.assertEqual(Verdict.delay(7).action, Delay(7))
         self.assertEqual(Verdict.delay(7).delay_ms, 7)
+        self.assertEqual(Verdict.pause(9).action, Pause(9))
+        self.assertEqual(Verdict.pause(9).delay_ms, 9)
+        self.assertEqual(Verdict.pause(9).class_, Class.TRANSIENT)
+        with self.assertRaises(ValueError):
+            Verdict.pause(-1)
         self.assertEqual(Verdict.retry_after(5).class_, Class.TRANSIENT)
         self.assertEqual(Verdict.discard(Class.PERMANENT).action, Discard())
         self.assertEqual(Verdict.retry_after(1).with_class(Class.UNKNOWN).class_, Class.UNKNOWN)

@@ -1,7 +1,7 @@
 """verdict-sdk: write Verdict retry and dead-letter policies in Python.
 
 A policy looks at one failed delivery (`Failure`) and answers with a `Verdict`: retry after
-a delay, delay without spending an attempt, dead-letter, or discard, with a `Class`, a
+a delay, delay without spending an attempt, pause the whole route, dead-letter, or discard, with a `Class`, a
 reason, an alert `Severity` and labels. componentize-py compiles it into a sandboxed
 WebAssembly component that the host calls for every failure on the topics routed to it.
 
@@ -29,7 +29,7 @@ from .failure import AttemptRecord, Failure, Header, TopicStats
 from .kinds import NEVER_RETRY_KINDS, first_match, kind_matches, never_retry
 from .log import Level, info, log, warn
 from .policy import Policy, instantiate
-from .verdict import Action, Class, DeadLetter, Delay, Discard, Retry, Severity, Verdict
+from .verdict import Action, Class, DeadLetter, Delay, Discard, Pause, Retry, Severity, Verdict
 
 __all__ = [
     "NEVER_RETRY_KINDS",
@@ -53,6 +53,7 @@ __all__ = [
     "Jitter",
     "Ladder",
     "Level",
+    "Pause",
     "Policy",
     "Random",
     "Retry",

@@ -40,7 +40,7 @@ from .config import ConfigError, parse_config
 from .failure import AttemptRecord, Failure, Header, TopicStats
 from .log import Level, _route
 from .log import log as _write
-from .verdict import Class, DeadLetter, Delay, Discard, Retry, Severity, Verdict
+from .verdict import Class, DeadLetter, Delay, Discard, Pause, Retry, Severity, Verdict
 
 __all__ = ["export"]
 
@@ -237,12 +237,14 @@ def _lower(v: Verdict, wit: Any) -> Any:
             action = wit.Action_Retry(ms)
         case Delay(ms):
             action = wit.Action_Delay(ms)
+        case Pause(ms):
+            action = wit.Action_Pause(ms)
         case DeadLetter():
             action = wit.Action_DeadLetter()
         case Discard():
             action = wit.Action_Discard()
         case other:
-            raise TypeError(f"a verdict's action must be Retry, Delay, DeadLetter or Discard, got {other!r}")
+            raise TypeError(f"a verdict's action must be Retry, Delay, Pause, DeadLetter or Discard, got {other!r}")
     if not isinstance(v.class_, Class) or not isinstance(v.severity, Severity):
         raise TypeError(f"a verdict needs a Class and a Severity, got {v.class_!r}, {v.severity!r}")
     return wit.Verdict(

@@ -17,6 +17,7 @@ __all__ = [
     "DeadLetter",
     "Delay",
     "Discard",
+    "Pause",
     "Retry",
     "Severity",
     "Verdict",
@@ -55,6 +56,19 @@ class Delay:
 
 
 @dataclass(frozen=True, slots=True)
+class Pause:
+    """Stop the whole route for `ms` milliseconds, for a dependency down for every message:
+    deliveries in flight finish, the route takes no new message until then, and one probe
+    delivery at the end decides between resuming and pausing again. This message is
+    redelivered after the pause without spending an attempt (it counts as a deferral)."""
+
+    ms: int
+
+    def __post_init__(self) -> None:
+        _check_ms(self.ms)
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """Move the message to its dead-letter queue with its whole history."""
 
@@ -64,7 +78,7 @@ class Discard:
     """Drop the message; the host keeps an audit record with the reason."""
 
 
-Action = Retry | Delay | DeadLetter | Discard
+Action = Retry | Delay | Pause | DeadLetter | Discard
 """What to do with the message; use `match` on it (`case Retry(ms): ...`)."""
 
 
@@ -144,6 +158,12 @@ class Verdict:
         return Verdict(Delay(ms), Class.TRANSIENT)
 
     @staticmethod
+    def pause(ms: int) -> Verdict:
+        """Pause the whole route for `ms` milliseconds (see `Pause`); this message is
+        redelivered after it without spending an attempt. Class: transient."""
+        return Verdict(Pause(ms), Class.TRANSIENT)
+
+    @staticmethod
     def dead_letter(class_: Class) -> Verdict:
         """Dead-letter the message with the given class."""
         return Verdict(DeadLetter(), _check_class(class_))
@@ -177,8 +197,9 @@ class Verdict:
 
     @property
     def delay_ms(self) -> int | None:
-        """The delay of a retry or delay verdict, `None` for the terminal actions."""
-        if isinstance(self.action, (Retry, Delay)):
+        """When the message is delivered again (a retry, a delay or a pause), `None` for the
+        terminal actions."""
+        if isinstance(self.action, (Retry, Delay, Pause)):
             return self.action.ms
         return None
 

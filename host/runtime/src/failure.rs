@@ -71,6 +71,10 @@ impl Failure {
     pub fn deferrals(&self) -> u32 {
         self.record.deferrals
     }
+    /// Failures of the topic in a row, this one included.
+    pub fn consecutive_failures(&self) -> u32 {
+        self.record.stats.consecutive_failures
+    }
     /// The error kind.
     pub fn kind(&self) -> &str {
         &self.record.error.kind

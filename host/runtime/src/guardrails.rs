@@ -11,11 +11,11 @@ use crate::{Clamp, Failure};
 pub struct Guardrails {
     /// A retry at or past this attempt becomes a dead-letter (class exhausted).
     pub max_attempts: u32,
-    /// Longest retry or delay; longer ones are lowered to it.
+    /// Longest retry, delay or pause; longer ones are lowered to it.
     pub max_delay_ms: u64,
-    /// Most `delay` verdicts one message may receive.
+    /// Most `delay` and `pause` verdicts one message may receive.
     pub max_deferrals: u32,
-    /// A message older than this is not delayed any more.
+    /// A message older than this is not delayed (or paused for) any more.
     pub max_deferral_age_ms: u64,
     /// Longest reason, in bytes.
     pub max_reason_bytes: usize,
@@ -55,7 +55,7 @@ impl Guardrails {
         self.bound_text(&mut verdict, clamps);
         let terminal = !matches!(verdict.class, Class::Transient | Class::Unknown);
         match verdict.action {
-            Action::Retry(_) | Action::Delay(_) if terminal => {
+            Action::Retry(_) | Action::Delay(_) | Action::Pause(_) if terminal => {
                 clamps.push(Clamp::TerminalClass);
                 verdict.action = Action::DeadLetter;
             }
@@ -66,23 +66,26 @@ impl Guardrails {
                 verdict.action = Action::DeadLetter;
                 verdict.class = Class::Exhausted;
             }
-            Action::Delay(_) if failure.deferrals() >= self.max_deferrals => {
+            // A pause spends a deferral of the message it was asked about, so the same
+            // bounds end a pause that never lifts.
+            Action::Delay(_) | Action::Pause(_) if failure.deferrals() >= self.max_deferrals => {
                 clamps.push(Clamp::DeferralBound { bound: "count" });
                 verdict.action = Action::DeadLetter;
                 verdict.class = Class::Exhausted;
             }
-            Action::Delay(_) if failure.age_ms() >= self.max_deferral_age_ms => {
+            Action::Delay(_) | Action::Pause(_) if failure.age_ms() >= self.max_deferral_age_ms => {
                 clamps.push(Clamp::DeferralBound { bound: "age" });
                 verdict.action = Action::DeadLetter;
                 verdict.class = Class::Exhausted;
             }
-            Action::Retry(ms) | Action::Delay(ms) if ms > self.max_delay_ms => {
+            Action::Retry(ms) | Action::Delay(ms) | Action::Pause(ms) if ms > self.max_delay_ms => {
                 clamps.push(Clamp::DelayCapped {
                     requested_ms: ms,
                     applied_ms: self.max_delay_ms,
                 });
                 verdict.action = match verdict.action {
                     Action::Retry(_) => Action::Retry(self.max_delay_ms),
+                    Action::Pause(_) => Action::Pause(self.max_delay_ms),
                     _ => Action::Delay(self.max_delay_ms),
                 };
             }
@@ -160,6 +163,23 @@ mod tests {
             apply(Verdict::delay(5), &old).1,
             [Clamp::DeferralBound { bound: "age" }]
         );
+    }
+
+    #[test]
+    fn a_pause_is_bounded_as_a_delay_is() {
+        let (v, c) = apply(Verdict::pause(u64::MAX), &failure(1, 0));
+        assert_eq!(v.action, Action::Pause(6 * 3_600_000));
+        assert!(matches!(c[..], [Clamp::DelayCapped { .. }]));
+        // A policy pausing one message forever: its deferrals run out.
+        let (v, c) = apply(Verdict::pause(5), &failure(1, 100));
+        assert_eq!((v.action, v.class), (Action::DeadLetter, Class::Exhausted));
+        assert_eq!(c, [Clamp::DeferralBound { bound: "count" }]);
+        let (v, c) = apply(Verdict::pause(5).class(Class::Poison), &failure(1, 0));
+        assert_eq!((v.action, v.class), (Action::DeadLetter, Class::Poison));
+        assert_eq!(c, [Clamp::TerminalClass]);
+        let (v, c) = apply(Verdict::pause(5), &failure(1, 99));
+        assert_eq!(v.action, Action::Pause(5));
+        assert!(c.is_empty());
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub(crate) struct Instance {
     store: Store<HostState>,
     bindings: Bindings,
     uses: u32,
+    /// The last batch's records, kept for the next one: refilled in place, each record's
+    /// `kind` reuses its string's buffer, so a batch allocates nothing per failure here.
+    batch_records: Vec<wit::Failure>,
     /// Linear memory right after instantiation: what the policy starts with (a few pages
     /// for a Rust policy, megabytes for an embedded interpreter). Growth is measured from it.
     baseline_bytes: usize,
@@ -104,6 +107,7 @@ impl Instance {
                 store,
                 bindings,
                 uses: 0,
+                batch_records: Vec::new(),
             }),
             Err(e) => Err(Fault::Instantiate {
                 message: classify(e, &store, budget).to_string(),
@@ -208,10 +212,10 @@ impl Instance {
             })
             .unwrap_or_default();
         arm(&mut self.store, limits, budget, failures, inputs);
-        let records: Vec<wit::Failure> = failures.iter().map(|f| f.record.clone()).collect();
+        refill(&mut self.batch_records, failures);
         let result = bindings
             .verdict_policy_decider()
-            .call_decide_batch(&mut self.store, &records);
+            .call_decide_batch(&mut self.store, &self.batch_records);
         let result = match result {
             // The batch's fuel is pooled: past one failure's budget in all, some failure
             // may have used more than it would have been given alone. Then the batch counts
@@ -247,6 +251,41 @@ impl Instance {
             .saturating_sub(self.baseline_bytes);
         self.uses < limits.instance_max_uses && grown <= limits.instance_recycle_bytes
     }
+}
+
+/// Make `records` the records of `failures`, reusing what it holds: a record's only
+/// allocation, its `kind`, is copied into the buffer already there.
+fn refill(records: &mut Vec<wit::Failure>, failures: &[Failure]) {
+    records.truncate(failures.len());
+    for (i, failure) in failures.iter().enumerate() {
+        match records.get_mut(i) {
+            Some(record) => copy_record(record, &failure.record),
+            None => records.push(failure.record.clone()),
+        }
+    }
+}
+
+/// `*to = from.clone()`, keeping `to`'s string buffer. Spelled field by field, so a field
+/// added to the record cannot be forgotten here.
+fn copy_record(to: &mut wit::Failure, from: &wit::Failure) {
+    let wit::Failure {
+        attempt,
+        deferrals,
+        now_ms,
+        deadline_ms,
+        error,
+        jitter_seed,
+        stats,
+    } = from;
+    to.attempt = *attempt;
+    to.deferrals = *deferrals;
+    to.now_ms = *now_ms;
+    to.deadline_ms = *deadline_ms;
+    to.error.kind.clone_from(&error.kind);
+    to.error.retry_after_ms = error.retry_after_ms;
+    to.error.rejected = error.rejected;
+    to.jitter_seed = *jitter_seed;
+    to.stats = *stats;
 }
 
 /// Whether a batch used, in all, more fuel than one decision may (`budget` is the batch's
@@ -319,6 +358,7 @@ impl From<wit::Verdict> for Verdict {
             action: match v.action {
                 wit::Action::Retry(ms) => Action::Retry(ms),
                 wit::Action::Delay(ms) => Action::Delay(ms),
+                wit::Action::Pause(ms) => Action::Pause(ms),
                 wit::Action::DeadLetter => Action::DeadLetter,
                 wit::Action::Discard => Action::Discard,
             },

@@ -21,7 +21,7 @@ pub const CLASSES: [Class; 7] = [
 ];
 
 /// Every action name, in counter order.
-pub(crate) const ACTIONS: [&str; 4] = ["retry", "delay", "dead-letter", "discard"];
+pub(crate) const ACTIONS: [&str; Action::NAMES.len()] = Action::NAMES;
 
 /// The position of `class` in [`CLASSES`]: an index into per-class counters.
 pub fn class_index(class: Class) -> usize {
@@ -41,28 +41,18 @@ pub fn class_name(class: Class) -> &'static str {
     }
 }
 
-fn action_index(action: &Action) -> usize {
-    match action {
-        Action::Retry(_) => 0,
-        Action::Delay(_) => 1,
-        Action::DeadLetter => 2,
-        Action::Discard => 3,
-    }
-}
-
 /// Counters of one decider.
 #[derive(Debug, Default)]
 pub(crate) struct DecisionCounters {
-    by_verdict: [[AtomicU64; 7]; 4],
+    by_verdict: [[AtomicU64; 7]; Action::NAMES.len()],
     fallbacks: AtomicU64,
     clamps: AtomicU64,
 }
 
 impl DecisionCounters {
     pub(crate) fn record(&self, decision: &Decision) {
-        self.by_verdict[action_index(&decision.verdict.action)]
-            [class_index(decision.verdict.class)]
-        .fetch_add(1, Ordering::Relaxed);
+        self.by_verdict[decision.verdict.action.index()][class_index(decision.verdict.class)]
+            .fetch_add(1, Ordering::Relaxed);
         if decision.fallback.is_some() {
             self.fallbacks.fetch_add(1, Ordering::Relaxed);
         }

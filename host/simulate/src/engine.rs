@@ -12,6 +12,9 @@
 //!   policy decides;
 //! - `retry(ms)` spends an attempt and is due `ms` later, `delay(ms)` is due `ms` later
 //!   without spending one, `dead-letter` and `discard` end the message;
+//! - `pause(ms)` is a delay of the message and stops the route: nothing is delivered until
+//!   `ms` after the answer; the first delivery after it is the probe (the consumer takes
+//!   one delivery at a time), and a probe answered `pause` pauses it again;
 //! - with a retry budget in the guardrails, a redelivery the budget has no room for when
 //!   the consumer would take it is held (due again after [`RetryBudget::hold_ms`], nothing
 //!   spent, the consumer's time not taken), and one that succeeds gives its share back, as
@@ -114,6 +117,8 @@ pub fn run(
     // Kept fractional: a rate's interval in whole microseconds would drift.
     let mut next_publish_us = Some(0f64);
     let mut consumer_free_us = 0u64;
+    // A `pause` verdict stops the route until then.
+    let mut paused_until_us = 0u64;
 
     loop {
         // The next event: a publish or a due delivery, whichever is first.
@@ -161,8 +166,8 @@ pub fn run(
         let Some(Reverse((at, _, index))) = due.pop() else {
             break;
         };
-        // The consumer takes it when it is free.
-        let start = at.max(consumer_free_us);
+        // The consumer takes it when it is free and the route is not paused.
+        let start = at.max(consumer_free_us).max(paused_until_us);
         if start >= end_us {
             break;
         }
@@ -249,6 +254,13 @@ pub fn run(
                 m.deferrals = m.deferrals.saturating_add(1);
                 due.push(Reverse((again(ms), order, index)));
                 order += 1;
+            }
+            Action::Pause(ms) => {
+                m.deferrals = m.deferrals.saturating_add(1);
+                due.push(Reverse((again(ms), order, index)));
+                order += 1;
+                recorder.paused(answered_us, again(ms).max(paused_until_us));
+                paused_until_us = paused_until_us.max(again(ms));
             }
             Action::DeadLetter => {
                 let class = class_name(decision.verdict.class);
@@ -546,5 +558,40 @@ mod budget_tests {
             r.retries,
             capped.retries
         );
+    }
+
+    #[test]
+    fn a_paused_route_calls_nothing_but_its_probes_and_loses_nothing() {
+        use crate::test_policy::pause_after;
+        let guardrails = Guardrails::default();
+        let retrying = run(&outage(), &guardrails, &retry_until(20, 200));
+        // The circuit opens after 5 failures in a row: 2 s pauses, one probe after each.
+        let pausing = run(&outage(), &guardrails, &pause_after(5, 2_000, 20, 200));
+        // The outage runs from 5 s to 35 s: 30 s of it paused, give or take a pause.
+        assert!(pausing.pauses >= 10, "{} pauses", pausing.pauses);
+        assert!(
+            (26.0..=34.0).contains(&pausing.paused_s),
+            "paused {} s",
+            pausing.paused_s
+        );
+        // Well inside the outage the consumer sees one probe per pause and nothing else.
+        let series = &pausing.series;
+        let deliveries: u64 = (10..30)
+            .map(|s| series.first_attempts[s] + series.retries[s])
+            .sum();
+        assert!(
+            deliveries <= 11,
+            "{deliveries} deliveries in 20 s of pauses"
+        );
+        assert!(
+            pausing.dependency_calls * 3 < retrying.dependency_calls,
+            "{} calls against {}",
+            pausing.dependency_calls,
+            retrying.dependency_calls
+        );
+        // Paused, not lost or spent: every message ends delivered.
+        assert_eq!(pausing.unfinished, 0);
+        assert_eq!(pausing.delivered, pausing.published);
+        assert_eq!(retrying.pauses, 0);
     }
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use verdict_runtime::{Action, Decision, RetryBudget};
+use verdict_runtime::{Decision, RetryBudget};
 
 use crate::scenario::Scenario;
 
@@ -49,6 +49,11 @@ pub struct Report {
     /// Redeliveries the retry budget held back (each time one was due and the budget had
     /// no room; one message may be held many times).
     pub held: u64,
+    /// Times a `pause` verdict stopped the route (a probe answered `pause` again counts
+    /// again).
+    pub pauses: u64,
+    /// Virtual seconds the route spent paused.
+    pub paused_s: f64,
     /// The retry budget that gated redeliveries, if the guardrails had one.
     pub retry_budget: Option<RetryBudget>,
     /// Calls the dependency saw: deliveries, with the consumer's own retries and the
@@ -110,6 +115,8 @@ pub(crate) struct Recorder {
     ended: u64,
     outage_end_us: Option<u64>,
     outage_pending: u64,
+    /// The end of the latest pause, in virtual µs: overlapping pauses count once.
+    paused_through_us: u64,
 }
 
 impl Recorder {
@@ -125,6 +132,8 @@ impl Recorder {
                 dead: 0,
                 discarded: 0,
                 unfinished: 0,
+                pauses: 0,
+                paused_s: 0.0,
                 dead_by_class: BTreeMap::new(),
                 first_attempts: 0,
                 retries: 0,
@@ -156,6 +165,7 @@ impl Recorder {
             ended: 0,
             outage_end_us: None,
             outage_pending: 0,
+            paused_through_us: 0,
         }
     }
 
@@ -211,13 +221,17 @@ impl Recorder {
         self.report.series.held[s] += 1;
     }
 
+    /// The route paused at `at_us` until `until_us` (a pause that extends one already
+    /// running counts only the time it adds).
+    pub(crate) fn paused(&mut self, at_us: u64, until_us: u64) {
+        self.report.pauses += 1;
+        let from_us = at_us.max(self.paused_through_us);
+        self.report.paused_s += until_us.saturating_sub(from_us) as f64 / US_PER_S as f64;
+        self.paused_through_us = self.paused_through_us.max(until_us);
+    }
+
     pub(crate) fn decided(&mut self, decision: &Decision) {
-        let action = match decision.verdict.action {
-            Action::Retry(_) => "retry",
-            Action::Delay(_) => "delay",
-            Action::DeadLetter => "dead-letter",
-            Action::Discard => "discard",
-        };
+        let action = decision.verdict.action.name();
         *self.report.decisions.entry(action.into()).or_default() += 1;
         self.report.clamped += u64::from(!decision.clamps.is_empty());
         self.report.fallbacks += u64::from(decision.is_fallback());
@@ -301,6 +315,8 @@ impl Report {
             "unfinished" => self.unfinished as f64,
             "retries" => self.retries as f64,
             "held" => self.held as f64,
+            "pauses" => self.pauses as f64,
+            "paused_s" => self.paused_s,
             "dependency_calls" => self.dependency_calls as f64,
             "amplification" => self.amplification,
             "attempts_mean" => self.attempts_mean,
@@ -327,6 +343,8 @@ impl Report {
         "unfinished",
         "retries",
         "held",
+        "pauses",
+        "paused_s",
         "dependency_calls",
         "amplification",
         "attempts_mean",
@@ -371,6 +389,14 @@ impl Report {
                         "{}% of first attempts + {}/s over {} s: {} held",
                         b.percent, b.min_per_s, b.window_s, self.held
                     ),
+                },
+            ),
+            (
+                "route paused",
+                if self.pauses == 0 {
+                    "never".into()
+                } else {
+                    format!("{} times, {:.1} s in all", self.pauses, self.paused_s)
                 },
             ),
             (

@@ -157,7 +157,9 @@ fn one_message(
                 attempts = attempts.saturating_add(1);
                 now_ms = now_ms.saturating_add(ms);
             }
-            Action::Delay(ms) => {
+            // A pause holds the message as a delay does (the route's other messages wait
+            // too, which one message's worst case does not see).
+            Action::Delay(ms) | Action::Pause(ms) => {
                 deferrals = deferrals.saturating_add(1);
                 now_ms = now_ms.saturating_add(ms);
             }

@@ -1,8 +1,9 @@
 //! `adaptive`: smart retry by the topic's recent success rate. The delay grows as the topic's recent success rate
 //! falls (below `slow_below` it is multiplied by `slow_factor`, above `fast_above` divided by
 //! `fast_divisor`) and is capped. When the topic's consecutive failures show the downstream
-//! is down, the circuit opens: the policy answers `delay` (no attempt spent) instead of
-//! burning retries against a dead service.
+//! is down, the circuit opens: the policy answers `pause`, which stops the whole route for
+//! a while (no attempt spent; one probe delivery at the end decides whether it resumes),
+//! instead of burning retries against a dead service.
 
 use serde::Deserialize;
 use verdict_sdk::{Backoff, Class, Failure, Jitter, Policy, Severity, Verdict, export_policy};
@@ -27,10 +28,11 @@ pub struct Config {
     pub fast_divisor: u64,
     /// Consecutive topic failures that open the circuit.
     pub circuit_after: u32,
-    /// How long an open circuit defers a message, in ms.
+    /// How long an open circuit pauses the route, in ms.
     pub circuit_open_ms: u64,
-    /// Deferrals one message gets from an open circuit; after that it retries normally,
-    /// spending attempts, so a long outage ends in the DLQ rather than in the host's bound.
+    /// Pauses one message may start or wait out (each a deferral of that message); after
+    /// that it retries normally, spending attempts, so a long outage ends in the DLQ rather
+    /// than in the host's bound.
     pub circuit_max_deferrals: u32,
     /// Kinds dead-lettered at once, class permanent.
     pub permanent_kinds: Vec<String>,
@@ -103,7 +105,7 @@ impl Policy for Adaptive {
         if f.stats().consecutive_failures >= c.circuit_after
             && f.deferrals() < c.circuit_max_deferrals
         {
-            return Verdict::delay(c.circuit_open_ms)
+            return Verdict::pause(c.circuit_open_ms)
                 .because(format!(
                     "circuit open: {} failures in a row",
                     f.stats().consecutive_failures
@@ -178,14 +180,14 @@ mod tests {
     }
 
     #[test]
-    fn open_circuit_defers_without_spending_attempts() {
+    fn an_open_circuit_pauses_the_route_without_spending_attempts() {
         let p: Adaptive = instantiate("{}").unwrap();
         let f = Failure::new("http.503").with_stats(TopicStats {
             consecutive_failures: 25,
             ..TopicStats::default()
         });
         let v = p.decide(&f);
-        assert_eq!(v.action, Action::Delay(30_000));
+        assert_eq!(v.action, Action::Pause(30_000));
     }
 
     #[test]

@@ -199,8 +199,8 @@ fn list_table(value: &Value) -> Result<String> {
 fn routes_table(value: &Value) -> Result<String> {
     let routes: Vec<RouteView> = serde_json::from_value(value.clone())?;
     let mut s = format!(
-        "{:<20} {:<14} {:<22} {:>10} {:>7}  shadow\n",
-        "TOPIC", "POLICY", "COMPONENT", "DECISIONS", "FAULTS"
+        "{:<20} {:<14} {:<22} {:>10} {:>7}  {:<8} shadow\n",
+        "TOPIC", "POLICY", "COMPONENT", "DECISIONS", "FAULTS", "STATE"
     );
     for r in routes {
         let shadow = r.shadow.map_or_else(String::new, |sh| {
@@ -209,9 +209,15 @@ fn routes_table(value: &Value) -> Result<String> {
                 sh.shadow, sh.disagreements, sh.compared
             )
         });
+        // A route its policy paused delivers nothing until the pause ends, then one probe.
+        let state = match r.paused {
+            None => "open",
+            Some(p) if p.probing => "probing",
+            Some(_) => "paused",
+        };
         writeln!(
             s,
-            "{:<20} {:<14} {:<22} {:>10} {:>7}  {shadow}",
+            "{:<20} {:<14} {:<22} {:>10} {:>7}  {state:<8} {shadow}",
             r.topic,
             r.policy,
             format!("{}@{}", r.component.name, r.component.version),

@@ -69,7 +69,10 @@ pub(crate) async fn status(State(state): State<AdminState>) -> Json<views::Statu
 }
 
 pub(crate) async fn routes(State(state): State<AdminState>) -> Json<Vec<views::RouteView>> {
-    Json(views::routes(&state.registry.current()))
+    Json(views::routes(
+        &state.registry.current(),
+        state.gateway.as_deref(),
+    ))
 }
 
 pub(crate) async fn policies(State(state): State<AdminState>) -> Json<Vec<views::PolicyView>> {

@@ -75,8 +75,8 @@ mod views;
 
 pub use error::ApiError;
 pub use views::{
-    CacheStatsView, DecisionStatsView, GenerationView, PolicyView, ReloadStatusView, RouteView,
-    StatusView,
+    CacheStatsView, DecisionStatsView, GenerationView, PausedView, PolicyView, ReloadStatusView,
+    RouteView, StatusView,
 };
 
 /// What the handlers share.

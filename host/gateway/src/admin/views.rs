@@ -8,6 +8,7 @@ use verdict_registry::{Generation, Registry, ReloadStatus, ShadowReport};
 use verdict_runtime::{CacheStats, DecisionStats, Provenance};
 
 use crate::clock::unix_ms;
+use crate::pipeline::Pipeline;
 
 /// One route of the active generation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -26,6 +27,20 @@ pub struct RouteView {
     pub stats: DecisionStatsView,
     /// The shadow, if any, with its counts.
     pub shadow: Option<ShadowReport>,
+    /// Set while the route's policy has it paused (a `pause` verdict): nothing is delivered
+    /// until the pause ends, then one probe.
+    #[serde(default)]
+    pub paused: Option<PausedView>,
+}
+
+/// A paused route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PausedView {
+    /// When the pause ends, in ms since the epoch (now or earlier once it waits for its
+    /// probe).
+    pub until_ms: u64,
+    /// Whether the probe delivery that decides between resuming and pausing again is out.
+    pub probing: bool,
 }
 
 /// [`DecisionStats`] as JSON.
@@ -143,7 +158,10 @@ pub(crate) fn status(registry: &Registry) -> StatusView {
     }
 }
 
-pub(crate) fn routes(generation: &Generation) -> Vec<RouteView> {
+/// The active generation's routes, with each one's pause as `pipeline` (when this process
+/// delivers) knows it.
+pub(crate) fn routes(generation: &Generation, pipeline: Option<&Pipeline>) -> Vec<RouteView> {
+    let now_ms = crate::clock::now_ms();
     generation
         .routes
         .iter()
@@ -155,6 +173,13 @@ pub(crate) fn routes(generation: &Generation) -> Vec<RouteView> {
             loaded_at_ms: unix_ms(r.decider.policy().loaded_at()),
             stats: (&r.decider.stats()).into(),
             shadow: r.shadow.as_ref().map(|s| s.report(&r.topic, &r.policy)),
+            paused: pipeline
+                .and_then(|p| p.route_pause(&r.topic))
+                .map(|pause| PausedView {
+                    until_ms: now_ms
+                        .saturating_add(u64::try_from(pause.left.as_millis()).unwrap_or(u64::MAX)),
+                    probing: pause.probing,
+                }),
         })
         .collect()
 }

@@ -240,12 +240,7 @@ impl Job {
 const DRY_RUN_BATCH: usize = 64;
 
 fn action_name(action: &Action) -> &'static str {
-    match action {
-        Action::Retry(_) => "retry",
-        Action::Delay(_) => "delay",
-        Action::DeadLetter => "dead-letter",
-        Action::Discard => "discard",
-    }
+    action.name()
 }
 
 /// Why a job stopped.

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
 use super::Observer;
 use crate::model::Handled;
-use verdict_runtime::{Action, Decision};
+use verdict_runtime::Decision;
 
 type Labels = Vec<(&'static str, String)>;
 /// Labels known at compile time: nothing to allocate per observation.
@@ -30,8 +31,10 @@ pub struct PipelineMetrics {
     pub(crate) budget_held: Family<Labels, Counter>,
     pub(crate) consumer_tls: Family<Labels, Counter>,
     pub(crate) key_mismatches: Family<[(&'static str, &'static str); 1], Counter>,
+    pub(crate) route_paused: Family<Labels, Gauge>,
+    pub(crate) route_pauses: Family<Labels, Counter>,
     /// Topics whose delivery statistics are kept (bounded: see `TopicWindows`).
-    pub(crate) topics_tracked: prometheus_client::metrics::gauge::Gauge,
+    pub(crate) topics_tracked: Gauge,
     totals: Arc<Totals>,
 }
 
@@ -170,7 +173,9 @@ impl Default for PipelineMetrics {
             budget_held: Family::default(),
             consumer_tls: Family::default(),
             key_mismatches: Family::default(),
-            topics_tracked: prometheus_client::metrics::gauge::Gauge::default(),
+            route_paused: Family::default(),
+            route_pauses: Family::default(),
+            topics_tracked: Gauge::default(),
             totals: Arc::default(),
         }
     }
@@ -218,6 +223,14 @@ impl PipelineMetrics {
                     .get()
             })
             .sum()
+    }
+
+    /// A route's pause, its gauge and counter looked up once.
+    pub(crate) fn route_pause(&self, route: &str) -> super::RoutePause {
+        let labels = vec![("topic", route.to_string())];
+        let paused = self.route_paused.get_or_create(&labels).clone();
+        let pauses = self.route_pauses.get_or_create(&labels).clone();
+        super::RoutePause::new(route, paused, pauses)
     }
 
     /// A route's delivery counters, looked up once (the pipeline keeps them per route).
@@ -305,12 +318,7 @@ impl PipelineMetrics {
     }
 
     pub(crate) fn verdict(&self, route: &str, decision: &Decision) {
-        let action = match decision.verdict.action {
-            Action::Retry(_) => "retry",
-            Action::Delay(_) => "delay",
-            Action::DeadLetter => "dead-letter",
-            Action::Discard => "discard",
-        };
+        let action = decision.verdict.action.name();
         let labels = vec![("topic", route.to_string()), ("action", action.to_string())];
         self.applied.get_or_create(&labels).inc();
     }
@@ -361,6 +369,16 @@ impl PipelineMetrics {
             "verdict_history_key_mismatches",
             "Retried copies signed with another gateway's history key, by source: gateways sharing queues must share `[rabbitmq] history_key_file` (attempts are counted from the copy's headers, unverified)",
             self.key_mismatches.clone(),
+        );
+        registry.register(
+            "verdict_route_paused",
+            "1 while a route is paused by a `pause` verdict (no message delivered until the pause ends, then one probe), 0 otherwise, by route",
+            self.route_paused.clone(),
+        );
+        registry.register(
+            "verdict_route_pauses",
+            "Pauses a route's policy began (a probe answered with a pause begins another), by route",
+            self.route_pauses.clone(),
         );
         registry.register(
             "verdict_topics_tracked",

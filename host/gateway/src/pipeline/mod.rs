@@ -25,6 +25,7 @@ mod failure;
 mod metrics;
 mod observer;
 mod retry_budget;
+mod route_pause;
 mod topic_windows;
 
 pub use crate::clock::now_ms;
@@ -38,6 +39,8 @@ use metrics::RouteMetrics;
 pub use metrics::{PipelineMetrics, SettleFault};
 pub use observer::Observer;
 use retry_budget::{BudgetGate, Gate, HoldLedger};
+pub use route_pause::PauseStatus;
+use route_pause::{Admission, RoutePause};
 use topic_windows::TopicWindows;
 
 /// A message the pipeline could not route is looked at again after this long.
@@ -212,7 +215,7 @@ impl Pipeline {
         let Some(target) = self.route_target(&message.topic) else {
             return self.route_removed(message, trace);
         };
-        let Ok(_slot) = target.slots.acquire().await else {
+        let Some(_slot) = target.slot().await else {
             return Settlement::Release {
                 delay_ms: UNROUTED_RETRY_MS,
             };
@@ -255,7 +258,7 @@ impl Pipeline {
         {
             target.budget.succeeded(budget, admitted, now_ms());
         }
-        let settlement = self.judge(message, result, &target.topic, trace).await;
+        let settlement = self.judge(message, result, target, trace).await;
         if settlement.handled().is_final() && !matches!(settlement, Settlement::DeadLetter { .. }) {
             // Dead letters took theirs into the envelope.
             let _ = self.holds.take(message);
@@ -288,6 +291,12 @@ impl Pipeline {
         }
     }
 
+    /// The pause of the route whose pattern is `route`, if its policy paused it.
+    pub fn route_pause(&self, route: &str) -> Option<PauseStatus> {
+        let routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
+        routes.get(route)?.pause.status()
+    }
+
     /// What an operator must fix about the routes' consumers (`/readyz` shows them).
     pub fn consumer_warnings(&self) -> Vec<String> {
         let routes = self.routes.lock().unwrap_or_else(PoisonError::into_inner);
@@ -310,15 +319,19 @@ impl Pipeline {
         &self,
         message: &Delivery,
         result: Result<(), DeliveryError>,
-        route_topic: &str,
+        target: &RouteTarget,
         trace: &DeliveryTrace,
     ) -> Settlement {
+        let route_topic = target.topic.as_str();
         // The store's clock (a shared database's), not this gateway's: attempt times, dead
         // letters and what the policy sees agree across a fleet whose clocks differ.
         let now = self.store.now_ms();
         let stats = self.stats.record(&message.topic, now, result.is_err());
         let error = match result {
-            Ok(()) => return Settlement::Delivered,
+            Ok(()) => {
+                target.pause.observed();
+                return Settlement::Delivered;
+            }
             Err(error) => error,
         };
         let failure = failure_of(
@@ -345,6 +358,10 @@ impl Pipeline {
         };
         self.metrics.decided(route_topic, &decision, took);
         self.metrics.verdict(route_topic, &decision);
+        match decision.verdict.action {
+            Action::Pause(ms) => target.pause.pause(ms),
+            _ => target.pause.observed(),
+        }
         trace.decided(&decision);
         self.settlement(message, failed, &decision, now, trace)
     }
@@ -415,7 +432,9 @@ impl Pipeline {
         };
         match decision.verdict.action {
             Action::Retry(ms) => again(ms, true, failed),
-            Action::Delay(ms) => again(ms, false, failed),
+            // The message waits out the pause as a delay would (a deferral, no attempt);
+            // `judge` stopped the route.
+            Action::Delay(ms) | Action::Pause(ms) => again(ms, false, failed),
             Action::Discard => Settlement::Discard {
                 failed,
                 reason: decision.verdict.reason.clone(),
@@ -592,6 +611,12 @@ impl Pipeline {
         {
             return target.clone();
         }
+        // A new consumer for the route keeps its pause: the policy paused the route, not
+        // the endpoint.
+        let pause = match routes.get(route) {
+            Some(old) => old.pause.clone(),
+            None => Arc::new(self.metrics.route_pause(route)),
+        };
         let target = Arc::new(RouteTarget {
             topic: route.to_string(),
             consumer: Consumer::new(consumer),
@@ -600,6 +625,7 @@ impl Pipeline {
             metrics: self.metrics.route(route),
             budget: BudgetGate::default(),
             health: Readiness::new("consumer"),
+            pause,
         });
         routes.insert(route.to_string(), target.clone());
         target
@@ -611,6 +637,49 @@ impl RouteTarget {
     pub(crate) fn concurrency(&self) -> usize {
         self.consumer.concurrency()
     }
+
+    /// A delivery slot of the route, waiting for one - and, while the route is paused,
+    /// for the pause to end (see [`RoutePause`]). `None` once the route's slots are closed.
+    /// The pause is asked last, right before the delivery starts: leave taken first and
+    /// held while waiting for a slot would let a delivery start after a pause began.
+    pub(crate) async fn slot(&self) -> Option<RouteSlot> {
+        let slot = self.slots.clone().acquire_owned().await.ok()?;
+        let admission = self.pause.admit().await;
+        Some(RouteSlot {
+            _slot: slot,
+            _admission: admission,
+        })
+    }
+
+    /// A delivery slot of the route if one is free and the route is not paused.
+    pub(crate) fn try_slot(&self) -> Option<RouteSlot> {
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        let admission = self.pause.try_admit().ok()?;
+        Some(RouteSlot {
+            _slot: slot,
+            _admission: admission,
+        })
+    }
+
+    /// Whether the route takes messages freely now (no pause, no probe pending): a source
+    /// that takes messages ahead of their slots takes none for a route that is not.
+    pub(crate) fn is_open(&self) -> bool {
+        self.pause.is_open()
+    }
+
+    /// Until when the route is paused, if it is.
+    pub(crate) fn pause_status(&self) -> Option<PauseStatus> {
+        self.pause.status()
+    }
+}
+
+/// One delivery's place on its route: a slot of its `concurrency`, and leave from the
+/// route's pause (a probe's, given back if the delivery never happens). Held while the
+/// consumer works on the delivery.
+#[derive(Debug)]
+pub(crate) struct RouteSlot {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    _admission: Admission,
 }
 
 /// Where a route's deliveries go, and how many may be in flight.
@@ -629,4 +698,6 @@ pub(crate) struct RouteTarget {
     budget: BudgetGate,
     /// A consumer every delivery fails to reach (TLS), as `/readyz` shows it.
     health: Readiness,
+    /// Whether the route's policy paused it (kept when the consumer changes).
+    pause: Arc<RoutePause>,
 }

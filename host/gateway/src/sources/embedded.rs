@@ -31,7 +31,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot, watch}
 use super::{AbortOnDrop, Held, SettlementDriver, Source, Unapplied};
 use crate::health::Readiness;
 use crate::model::Settlement;
-use crate::pipeline::{Pipeline, RouteTarget};
+use crate::pipeline::{Pipeline, RouteSlot, RouteTarget};
 use crate::store::{Claimed, Store, StoreError};
 
 /// The source's name in metrics.
@@ -178,6 +178,8 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             } else {
                 until_due(&store, poll).await.max(RECHECK.min(poll))
             };
+            // A paused route's turn comes when its pause ends, whatever the poll says.
+            let idle = planned.resume_in.map_or(idle, |resume| idle.min(resume));
             drop(planned);
             tokio::select! {
                 () = tokio::time::sleep(idle) => {}
@@ -281,7 +283,7 @@ enum Seat {
     /// At once: a slot of its route (none for a topic no route takes) and one of
     /// `max_in_flight`.
     Now {
-        route: Option<(Arc<RouteTarget>, OwnedSemaphorePermit)>,
+        route: Option<(Arc<RouteTarget>, RouteSlot)>,
         global: OwnedSemaphorePermit,
     },
     /// Claimed ahead - at most the route's `concurrency` of them - so claims come in batches
@@ -302,6 +304,8 @@ struct Plan {
     seats: Vec<Vec<Seat>>,
     /// Topic -> its group.
     group_of: HashMap<String, usize>,
+    /// When the first paused route among them may take its probe.
+    resume_in: Option<Duration>,
 }
 
 impl Plan {
@@ -336,6 +340,7 @@ fn plan(pipeline: &Pipeline, topics: Vec<String>, slots: &Arc<Semaphore>, round:
         wants: Vec::new(),
         seats: Vec::new(),
         group_of: HashMap::new(),
+        resume_in: None,
     };
     for (target, mut topics) in routes {
         // Topics of one route in turn too: one topic's backlog must not starve the next.
@@ -346,7 +351,16 @@ fn plan(pipeline: &Pipeline, topics: Vec<String>, slots: &Arc<Semaphore>, round:
         // Seats are handed out last first: the ones ahead go in first, so the oldest
         // messages get the seats that run at once.
         let mut seats = Vec::new();
-        if let Some(t) = &target {
+        if let Some(t) = &target
+            && let Some(paused) = t.pause_status()
+        {
+            // A paused route claims nothing until its pause ends, then only its probe.
+            if !paused.left.is_zero() {
+                plan.resume_in = Some(plan.resume_in.map_or(paused.left, |r| r.min(paused.left)));
+                continue;
+            }
+        }
+        if let Some(t) = target.as_ref().filter(|t| t.is_open()) {
             while let Ok(ahead) = t.ahead.clone().try_acquire_owned() {
                 seats.push(Seat::Ahead {
                     target: t.clone(),
@@ -364,9 +378,9 @@ fn plan(pipeline: &Pipeline, topics: Vec<String>, slots: &Arc<Semaphore>, round:
                 break;
             };
             let route = match &target {
-                Some(t) => match t.slots.clone().try_acquire_owned() {
-                    Ok(permit) => Some((t.clone(), permit)),
-                    Err(_) => break,
+                Some(t) => match t.try_slot() {
+                    Some(slot) => Some((t.clone(), slot)),
+                    None => break,
                 },
                 None => None,
             };
@@ -475,7 +489,7 @@ impl Task {
         // A seat claimed ahead waits for its slots first (its lease is kept meanwhile).
         let (route, global) = match seat {
             Seat::Ahead { target, _ahead } => {
-                let Ok(slot) = target.slots.clone().acquire_owned().await else {
+                let Some(slot) = target.slot().await else {
                     return;
                 };
                 let Ok(global) = self.global.clone().acquire_owned().await else {

@@ -35,7 +35,7 @@ use verdict_runtime::text::Clean;
 
 use super::settle_failures::{MAX_SETTLE_FAILURES, SettleFailures, release_delay};
 use crate::model::{Delivery, Handled, Settlement};
-use crate::pipeline::{Pipeline, RouteTarget, SettleFault};
+use crate::pipeline::{Pipeline, RouteSlot, RouteTarget, SettleFault};
 use crate::telemetry::DeliveryTrace;
 
 /// Why a source did not apply a settlement.
@@ -81,7 +81,7 @@ pub(crate) trait Held: Send {
 /// A delivery's seats ([`SettlementDriver::seats`]): its route's slot, when routed, and one
 /// of the source's.
 pub(crate) type Seats = (
-    Option<(Arc<RouteTarget>, tokio::sync::OwnedSemaphorePermit)>,
+    Option<(Arc<RouteTarget>, RouteSlot)>,
     tokio::sync::OwnedSemaphorePermit,
 );
 
@@ -157,8 +157,8 @@ impl SettlementDriver {
     }
 
     /// The seats a delivery of `topic` takes: a slot of its route (none when no route
-    /// takes the topic now: the pipeline releases it), held while its consumer works on
-    /// it - let go once the consumer has answered, so the route's next delivery does not
+    /// takes the topic now: the pipeline releases it; waiting out the route's pause, if
+    /// its policy paused it), held while its consumer works on it - let go once the consumer has answered, so the route's next delivery does not
     /// wait for this one's settlement to be written - and one of the source's
     /// `max_in_flight` (`global`), held until the settlement is applied. Taken in that
     /// order, so a slow route waits on its own slots, never on the ones another route
@@ -169,10 +169,7 @@ impl SettlementDriver {
         global: &Arc<tokio::sync::Semaphore>,
     ) -> Option<Seats> {
         let route = match self.pipeline.route_target(topic) {
-            Some(target) => match target.slots.clone().acquire_owned().await {
-                Ok(slot) => Some((target, slot)),
-                Err(_) => None,
-            },
+            Some(target) => target.slot().await.map(|slot| (target, slot)),
             None => None,
         };
         let global = global.clone().acquire_owned().await.ok()?;

@@ -7,7 +7,7 @@ use opentelemetry::trace::{
 };
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
-use verdict_runtime::{Action, Decision};
+use verdict_runtime::Decision;
 use verdict_telemetry::propagation;
 
 use super::{Tracing, bounded};
@@ -174,12 +174,7 @@ impl DeliveryTrace {
         let Some(active) = self.recorded() else {
             return;
         };
-        let (action, delay_ms) = match decision.verdict.action {
-            Action::Retry(ms) => ("retry", Some(ms)),
-            Action::Delay(ms) => ("delay", Some(ms)),
-            Action::DeadLetter => ("dead-letter", None),
-            Action::Discard => ("discard", None),
-        };
+        let (action, delay_ms) = (decision.verdict.action.name(), decision.verdict.delay_ms());
         let policy = &decision.provenance;
         let span = active.process.span();
         span.set_attribute(KeyValue::new("verdict.policy.name", bounded(&policy.name)));

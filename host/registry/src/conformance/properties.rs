@@ -280,8 +280,11 @@ fn never_retry(d: &Decider, i: &Input, kinds: &[String]) -> Option<String> {
         return None;
     }
     let v = decide(d, i).verdict;
-    matches!(v.action, Action::Retry(_) | Action::Delay(_))
-        .then(|| format!("{} was answered {:?}", i.kind, v.action))
+    matches!(
+        v.action,
+        Action::Retry(_) | Action::Delay(_) | Action::Pause(_)
+    )
+    .then(|| format!("{} was answered {:?}", i.kind, v.action))
 }
 
 /// Retry delays of one message at attempts 1..=input.attempt (same kind and statistics, and
@@ -332,7 +335,10 @@ fn terminates(d: &Decider, i: &Input, guard: &verdict_runtime::Guardrails) -> Op
         }
         match decision.verdict.action {
             Action::Retry(ms) => (attempt, now) = (attempt + 1, now.saturating_add(ms)),
-            Action::Delay(ms) => (deferrals, now) = (deferrals + 1, now.saturating_add(ms)),
+            // A pause spends what a delay does for the message it was asked about.
+            Action::Delay(ms) | Action::Pause(ms) => {
+                (deferrals, now) = (deferrals + 1, now.saturating_add(ms));
+            }
             Action::DeadLetter | Action::Discard => return None,
         }
     }

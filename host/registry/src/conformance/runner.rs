@@ -107,12 +107,7 @@ fn run_case(
 }
 
 fn action_name(action: Action) -> &'static str {
-    match action {
-        Action::Retry(_) => "retry",
-        Action::Delay(_) => "delay",
-        Action::DeadLetter => "dead-letter",
-        Action::Discard => "discard",
-    }
+    action.name()
 }
 
 fn kebab<T: Serialize>(value: &T) -> String {
@@ -147,6 +142,7 @@ pub fn compare(expect: &Expect, d: &Decision) -> Vec<Mismatch> {
         let want_name = match want {
             ExpectedAction::Retry => "retry",
             ExpectedAction::Delay => "delay",
+            ExpectedAction::Pause => "pause",
             ExpectedAction::DeadLetter => "dead-letter",
             ExpectedAction::Discard => "discard",
         };

@@ -71,7 +71,7 @@ pub struct Expect {
     /// `retry`, `delay`, `dead-letter` or `discard`.
     #[serde(default)]
     pub action: Option<ExpectedAction>,
-    /// The delay of a retry or delay: exact, or `{"min": .., "max": ..}` (inclusive).
+    /// The delay of a retry, delay or pause: exact, or `{"min": .., "max": ..}` (inclusive).
     #[serde(default)]
     pub delay_ms: Option<DelaySpec>,
     /// The class.
@@ -101,8 +101,10 @@ pub struct Expect {
 pub enum ExpectedAction {
     /// Retry (spends an attempt).
     Retry,
-    /// Delay (spends none).
+    /// Delay (spends no attempt).
     Delay,
+    /// Pause the route (spends no attempt).
+    Pause,
     /// Dead-letter.
     DeadLetter,
     /// Discard.

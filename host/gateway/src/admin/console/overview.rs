@@ -26,7 +26,7 @@ pub(super) async fn render(state: &AdminState, viewer: &Viewer) -> Response {
     let running = html! {
         h1 { "Gateway " span.pill { "generation " (generation.number) } }
         h2 { "Routes" }
-        (routes(&views::routes(&generation)))
+        (routes(&views::routes(&generation, state.gateway.as_deref())))
         h2 { "The store's DLQs, last hour" }
         (chart::line("Depth", "dead letters", &depth))
         (chart::line(
@@ -60,6 +60,19 @@ pub(super) async fn render(state: &AdminState, viewer: &Viewer) -> Response {
     page("Gateway", viewer, body)
 }
 
+/// What a paused route's badge says on hover.
+fn pause_title(paused: &views::PausedView) -> String {
+    if paused.probing {
+        "paused by its policy: one probe delivery is out and decides whether the route resumes"
+            .to_string()
+    } else {
+        let left_s = paused.until_ms.saturating_sub(now_ms()).div_ceil(1_000);
+        format!(
+            "paused by its policy: nothing is delivered for {left_s} s more, then one probe delivery"
+        )
+    }
+}
+
 fn routes(routes: &[views::RouteView]) -> Markup {
     if routes.is_empty() {
         return html! { p.muted { "No routes." } };
@@ -69,7 +82,15 @@ fn routes(routes: &[views::RouteView]) -> Markup {
         .map(|r| {
             let c = &r.component;
             vec![
-                html! { code { (r.topic) } },
+                html! {
+                    code { (r.topic) }
+                    @if let Some(paused) = &r.paused {
+                        " "
+                        span.pill.warn title=(pause_title(paused)) {
+                            @if paused.probing { "probing" } @else { "paused" }
+                        }
+                    }
+                },
                 html! { (r.policy) },
                 html! {
                     (c.name) " " (c.version) " "

@@ -43,7 +43,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use super::{AbortOnDrop, Held, Settled, SettlementDriver, Source, Unapplied};
 use crate::health::{BrokerDlqs, Readiness};
 use crate::model::{Delivery, Settlement};
-use crate::pipeline::{Pipeline, RouteTarget};
+use crate::pipeline::{Pipeline, RouteSlot, RouteTarget};
 use verdict_registry::{GatewaySection, NatsConfig};
 use verdict_runtime::text::Clean;
 
@@ -271,6 +271,19 @@ impl Session<'_> {
                 stream.delete_consumer(&durable).await?;
                 tracing::info!(%durable, "nats source: a retired route consumer delivered all it held; deleted");
                 return Ok(());
+            }
+            // A route its policy paused fetches nothing until the pause ends (what was
+            // fetched before waits for its slot, its in-progress acks running).
+            if me.active
+                && let Some(target) = self.pipeline.route_target_of(&me.filter)
+                && let Some(paused) = target.pause_status()
+                && !paused.left.is_zero()
+            {
+                tokio::select! {
+                    () = tokio::time::sleep(paused.left) => {}
+                    _ = shutdown.changed() => return Ok(()),
+                }
+                continue;
             }
             let first = tokio::select! {
                 permit = room.clone().acquire_owned() => permit?,
@@ -673,16 +686,17 @@ async fn handle(
     }
 }
 
-/// A delivery slot of the route that takes `topic`, held until the consumer has answered,
-/// and one of `max_in_flight`, held until the settlement is applied; `None` when no route
-/// takes the topic now (the pipeline then releases the message).
+/// A delivery slot of the route that takes `topic` (waiting out its pause, if its policy
+/// paused it), held until the consumer has answered, and one of `max_in_flight`, held until
+/// the settlement is applied; `None` when no route takes the topic now (the pipeline then
+/// releases the message).
 async fn take_seats(
     pipeline: &Pipeline,
     topic: &str,
     slots: &Arc<Semaphore>,
-) -> Option<(Arc<RouteTarget>, OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+) -> Option<(Arc<RouteTarget>, RouteSlot, OwnedSemaphorePermit)> {
     let target = pipeline.route_target(topic)?;
-    let slot = target.slots.clone().acquire_owned().await.ok()?;
+    let slot = target.slot().await?;
     let global = slots.clone().acquire_owned().await.ok()?;
     Some((target, slot, global))
 }
