@@ -3,6 +3,8 @@
 //! probe delivery per pause, the pause shows in `/metrics` and `/v1/routes`, and once a
 //! probe succeeds the route resumes and every message is delivered once, none lost or
 //! dead-lettered. Run here on the embedded store and, through `brokers`, on every broker.
+//! And a policy that pauses on every failure, forever: the guardrails' deferral bound ends
+//! each message in the DLQ, and the route resumes.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -191,4 +193,54 @@ fn on_the_embedded_store_a_paused_route_calls_nothing_but_its_probes() {
             .len() as u64
     };
     a_paused_route_calls_nothing_but_its_probes(&gw, "orders", &consumer, &publish, &dead);
+}
+
+#[test]
+fn a_policy_that_always_pauses_ends_each_message_at_the_deferral_bound() {
+    let dir = scratch_dir("pause-forever");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let consumer = down_consumer(&runtime);
+    let gw = TestConfig::new()
+        // A policy that never lets a message go is what the admission gate refuses; this
+        // one is let in to show the host ends what the gate would have caught.
+        .set("admission.properties", false)
+        .policy("hostile", fixtures::HOSTILE)
+        .route(
+            Route::new("orders", "hostile")
+                .config(r#"{ mode = "pause" }"#)
+                .consumer(&consumer.url())
+                .set("consumer.concurrency", 1)
+                .merge("settings = { guardrails = { max_deferrals = 2 } }"),
+        )
+        .start_on(runtime, &dir, "pause-token");
+    let batch: Vec<Value> = (0..3)
+        .map(|i| json!({"id": format!("m-{i}"), "payload": {"n": i}}))
+        .collect();
+    let _: Value = gw
+        .admin
+        .post("/v1/topics/orders/messages", &batch)
+        .expect("publish");
+    let letters = || {
+        gw.store
+            .dlq_list(&verdict_gateway::store::DlqFilter::default(), u64::MAX)
+            .expect("dlq list")
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || letters().len() == 3),
+        "{} dead letters, {:?}",
+        letters().len(),
+        consumer.snapshot()
+    );
+    // Two pauses each (one deferral apiece), then the bound: three deliveries a message.
+    let (deliveries, _) = consumer.snapshot();
+    assert!(deliveries.values().all(|n| *n == 3), "{deliveries:?}");
+    for letter in letters() {
+        let e = serde_json::to_value(&letter.envelope).unwrap();
+        assert_eq!(e["verdict"]["class"], "exhausted", "{e}");
+    }
+    // The last verdict was a dead letter, not a pause: the route is open again.
+    assert!(wait_for(Duration::from_secs(5), || {
+        paused_gauge(&gw, "orders").as_deref() == Some("0")
+    }));
+    assert_eq!(paused_view(&gw, "orders"), Value::Null);
 }

@@ -10,7 +10,8 @@
 //! forever in `init`; `"payload-storm"` calls `details.payload()` a million times in one
 //! decision; `"history-storm"` calls `details.history()` a million times and keeps every copy;
 //! `"panic-on-kind"` panics on a failure of kind `hostile.panic` and echoes any other (one
-//! failure of a batch faulting).
+//! failure of a batch faulting); `"pause"` pauses the route for 100 ms on every failure,
+//! forever.
 //!
 //! What `describe` returns cannot depend on a mode (the host calls it before `init`, with
 //! no config), so a gigantic self-description, a trap during instantiation and compile
@@ -55,6 +56,8 @@ pub enum Mode {
     PayloadStorm,
     /// Fetch the history from the host [`STORM_CALLS`] times, keeping every copy.
     HistoryStorm,
+    /// Pause the route for 100 ms on every failure: a pause that never lifts.
+    Pause,
     /// Panic on a failure of kind [`PANIC_KIND`], echo any other.
     PanicOnKind,
 }
@@ -187,6 +190,7 @@ impl Policy for Hostile {
                 }
                 Verdict::retry_after(1_000).because(format!("kept {} histories", kept.len()))
             }
+            Mode::Pause => Verdict::pause(100).because("paused"),
             Mode::Ok | Mode::RejectInit | Mode::TrapInInit | Mode::LoopInInit => {
                 Verdict::retry_after(1_000).because("ok")
             }
