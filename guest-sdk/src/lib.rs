@@ -1,7 +1,8 @@
 //! # verdict-sdk: write retry and dead-letter policies in Rust
 //!
 //! A Verdict policy looks at one failed delivery and answers with a [`Verdict`]: retry after
-//! a delay, delay without spending an attempt, dead-letter, or discard, with a [`Class`], a
+//! a delay, delay without spending an attempt, pause the whole route, dead-letter, or
+//! discard, with a [`Class`], a
 //! reason, an alert [`Severity`] and labels. The host compiles it to a sandboxed WebAssembly
 //! component and calls it for every failure on the topics routed to it.
 //!

@@ -420,6 +420,7 @@ fn a_paused_route_calls_nothing_but_its_probes<B: Broker>(name: &str) {
         &gw,
         &broker.topic(),
         &consumer,
+        1,
         &|ids| broker.publish(ids),
         &|| broker.dlq_depth(),
     );

@@ -90,12 +90,13 @@ fn paused_view(gw: &Gateway, topic: &str) -> Value {
 }
 
 /// The scenario, on a started gateway whose one route `topic` runs `adaptive` with
-/// [`ADAPTIVE_CONFIG`] at concurrency 1, delivering to `consumer` (down when this starts).
+/// [`ADAPTIVE_CONFIG`] at `concurrency`, delivering to `consumer` (down when this starts).
 /// `publish` publishes `m-<i>` for each `i`; `dead_letters` counts the route's DLQ.
 pub(crate) fn a_paused_route_calls_nothing_but_its_probes(
     gw: &Gateway,
     topic: &str,
     consumer: &Consumer,
+    concurrency: usize,
     publish: &dyn Fn(Range<u32>),
     dead_letters: &dyn Fn() -> u64,
 ) {
@@ -103,11 +104,19 @@ pub(crate) fn a_paused_route_calls_nothing_but_its_probes(
     publish(0..MESSAGES);
     // Three failures open the circuit; then probes, one per pause. Wait for two probes.
     assert!(
-        wait_for(Duration::from_secs(30), || watch.calls().len() >= 5),
-        "{} calls",
+        wait_for(Duration::from_secs(30), || {
+            paused_gauge(gw, topic).as_deref() == Some("1")
+        }),
+        "the route never paused: {} calls",
         watch.calls().len()
     );
-    assert_eq!(paused_gauge(gw, topic).as_deref(), Some("1"));
+    let at_pause = watch.calls().len();
+    assert!(
+        wait_for(Duration::from_secs(30), || watch.calls().len()
+            >= at_pause + 2),
+        "{} calls, {at_pause} when the route paused",
+        watch.calls().len()
+    );
     let view = paused_view(gw, topic);
     assert!(view["until_ms"].as_u64().is_some(), "{view}");
     // A while longer down, then the consumer is back: the next probe succeeds.
@@ -123,11 +132,20 @@ pub(crate) fn a_paused_route_calls_nothing_but_its_probes(
     );
     let calls = watch.stop();
     let down: Vec<Instant> = calls.iter().copied().filter(|at| *at < back).collect();
-    // After the third failure, every call while the consumer was down is a probe: at
-    // least a pause after the one before (the sampler's 5 ms aside).
-    let least = Duration::from_millis(PAUSE_MS - 100);
+    // Before the pause: the three failures that opened the circuit and what was in flight
+    // beside the third. From then on, while the consumer was down, every call is a probe:
+    // at least most of a pause after the one before (the margin is for the sampler).
+    let least = Duration::from_millis(PAUSE_MS * 2 / 3);
     let timeline: Vec<u128> = down.iter().map(|at| (*at - down[0]).as_millis()).collect();
-    for pair in down[2..].windows(2) {
+    let before_pause = down
+        .windows(2)
+        .position(|pair| pair[1] - pair[0] >= least)
+        .map_or(down.len(), |i| i + 1);
+    assert!(
+        (3..=2 + concurrency).contains(&before_pause),
+        "{before_pause} calls before the first pause (calls at {timeline:?} ms)"
+    );
+    for pair in down[before_pause - 1..].windows(2) {
         let gap = pair[1] - pair[0];
         assert!(
             gap >= least,
@@ -135,7 +153,10 @@ pub(crate) fn a_paused_route_calls_nothing_but_its_probes(
              {timeline:?} ms)"
         );
     }
-    assert!(down.len() >= 5, "{} calls while down", down.len());
+    assert!(
+        down.len() >= before_pause + 2,
+        "two probes at least: calls at {timeline:?} ms"
+    );
     // Resumed: every message delivered once, none dead-lettered, the pause over.
     let (_, accepted) = consumer.snapshot();
     assert!(accepted.values().all(|n| *n == 1), "{accepted:?}");
@@ -165,7 +186,18 @@ pub(crate) fn down_consumer(runtime: &tokio::runtime::Runtime) -> Consumer {
 
 #[test]
 fn on_the_embedded_store_a_paused_route_calls_nothing_but_its_probes() {
-    let dir = scratch_dir("pause-store");
+    on_the_embedded_store(1);
+}
+
+/// Four deliveries at a time: what is in flight when the pause begins finishes, nothing
+/// starts after it, and only the probe decides.
+#[test]
+fn on_the_embedded_store_a_paused_route_calls_nothing_but_its_probes_at_concurrency_4() {
+    on_the_embedded_store(4);
+}
+
+fn on_the_embedded_store(concurrency: usize) {
+    let dir = scratch_dir(&format!("pause-store-{concurrency}"));
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let consumer = down_consumer(&runtime);
     let gw = TestConfig::new()
@@ -174,7 +206,7 @@ fn on_the_embedded_store_a_paused_route_calls_nothing_but_its_probes() {
             Route::new("orders", "adaptive")
                 .config(ADAPTIVE_CONFIG)
                 .consumer(&consumer.url())
-                .set("consumer.concurrency", 1),
+                .set("consumer.concurrency", concurrency as i64),
         )
         .start_on(runtime, &dir, "pause-token");
     let publish = |ids: Range<u32>| {
@@ -192,7 +224,14 @@ fn on_the_embedded_store_a_paused_route_calls_nothing_but_its_probes() {
             .expect("dlq list")
             .len() as u64
     };
-    a_paused_route_calls_nothing_but_its_probes(&gw, "orders", &consumer, &publish, &dead);
+    a_paused_route_calls_nothing_but_its_probes(
+        &gw,
+        "orders",
+        &consumer,
+        concurrency,
+        &publish,
+        &dead,
+    );
 }
 
 #[test]

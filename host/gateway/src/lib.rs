@@ -4,7 +4,7 @@
 //! JetStream or RabbitMQ ([`sources`]) - and POSTs each to its route's HTTP consumer. A
 //! failed delivery becomes a failure that the route's policy decides on (through the
 //! [`verdict_registry::Registry`]); the [`pipeline`] turns the verdict into a settlement
-//! (retry, delay, dead-letter with the whole history in an [`envelope`], discard) that the
+//! (retry, delay, pause, dead-letter with the whole history in an [`envelope`], discard) that the
 //! source applies. [`dlq`] lists, replays and discards dead letters on every source;
 //! [`admin`] serves all of it over HTTP with `/metrics`.
 //!

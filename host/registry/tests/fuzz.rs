@@ -570,7 +570,7 @@ const CASE_SPEC: &[(&str, Kind, bool)] = &[
         Kind::Obj(&[
             (
                 "action",
-                Kind::Enum(&["retry", "delay", "dead-letter", "discard"]),
+                Kind::Enum(&["retry", "delay", "pause", "dead-letter", "discard"]),
                 false,
             ),
             (

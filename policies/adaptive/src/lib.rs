@@ -30,7 +30,7 @@ pub struct Config {
     pub circuit_after: u32,
     /// How long an open circuit pauses the route, in ms.
     pub circuit_open_ms: u64,
-    /// Pauses one message may start or wait out (each a deferral of that message); after
+    /// Pauses one message may be answered with (each a deferral of that message); after
     /// that it retries normally, spending attempts, so a long outage ends in the DLQ rather
     /// than in the host's bound.
     pub circuit_max_deferrals: u32,

@@ -40,7 +40,7 @@ pub use metrics::{PipelineMetrics, SettleFault};
 pub use observer::Observer;
 use retry_budget::{BudgetGate, Gate, HoldLedger};
 pub use route_pause::PauseStatus;
-use route_pause::{Admission, RoutePause};
+use route_pause::{Admission, Outcome, RoutePause};
 use topic_windows::TopicWindows;
 
 /// A message the pipeline could not route is looked at again after this long.
@@ -215,12 +215,12 @@ impl Pipeline {
         let Some(target) = self.route_target(&message.topic) else {
             return self.route_removed(message, trace);
         };
-        let Some(_slot) = target.slot().await else {
+        let Some(slot) = target.slot().await else {
             return Settlement::Release {
                 delay_ms: UNROUTED_RETRY_MS,
             };
         };
-        self.process_held(message, &target, trace).await
+        self.process_held(message, &target, &slot, trace).await
     }
 
     /// [`Pipeline::process`] for a caller that already holds one of `target`'s slots (a
@@ -229,9 +229,15 @@ impl Pipeline {
         &self,
         message: &Delivery,
         target: &RouteTarget,
+        slot: &RouteSlot,
         trace: &DeliveryTrace,
     ) -> Settlement {
         trace.route(&target.topic);
+        // A pause that began while this delivery waited for the source's own slots stops
+        // it too: given back untouched, nothing spent, the consumer not called.
+        if let Err(delay_ms) = target.pause.still_admits(&slot.admission) {
+            return Settlement::Release { delay_ms };
+        }
         let budget = self.retry_budget_of(&message.topic);
         let mut admitted_retry = None;
         if let Some((budget, max_wait_ms)) = &budget {
@@ -258,7 +264,9 @@ impl Pipeline {
         {
             target.budget.succeeded(budget, admitted, now_ms());
         }
-        let settlement = self.judge(message, result, target, trace).await;
+        let settlement = self
+            .judge(message, result, target, &slot.admission, trace)
+            .await;
         if settlement.handled().is_final() && !matches!(settlement, Settlement::DeadLetter { .. }) {
             // Dead letters took theirs into the envelope.
             let _ = self.holds.take(message);
@@ -320,6 +328,7 @@ impl Pipeline {
         message: &Delivery,
         result: Result<(), DeliveryError>,
         target: &RouteTarget,
+        admission: &Admission,
         trace: &DeliveryTrace,
     ) -> Settlement {
         let route_topic = target.topic.as_str();
@@ -329,7 +338,7 @@ impl Pipeline {
         let stats = self.stats.record(&message.topic, now, result.is_err());
         let error = match result {
             Ok(()) => {
-                target.pause.observed();
+                target.pause.answered(admission, Outcome::Other);
                 return Settlement::Delivered;
             }
             Err(error) => error,
@@ -358,10 +367,11 @@ impl Pipeline {
         };
         self.metrics.decided(route_topic, &decision, took);
         self.metrics.verdict(route_topic, &decision);
-        match decision.verdict.action {
-            Action::Pause(ms) => target.pause.pause(ms),
-            _ => target.pause.observed(),
-        }
+        let outcome = match decision.verdict.action {
+            Action::Pause(ms) => Outcome::Pause(ms),
+            _ => Outcome::Other,
+        };
+        target.pause.answered(admission, outcome);
         trace.decided(&decision);
         self.settlement(message, failed, &decision, now, trace)
     }
@@ -639,15 +649,15 @@ impl RouteTarget {
     }
 
     /// A delivery slot of the route, waiting for one - and, while the route is paused,
-    /// for the pause to end (see [`RoutePause`]). `None` once the route's slots are closed.
-    /// The pause is asked last, right before the delivery starts: leave taken first and
-    /// held while waiting for a slot would let a delivery start after a pause began.
+    /// for the pause to end (see [`RoutePause`]). The pause is asked after the slot, and
+    /// asked again right before the delivery starts (a pause may begin while a delivery
+    /// waits for the source's `max_in_flight`). `None` once the route's slots are closed.
     pub(crate) async fn slot(&self) -> Option<RouteSlot> {
         let slot = self.slots.clone().acquire_owned().await.ok()?;
         let admission = self.pause.admit().await;
         Some(RouteSlot {
             _slot: slot,
-            _admission: admission,
+            admission,
         })
     }
 
@@ -657,7 +667,7 @@ impl RouteTarget {
         let admission = self.pause.try_admit().ok()?;
         Some(RouteSlot {
             _slot: slot,
-            _admission: admission,
+            admission,
         })
     }
 
@@ -679,7 +689,7 @@ impl RouteTarget {
 #[derive(Debug)]
 pub(crate) struct RouteSlot {
     _slot: tokio::sync::OwnedSemaphorePermit,
-    _admission: Admission,
+    admission: Admission,
 }
 
 /// Where a route's deliveries go, and how many may be in flight.

@@ -63,8 +63,9 @@ struct Inner {
     rounds: u64,
 }
 
-/// Leave to start one delivery of the route. A probe's leave gives its turn back if it is
-/// dropped before an outcome was [observed](RoutePause::observed).
+/// Leave to start one delivery of the route: an ordinary one while it is open, or the probe
+/// of one round after a pause. Only the probe's outcome decides what follows a pause; a
+/// probe's leave dropped before its outcome gives its turn back.
 #[derive(Debug)]
 pub(crate) struct Admission {
     probe: Option<(Arc<RoutePause>, u64)>,
@@ -76,6 +77,10 @@ impl Admission {
     pub(crate) fn is_probe(&self) -> bool {
         self.probe.is_some()
     }
+
+    fn round(&self) -> Option<u64> {
+        self.probe.as_ref().map(|(_, round)| *round)
+    }
 }
 
 impl Drop for Admission {
@@ -85,6 +90,20 @@ impl Drop for Admission {
         }
     }
 }
+
+/// What a delivery's outcome says about the route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Answered with `pause(ms)`.
+    Pause(u64),
+    /// Delivered, or answered with any other verdict.
+    Other,
+}
+
+/// How long a delivery that waited for its slot while the route's probe was out is given
+/// back for, when it finds the probe still out (the probe's outcome is usually known
+/// within a consumer's answer).
+pub(crate) const PROBE_OUT_RELEASE_MS: u64 = 1_000;
 
 impl RoutePause {
     pub(crate) fn new(route: &str, paused: Gauge, pauses: Counter) -> RoutePause {
@@ -153,6 +172,23 @@ impl RoutePause {
         }
     }
 
+    /// Whether `admission`, taken before its delivery waited for the source's own slots,
+    /// still lets it start now: a pause that began meanwhile stops it too. `Err` is how
+    /// long to give the message back for.
+    pub(crate) fn still_admits(&self, admission: &Admission) -> Result<(), u64> {
+        match (self.inner().state, admission.round()) {
+            (State::Open, _) => Ok(()),
+            (State::Probing { round, .. }, Some(probe)) if round == probe => Ok(()),
+            (State::Paused { until }, _) => Err(until
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .try_into()
+                .unwrap_or(u64::MAX)
+                .max(1)),
+            (State::Probing { .. }, _) => Err(PROBE_OUT_RELEASE_MS),
+        }
+    }
+
     /// Whether the route takes messages freely (not paused, no probe pending).
     pub(crate) fn is_open(&self) -> bool {
         self.inner().state == State::Open
@@ -174,21 +210,23 @@ impl RoutePause {
         }
     }
 
-    /// A `pause(ms)` verdict: the route stops for `ms` from now (a pause already running
-    /// that ends later is kept).
-    pub(crate) fn pause(&self, ms: u64) {
-        let until = Instant::now()
-            .checked_add(Duration::from_millis(ms))
-            .unwrap_or_else(far_future);
+    /// The outcome of a delivery made under `admission`. While the route is open, a
+    /// `pause` begins a pause; while it is paused, a `pause` from a delivery that was in
+    /// flight when it began can only lengthen it; once it waits for its probe, only the
+    /// probe's outcome counts: `pause` pauses it again, anything else resumes it.
+    pub(crate) fn answered(&self, admission: &Admission, outcome: Outcome) {
         let mut inner = self.inner();
-        let was = inner.state;
-        match was {
-            State::Paused { until: current } if current >= until => return,
-            _ => inner.state = State::Paused { until },
-        }
-        drop(inner);
-        match was {
-            State::Open => {
+        let now = Instant::now();
+        let until_after = |ms: u64| {
+            now.checked_add(Duration::from_millis(ms))
+                .unwrap_or_else(far_future)
+        };
+        match (inner.state, outcome) {
+            (State::Open, Outcome::Pause(ms)) => {
+                inner.state = State::Paused {
+                    until: until_after(ms),
+                };
+                self.paused.set(1);
                 self.pauses.inc();
                 tracing::warn!(
                     route = %self.route,
@@ -197,28 +235,32 @@ impl RoutePause {
                      ends, then one probe delivery decides whether it resumes"
                 );
             }
-            State::Probing { .. } => {
-                self.pauses.inc();
-                tracing::info!(route = %self.route, pause_ms = ms, "the probe was answered with a pause: the route stays paused");
+            (State::Paused { until }, Outcome::Pause(ms)) => {
+                inner.state = State::Paused {
+                    until: until.max(until_after(ms)),
+                };
             }
-            State::Paused { .. } => {}
+            (State::Probing { round, .. }, outcome) if admission.round() == Some(round) => {
+                match outcome {
+                    Outcome::Pause(ms) => {
+                        inner.state = State::Paused {
+                            until: until_after(ms),
+                        };
+                        self.pauses.inc();
+                        tracing::info!(route = %self.route, pause_ms = ms, "the probe was answered with a pause: the route stays paused");
+                    }
+                    Outcome::Other => {
+                        inner.state = State::Open;
+                        self.paused.set(0);
+                        tracing::info!(route = %self.route, "the probe after a pause was not answered with a pause: the route resumes");
+                    }
+                }
+            }
+            // Open and answered otherwise; paused and answered otherwise by a delivery
+            // that was in flight when the pause began; probing, and this is not the probe.
+            _ => return,
         }
-        self.paused.set(1);
-        self.changed.notify_waiters();
-    }
-
-    /// A delivery's outcome other than a pause (delivered, or any other verdict): once the
-    /// pause is over, the first such outcome resumes the route. One that arrives while the
-    /// route is still paused (a delivery that was in flight when it began) changes nothing.
-    pub(crate) fn observed(&self) {
-        let mut inner = self.inner();
-        if !matches!(inner.state, State::Probing { .. }) {
-            return;
-        }
-        inner.state = State::Open;
         drop(inner);
-        tracing::info!(route = %self.route, "the probe after a pause was not answered with a pause: the route resumes");
-        self.paused.set(0);
         self.changed.notify_waiters();
     }
 
@@ -263,6 +305,15 @@ mod tests {
         ))
     }
 
+    fn paused(r: &Arc<RoutePause>, ms: u64) {
+        let open = r.try_admit().expect("open");
+        r.answered(&open, Outcome::Pause(ms));
+    }
+
+    fn after_a_minute() -> Instant {
+        Instant::now() + Duration::from_secs(61)
+    }
+
     #[test]
     fn an_open_route_admits_everything() {
         let r = route();
@@ -271,20 +322,24 @@ mod tests {
         assert!(!a.is_probe() && !b.is_probe());
         assert!(r.is_open());
         assert_eq!(r.status(), None);
+        assert_eq!(r.still_admits(&a), Ok(()));
     }
 
     #[test]
     fn a_pause_admits_nothing_then_one_probe_whose_outcome_decides() {
         let r = route();
-        r.pause(60_000);
-        assert_eq!(r.paused.get(), 1);
-        assert_eq!(r.pauses.get(), 1);
+        let before = r.try_admit().expect("open");
+        paused(&r, 60_000);
+        assert_eq!((r.paused.get(), r.pauses.get()), (1, 1));
         assert!(matches!(r.try_admit(), Err(Wait::Until(_))));
+        // Leave taken before the pause does not let a delivery start during it.
+        assert!(r.still_admits(&before).unwrap_err() > 50_000);
         // The pause is over (seen from a minute on): one probe, then nothing until it ends.
-        let later = Instant::now() + Duration::from_secs(61);
-        let probe = r.try_admit_at(later).expect("the probe");
+        let probe = r.try_admit_at(after_a_minute()).expect("the probe");
         assert!(probe.is_probe());
-        assert_eq!(r.try_admit_at(later).unwrap_err(), Wait::Probe);
+        assert_eq!(r.try_admit_at(after_a_minute()).unwrap_err(), Wait::Probe);
+        assert_eq!(r.still_admits(&probe), Ok(()));
+        assert_eq!(r.still_admits(&before), Err(PROBE_OUT_RELEASE_MS));
         assert_eq!(
             r.status(),
             Some(PauseStatus {
@@ -292,8 +347,13 @@ mod tests {
                 probing: true
             })
         );
+        // A delivery from before the pause answers in the meantime: it decides nothing.
+        r.answered(&before, Outcome::Other);
+        r.answered(&before, Outcome::Pause(60_000));
+        assert!(!r.is_open());
+        assert_eq!(r.try_admit_at(after_a_minute()).unwrap_err(), Wait::Probe);
         // The probe delivered: open again.
-        r.observed();
+        r.answered(&probe, Outcome::Other);
         drop(probe);
         assert!(r.is_open());
         assert_eq!(r.paused.get(), 0);
@@ -303,10 +363,9 @@ mod tests {
     #[test]
     fn a_probe_answered_pause_pauses_again() {
         let r = route();
-        r.pause(60_000);
-        let later = Instant::now() + Duration::from_secs(61);
-        let probe = r.try_admit_at(later).expect("the probe");
-        r.pause(60_000);
+        paused(&r, 60_000);
+        let probe = r.try_admit_at(after_a_minute()).expect("the probe");
+        r.answered(&probe, Outcome::Pause(60_000));
         drop(probe);
         assert_eq!(r.pauses.get(), 2, "a new pause begins");
         assert!(matches!(r.try_admit(), Err(Wait::Until(_))));
@@ -316,36 +375,38 @@ mod tests {
     #[test]
     fn a_probe_that_never_delivers_gives_its_turn_back() {
         let r = route();
-        r.pause(60_000);
-        let later = Instant::now() + Duration::from_secs(61);
-        drop(r.try_admit_at(later).expect("the probe"));
-        let next = r.try_admit_at(later).expect("another probe");
+        paused(&r, 60_000);
+        drop(r.try_admit_at(after_a_minute()).expect("the probe"));
+        let next = r.try_admit_at(after_a_minute()).expect("another probe");
         assert!(next.is_probe());
     }
 
     #[test]
     fn a_late_probe_of_an_earlier_round_changes_nothing() {
         let r = route();
-        r.pause(60_000);
-        let later = Instant::now() + Duration::from_secs(61);
-        let first = r.try_admit_at(later).expect("the probe");
-        // Its outcome resumed the route and a new pause began and ended before the first
+        paused(&r, 60_000);
+        let first = r.try_admit_at(after_a_minute()).expect("the probe");
+        // Its outcome paused the route again, and that pause ended too, before the first
         // probe's leave was dropped.
-        r.observed();
-        r.pause(1);
-        let second = r.try_admit_at(later).expect("the next round's probe");
+        r.answered(&first, Outcome::Pause(1));
+        let second = r
+            .try_admit_at(after_a_minute())
+            .expect("the next round's probe");
+        r.answered(&first, Outcome::Other);
         drop(first);
-        assert_eq!(r.try_admit_at(later).unwrap_err(), Wait::Probe);
+        assert_eq!(r.try_admit_at(after_a_minute()).unwrap_err(), Wait::Probe);
+        assert_eq!(r.still_admits(&second), Ok(()));
         drop(second);
     }
 
     #[test]
     fn an_outcome_during_the_pause_changes_nothing_and_a_longer_pause_wins() {
         let r = route();
-        r.pause(60_000);
-        r.observed();
+        let in_flight = r.try_admit().expect("open");
+        paused(&r, 60_000);
+        r.answered(&in_flight, Outcome::Other);
         assert!(matches!(r.try_admit(), Err(Wait::Until(_))));
-        r.pause(1);
+        r.answered(&in_flight, Outcome::Pause(1));
         let left = r.status().expect("paused").left;
         assert!(
             left > Duration::from_secs(50),
@@ -357,7 +418,7 @@ mod tests {
     #[tokio::test]
     async fn admit_waits_for_the_probe_to_end() {
         let r = route();
-        r.pause(20);
+        paused(&r, 20);
         let probe = r.admit().await;
         assert!(
             probe.is_probe(),
@@ -372,7 +433,7 @@ mod tests {
             !waiting.is_finished(),
             "nothing starts while the probe is out"
         );
-        r.observed();
+        r.answered(&probe, Outcome::Other);
         drop(probe);
         assert!(!waiting.await.expect("admitted"), "an ordinary leave");
     }

@@ -178,7 +178,10 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             } else {
                 until_due(&store, poll).await.max(RECHECK.min(poll))
             };
-            // A paused route's turn comes when its pause ends, whatever the poll says.
+            // A paused route's backlog is due and stays unclaimed: the store's next due
+            // time says "now" until the pause ends, so the loop looks again at the poll's
+            // pace, not every few milliseconds - and when the pause ends, whatever the poll.
+            let idle = if planned.paused { idle.max(poll) } else { idle };
             let idle = planned.resume_in.map_or(idle, |resume| idle.min(resume));
             drop(planned);
             tokio::select! {
@@ -306,6 +309,8 @@ struct Plan {
     group_of: HashMap<String, usize>,
     /// When the first paused route among them may take its probe.
     resume_in: Option<Duration>,
+    /// Whether a route among them is paused or waits for its probe's outcome.
+    paused: bool,
 }
 
 impl Plan {
@@ -341,6 +346,7 @@ fn plan(pipeline: &Pipeline, topics: Vec<String>, slots: &Arc<Semaphore>, round:
         seats: Vec::new(),
         group_of: HashMap::new(),
         resume_in: None,
+        paused: false,
     };
     for (target, mut topics) in routes {
         // Topics of one route in turn too: one topic's backlog must not starve the next.
@@ -354,6 +360,7 @@ fn plan(pipeline: &Pipeline, topics: Vec<String>, slots: &Arc<Semaphore>, round:
         if let Some(t) = &target
             && let Some(paused) = t.pause_status()
         {
+            plan.paused = true;
             // A paused route claims nothing until its pause ends, then only its probe.
             if !paused.left.is_zero() {
                 plan.resume_in = Some(plan.resume_in.map_or(paused.left, |r| r.min(paused.left)));
@@ -504,7 +511,10 @@ impl Task {
         };
         let settlement = self
             .driver
-            .decide(&message.delivery, route.as_ref().map(|(target, _)| target))
+            .decide(
+                &message.delivery,
+                route.as_ref().map(|(target, slot)| (target, slot)),
+            )
             .await;
         // The consumer has answered: its route's slot goes to the next message now, while
         // this one's settlement waits for the writer (the message stays leased, and the

@@ -181,17 +181,21 @@ impl SettlementDriver {
         &self.pipeline
     }
 
-    /// The pipeline's settlement for `delivery` (in a slot of `target`'s already held, when
+    /// The pipeline's settlement for `delivery` (in `slot` of `target`, already held, when
     /// given), or the gateway's own dead letter if processing panicked.
     pub(crate) async fn decide(
         &self,
         delivery: &Delivery,
-        target: Option<&Arc<RouteTarget>>,
+        route: Option<(&Arc<RouteTarget>, &RouteSlot)>,
     ) -> Decided {
         let trace = self.pipeline.trace(delivery);
         let processing = async {
-            match target {
-                Some(target) => self.pipeline.process_held(delivery, target, &trace).await,
+            match route {
+                Some((target, slot)) => {
+                    self.pipeline
+                        .process_held(delivery, target, slot, &trace)
+                        .await
+                }
                 None => self.pipeline.process_traced(delivery, &trace).await,
             }
         };

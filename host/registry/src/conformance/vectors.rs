@@ -68,7 +68,7 @@ pub struct CaseSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
-    /// `retry`, `delay`, `dead-letter` or `discard`.
+    /// `retry`, `delay`, `pause`, `dead-letter` or `discard`.
     #[serde(default)]
     pub action: Option<ExpectedAction>,
     /// The delay of a retry, delay or pause: exact, or `{"min": .., "max": ..}` (inclusive).

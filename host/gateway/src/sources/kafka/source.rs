@@ -878,7 +878,10 @@ impl Job {
             };
             let settlement = self
                 .driver
-                .decide(&incoming.delivery, held.as_ref().map(|(target, _)| target))
+                .decide(
+                    &incoming.delivery,
+                    held.as_ref().map(|(target, slot)| (target, slot)),
+                )
                 .await;
             // The consumer has answered: the route's slot goes to the next delivery.
             drop(held);

@@ -649,7 +649,7 @@ async fn handle(
     };
     let settlement = tokio::select! {
         biased;
-        settlement = driver.decide(&delivery, seats.as_ref().map(|(target, _, _)| target)) => settlement,
+        settlement = driver.decide(&delivery, seats.as_ref().map(|(target, slot, _)| (target, slot))) => settlement,
         never = keep_alive(message, every) => match never {},
     };
     // The consumer has answered: its route's slot goes to the next message, while this

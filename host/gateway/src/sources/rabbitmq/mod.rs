@@ -395,7 +395,10 @@ impl Job {
         };
         let settlement = self
             .driver
-            .decide(&delivery, held.as_ref().map(|(target, _)| target))
+            .decide(
+                &delivery,
+                held.as_ref().map(|(target, slot)| (target, slot)),
+            )
             .await;
         // The consumer has answered: the route's slot goes to the next delivery.
         drop(held);
