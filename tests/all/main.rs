@@ -20,6 +20,7 @@ mod languages;
 mod layering;
 mod loading;
 mod operator;
+mod ordering;
 mod pause;
 mod policies;
 mod readme;

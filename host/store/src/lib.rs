@@ -20,6 +20,7 @@
 //!     headers: Default::default(),
 //!     payload: br#"{"order": 1}"#.to_vec(),
 //!     content_type: Some("application/json".into()),
+//!     key: None,
 //! };
 //! store.publish(&[message], store.now_ms())?;
 //! let claimed = store.claim(store.now_ms(), &[(vec!["orders".into()], 10)], 30_000)?;

@@ -19,6 +19,10 @@ pub struct NewMessage {
     pub payload: Vec<u8>,
     /// The body's content type.
     pub content_type: Option<String>,
+    /// The key its route orders by (`ordering = "key"`): no message of a key is delivered
+    /// while an older one of the same topic and key is unfinished. `None`: unordered.
+    #[serde(default)]
+    pub key: Option<String>,
 }
 
 /// What a publish stored.

@@ -77,6 +77,7 @@ fn message(id: &str, topic: &str) -> NewMessage {
         headers: [("x-trace".to_string(), format!("t-{id}"))].into(),
         payload: format!("{{\"id\": \"{id}\"}}").into_bytes(),
         content_type: Some("application/json".into()),
+        key: None,
     }
 }
 

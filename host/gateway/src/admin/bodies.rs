@@ -186,7 +186,14 @@ fn make_id(now: u64) -> String {
 
 /// `POST /v1/topics/{topic}/messages`: the messages to store for `topic` (one, or a batch of
 /// 1 to [`MAX_BATCH`]), received at `now_ms` (a message without an id gets one made of it).
-pub fn publish(topic: &str, body: &[u8], now_ms: u64) -> Result<Vec<NewMessage>, ApiError> {
+/// The messages of a publish `body` to `topic`; each one's key (its route orders by key) is
+/// its `key_header` header's value, when it has one.
+pub fn publish(
+    topic: &str,
+    body: &[u8],
+    now_ms: u64,
+    key_header: Option<&str>,
+) -> Result<Vec<NewMessage>, ApiError> {
     let items = match serde_json::from_slice::<Body>(body) {
         Ok(Body::Batch(items)) => items,
         Ok(Body::One(item)) => vec![item],
@@ -228,20 +235,74 @@ pub fn publish(topic: &str, body: &[u8], now_ms: u64) -> Result<Vec<NewMessage>,
                 )));
             }
         }
+        let key = key_header.and_then(|name| message_key(&m.headers, name));
         messages.push(NewMessage {
             id,
             topic: topic.to_string(),
             headers: m.headers,
             payload,
             content_type: Some(content_type),
+            key,
         });
     }
     Ok(messages)
 }
 
+/// A key longer than this is stored as its digest (`sha256:<hex>`): the same key still
+/// gives the same stored key, and the store's index stays small.
+pub const MAX_KEY_BYTES: usize = 128;
+
+/// The key in `headers`' `name` header (matched without regard to case), bounded and
+/// without NUL (no store keeps one in text): a longer or NUL-holding value is stored as its
+/// digest. An empty value is no key.
+fn message_key(headers: &BTreeMap<String, String>, name: &str) -> Option<String> {
+    let value = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+        .filter(|v| !v.is_empty())?;
+    if value.len() <= MAX_KEY_BYTES && !value.contains('\0') {
+        return Some(value.to_string());
+    }
+    Some(format!(
+        "sha256:{}",
+        verdict_runtime::digest::sha256_hex(value.as_bytes())
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_is_its_header_bounded() {
+        let headers = |v: &str| BTreeMap::from([("Order-Id".to_string(), v.to_string())]);
+        assert_eq!(
+            message_key(&headers("o-1"), "order-id").as_deref(),
+            Some("o-1")
+        );
+        assert_eq!(message_key(&headers(""), "order-id"), None);
+        assert_eq!(message_key(&headers("o-1"), "tenant"), None);
+        let long = "x".repeat(MAX_KEY_BYTES + 1);
+        let stored = message_key(&headers(&long), "order-id").unwrap();
+        assert!(
+            stored.starts_with("sha256:") && stored.len() == 7 + 64,
+            "{stored}"
+        );
+        assert_eq!(message_key(&headers(&long), "order-id").unwrap(), stored);
+        let nul = message_key(&headers("a\0b"), "order-id").unwrap();
+        assert!(!nul.contains('\0'));
+        let published = publish(
+            "orders",
+            br#"[{"id": "m1", "payload": 1, "headers": {"order-id": "o-7"}},
+                {"id": "m2", "payload": 2}]"#,
+            0,
+            Some("order-id"),
+        )
+        .unwrap();
+        assert_eq!(published[0].key.as_deref(), Some("o-7"));
+        assert_eq!(published[1].key, None);
+    }
 
     #[test]
     fn a_body_is_one_json_document() {
@@ -269,7 +330,13 @@ mod tests {
     fn errors_name_the_field() {
         let e = decide(br#"{"topic": "t", "failure": {"attempt": "x"}}"#).unwrap_err();
         assert!(e.message.starts_with("failure: attempt:"), "{}", e.message);
-        let e = publish("t", br#"[{"payload": 1}, {"payload": 1, "id": 7}]"#, 0).unwrap_err();
+        let e = publish(
+            "t",
+            br#"[{"payload": 1}, {"payload": 1, "id": 7}]"#,
+            0,
+            None,
+        )
+        .unwrap_err();
         assert!(
             e.message.starts_with("request body: message 1: id:"),
             "{}",
@@ -279,6 +346,7 @@ mod tests {
             "t",
             br#"[{"payload": "a\u0000b", "id": "x\r\ny"}, {"payload": 1, "id": "a\u0000"}]"#,
             0,
+            None,
         )
         .unwrap_err();
         assert!(
@@ -291,6 +359,7 @@ mod tests {
             "t",
             br#"{"payload": 1, "content_type": "text/plain\u0000"}"#,
             0,
+            None,
         )
         .unwrap_err();
         assert!(

@@ -35,12 +35,10 @@ pub(crate) async fn publish(
         .ok()
         .filter(|_| !topic.contains(['*', '>']))
         .ok_or_else(|| ApiError::bad_request(format!("`{topic}` is not a topic name")))?;
-    let routed = state
-        .registry
-        .current()
-        .route(&topic)
-        .is_some_and(|r| r.consumer.is_some());
-    if !routed {
+    let generation = state.registry.current();
+    let route = generation.route(&topic).filter(|r| r.consumer.is_some());
+    let key_header = route.and_then(|r| r.key_header.clone());
+    if route.is_none() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "no_route",
@@ -51,7 +49,7 @@ pub(crate) async fn publish(
     let store = pipeline.store().clone();
     // The store's clock: on a shared store, due times are compared on the database's.
     let now = store.now_ms();
-    let messages = bodies::publish(&topic, &body, now)?;
+    let messages = bodies::publish(&topic, &body, now, key_header.as_deref())?;
     let published = tokio::task::spawn_blocking(move || store.publish(&messages, now))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?

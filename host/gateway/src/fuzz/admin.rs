@@ -137,7 +137,7 @@ proptest! {
             "discard" => bodies::discard(&body).map(|(_, reason)| {
                 assert!(!reason.trim().is_empty(), "a blank reason was accepted");
             }),
-            "publish" => bodies::publish("orders", &body, 1_700_000_000_000).map(|messages| {
+            "publish" => bodies::publish("orders", &body, 1_700_000_000_000, Some("key")).map(|messages| {
                 assert!((1..=bodies::MAX_BATCH).contains(&messages.len()));
                 for m in &messages {
                     assert!((1..=bodies::MAX_ID_BYTES).contains(&m.id.len()), "id of {} bytes", m.id.len());

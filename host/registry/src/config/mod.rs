@@ -149,6 +149,29 @@ pub struct RouteConfig {
     /// evidence.
     #[serde(default)]
     pub shadow: Option<ShadowConfig>,
+    /// `none` (the default): each message is delivered when it falls due, and a retry
+    /// holds nothing else back. `key`: messages with the same key (the value of the header
+    /// `key_header` names, as published) are delivered one at a time, in publish order - a
+    /// failed message holds its key's later messages back, undelivered, until it is
+    /// delivered, dead-lettered or discarded - while other keys flow. The embedded SQLite
+    /// store only, for now.
+    #[serde(default)]
+    pub ordering: RouteOrdering,
+    /// With `ordering = "key"`: the header whose value is a message's key (its name matched
+    /// without regard to case). A message without it is not ordered.
+    #[serde(default)]
+    pub key_header: Option<String>,
+}
+
+/// How a route orders its messages (see [`RouteConfig::ordering`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouteOrdering {
+    /// Each message when it falls due.
+    #[default]
+    None,
+    /// One message of a key at a time, in publish order.
+    Key,
 }
 
 /// The shadow of a route.
@@ -173,6 +196,63 @@ pub struct GatewayConfigError {
     pub field: String,
     /// What is wrong.
     pub message: String,
+}
+
+/// Key ordering needs a key and a source that can hold a key back: so far the embedded
+/// SQLite store, whose claims skip a key while an older message of it is unfinished.
+fn check_ordering(
+    route: &RouteConfig,
+    gateway: &GatewaySection,
+) -> Result<(), (&'static str, String)> {
+    match route.ordering {
+        RouteOrdering::None => {
+            if route.key_header.is_some() {
+                return Err((
+                    "key_header",
+                    "is set, but `ordering` is not \"key\": set `ordering = \"key\"` to order \
+                     by it, or remove it"
+                        .into(),
+                ));
+            }
+            Ok(())
+        }
+        RouteOrdering::Key => {
+            match route.key_header.as_deref().map(str::trim) {
+                None | Some("") => {
+                    return Err((
+                        "key_header",
+                        "`ordering = \"key\"` needs the header that holds a message's key \
+                         (e.g. `key_header = \"order-id\"`)"
+                            .into(),
+                    ));
+                }
+                Some(_) => {}
+            }
+            if route.source != SourceKind::Embedded {
+                return Err((
+                    "ordering",
+                    format!(
+                        "\"key\" is supported on the embedded store only for now, not on a \
+                         {} route",
+                        route.source.name()
+                    ),
+                ));
+            }
+            if gateway
+                .store
+                .as_deref()
+                .is_some_and(|url| !url.starts_with("sqlite:"))
+            {
+                return Err((
+                    "ordering",
+                    "\"key\" is supported on the SQLite store only for now, not on a shared \
+                     store (`[gateway] store`)"
+                        .into(),
+                ));
+            }
+            Ok(())
+        }
+    }
 }
 
 fn check_consumer(c: &ConsumerConfig, lease_ms: u64) -> Result<(), (&'static str, String)> {
@@ -392,6 +472,8 @@ impl GatewayConfig {
                     err(format!("routes[{i}].consumer.{field}"), message)
                 })?;
             }
+            check_ordering(route, &config.gateway)
+                .map_err(|(field, message)| err(format!("routes[{i}].{field}"), message))?;
         }
         if let Some((field, problem)) = config.admin.exposure_error() {
             return Err(err(field.into(), problem));
@@ -591,6 +673,65 @@ mod tests {
             let e = GatewayConfig::parse(&text, "verdict.toml").unwrap_err();
             assert!(e.field.starts_with(field), "want {field}, got {e}");
             assert!(e.to_string().starts_with("verdict.toml: "), "{e}");
+        }
+    }
+
+    #[test]
+    fn key_ordering_needs_a_key_header_and_a_store_that_holds_keys_back() {
+        let config = |route: &str, gateway: &str| {
+            format!(
+                r#"
+        [gateway]
+        {gateway}
+        [policies.rules]
+        path = "rules.wasm"
+        [[routes]]
+        topic = "orders"
+        policy = "rules"
+        consumer = {{ url = "http://127.0.0.1:1/" }}
+        {route}
+        "#
+            )
+        };
+        let ok = GatewayConfig::parse(
+            &config("ordering = \"key\"\nkey_header = \"order-id\"", ""),
+            "v.toml",
+        )
+        .unwrap();
+        assert_eq!(ok.routes[0].ordering, RouteOrdering::Key);
+        let cases = [
+            (config("ordering = \"key\"", ""), "routes[0].key_header", "needs the header"),
+            (
+                config("key_header = \"order-id\"", ""),
+                "routes[0].key_header",
+                "`ordering` is not",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"nats\"",
+                    "",
+                ),
+                "routes[0].ordering",
+                "embedded store only",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nkey_header = \"order-id\"",
+                    "store = \"postgres://verdict@127.0.0.1/verdict\"",
+                ),
+                "routes[0].ordering",
+                "SQLite store only",
+            ),
+            (
+                config("ordering = \"fifo\"", ""),
+                "routes[0].ordering",
+                "unknown variant",
+            ),
+        ];
+        for (text, field, says) in cases {
+            let e = GatewayConfig::parse(&text, "v.toml").unwrap_err();
+            assert!(e.field.starts_with(field), "want {field}, got {e}");
+            assert!(e.to_string().contains(says), "{e}");
         }
     }
 

@@ -87,8 +87,12 @@ impl Builder<'_> {
                 Some(s) => Some(Part::new(index, &s.policy, s.config.as_ref(), &policies)?),
                 None => None,
             };
+            let key_header = match route.ordering {
+                crate::RouteOrdering::Key => route.key_header.clone(),
+                crate::RouteOrdering::None => None,
+            };
             let fingerprint = format!(
-                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}",
+                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}\0{key_header:?}",
                 route.topic,
                 active.fingerprint(),
                 route.consumer,
@@ -128,6 +132,7 @@ impl Builder<'_> {
                 shadow,
                 consumer: route.consumer.clone(),
                 core: route.core,
+                key_header,
                 fingerprint,
             }));
         }

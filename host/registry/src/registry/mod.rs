@@ -52,6 +52,9 @@ pub struct ActiveRoute {
     pub consumer: Option<crate::ConsumerConfig>,
     /// A core topic (lower DLQ alert bar).
     pub core: bool,
+    /// The header a message's key is read from when it is published, if the route orders
+    /// by key (`ordering = "key"`).
+    pub key_header: Option<String>,
     /// Everything the route was built from; equal fingerprints mean the route is reused.
     fingerprint: String,
 }

@@ -210,6 +210,7 @@ mod tests {
                 headers: Default::default(),
                 payload: b"{}".to_vec(),
                 content_type: None,
+                key: None,
             })
             .collect();
         store.publish(&messages, 0).unwrap();

@@ -20,8 +20,8 @@ impl SqliteStore {
             let mut insert = tx.prepare_cached(
                 "INSERT OR IGNORE INTO messages
                  (id, topic, headers, payload, content_type, state, next_at_ms, published_at_ms,
-                  updated_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'ready', ?6, ?6, ?6)",
+                  updated_at_ms, key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'ready', ?6, ?6, ?6, ?7)",
             )?;
             let mut topics =
                 tx.prepare_cached("INSERT OR IGNORE INTO topics (topic) VALUES (?1)")?;
@@ -34,7 +34,8 @@ impl SqliteStore {
                     headers,
                     m.payload,
                     m.content_type,
-                    clamp_ms(now_ms)
+                    clamp_ms(now_ms),
+                    m.key
                 ])?;
                 if n == 1 {
                     topics.execute([&m.topic])?;
@@ -207,18 +208,34 @@ fn record_attempt(tx: &Connection, seq: i64, failed: &AttemptRecord) -> Result<(
 /// A claim of one topic's due messages: the first `limit` of each kind of due message (ready,
 /// scheduled, leased past its lease), each read in index order, then the first `limit` of
 /// those. One `WHERE ... OR ... ORDER BY` over the topic's backlog would make SQLite sort
-/// every due row on every claim.
+/// every due row on every claim. A keyed message (its route orders by key) waits while an
+/// older message of its topic and key is ready, scheduled or leased - one lookup per state,
+/// each in the `messages_keyed` index; an expired lease is its key's oldest already.
 pub(super) const CLAIM_TOPIC: &str = "
     SELECT seq, id, topic, headers, payload, content_type, attempt, deferrals,
            published_at_ms, first_failed_at_ms, state
     FROM messages
     WHERE seq IN (
-        SELECT seq FROM (SELECT seq FROM messages
+        SELECT seq FROM (SELECT seq FROM messages m
             WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1
+              AND (key IS NULL OR NOT (
+                EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                        AND o.state = 'ready' AND o.seq < m.seq)
+                OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                           AND o.state = 'scheduled' AND o.seq < m.seq)
+                OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                           AND o.state = 'leased' AND o.seq < m.seq)))
             ORDER BY next_at_ms LIMIT ?2)
         UNION ALL
-        SELECT seq FROM (SELECT seq FROM messages
+        SELECT seq FROM (SELECT seq FROM messages m
             WHERE topic = ?3 AND state = 'scheduled' AND next_at_ms <= ?1
+              AND (key IS NULL OR NOT (
+                EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                        AND o.state = 'ready' AND o.seq < m.seq)
+                OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                           AND o.state = 'scheduled' AND o.seq < m.seq)
+                OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                           AND o.state = 'leased' AND o.seq < m.seq)))
             ORDER BY next_at_ms LIMIT ?2)
         UNION ALL
         SELECT seq FROM (SELECT seq FROM messages
@@ -241,13 +258,31 @@ pub(super) const PRUNE_TOPICS: &str = "
 /// topics a claim asks): the waiting index is by topic first, so one minimum over the whole
 /// table would read all of it. Every leased row is read: the deliveries in flight and claimed
 /// ahead, and leases expired but not yet taken over.
+/// A keyed message held back by an older one of its key is not due: the older one's due
+/// time (or lease) is what the loop waits for.
 pub(super) const NEXT_DUE: &str = "
     SELECT MIN(t) FROM (
-        SELECT (SELECT MIN(next_at_ms) FROM messages
-                WHERE topic = topics.topic AND state = 'ready') AS t FROM topics
+        SELECT (SELECT MIN(next_at_ms) FROM messages m
+                WHERE topic = topics.topic AND state = 'ready'
+                  AND (key IS NULL OR NOT (
+                    EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                            AND o.state = 'ready' AND o.seq < m.seq)
+                    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic
+                               AND o.key = m.key AND o.state = 'scheduled' AND o.seq < m.seq)
+                    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic
+                               AND o.key = m.key AND o.state = 'leased' AND o.seq < m.seq))))
+               AS t FROM topics
         UNION ALL
-        SELECT (SELECT MIN(next_at_ms) FROM messages
-                WHERE topic = topics.topic AND state = 'scheduled') FROM topics
+        SELECT (SELECT MIN(next_at_ms) FROM messages m
+                WHERE topic = topics.topic AND state = 'scheduled'
+                  AND (key IS NULL OR NOT (
+                    EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                            AND o.state = 'ready' AND o.seq < m.seq)
+                    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic
+                               AND o.key = m.key AND o.state = 'scheduled' AND o.seq < m.seq)
+                    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic
+                               AND o.key = m.key AND o.state = 'leased' AND o.seq < m.seq))))
+               FROM topics
         UNION ALL
         SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased')";
 
@@ -430,6 +465,74 @@ mod tests {
         let again = store.claim(120, &want(10), 100).unwrap();
         assert_eq!(ids(&again), ["a"]);
         assert!(again[0].delivery.redelivery);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_key_is_claimed_one_message_at_a_time_in_publish_order() {
+        use crate::model::{AttemptRecord, Settlement};
+        let dir = std::env::temp_dir().join(format!("verdict-keys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = SqliteStore::open(&dir.join("db.sqlite")).unwrap();
+        let message = |id: &str, key: Option<&str>| NewMessage {
+            id: id.into(),
+            topic: "orders".into(),
+            payload: b"{}".to_vec(),
+            key: key.map(str::to_string),
+            ..NewMessage::default()
+        };
+        store
+            .publish(
+                &[
+                    message("k1", Some("a")),
+                    message("k2", Some("a")),
+                    message("j1", Some("b")),
+                    message("u1", None),
+                    message("u2", None),
+                ],
+                0,
+            )
+            .unwrap();
+        let want = [(vec!["orders".to_string()], 10)];
+        let ids = |claimed: &[Claimed]| -> Vec<String> {
+            let mut ids: Vec<String> = claimed.iter().map(|c| c.delivery.id.clone()).collect();
+            ids.sort();
+            ids
+        };
+        // Each key's oldest, and every unkeyed message.
+        let first = store.claim(10, &want, 1_000).unwrap();
+        assert_eq!(ids(&first), ["j1", "k1", "u1", "u2"]);
+        // `k1` fails and waits for a retry at 510: `k2` stays back, though due, and the
+        // store says the next thing due is that retry, not `k2`.
+        let k1 = first.iter().find(|c| c.delivery.id == "k1").unwrap();
+        let again = Settlement::Again {
+            failed: AttemptRecord {
+                at_ms: 10,
+                kind: "http.503".into(),
+                message: String::new(),
+            },
+            delay_ms: 500,
+            spend_attempt: true,
+        };
+        let settled = store.settle(&[(k1.seq, k1.lease, &again)], 10).unwrap();
+        assert!(settled[0].is_ok(), "{settled:?}");
+        let others: Vec<_> = first
+            .iter()
+            .filter(|c| c.delivery.id != "k1")
+            .map(|c| (c.seq, c.lease, &Settlement::Delivered))
+            .collect();
+        store.settle(&others, 20).unwrap();
+        assert!(store.claim(100, &want, 1_000).unwrap().is_empty());
+        assert_eq!(store.next_due_ms().unwrap(), Some(510));
+        // The retry comes first; `k2` only once `k1` is done.
+        let retried = store.claim(600, &want, 1_000).unwrap();
+        assert_eq!(ids(&retried), ["k1"]);
+        assert!(store.claim(600, &want, 1_000).unwrap().is_empty());
+        let k1 = &retried[0];
+        store
+            .settle(&[(k1.seq, k1.lease, &Settlement::Delivered)], 700)
+            .unwrap();
+        assert_eq!(ids(&store.claim(700, &want, 1_000).unwrap()), ["k2"]);
         let _ = std::fs::remove_dir_all(dir);
     }
 }

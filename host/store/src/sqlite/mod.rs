@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS messages (
     published_at_ms INTEGER NOT NULL,
     first_failed_at_ms INTEGER,
     updated_at_ms INTEGER NOT NULL,
-    dead_letterings INTEGER NOT NULL DEFAULT 0
+    dead_letterings INTEGER NOT NULL DEFAULT 0,
+    key TEXT
 );
 CREATE TABLE IF NOT EXISTS topics (topic TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS attempts (
@@ -104,6 +105,8 @@ CREATE INDEX IF NOT EXISTS messages_leased ON messages (topic, lease_until_ms)
     WHERE state = 'leased';
 CREATE INDEX IF NOT EXISTS messages_settled ON messages (updated_at_ms)
     WHERE state IN ('delivered', 'discarded');
+CREATE INDEX IF NOT EXISTS messages_keyed ON messages (topic, key, state, seq)
+    WHERE key IS NOT NULL;
 ";
 
 /// The indexes of every state that [`STATE_INDEXES`] replaced.
@@ -264,6 +267,15 @@ fn migrate(conn: &Connection) -> Result<(), rusqlite::Error> {
     if !has_repeats {
         conn.execute_batch(REPEATS_KEPT)?;
     }
+    let has_key: bool = conn.query_row(
+        "SELECT COUNT(*) > 0 FROM pragma_table_info('messages') WHERE name = 'key'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !has_key {
+        // Messages published before keys existed are unordered.
+        conn.execute_batch("ALTER TABLE messages ADD COLUMN key TEXT;")?;
+    }
     let whole_state_indexes: bool = conn.query_row(
         &format!(
             "SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'index' AND name IN ('{}')",
@@ -377,12 +389,12 @@ mod tests {
             (
                 "claim",
                 messages::CLAIM_TOPIC,
-                &["messages_waiting", "messages_leased"],
+                &["messages_waiting", "messages_leased", "messages_keyed"],
             ),
             (
                 "next due",
                 messages::NEXT_DUE,
-                &["messages_waiting", "messages_leased"],
+                &["messages_waiting", "messages_leased", "messages_keyed"],
             ),
             (
                 "prune topics",
@@ -451,7 +463,12 @@ mod tests {
             .unwrap();
         assert_eq!(
             indexes,
-            ["messages_leased", "messages_settled", "messages_waiting"]
+            [
+                "messages_keyed",
+                "messages_leased",
+                "messages_settled",
+                "messages_waiting"
+            ]
         );
         // The rows already there are in the new indexes: the lease is the earliest.
         assert_eq!(store.next_due_ms().unwrap(), Some(30));
