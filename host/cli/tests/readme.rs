@@ -307,6 +307,12 @@ fn the_documented_tls_settings_pass_check_with_their_files_in_place() {
         .expect("the HTTPS consumer example");
     let stdout = check("https.toml", format!("{policy}\n{https}"));
     assert!(stdout.contains("payments.>"), "{stdout}");
+    let ordered = blocks("# The gateway", "toml")
+        .into_iter()
+        .find(|b| b.contains("ordering = \"key\""))
+        .expect("the key ordering example");
+    let stdout = check("ordering.toml", format!("{policy}\n{ordered}"));
+    assert!(stdout.contains("orders"), "{stdout}");
     let tls = &blocks("# TLS and credentials", "toml")[0];
     let route = "[[routes]]\ntopic = \"orders.>\"\npolicy = \"rules\"\nsource = \"nats\"\n\
                  consumer = { url = \"http://127.0.0.1:1/\", timeout_ms = 2000 }\n\

@@ -700,7 +700,11 @@ mod tests {
         .unwrap();
         assert_eq!(ok.routes[0].ordering, RouteOrdering::Key);
         let cases = [
-            (config("ordering = \"key\"", ""), "routes[0].key_header", "needs the header"),
+            (
+                config("ordering = \"key\"", ""),
+                "routes[0].key_header",
+                "needs the header",
+            ),
             (
                 config("key_header = \"order-id\"", ""),
                 "routes[0].key_header",
