@@ -218,7 +218,7 @@ impl Session<'_> {
             let _ = shutdown.wait_for(|stop| *stop).await;
             Ok(Ended::Shutdown)
         };
-        tokio::select! {
+        let ended = tokio::select! {
             ended = consuming => ended,
             () = routes_changed(&self.pipeline, routes) => Ok(Ended::RoutesChanged),
             durable = broker.stale_boundary() => {
@@ -232,7 +232,11 @@ impl Session<'_> {
                 );
                 Ok(Ended::StaleBoundary)
             }
-        }
+        };
+        // The session's delivery jobs outlive it, settling on its connection: it is kept
+        // until the last of them is done and what they queued (their acks) is written.
+        tokio::spawn(broker.flush_when_released(SESSION_DRAIN_LIMIT));
+        ended
     }
 
     /// Take the consumer `durable`'s messages as it has room - at most twice its route's
@@ -349,6 +353,10 @@ impl Session<'_> {
         }
     }
 }
+
+/// The longest an ended session's connection waits for its delivery jobs to let go (longer
+/// than any delivery and its settlement).
+const SESSION_DRAIN_LIMIT: Duration = Duration::from_secs(15 * 60);
 
 /// How long a message whose owner cannot be decided now waits before it comes back.
 const OWNER_UNKNOWN_WAIT: Duration = Duration::from_secs(1);

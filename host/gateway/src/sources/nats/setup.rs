@@ -229,6 +229,32 @@ impl Broker {
         &self.inner.js
     }
 
+    /// Once every other holder of this session (its delivery jobs, each finishing its
+    /// settlement on this connection) has let go, write out what the connection still has
+    /// queued, then close it. An ack is only queued when `ack` returns: a client whose last
+    /// handle is dropped closes without writing its queue, and the message would be
+    /// redelivered after `ack_wait` though its delivery was settled - a duplicate. Bounded:
+    /// a holder that never lets go (none should) costs a check a second until `limit`.
+    pub(crate) async fn flush_when_released(self, limit: Duration) {
+        let since = std::time::Instant::now();
+        while Arc::strong_count(&self.inner) > 1 && since.elapsed() < limit {
+            // Most jobs end within a delivery; a long one is checked on less often.
+            let pause = if since.elapsed() < Duration::from_secs(10) {
+                Duration::from_millis(50)
+            } else {
+                Duration::from_secs(1)
+            };
+            tokio::time::sleep(pause).await;
+        }
+        let client = self.inner.js.client();
+        if tokio::time::timeout(Duration::from_secs(5), client.flush())
+            .await
+            .is_err()
+        {
+            tracing::debug!("nats source: an ended session's connection did not flush in time");
+        }
+    }
+
     /// Resolves once an ownership check has seen a consumer's boundary pending for
     /// [`super::stale::STALE_AFTER`] (its closer stopped between its two writes): that
     /// consumer's name. The session restarts over it, settling the mark.
