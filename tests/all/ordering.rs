@@ -13,7 +13,7 @@ use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use serde_json::{Value, json};
-use verdict_tests::gateway::{Route, TestConfig};
+use verdict_tests::gateway::{Gateway, Route, TestConfig};
 use verdict_tests::{fixtures, scratch_dir, wait_for};
 
 const KEYS: u32 = 10;
@@ -88,24 +88,24 @@ fn consumer(runtime: &tokio::runtime::Runtime, seen: Arc<Mutex<Seen>>) -> String
     format!("http://{addr}/")
 }
 
-#[test]
-fn on_the_embedded_store_each_keys_messages_arrive_in_publish_order_through_retries() {
-    let dir = scratch_dir("ordering-store");
+/// A gateway whose route `orders` delivers to a checking consumer at concurrency 8
+/// (ordered by the `Order-Id` header when `ordered`), with the ten keys' messages published
+/// interleaved: k0-0, k1-0, ..., k9-0, k0-1, ... Waits until every message was accepted.
+fn run_interleaved(name: &str, ordered: bool) -> (Gateway, Arc<Mutex<Seen>>) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
     let url = consumer(&runtime, seen.clone());
+    let mut route = Route::new("orders", "rules")
+        .config(fixtures::RULES_CONFIG)
+        .consumer(&url)
+        .set("consumer.concurrency", 8);
+    if ordered {
+        route = route.set("ordering", "key").set("key_header", "order-id");
+    }
     let gw = TestConfig::new()
         .policy("rules", fixtures::RULES)
-        .route(
-            Route::new("orders", "rules")
-                .config(fixtures::RULES_CONFIG)
-                .consumer(&url)
-                .set("consumer.concurrency", 8)
-                .set("ordering", "key")
-                .set("key_header", "order-id"),
-        )
-        .start_on(runtime, &dir, "ordering-token");
-    // Interleaved: k0-0, k1-0, ..., k9-0, k0-1, ...
+        .route(route)
+        .start_on(runtime, &scratch_dir(name), "ordering-token");
     let batch: Vec<Value> = (0..PER_KEY)
         .flat_map(|n| {
             (0..KEYS).map(move |key| {
@@ -125,9 +125,15 @@ fn on_the_embedded_store_each_keys_messages_arrive_in_publish_order_through_retr
         "{} of {total} accepted",
         seen.lock().unwrap().accepts
     );
+    (gw, seen)
+}
+
+#[test]
+fn on_the_embedded_store_each_keys_messages_arrive_in_publish_order_through_retries() {
+    let (gw, seen) = run_interleaved("ordering-store", true);
     let seen = seen.lock().unwrap();
     assert!(seen.overtaken.is_empty(), "overtaken: {:?}", seen.overtaken);
-    assert_eq!(seen.accepts, total, "each message accepted once");
+    assert_eq!(seen.accepts, KEYS * PER_KEY, "each message accepted once");
     for key in 0..KEYS {
         assert_eq!(seen.accepted[&key], Some(PER_KEY - 1), "key {key}");
     }
@@ -144,34 +150,6 @@ fn on_the_embedded_store_each_keys_messages_arrive_in_publish_order_through_retr
 /// check above can fail.
 #[test]
 fn without_key_ordering_later_messages_overtake_failed_ones() {
-    let dir = scratch_dir("ordering-none");
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let url = consumer(&runtime, seen.clone());
-    let gw = TestConfig::new()
-        .policy("rules", fixtures::RULES)
-        .route(
-            Route::new("orders", "rules")
-                .config(fixtures::RULES_CONFIG)
-                .consumer(&url)
-                .set("consumer.concurrency", 8),
-        )
-        .start_on(runtime, &dir, "ordering-token");
-    let batch: Vec<Value> = (0..PER_KEY)
-        .flat_map(|n| {
-            (0..KEYS).map(move |key| {
-                json!({"id": format!("k{key}-{n}"), "payload": {"n": n},
-                       "headers": {"Order-Id": format!("key-{key}")}})
-            })
-        })
-        .collect();
-    let _: Value = gw
-        .admin
-        .post("/v1/topics/orders/messages", &batch)
-        .expect("publish");
-    let total = KEYS * PER_KEY;
-    assert!(wait_for(Duration::from_secs(120), || {
-        seen.lock().unwrap().accepts >= total
-    }));
+    let (_gw, seen) = run_interleaved("ordering-none", false);
     assert!(!seen.lock().unwrap().overtaken.is_empty());
 }

@@ -205,43 +205,53 @@ fn record_attempt(tx: &Connection, seq: i64, failed: &AttemptRecord) -> Result<(
     Ok(())
 }
 
+/// `m`, a keyed message (its route orders by key), is not held back by an older message of
+/// its topic and key that is ready, scheduled or leased: one lookup per state, each in the
+/// `messages_keyed` index (an `IN` list would match no index). Spelled once for the claim
+/// and the next-due time, which must agree.
+macro_rules! not_held_back {
+    () => {
+        "
+    AND (m.key IS NULL OR NOT (
+        EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                AND o.state = 'ready' AND o.seq < m.seq)
+        OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                   AND o.state = 'scheduled' AND o.seq < m.seq)
+        OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
+                   AND o.state = 'leased' AND o.seq < m.seq)))"
+    };
+}
+
 /// A claim of one topic's due messages: the first `limit` of each kind of due message (ready,
 /// scheduled, leased past its lease), each read in index order, then the first `limit` of
 /// those. One `WHERE ... OR ... ORDER BY` over the topic's backlog would make SQLite sort
-/// every due row on every claim. A keyed message (its route orders by key) waits while an
-/// older message of its topic and key is ready, scheduled or leased - one lookup per state,
-/// each in the `messages_keyed` index; an expired lease is its key's oldest already.
-pub(super) const CLAIM_TOPIC: &str = "
+/// every due row on every claim. A keyed message waits while it is held back
+/// (`not_held_back!`); an expired lease is its key's oldest already.
+pub(super) const CLAIM_TOPIC: &str = concat!(
+    "
     SELECT seq, id, topic, headers, payload, content_type, attempt, deferrals,
            published_at_ms, first_failed_at_ms, state
     FROM messages
     WHERE seq IN (
         SELECT seq FROM (SELECT seq FROM messages m
             WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1
-              AND (key IS NULL OR NOT (
-                EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                        AND o.state = 'ready' AND o.seq < m.seq)
-                OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                           AND o.state = 'scheduled' AND o.seq < m.seq)
-                OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                           AND o.state = 'leased' AND o.seq < m.seq)))
+",
+    not_held_back!(),
+    "
             ORDER BY next_at_ms LIMIT ?2)
         UNION ALL
         SELECT seq FROM (SELECT seq FROM messages m
             WHERE topic = ?3 AND state = 'scheduled' AND next_at_ms <= ?1
-              AND (key IS NULL OR NOT (
-                EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                        AND o.state = 'ready' AND o.seq < m.seq)
-                OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                           AND o.state = 'scheduled' AND o.seq < m.seq)
-                OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                           AND o.state = 'leased' AND o.seq < m.seq)))
+",
+    not_held_back!(),
+    "
             ORDER BY next_at_ms LIMIT ?2)
         UNION ALL
         SELECT seq FROM (SELECT seq FROM messages
             WHERE state = 'leased' AND lease_until_ms <= ?1 AND topic = ?3
             ORDER BY lease_until_ms LIMIT ?2))
-    ORDER BY next_at_ms LIMIT ?2";
+    ORDER BY next_at_ms LIMIT ?2"
+);
 
 /// Topics with nothing ready, scheduled or leased, forgotten: one lookup per state, since an
 /// `IN` over the three states matches no state index.
@@ -257,34 +267,27 @@ pub(super) const PRUNE_TOPICS: &str = "
 /// The earliest instant a pending message falls due or a lease expires, per listed topic (the
 /// topics a claim asks): the waiting index is by topic first, so one minimum over the whole
 /// table would read all of it. Every leased row is read: the deliveries in flight and claimed
-/// ahead, and leases expired but not yet taken over.
-/// A keyed message held back by an older one of its key is not due: the older one's due
-/// time (or lease) is what the loop waits for.
-pub(super) const NEXT_DUE: &str = "
+/// ahead, and leases expired but not yet taken over. A keyed message held back by an older
+/// one of its key is not due: the older one's due time (or lease) is what the loop waits for.
+pub(super) const NEXT_DUE: &str = concat!(
+    "
     SELECT MIN(t) FROM (
         SELECT (SELECT MIN(next_at_ms) FROM messages m
                 WHERE topic = topics.topic AND state = 'ready'
-                  AND (key IS NULL OR NOT (
-                    EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                            AND o.state = 'ready' AND o.seq < m.seq)
-                    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic
-                               AND o.key = m.key AND o.state = 'scheduled' AND o.seq < m.seq)
-                    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic
-                               AND o.key = m.key AND o.state = 'leased' AND o.seq < m.seq))))
+",
+    not_held_back!(),
+    ")
                AS t FROM topics
         UNION ALL
         SELECT (SELECT MIN(next_at_ms) FROM messages m
                 WHERE topic = topics.topic AND state = 'scheduled'
-                  AND (key IS NULL OR NOT (
-                    EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                            AND o.state = 'ready' AND o.seq < m.seq)
-                    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic
-                               AND o.key = m.key AND o.state = 'scheduled' AND o.seq < m.seq)
-                    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic
-                               AND o.key = m.key AND o.state = 'leased' AND o.seq < m.seq))))
+",
+    not_held_back!(),
+    ")
                FROM topics
         UNION ALL
-        SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased')";
+        SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased')"
+);
 
 fn claim_topic(
     tx: &Connection,
