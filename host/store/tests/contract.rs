@@ -2,7 +2,8 @@
 //! SQLite file, and a PostgreSQL and a MariaDB database of the test's own (each built with
 //! its feature). Publish idempotency, claims and
 //! their order, lease fencing, each verdict's settlement, retry due times, the DLQ (list,
-//! page, replay, discard), retention, a gateway that went away, and competing claims.
+//! page, replay, discard), retention, a gateway that went away, competing claims, and key
+//! ordering (alone and under competing claims).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -911,6 +912,176 @@ fn competing_claims_never_take_the_same_message(b: &dyn Backend) {
     assert_eq!(distinct.len(), 300);
 }
 
+fn keyed(id: &str, key: &str) -> NewMessage {
+    NewMessage {
+        key: Some(key.into()),
+        ..message(id, "orders")
+    }
+}
+
+fn ids(claimed: &[verdict_store::Claimed]) -> Vec<String> {
+    let mut ids: Vec<String> = claimed.iter().map(|c| c.delivery.id.clone()).collect();
+    ids.sort();
+    ids
+}
+
+fn retry(at_ms: u64, delay_ms: u64) -> Settlement {
+    Settlement::Again {
+        failed: failed(at_ms, "http.503"),
+        delay_ms,
+        spend_attempt: true,
+    }
+}
+
+/// A key's messages are claimed one at a time in publish order, through a retry, a dead
+/// letter (which lets the key go on) and its replay (which goes before the key's waiting
+/// messages again); other keys and unkeyed messages are not held back; the next due time
+/// leaves out what is held back.
+fn a_key_is_claimed_one_message_at_a_time_in_publish_order(b: &dyn Backend) {
+    let store = b.open();
+    store
+        .publish(
+            &[
+                keyed("a1", "a"),
+                keyed("a2", "a"),
+                keyed("b1", "b"),
+                message("u1", "orders"),
+                message("u2", "orders"),
+                keyed("a3", "a"),
+            ],
+            0,
+        )
+        .unwrap();
+    let orders = want("orders", 10);
+    // Each key's oldest, and every unkeyed message.
+    let first = store.claim(1_000, &orders, 60_000).unwrap();
+    assert_eq!(ids(&first), ["a1", "b1", "u1", "u2"]);
+    // `a1` fails and waits for a retry at 1,510: `a2` stays back, though due, and the next
+    // due time is that retry (not `a2`'s, nor the leases').
+    let a1 = first.iter().find(|c| c.delivery.id == "a1").unwrap();
+    settle_one(&store, a1.seq, a1.lease, &retry(1_010, 500), 1_010).unwrap();
+    for c in first.iter().filter(|c| c.delivery.id != "a1") {
+        settle_one(&store, c.seq, c.lease, &Settlement::Delivered, 1_020).unwrap();
+    }
+    assert!(store.claim(1_100, &orders, 60_000).unwrap().is_empty());
+    assert_eq!(store.next_due_ms().unwrap(), Some(1_510));
+    // The retry comes first, alone.
+    let retried = store.claim(1_600, &orders, 60_000).unwrap();
+    assert_eq!(ids(&retried), ["a1"]);
+    assert!(store.claim(1_600, &orders, 60_000).unwrap().is_empty());
+    // Dead-lettered, it lets its key go on: `a2` next, `a3` still behind it.
+    let a1 = &retried[0];
+    settle_one(&store, a1.seq, a1.lease, &dead_letter("a1", 1_700), 1_700).unwrap();
+    let next = store.claim(1_800, &orders, 60_000).unwrap();
+    assert_eq!(ids(&next), ["a2"]);
+    let a2 = &next[0];
+    settle_one(&store, a2.seq, a2.lease, &Settlement::Delivered, 1_900).unwrap();
+    // Replayed, `a1` is the key's oldest again: it goes before `a3`, which waits.
+    let letters = store.dlq_list(&DlqFilter::default(), 2_000).unwrap();
+    assert_eq!(
+        store.dlq_replay(&[letters[0].seq], 2_000, "test").unwrap(),
+        ["a1"]
+    );
+    let replayed = store.claim(2_100, &orders, 60_000).unwrap();
+    assert_eq!(ids(&replayed), ["a1"]);
+    let a1 = &replayed[0];
+    settle_one(&store, a1.seq, a1.lease, &Settlement::Delivered, 2_200).unwrap();
+    assert_eq!(ids(&store.claim(2_300, &orders, 60_000).unwrap()), ["a3"]);
+}
+
+/// Three handles (three gateways) claim ten keys' messages at once, each holding what it
+/// claimed for a moment and failing some: no key is ever held by two claims at once, and
+/// each key's messages are claimed in publish order. A lookup that skipped the row another
+/// claim holds locked (`SKIP LOCKED` reaching the key lookup) fails this.
+fn competing_claims_take_a_key_one_message_at_a_time(b: &dyn Backend) {
+    const KEYS: usize = 10;
+    const PER_KEY: usize = 12;
+    let first = Arc::new(b.open());
+    let msgs: Vec<NewMessage> = (0..PER_KEY)
+        .flat_map(|n| (0..KEYS).map(move |k| keyed(&format!("k{k}-{n:02}"), &format!("key-{k}"))))
+        .collect();
+    first.publish(&msgs, 0).unwrap();
+    /// Per key: whether a claim holds one of its messages, and the next one due by
+    /// publish order.
+    type Keys = std::sync::Mutex<Vec<(bool, usize)>>;
+    let keys: Arc<Keys> = Arc::new(std::sync::Mutex::new(vec![(false, 0); KEYS]));
+    let handles: Vec<Arc<Store>> = vec![first.clone(), Arc::new(b.open()), Arc::new(b.open())];
+    let threads: Vec<_> = handles
+        .into_iter()
+        .enumerate()
+        .map(|(t, store)| {
+            let keys = keys.clone();
+            std::thread::spawn(move || -> Result<usize, String> {
+                let mut delivered = 0;
+                let mut idle = 0;
+                while delivered < KEYS * PER_KEY && idle < 200 {
+                    let got = store.claim(10, &want("orders", 4), 60_000).unwrap();
+                    if got.is_empty() {
+                        idle += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                        continue;
+                    }
+                    idle = 0;
+                    let mut parsed = Vec::new();
+                    {
+                        let mut keys = keys.lock().unwrap();
+                        for c in &got {
+                            let (k, n) = c.delivery.id[1..].split_once('-').unwrap();
+                            let (k, n): (usize, usize) = (k.parse().unwrap(), n.parse().unwrap());
+                            let (held, next) = keys[k];
+                            if held || n != next {
+                                return Err(format!(
+                                    "claim {t} took {} while key {k} was held: {held}, \
+                                     next by publish order {next}",
+                                    c.delivery.id
+                                ));
+                            }
+                            keys[k].0 = true;
+                            parsed.push((k, n));
+                        }
+                    }
+                    // Held a moment, as a delivery would be: a wrong claim beside it shows.
+                    std::thread::sleep(std::time::Duration::from_millis(3));
+                    for (c, (k, n)) in got.iter().zip(parsed) {
+                        // Every third message of a key fails once first.
+                        let fails = n % 3 == 0 && c.delivery.attempts_spent == 0;
+                        {
+                            // Marked before the settlement commits: a claim that saw the
+                            // commit reads the mark.
+                            let mut keys = keys.lock().unwrap();
+                            keys[k] = (false, if fails { n } else { n + 1 });
+                        }
+                        let s = if fails {
+                            retry(10, 0)
+                        } else {
+                            Settlement::Delivered
+                        };
+                        settle_one(&store, c.seq, c.lease, &s, 10).unwrap();
+                        if !fails {
+                            delivered += 1;
+                        }
+                    }
+                    let done = keys
+                        .lock()
+                        .unwrap()
+                        .iter()
+                        .all(|(_, next)| *next == PER_KEY);
+                    if done {
+                        break;
+                    }
+                }
+                Ok(delivered)
+            })
+        })
+        .collect();
+    let mut delivered = 0;
+    for t in threads {
+        delivered += t.join().unwrap().unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(delivered, KEYS * PER_KEY, "every message delivered once");
+    assert_eq!(first.counts().unwrap().delivered, (KEYS * PER_KEY) as u64);
+}
+
 /// Each contract test on each backend.
 macro_rules! contract {
     ($($test:ident),* $(,)?) => {
@@ -944,4 +1115,6 @@ contract!(
     retention_prunes_what_is_settled_and_keeps_what_is_not,
     a_gateway_that_went_away_loses_nothing,
     competing_claims_never_take_the_same_message,
+    a_key_is_claimed_one_message_at_a_time_in_publish_order,
+    competing_claims_take_a_key_one_message_at_a_time,
 );

@@ -60,6 +60,7 @@ fn a_version_2_store_gets_per_state_indexes_and_still_finds_every_row() {
         indexes(&db),
         [
             "messages_id_key",
+            "messages_keyed",
             "messages_leased",
             "messages_pkey",
             "messages_settled",

@@ -153,8 +153,9 @@ pub struct RouteConfig {
     /// holds nothing else back. `key`: messages with the same key (the value of the header
     /// `key_header` names, as published) are delivered one at a time, in publish order - a
     /// failed message holds its key's later messages back, undelivered, until it is
-    /// delivered, dead-lettered or discarded - while other keys flow. The embedded SQLite
-    /// store only, for now.
+    /// delivered, dead-lettered or discarded - while other keys flow. On the embedded
+    /// source (whichever store holds it: SQLite, PostgreSQL, MariaDB); a broker route
+    /// refuses it.
     #[serde(default)]
     pub ordering: RouteOrdering,
     /// With `ordering = "key"`: the header whose value is a message's key (its name matched
@@ -199,11 +200,8 @@ pub struct GatewayConfigError {
 }
 
 /// Key ordering needs a key and a source that can hold a key back: so far the embedded
-/// SQLite store, whose claims skip a key while an older message of it is unfinished.
-fn check_ordering(
-    route: &RouteConfig,
-    gateway: &GatewaySection,
-) -> Result<(), (&'static str, String)> {
+/// source, whose store's claims skip a key while an older message of it is unfinished.
+fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
     match route.ordering {
         RouteOrdering::None => {
             if route.key_header.is_some() {
@@ -232,22 +230,10 @@ fn check_ordering(
                 return Err((
                     "ordering",
                     format!(
-                        "\"key\" is supported on the embedded store only for now, not on a \
-                         {} route",
+                        "\"key\" is supported on embedded routes only for now (any store), \
+                         not on a {} route",
                         route.source.name()
                     ),
-                ));
-            }
-            if gateway
-                .store
-                .as_deref()
-                .is_some_and(|url| !url.starts_with("sqlite:"))
-            {
-                return Err((
-                    "ordering",
-                    "\"key\" is supported on the SQLite store only for now, not on a shared \
-                     store (`[gateway] store`)"
-                        .into(),
                 ));
             }
             Ok(())
@@ -472,7 +458,7 @@ impl GatewayConfig {
                     err(format!("routes[{i}].consumer.{field}"), message)
                 })?;
             }
-            check_ordering(route, &config.gateway)
+            check_ordering(route)
                 .map_err(|(field, message)| err(format!("routes[{i}].{field}"), message))?;
         }
         if let Some((field, problem)) = config.admin.exposure_error() {
@@ -677,7 +663,7 @@ mod tests {
     }
 
     #[test]
-    fn key_ordering_needs_a_key_header_and_a_store_that_holds_keys_back() {
+    fn key_ordering_needs_a_key_header_and_an_embedded_route() {
         let config = |route: &str, gateway: &str| {
             format!(
                 r#"
@@ -699,6 +685,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.routes[0].ordering, RouteOrdering::Key);
+        // A shared store holds keys back as the embedded one does.
+        let shared = GatewayConfig::parse(
+            &config(
+                "ordering = \"key\"\nkey_header = \"order-id\"",
+                "store = \"postgres://verdict@127.0.0.1/verdict\"",
+            ),
+            "v.toml",
+        )
+        .unwrap();
+        assert_eq!(shared.routes[0].key_header.as_deref(), Some("order-id"));
         let cases = [
             (
                 config("ordering = \"key\"", ""),
@@ -716,15 +712,7 @@ mod tests {
                     "",
                 ),
                 "routes[0].ordering",
-                "embedded store only",
-            ),
-            (
-                config(
-                    "ordering = \"key\"\nkey_header = \"order-id\"",
-                    "store = \"postgres://verdict@127.0.0.1/verdict\"",
-                ),
-                "routes[0].ordering",
-                "SQLite store only",
+                "embedded routes only",
             ),
             (
                 config("ordering = \"fifo\"", ""),

@@ -11,18 +11,56 @@ use super::session::MySession;
 use crate::model::{AttemptRecord, Delivery};
 use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
+/// A keyed message (its route orders by key) of `messages` that no older message of its
+/// topic and key holds back: none is ready, scheduled or leased - one lookup in the
+/// `messages_keyed` index. In a `FOR UPDATE` statement the subquery is still a consistent
+/// read of the last committed rows, not a locking one: a row another gateway is claiming
+/// this instant reads as unfinished, so two gateways never take two messages of one key
+/// (a locking lookup under `SKIP LOCKED` would pass over exactly that row).
+macro_rules! not_held_back {
+    () => {
+        "
+  AND (`key` IS NULL OR NOT EXISTS (
+    SELECT 1 FROM messages o WHERE o.topic = messages.topic AND o.`key` = messages.`key`
+      AND o.state IN ('ready', 'scheduled', 'leased') AND o.seq < messages.seq))"
+    };
+}
+
+/// When the next message falls due, or a lease expires: each state's rows read in due order
+/// up to the first that is not held back - a keyed message behind an older one of its key
+/// is not due, the older one's due time (or lease) is what the loop waits for.
+const NEXT_DUE: &str = concat!(
+    "
+SELECT MIN(t) FROM (
+    SELECT (SELECT next_at_ms FROM messages WHERE state = 'ready'",
+    not_held_back!(),
+    "
+            ORDER BY next_at_ms LIMIT 1) AS t
+    UNION ALL SELECT (SELECT next_at_ms FROM messages WHERE state = 'scheduled'",
+    not_held_back!(),
+    "
+            ORDER BY next_at_ms LIMIT 1)
+    UNION ALL SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased'
+) due"
+);
+
 /// The due messages of one topic in one state (`ready` or `scheduled`), oldest first, that
 /// no other gateway is claiming right now (`SKIP LOCKED`), locked for this transaction. Each
 /// kind of due row is read on its own, in index order: one `WHERE ... OR ... ORDER BY` made
-/// InnoDB sort the topic's whole backlog on every claim - and lock every row it read.
-const DUE_WAITING: &str = "
+/// InnoDB sort the topic's whole backlog on every claim - and lock every row it read. A
+/// keyed message waits while it is held back (`not_held_back!`).
+const DUE_WAITING: &str = concat!(
+    "
 SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals,
        published_at_ms, first_failed_at_ms, state, next_at_ms
 FROM messages
-WHERE topic = ? AND state = ? AND next_at_ms <= ?
+WHERE topic = ? AND state = ? AND next_at_ms <= ?",
+    not_held_back!(),
+    "
 ORDER BY next_at_ms
 LIMIT ?
-FOR UPDATE SKIP LOCKED";
+FOR UPDATE SKIP LOCKED"
+);
 
 /// [`DUE_WAITING`] for leases that ran out.
 const DUE_EXPIRED: &str = "
@@ -49,8 +87,8 @@ impl MysqlStore {
                 tx.exec_drop(
                     "INSERT INTO messages
                      (id, topic, headers, payload, content_type, state, next_at_ms,
-                      published_at_ms, updated_at_ms)
-                     VALUES (?, ?, ?, ?, ?, 'ready', ?, ?, ?)
+                      published_at_ms, updated_at_ms, `key`)
+                     VALUES (?, ?, ?, ?, ?, 'ready', ?, ?, ?, ?)
                      ON DUPLICATE KEY UPDATE id = id",
                     (
                         &m.id,
@@ -61,6 +99,7 @@ impl MysqlStore {
                         now,
                         now,
                         now,
+                        &m.key,
                     ),
                 )?;
                 if tx.affected_rows() == 1 {
@@ -132,13 +171,7 @@ impl MysqlStore {
     /// The earliest instant a pending message falls due (or a lease expires).
     pub fn next_due_ms(&self) -> Result<Option<u64>, StoreError> {
         self.with(|c| {
-            let due: Option<Option<i64>> = c.query_first(
-                "SELECT MIN(t) FROM (
-                     SELECT MIN(next_at_ms) AS t FROM messages WHERE state = 'ready'
-                     UNION ALL SELECT MIN(next_at_ms) FROM messages WHERE state = 'scheduled'
-                     UNION ALL SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased'
-                 ) due",
-            )?;
+            let due: Option<Option<i64>> = c.query_first(NEXT_DUE)?;
             Ok(due.flatten().map(|t| t.max(0) as u64))
         })
     }

@@ -7,6 +7,21 @@ use super::{Conn, PostgresStore, TOPICS_LOCK};
 use crate::model::{AttemptRecord, Delivery};
 use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 
+/// A keyed message (its route orders by key) of `messages` that no older message of its
+/// topic and key holds back: none is ready, scheduled or leased - one lookup in the
+/// `messages_keyed` index. The lookup reads the statement's snapshot, not the locks: a row
+/// another gateway is claiming this instant still reads as unfinished, so two gateways
+/// never take two messages of one key (a locking lookup under `SKIP LOCKED` would pass
+/// over exactly that row).
+macro_rules! not_held_back {
+    () => {
+        "
+      AND (key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM messages o WHERE o.topic = messages.topic AND o.key = messages.key
+          AND o.state IN ('ready', 'scheduled', 'leased') AND o.seq < messages.seq))"
+    };
+}
+
 /// The due messages of one topic, oldest first, that no other gateway is claiming right
 /// now (`SKIP LOCKED`: competing claims take different rows instead of waiting), leased,
 /// with their histories, in one statement - one round trip per topic and claim round. `was`
@@ -14,16 +29,23 @@ use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
 /// the same statement, so the audit trail and the lease cannot disagree. Each kind of due
 /// row is read in index order, at most `limit` of each, and the oldest `limit` of those
 /// claimed: one `WHERE ... OR ... ORDER BY` made PostgreSQL sort the topic's whole backlog
-/// on every claim. A history is read only for a message that has failed before.
-const CLAIM: &str = "
+/// on every claim. A history is read only for a message that has failed before. A keyed
+/// message waits while it is held back (`not_held_back!`); an expired lease is its key's
+/// oldest already.
+const CLAIM: &str = concat!(
+    "
 WITH ready AS (
     SELECT seq, state AS was, next_at_ms AS due_at FROM messages
-    WHERE topic = $1 AND state = 'ready' AND next_at_ms <= $2
+    WHERE topic = $1 AND state = 'ready' AND next_at_ms <= $2",
+    not_held_back!(),
+    "
     ORDER BY next_at_ms LIMIT $3
     FOR UPDATE SKIP LOCKED),
 scheduled AS (
     SELECT seq, state AS was, next_at_ms AS due_at FROM messages
-    WHERE topic = $1 AND state = 'scheduled' AND next_at_ms <= $2
+    WHERE topic = $1 AND state = 'scheduled' AND next_at_ms <= $2",
+    not_held_back!(),
+    "
     ORDER BY next_at_ms LIMIT $3
     FOR UPDATE SKIP LOCKED),
 expired AS (
@@ -51,16 +73,41 @@ SELECT c.*, CASE WHEN c.first_failed_at_ms IS NOT NULL THEN
            (SELECT json_agg(json_build_array(a.at_ms, a.kind, a.message) ORDER BY a.seq)
             FROM attempts a WHERE a.message_seq = c.seq)::TEXT END AS history
 FROM claimed c
-ORDER BY c.seq";
+ORDER BY c.seq"
+);
+
+/// When the next message falls due, or a lease expires. Per listed topic (the topics a
+/// claim asks): the waiting index is by topic first, so one minimum over the table would
+/// read all of it. Every leased row is read: the deliveries in flight and claimed ahead, and
+/// leases expired but not yet taken over. A keyed message held back by an older one of its
+/// key is not due: the older one's due time (or lease) is what the loop waits for - each
+/// topic's rows read in due order up to the first that is not held back.
+const NEXT_DUE: &str = concat!(
+    "
+SELECT LEAST(
+    (SELECT MIN((SELECT next_at_ms FROM messages
+                 WHERE messages.topic = t.topic AND state = 'ready'",
+    not_held_back!(),
+    "
+                 ORDER BY next_at_ms LIMIT 1))
+     FROM topics t),
+    (SELECT MIN((SELECT next_at_ms FROM messages
+                 WHERE messages.topic = t.topic AND state = 'scheduled'",
+    not_held_back!(),
+    "
+                 ORDER BY next_at_ms LIMIT 1))
+     FROM topics t),
+    (SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased'))"
+);
 
 /// A batch of messages in, as one array per column; the ids stored come back.
 const PUBLISH: &str = "
 INSERT INTO messages
     (id, topic, headers, payload, content_type, state, next_at_ms, published_at_ms,
-     updated_at_ms)
-SELECT id, topic, headers, payload, content_type, 'ready', $6, $6, $6
-FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BYTEA[], $5::TEXT[])
-     WITH ORDINALITY AS m (id, topic, headers, payload, content_type, n)
+     updated_at_ms, key)
+SELECT id, topic, headers, payload, content_type, 'ready', $6, $6, $6, key
+FROM UNNEST($1::TEXT[], $2::TEXT[], $3::TEXT[], $4::BYTEA[], $5::TEXT[], $7::TEXT[])
+     WITH ORDINALITY AS m (id, topic, headers, payload, content_type, key, n)
 ORDER BY n
 ON CONFLICT (id) DO NOTHING
 RETURNING id";
@@ -73,6 +120,7 @@ struct PublishColumns<'a> {
     headers: Vec<String>,
     payloads: Vec<&'a [u8]>,
     content_types: Vec<Option<&'a str>>,
+    keys: Vec<Option<&'a str>>,
 }
 
 impl PostgresStore {
@@ -92,6 +140,7 @@ impl PostgresStore {
             );
             columns.payloads.push(&m.payload);
             columns.content_types.push(m.content_type.as_deref());
+            columns.keys.push(m.key.as_deref());
         }
         self.with(|c| {
             let insert = c.statement(PUBLISH)?;
@@ -113,6 +162,7 @@ impl PostgresStore {
                         &columns.payloads,
                         &columns.content_types,
                         &clamp_ms(now_ms),
+                        &columns.keys,
                     ],
                 )?
                 .iter()
@@ -201,20 +251,7 @@ impl PostgresStore {
     /// The earliest instant a pending message falls due (or a lease expires).
     pub fn next_due_ms(&self) -> Result<Option<u64>, StoreError> {
         self.with(|c| {
-            // Per listed topic (the topics a claim asks): the waiting index is by topic
-            // first, so one minimum over the table would read all of it. Every leased row
-            // is read: the deliveries in flight and claimed ahead, and leases expired but
-            // not yet taken over.
-            let s = c.statement(
-                "SELECT LEAST(
-                     (SELECT MIN((SELECT MIN(next_at_ms) FROM messages m
-                                  WHERE m.topic = t.topic AND m.state = 'ready'))
-                      FROM topics t),
-                     (SELECT MIN((SELECT MIN(next_at_ms) FROM messages m
-                                  WHERE m.topic = t.topic AND m.state = 'scheduled'))
-                      FROM topics t),
-                     (SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased'))",
-            )?;
+            let s = c.statement(NEXT_DUE)?;
             let due: Option<i64> = c.client.query_one(&s, &[])?.get(0);
             Ok(due.map(|t| t.max(0) as u64))
         })

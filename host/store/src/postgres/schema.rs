@@ -5,7 +5,7 @@
 /// Migration `n` is `MIGRATIONS[n - 1]` (one script each: schema changes are transactional
 /// here, so a script runs whole or not at all); `verdict_schema` records each one applied.
 /// Append, never edit: a gateway at version `n` applies only what comes after.
-pub const MIGRATIONS: &[&[&str]] = &[&[V1], &[V2], &[V3]];
+pub const MIGRATIONS: &[&[&str]] = &[&[V1], &[V2], &[V3], &[V4]];
 
 const V1: &str = "
 CREATE TABLE messages (
@@ -118,4 +118,15 @@ DROP INDEX IF EXISTS messages_topic_due;
 DROP INDEX IF EXISTS messages_due;
 DROP INDEX IF EXISTS messages_lease;
 DROP INDEX IF EXISTS messages_done;
+";
+
+/// Key ordering (a route's `ordering = "key"`): a message's key, and the index in which a
+/// claim looks up its key's older unfinished messages. Rows without a key - every unordered
+/// route's - stay out of the index. Adding a column without a default rewrites nothing; the
+/// index build reads the table once, holding off writes meanwhile (the `ALTER` first takes
+/// the table's strongest lock, so a gateway of the earlier version settling beside it waits
+/// instead of deadlocking).
+const V4: &str = "
+ALTER TABLE messages ADD COLUMN key TEXT;
+CREATE INDEX messages_keyed ON messages (topic, key, state, seq) WHERE key IS NOT NULL;
 ";
