@@ -5,8 +5,12 @@
 //! | path | what |
 //! |---|---|
 //! | `POST /` | a delivery: 200, 503 (transient) or 422 `schema.unknown-version` (permanent) |
-//! | `GET /stats` | deliveries, accepted, duplicates (ids accepted more than once) |
+//! | `GET /stats` | deliveries, accepted, duplicates (ids accepted more than once), overtaken |
 //! | `POST /down`, `POST /up` | answer every delivery with 503 until `up` |
+//!
+//! With an [`OrderCheck`] it also checks key ordering as the deliveries arrive: a producer
+//! numbers each key's messages 0, 1, 2... in a header, and a delivery whose predecessor in
+//! its key was not yet finished - accepted, or refused for good - has overtaken it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,6 +57,20 @@ pub fn by_percent(
     }
 }
 
+/// Where a delivery says which key it belongs to and where it stands among that key's
+/// messages in publish order (0, 1, 2...): two header names, matched without regard to
+/// case.
+#[derive(Debug, Clone)]
+pub struct OrderCheck {
+    /// The header holding a message's key.
+    pub key_header: String,
+    /// The header holding the message's number among its key's messages.
+    pub sequence_header: String,
+}
+
+/// The most overtaking deliveries [`Seen::overtakes`] keeps (the count goes on).
+const OVERTAKES_KEPT: usize = 20;
+
 /// What the consumer has seen.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Seen {
@@ -60,6 +78,13 @@ pub struct Seen {
     pub deliveries: HashMap<String, u32>,
     /// 2xx answers per message id (more than one: a duplicate delivery).
     pub accepted: HashMap<String, u32>,
+    /// With an [`OrderCheck`]: per key, the number of its first message not yet finished.
+    pub next_by_key: HashMap<String, u64>,
+    /// With an [`OrderCheck`]: deliveries that came before their key's previous message was
+    /// finished.
+    pub overtaken: u32,
+    /// The first few of them, as `key #n before #m`.
+    pub overtakes: Vec<String>,
 }
 
 impl Seen {
@@ -83,6 +108,7 @@ pub struct DemoConsumer {
     timing: Arc<Mutex<HashMap<String, Timing>>>,
     down: Arc<AtomicBool>,
     rule: Rule,
+    order: Option<Arc<OrderCheck>>,
 }
 
 impl DemoConsumer {
@@ -93,7 +119,14 @@ impl DemoConsumer {
             timing: Arc::default(),
             down: Arc::default(),
             rule: Arc::new(rule),
+            order: None,
         }
+    }
+
+    /// Check key ordering on every delivery as `order` says (see [`OrderCheck`]).
+    pub fn with_order_check(mut self, order: OrderCheck) -> Self {
+        self.order = Some(Arc::new(order));
+        self
     }
 
     /// Answer every delivery with 503 (`true`) or normally again (`false`).
@@ -142,6 +175,8 @@ impl DemoConsumer {
                         "deliveries": seen.deliveries.values().sum::<u32>(),
                         "accepted": seen.accepted.len(),
                         "duplicates": seen.duplicates(),
+                        "overtaken": seen.overtaken,
+                        "overtakes": seen.overtakes,
                     }))
                 }),
             )
@@ -186,11 +221,30 @@ impl DemoConsumer {
             *n += 1;
             *n
         };
+        let place = self.order.as_deref().and_then(|o| place_of(o, headers));
+        if let Some((key, n)) = &place {
+            let next = seen.next_by_key.get(key).copied().unwrap_or(0);
+            if *n > next {
+                seen.overtaken += 1;
+                if seen.overtakes.len() < OVERTAKES_KEPT {
+                    seen.overtakes.push(format!("{key} #{n} before #{next}"));
+                }
+            }
+        }
         if self.down.load(Ordering::Relaxed) {
             let down = (StatusCode::SERVICE_UNAVAILABLE, "down for maintenance");
             return (down.into_response(), None);
         }
         let rule = (self.rule)(&id);
+        // Accepted or refused for good, a message is finished: its key's next may come.
+        let finishes = match rule {
+            Behaviour::FailsFirst(k) => n > k,
+            _ => true,
+        };
+        if let (true, Some((key, n))) = (finishes, place) {
+            let next = seen.next_by_key.entry(key).or_default();
+            *next = (*next).max(n + 1);
+        }
         let wait = match rule {
             Behaviour::Slow(ms) => Some(ms),
             _ => None,
@@ -211,5 +265,67 @@ impl DemoConsumer {
             }
         };
         (response, wait)
+    }
+}
+
+/// A delivery's key and number by `order`'s headers; `None` when either is missing or the
+/// number is not one.
+fn place_of(order: &OrderCheck, headers: &HeaderMap) -> Option<(String, u64)> {
+    let key = headers.get(order.key_header.as_str())?.to_str().ok()?;
+    let n = headers
+        .get(order.sequence_header.as_str())?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    Some((key.to_string(), n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivery(consumer: &DemoConsumer, id: &str, key: &str, n: u64) -> StatusCode {
+        let mut headers = HeaderMap::new();
+        headers.insert("x-verdict-message-id", id.parse().unwrap());
+        headers.insert("order-id", key.parse().unwrap());
+        headers.insert("order-seq", n.to_string().parse().unwrap());
+        consumer.answer(&headers).0.status()
+    }
+
+    #[test]
+    fn a_delivery_before_its_keys_previous_message_finished_is_counted() {
+        let consumer = DemoConsumer::new(|id: &str| match id {
+            "a0" => Behaviour::FailsFirst(1),
+            "a1" => Behaviour::Permanent,
+            _ => Behaviour::Ok,
+        })
+        .with_order_check(OrderCheck {
+            key_header: "Order-Id".into(),
+            sequence_header: "Order-Seq".into(),
+        });
+        // a0 fails once; b0 of another key is not held back by it.
+        assert_eq!(
+            delivery(&consumer, "a0", "a", 0),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(delivery(&consumer, "b0", "b", 0), StatusCode::OK);
+        assert_eq!(consumer.seen().overtaken, 0);
+        // a1 before a0 was accepted: overtaken.
+        delivery(&consumer, "a1", "a", 1);
+        assert_eq!(consumer.seen().overtaken, 1);
+        // a0 accepted (and again: a duplicate, not an overtake), a1 refused for good
+        // finishes it, so a2 may come.
+        assert_eq!(delivery(&consumer, "a0", "a", 0), StatusCode::OK);
+        assert_eq!(delivery(&consumer, "a0", "a", 0), StatusCode::OK);
+        assert_eq!(
+            delivery(&consumer, "a1", "a", 1),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert_eq!(delivery(&consumer, "a2", "a", 2), StatusCode::OK);
+        let seen = consumer.seen();
+        assert_eq!((seen.overtaken, seen.duplicates()), (1, 1));
+        assert_eq!(seen.overtakes, ["a #1 before #0"]);
     }
 }

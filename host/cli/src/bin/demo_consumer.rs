@@ -2,7 +2,7 @@
 //! [`verdict_cli::demo`]), to watch the gateway retry and dead-letter.
 
 use clap::Parser;
-use verdict_cli::demo::{DemoConsumer, by_percent};
+use verdict_cli::demo::{DemoConsumer, OrderCheck, by_percent};
 use verdict_gateway::admin::tls::TlsListener;
 
 /// A consumer that fails some messages transiently and some permanently, by message id.
@@ -27,11 +27,25 @@ struct Args {
     /// Accept only clients presenting a certificate this PEM CA issued (mutual TLS).
     #[arg(long, requires = "tls_cert")]
     client_ca: Option<std::path::PathBuf>,
+    /// Check key ordering: the header holding a message's key (`GET /stats` counts the
+    /// deliveries that overtook their key's previous message as `overtaken`).
+    #[arg(long, requires = "sequence_header")]
+    order_header: Option<String>,
+    /// With `--order-header`: the header holding a message's number among its key's
+    /// messages in publish order (0, 1, 2...), as the producer set it.
+    #[arg(long, requires = "order_header")]
+    sequence_header: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let consumer = DemoConsumer::new(by_percent(args.transient, args.permanent));
+    let mut consumer = DemoConsumer::new(by_percent(args.transient, args.permanent));
+    if let (Some(key_header), Some(sequence_header)) = (&args.order_header, &args.sequence_header) {
+        consumer = consumer.with_order_check(OrderCheck {
+            key_header: key_header.clone(),
+            sequence_header: sequence_header.clone(),
+        });
+    }
     tokio::runtime::Runtime::new()?.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen).await?;
         let address = listener.local_addr()?;
