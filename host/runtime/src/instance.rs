@@ -80,9 +80,42 @@ impl Budget {
     }
 }
 
+/// How many more times an instantiation refused by a passing host condition is tried.
+const BUSY_RETRIES: u32 = 4;
+
+/// Whether `error` is the host's `EBUSY`: on a module's first instantiation Wasmtime
+/// writes its memory image into a memfd and seals it, and Linux refuses the seal with
+/// `EBUSY` while a page of it is still referenced elsewhere for a moment (a busy machine's
+/// page cache). Nothing is cached from the failure, so the same instantiation tried again
+/// succeeds - where a guest's trap or a limit would fail the same way every time.
+fn is_busy(error: &wasmtime::Error) -> bool {
+    const EBUSY: i32 = 16;
+    error
+        .root_cause()
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::raw_os_error)
+        == Some(EBUSY)
+}
+
 impl Instance {
-    /// Instantiate `policy` in a fresh store.
+    /// Instantiate `policy` in a fresh store; a passing `EBUSY` from the host (see
+    /// [`is_busy`]) is tried again, in a fresh store, after 20, 40, 80 and 160 ms.
     pub(crate) fn new(policy: &Policy) -> Result<Self, Fault> {
+        let mut retries = 0;
+        loop {
+            match Self::instantiate(policy) {
+                Ok(instance) => return Ok(instance),
+                Err((error, _)) if retries < BUSY_RETRIES && is_busy(&error) => {
+                    retries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10 << retries));
+                }
+                Err((_, fault)) => return Err(fault),
+            }
+        }
+    }
+
+    /// One instantiation; a failure comes back with the fault it is.
+    fn instantiate(policy: &Policy) -> Result<Self, (wasmtime::Error, Fault)> {
         let limits = policy.host().limits();
         let state = HostState::new(
             Arc::from(policy.provenance().name.as_str()),
@@ -109,9 +142,10 @@ impl Instance {
                 uses: 0,
                 batch_records: Vec::new(),
             }),
-            Err(e) => Err(Fault::Instantiate {
-                message: classify(e, &store, budget).to_string(),
-            }),
+            Err(e) => {
+                let message = classify(&e, &store, budget).to_string();
+                Err((e, Fault::Instantiate { message }))
+            }
         }
     }
 
@@ -132,7 +166,7 @@ impl Instance {
                 .call_init(&mut self.store, config),
         };
         self.store.data_mut().end_call();
-        result.map_err(|e| classify(e, &self.store, budget))
+        result.map_err(|e| classify(&e, &self.store, budget))
     }
 
     /// Call `describe`.
@@ -151,7 +185,7 @@ impl Instance {
                 }),
         };
         self.store.data_mut().end_call();
-        result.map_err(|e| classify(e, &self.store, budget))
+        result.map_err(|e| classify(&e, &self.store, budget))
     }
 
     /// Call `decide(failure)`.
@@ -179,7 +213,7 @@ impl Instance {
                 .call_decide(&mut self.store, &failure.record_v0_1())
                 .map(Verdict::from),
         };
-        let result = result.map_err(|e| classify(e, &self.store, budget));
+        let result = result.map_err(|e| classify(&e, &self.store, budget));
         self.store.data_mut().end_call();
         result
     }
@@ -234,7 +268,7 @@ impl Instance {
                     failures.len()
                 ),
             }),
-            Err(e) => Err(classify(e, &self.store, budget)),
+            Err(e) => Err(classify(&e, &self.store, budget)),
         };
         self.store.data_mut().end_call();
         result
@@ -318,7 +352,7 @@ fn arm(
 }
 
 /// Turn a Wasmtime error into the fault operators read.
-fn classify(error: wasmtime::Error, store: &Store<HostState>, budget: Budget) -> Fault {
+fn classify(error: &wasmtime::Error, store: &Store<HostState>, budget: Budget) -> Fault {
     let state = store.data();
     if let Some(requested_bytes) = state.limiter.refused {
         return Fault::MemoryCap {
@@ -412,5 +446,36 @@ impl From<v0_1::types::Verdict> for Verdict {
             },
             labels: v.labels.into_iter().map(|l| (l.key, l.value)).collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_busy;
+
+    /// As the memfd crate reports a refused seal: its own error, the OS error its source.
+    #[derive(Debug)]
+    struct AddSeals(std::io::Error);
+
+    impl std::fmt::Display for AddSeals {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("cannot add seals to the memfd")
+        }
+    }
+
+    impl std::error::Error for AddSeals {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn only_the_hosts_ebusy_is_tried_again() {
+        let seal = |errno| wasmtime::Error::new(AddSeals(std::io::Error::from_raw_os_error(errno)));
+        assert!(is_busy(&seal(16)));
+        assert!(!is_busy(&seal(12)), "out of memory does not pass by itself");
+        assert!(!is_busy(&wasmtime::Error::new(
+            wasmtime::Trap::UnreachableCodeReached
+        )));
     }
 }
