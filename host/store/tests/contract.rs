@@ -989,6 +989,67 @@ fn a_key_is_claimed_one_message_at_a_time_in_publish_order(b: &dyn Backend) {
     assert_eq!(ids(&store.claim(2_300, &orders, 60_000).unwrap()), ["a3"]);
 }
 
+/// A keyed message whose key's previous message is a dead letter says so when claimed (a
+/// route that dead-letters a whole key sends it after that letter); one after a delivered
+/// message, an unkeyed one, or a key's oldest does not.
+fn a_keys_message_after_a_dead_letter_is_marked(b: &dyn Backend) {
+    let store = b.open();
+    store
+        .publish(
+            &[
+                keyed("a1", "a"),
+                keyed("a2", "a"),
+                keyed("a3", "a"),
+                keyed("b1", "b"),
+                message("u1", "orders"),
+            ],
+            0,
+        )
+        .unwrap();
+    let orders = want("orders", 10);
+    let marked = |claimed: &[verdict_store::Claimed]| -> Vec<(String, bool)> {
+        let mut marks: Vec<(String, bool)> = claimed
+            .iter()
+            .map(|c| (c.delivery.id.clone(), c.delivery.after_dead_letter))
+            .collect();
+        marks.sort();
+        marks
+    };
+    let first = store.claim(100, &orders, 60_000).unwrap();
+    let none = |ids: &[&str]| -> Vec<(String, bool)> {
+        ids.iter().map(|id| (id.to_string(), false)).collect()
+    };
+    assert_eq!(marked(&first), none(&["a1", "b1", "u1"]));
+    for c in &first {
+        let s = if c.delivery.id == "a1" {
+            dead_letter("a1", 110)
+        } else {
+            Settlement::Delivered
+        };
+        settle_one(&store, c.seq, c.lease, &s, 110).unwrap();
+    }
+    // After `a1`'s dead letter: `a2` is marked; dead-lettered too, `a3` after it.
+    let a2 = store.claim(200, &orders, 60_000).unwrap();
+    assert_eq!(marked(&a2), [("a2".to_string(), true)]);
+    settle_one(&store, a2[0].seq, a2[0].lease, &dead_letter("a2", 210), 210).unwrap();
+    let a3 = store.claim(300, &orders, 60_000).unwrap();
+    assert_eq!(marked(&a3), [("a3".to_string(), true)]);
+    // Delivered (a route that lets the key go on), `a3` clears the mark for what follows.
+    settle_one(&store, a3[0].seq, a3[0].lease, &Settlement::Delivered, 310).unwrap();
+    store.publish(&[keyed("a4", "a")], 400).unwrap();
+    let a4 = store.claim(400, &orders, 60_000).unwrap();
+    assert_eq!(marked(&a4), none(&["a4"]));
+    settle_one(&store, a4[0].seq, a4[0].lease, &Settlement::Delivered, 410).unwrap();
+    // Replayed, `a1` is its key's oldest: nothing before it.
+    let letters = store.dlq_list(&DlqFilter::default(), 500).unwrap();
+    let a1 = letters.iter().find(|l| l.message_id == "a1").unwrap();
+    store.dlq_replay(&[a1.seq], 500, "test").unwrap();
+    assert_eq!(
+        marked(&store.claim(500, &orders, 60_000).unwrap()),
+        none(&["a1"])
+    );
+}
+
 /// Three handles (three gateways) claim ten keys' messages at once, each holding what it
 /// claimed for a moment and failing some: no key is ever held by two claims at once, and
 /// each key's messages are claimed in publish order. A lookup that skipped the row another
@@ -1117,4 +1178,5 @@ contract!(
     competing_claims_never_take_the_same_message,
     a_key_is_claimed_one_message_at_a_time_in_publish_order,
     competing_claims_take_a_key_one_message_at_a_time,
+    a_keys_message_after_a_dead_letter_is_marked,
 );

@@ -90,6 +90,7 @@ mod tests {
                 2
             ],
             redelivery: false,
+            after_dead_letter: false,
             source: "nats",
         };
         let error = DeliveryError {

@@ -32,6 +32,10 @@ pub struct Delivery {
     pub history: Vec<AttemptRecord>,
     /// Delivered before without an outcome recorded: the consumer may have seen it.
     pub redelivery: bool,
+    /// A keyed message whose key's previous message (in publish order) is a dead letter: on
+    /// a route with `on_dead_letter = "dead-letter-key"` it follows that letter to the DLQ
+    /// undelivered. Only the embedded source's stores know it; `false` elsewhere.
+    pub after_dead_letter: bool,
     /// The source's name (`embedded`, `nats`, `rabbitmq`), for policies' `source` extension.
     pub source: &'static str,
 }

@@ -26,6 +26,22 @@ macro_rules! not_held_back {
     };
 }
 
+/// Whether a keyed message of `messages` comes after a dead letter of its key: its key's
+/// newest older dead letter is newer than its newest older delivered or discarded message
+/// (the older messages are all finished, or it would be held back). Two lookups at the
+/// end of `messages_keyed` ranges, however long the key's history.
+macro_rules! after_dead_letter {
+    () => {
+        "
+       (messages.`key` IS NOT NULL AND COALESCE(
+           (SELECT MAX(o.seq) FROM messages o WHERE o.topic = messages.topic
+               AND o.`key` = messages.`key` AND o.state = 'dead' AND o.seq < messages.seq)
+           > COALESCE((SELECT MAX(o.seq) FROM messages o WHERE o.topic = messages.topic
+               AND o.`key` = messages.`key` AND o.state IN ('delivered', 'discarded')
+               AND o.seq < messages.seq), 0), FALSE)) AS after_dead_letter"
+    };
+}
+
 /// When the next message falls due, or a lease expires: each state's rows read in due order
 /// up to the first that is not held back - a keyed message behind an older one of its key
 /// is not due, the older one's due time (or lease) is what the loop waits for.
@@ -52,7 +68,9 @@ SELECT MIN(t) FROM (
 const DUE_WAITING: &str = concat!(
     "
 SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals,
-       published_at_ms, first_failed_at_ms, state, next_at_ms
+       published_at_ms, first_failed_at_ms, state, next_at_ms,",
+    after_dead_letter!(),
+    "
 FROM messages
 WHERE topic = ? AND state = ? AND next_at_ms <= ?",
     not_held_back!(),
@@ -63,14 +81,18 @@ FOR UPDATE SKIP LOCKED"
 );
 
 /// [`DUE_WAITING`] for leases that ran out.
-const DUE_EXPIRED: &str = "
+const DUE_EXPIRED: &str = concat!(
+    "
 SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals,
-       published_at_ms, first_failed_at_ms, state, next_at_ms
+       published_at_ms, first_failed_at_ms, state, next_at_ms,",
+    after_dead_letter!(),
+    "
 FROM messages
 WHERE state = 'leased' AND lease_until_ms <= ? AND topic = ?
 ORDER BY lease_until_ms
 LIMIT ?
-FOR UPDATE SKIP LOCKED";
+FOR UPDATE SKIP LOCKED"
+);
 
 impl MysqlStore {
     /// Store `messages` as ready, in one transaction.
@@ -308,6 +330,7 @@ fn claimed_of(mut row: Row) -> Result<(i64, Claimed), StoreError> {
             first_failed_at_ms: take::<Option<i64>>(&mut row, 10)?.map(|t| t.max(0) as u64),
             history: Vec::new(),
             redelivery: state == "leased",
+            after_dead_letter: take::<i64>(&mut row, 13)? != 0,
             source: verdict_registry::SourceKind::Embedded.name(),
         },
     };

@@ -22,6 +22,22 @@ macro_rules! not_held_back {
     };
 }
 
+/// Whether a keyed claimed row `c` comes after a dead letter of its key: its key's newest
+/// older dead letter is newer than its newest older delivered or discarded message (the
+/// older messages are all finished, or it would have been held back). Two lookups at the
+/// end of `messages_keyed` ranges, however long the key's history.
+macro_rules! after_dead_letter {
+    () => {
+        "
+       (c.key IS NOT NULL AND COALESCE(
+           (SELECT MAX(o.seq) FROM messages o WHERE o.topic = c.topic AND o.key = c.key
+               AND o.state = 'dead' AND o.seq < c.seq)
+           > COALESCE((SELECT MAX(o.seq) FROM messages o WHERE o.topic = c.topic
+               AND o.key = c.key AND o.state IN ('delivered', 'discarded')
+               AND o.seq < c.seq), 0), false)) AS after_dead_letter"
+    };
+}
+
 /// The due messages of one topic, oldest first, that no other gateway is claiming right
 /// now (`SKIP LOCKED`: competing claims take different rows instead of waiting), leased,
 /// with their histories, in one statement - one round trip per topic and claim round. `was`
@@ -64,14 +80,17 @@ claimed AS (
         deliveries = m.deliveries + 1, updated_at_ms = $2
     FROM due WHERE m.seq = due.seq
     RETURNING m.seq, m.lease, m.id, m.topic, m.headers, m.payload, m.content_type,
-              m.attempt, m.deferrals, m.published_at_ms, m.first_failed_at_ms, due.was),
+              m.attempt, m.deferrals, m.published_at_ms, m.first_failed_at_ms, due.was,
+              m.key),
 audited AS (
     INSERT INTO audit (at_ms, message_id, topic, event, detail)
     SELECT $2, id, topic, 'lease-expired', 'delivered again: possible duplicate'
     FROM claimed WHERE was = 'leased')
 SELECT c.*, CASE WHEN c.first_failed_at_ms IS NOT NULL THEN
            (SELECT json_agg(json_build_array(a.at_ms, a.kind, a.message) ORDER BY a.seq)
-            FROM attempts a WHERE a.message_seq = c.seq)::TEXT END AS history
+            FROM attempts a WHERE a.message_seq = c.seq)::TEXT END AS history,",
+    after_dead_letter!(),
+    "
 FROM claimed c
 ORDER BY c.seq"
 );
@@ -296,7 +315,7 @@ fn claim_in(
 
 fn claimed_of(row: &postgres::Row) -> Result<Claimed, StoreError> {
     let id: String = row.get(2);
-    let history = history_of(&id, row.get(12))?;
+    let history = history_of(&id, row.get(13))?;
     let headers: String = row.get(4);
     let headers = serde_json::from_str(&headers)
         .map_err(|e| StoreError::Corrupt(format!("message {id}: headers: {e}")))?;
@@ -316,6 +335,7 @@ fn claimed_of(row: &postgres::Row) -> Result<Claimed, StoreError> {
             first_failed_at_ms: row.get::<_, Option<i64>>(10).map(|t| t.max(0) as u64),
             history,
             redelivery: row.get::<_, String>(11) == "leased",
+            after_dead_letter: row.get(14),
             source: verdict_registry::SourceKind::Embedded.name(),
         },
     })

@@ -222,6 +222,22 @@ macro_rules! not_held_back {
     };
 }
 
+/// Whether a keyed message of `messages` comes after a dead letter of its key: its key's
+/// newest older dead letter is newer than its newest older delivered or discarded message
+/// (the older messages are all finished, or it would be held back). Two lookups at the
+/// end of `messages_keyed` ranges, however long the key's history.
+macro_rules! after_dead_letter {
+    () => {
+        "
+    (messages.key IS NOT NULL AND COALESCE(
+        (SELECT MAX(o.seq) FROM messages o WHERE o.topic = messages.topic
+            AND o.key = messages.key AND o.state = 'dead' AND o.seq < messages.seq)
+        > COALESCE((SELECT MAX(o.seq) FROM messages o WHERE o.topic = messages.topic
+            AND o.key = messages.key AND o.state IN ('delivered', 'discarded')
+            AND o.seq < messages.seq), 0), 0))"
+    };
+}
+
 /// A claim of one topic's due messages: the first `limit` of each kind of due message (ready,
 /// scheduled, leased past its lease), each read in index order, then the first `limit` of
 /// those. One `WHERE ... OR ... ORDER BY` over the topic's backlog would make SQLite sort
@@ -230,7 +246,9 @@ macro_rules! not_held_back {
 pub(super) const CLAIM_TOPIC: &str = concat!(
     "
     SELECT seq, id, topic, headers, payload, content_type, attempt, deferrals,
-           published_at_ms, first_failed_at_ms, state
+           published_at_ms, first_failed_at_ms, state,",
+    after_dead_letter!(),
+    "
     FROM messages
     WHERE seq IN (
         SELECT seq FROM (SELECT seq FROM messages m
@@ -318,6 +336,7 @@ fn claim_topic(
                     first_failed_at_ms: r.get(9)?,
                     history: Vec::new(),
                     redelivery: state == "leased",
+                    after_dead_letter: r.get(11)?,
                     source: verdict_registry::SourceKind::Embedded.name(),
                 },
             },
