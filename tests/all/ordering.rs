@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::IntoResponse;
 use axum::routing::post;
 use serde_json::{Value, json};
 use verdict_tests::gateway::{Gateway, Route, TestConfig};
@@ -43,7 +44,13 @@ fn failures_before_success(key: u32, n: u32) -> u32 {
     }
 }
 
-fn consumer(runtime: &tokio::runtime::Runtime, seen: Arc<Mutex<Seen>>) -> String {
+/// The checking consumer; `poison`, if set, is refused for good (422,
+/// `schema.unknown-version`) on its first delivery, and accepted once delivered again.
+fn consumer(
+    runtime: &tokio::runtime::Runtime,
+    seen: Arc<Mutex<Seen>>,
+    poison: Option<&'static str>,
+) -> String {
     let router = Router::new().route(
         "/",
         post(move |headers: HeaderMap| {
@@ -59,7 +66,7 @@ fn consumer(runtime: &tokio::runtime::Runtime, seen: Arc<Mutex<Seen>>) -> String
                     .and_then(|rest| rest.split_once('-'))
                     .and_then(|(k, n)| Some((k.parse::<u32>().ok()?, n.parse::<u32>().ok()?)))
                 else {
-                    return StatusCode::UNPROCESSABLE_ENTITY;
+                    return StatusCode::UNPROCESSABLE_ENTITY.into_response();
                 };
                 let mut seen = seen.lock().unwrap();
                 let last = seen.accepted.get(&key).copied().flatten();
@@ -71,12 +78,20 @@ fn consumer(runtime: &tokio::runtime::Runtime, seen: Arc<Mutex<Seen>>) -> String
                     *d += 1;
                     *d
                 };
+                if delivered == 1 && poison == Some(id_of(key, n).as_str()) {
+                    return (
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        [("content-type", "application/json")],
+                        r#"{"error": {"kind": "schema.unknown-version", "message": "v9"}}"#,
+                    )
+                        .into_response();
+                }
                 if delivered <= failures_before_success(key, n) {
-                    return StatusCode::SERVICE_UNAVAILABLE;
+                    return StatusCode::SERVICE_UNAVAILABLE.into_response();
                 }
                 seen.accepted.insert(key, Some(n));
                 seen.accepts += 1;
-                StatusCode::OK
+                StatusCode::OK.into_response()
             }
         }),
     );
@@ -88,28 +103,39 @@ fn consumer(runtime: &tokio::runtime::Runtime, seen: Arc<Mutex<Seen>>) -> String
     format!("http://{addr}/")
 }
 
-/// A gateway whose route `orders` delivers to a checking consumer at concurrency 8
-/// (ordered by the `Order-Id` header when `ordered`), with the ten keys' messages published
-/// interleaved: k0-0, k1-0, ..., k9-0, k0-1, ... Waits until every message was accepted.
-fn run_interleaved(name: &str, ordered: bool) -> (Gateway, Arc<Mutex<Seen>>) {
+fn id_of(key: u32, n: u32) -> String {
+    format!("k{key}-{n}")
+}
+
+/// A gateway whose route `orders` (changed by `route`) delivers to a checking consumer at
+/// concurrency 8, refusing `poison` once.
+fn start(
+    name: &str,
+    route: impl FnOnce(Route) -> Route,
+    poison: Option<&'static str>,
+) -> (Gateway, Arc<Mutex<Seen>>) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let url = consumer(&runtime, seen.clone());
-    let mut route = Route::new("orders", "rules")
-        .config(fixtures::RULES_CONFIG)
-        .consumer(&url)
-        .set("consumer.concurrency", 8);
-    if ordered {
-        route = route.set("ordering", "key").set("key_header", "order-id");
-    }
+    let url = consumer(&runtime, seen.clone(), poison);
+    let route = route(
+        Route::new("orders", "rules")
+            .config(fixtures::RULES_CONFIG)
+            .consumer(&url)
+            .set("consumer.concurrency", 8),
+    );
     let gw = TestConfig::new()
         .policy("rules", fixtures::RULES)
         .route(route)
         .start_on(runtime, &scratch_dir(name), "ordering-token");
+    (gw, seen)
+}
+
+/// The ten keys' messages published interleaved: k0-0, k1-0, ..., k9-0, k0-1, ...
+fn publish_interleaved(gw: &Gateway) {
     let batch: Vec<Value> = (0..PER_KEY)
         .flat_map(|n| {
             (0..KEYS).map(move |key| {
-                json!({"id": format!("k{key}-{n}"), "payload": {"n": n},
+                json!({"id": id_of(key, n), "payload": {"n": n},
                        "headers": {"Order-Id": format!("key-{key}")}})
             })
         })
@@ -118,13 +144,30 @@ fn run_interleaved(name: &str, ordered: bool) -> (Gateway, Arc<Mutex<Seen>>) {
         .admin
         .post("/v1/topics/orders/messages", &batch)
         .expect("publish");
-    let total = KEYS * PER_KEY;
+}
+
+fn wait_for_accepts(seen: &Mutex<Seen>, total: u32) {
     assert!(
         wait_for(Duration::from_secs(120), || seen.lock().unwrap().accepts
             >= total),
         "{} of {total} accepted",
         seen.lock().unwrap().accepts
     );
+}
+
+/// [`start`], ordered by the `Order-Id` header when `ordered`, with the keys published
+/// interleaved; waits until every message was accepted.
+fn run_interleaved(name: &str, ordered: bool) -> (Gateway, Arc<Mutex<Seen>>) {
+    let (gw, seen) = start(
+        name,
+        |route| match ordered {
+            true => route.set("ordering", "key").set("key_header", "order-id"),
+            false => route,
+        },
+        None,
+    );
+    publish_interleaved(&gw);
+    wait_for_accepts(&seen, KEYS * PER_KEY);
     (gw, seen)
 }
 
@@ -152,4 +195,71 @@ fn on_the_embedded_store_each_keys_messages_arrive_in_publish_order_through_retr
 fn without_key_ordering_later_messages_overtake_failed_ones() {
     let (_gw, seen) = run_interleaved("ordering-none", false);
     assert!(!seen.lock().unwrap().overtaken.is_empty());
+}
+
+/// `on_dead_letter = "dead-letter-key"`: `k3-5` is refused for good and dead-lettered; the
+/// fourteen later messages of key 3 follow it to the DLQ undelivered, each with its own
+/// envelope, while the other keys flow. Replayed, the key's letters go back in their order:
+/// `k3-5` (accepted this time) first, then the rest, one at a time.
+#[test]
+fn with_dead_letter_key_a_keys_later_messages_follow_its_dead_letter_and_replay_in_order() {
+    let (gw, seen) = start(
+        "ordering-dead-letter-key",
+        |route| {
+            route
+                .set("ordering", "key")
+                .set("key_header", "order-id")
+                .set("on_dead_letter", "dead-letter-key")
+        },
+        Some("k3-5"),
+    );
+    publish_interleaved(&gw);
+    let followers = PER_KEY - 6;
+    wait_for_accepts(&seen, KEYS * PER_KEY - 1 - followers);
+    let all = verdict_gateway::store::DlqFilter::default();
+    assert!(
+        wait_for(Duration::from_secs(30), || gw
+            .store
+            .dlq_list(&all, u64::MAX)
+            .is_ok_and(|l| l.len() as u32 == 1 + followers)),
+        "dead letters: {:?}",
+        gw.store.dlq_list(&all, u64::MAX).map(|l| l.len())
+    );
+    let letters = gw.store.dlq_list(&all, u64::MAX).unwrap();
+    let mut ids: Vec<(String, String)> = letters
+        .iter()
+        .map(|l| (l.message_id.clone(), l.kind.clone()))
+        .collect();
+    ids.sort_by_key(|(id, _)| id[3..].parse::<u32>().unwrap());
+    let mut want = vec![("k3-5".to_string(), "schema.unknown-version".to_string())];
+    want.extend((6..PER_KEY).map(|n| (id_of(3, n), "key.dead-lettered".to_string())));
+    assert_eq!(ids, want);
+    for letter in &letters {
+        assert_eq!(
+            letter.envelope.original.id, letter.message_id,
+            "its own envelope"
+        );
+    }
+    {
+        let seen = seen.lock().unwrap();
+        assert!(seen.overtaken.is_empty(), "overtaken: {:?}", seen.overtaken);
+        let delivered_followers: Vec<_> = (6..PER_KEY)
+            .map(|n| id_of(3, n))
+            .filter(|id| seen.deliveries.contains_key(id))
+            .collect();
+        assert!(delivered_followers.is_empty(), "{delivered_followers:?}");
+        assert_eq!(seen.accepted[&3], Some(4));
+    }
+    // Replayed in one go, the key's letters come back in publish order.
+    let seqs: Vec<i64> = letters.iter().map(|l| l.seq).collect();
+    let replayed = gw
+        .store
+        .dlq_replay(&seqs, gw.store.now_ms(), "test")
+        .unwrap();
+    assert_eq!(replayed.len(), seqs.len());
+    wait_for_accepts(&seen, KEYS * PER_KEY);
+    let seen = seen.lock().unwrap();
+    assert!(seen.overtaken.is_empty(), "overtaken: {:?}", seen.overtaken);
+    assert_eq!(seen.accepts, KEYS * PER_KEY, "each message accepted once");
+    assert_eq!(seen.accepted[&3], Some(PER_KEY - 1));
 }

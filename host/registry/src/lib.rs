@@ -39,9 +39,9 @@ mod shadow;
 pub use config::{
     AdminConfig, AdmissionConfig, ConsoleConfig, ConsumerConfig, DEFAULT_ADMIN_PORT, DelayQueues,
     DlqFormat, DlqNaming, GatewayConfig, GatewayConfigError, GatewaySection, KafkaConfig,
-    KafkaRetryMode, NatsConfig, OpenReads, OtlpProtocol, PolicyConfig, RabbitmqConfig, RouteConfig,
-    RouteOrdering, SaslConfig, SaslMechanism, Secret, ShadowConfig, SourceKind, StorageConfig,
-    TelemetryConfig,
+    KafkaRetryMode, NatsConfig, OnDeadLetter, OpenReads, OtlpProtocol, PolicyConfig,
+    RabbitmqConfig, RouteConfig, RouteOrdering, SaslConfig, SaslMechanism, Secret, ShadowConfig,
+    SourceKind, StorageConfig, TelemetryConfig,
 };
 pub use registry::{ActiveRoute, Generation, Registry, RegistryError, ReloadStatus, Upload};
 pub use reload::{ConfigWatcher, WatchError};

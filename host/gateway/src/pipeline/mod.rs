@@ -49,6 +49,10 @@ pub const UNROUTED_RETRY_MS: u64 = 5_000;
 /// A message whose delivery failed in TLS (configuration) is tried again after this long.
 pub const MISCONFIGURED_RETRY_MS: u64 = 10_000;
 
+/// The kind of the dead letter of a message that followed its key's dead letter to the DLQ
+/// (`on_dead_letter = "dead-letter-key"`).
+pub const KEY_DEAD_LETTERED: &str = "key.dead-lettered";
+
 /// Delivers messages and turns failures into settlements.
 pub struct Pipeline {
     store: Arc<Store>,
@@ -237,6 +241,9 @@ impl Pipeline {
         // it too: given back untouched, nothing spent, the consumer not called.
         if let Err(delay_ms) = target.pause.still_admits(&slot.admission) {
             return Settlement::Release { delay_ms };
+        }
+        if message.after_dead_letter && self.dead_letters_key(&message.topic) {
+            return self.key_dead_lettered(message, trace);
         }
         let budget = self.retry_budget_of(&message.topic);
         let mut admitted_retry = None;
@@ -498,6 +505,31 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// Whether the route `topic` takes sends a key's later messages after its dead letter
+    /// (`on_dead_letter = "dead-letter-key"`).
+    fn dead_letters_key(&self, topic: &str) -> bool {
+        self.registry
+            .current()
+            .route(topic)
+            .is_some_and(|r| r.dead_letters_key)
+    }
+
+    /// A keyed message whose key's previous message is a dead letter, on a route that
+    /// dead-letters whole keys: the gateway's own dead letter, kind `key.dead-lettered`,
+    /// the consumer not called. Each follower gets its own envelope; the key flows again
+    /// once an operator replays (or discards) its dead letters.
+    fn key_dead_lettered(&self, message: &Delivery, trace: &DeliveryTrace) -> Settlement {
+        self.gateway_dead_letter(
+            message,
+            KEY_DEAD_LETTERED,
+            "an earlier message of its key is dead-lettered, and this route dead-letters the \
+             key's later messages with it (on_dead_letter = \"dead-letter-key\"): replay or \
+             discard the key's dead letters to let it flow again",
+            None,
+            trace,
+        )
     }
 
     /// A message whose route is gone: the gateway's own dead letter, kind `route.removed`.

@@ -162,6 +162,24 @@ pub struct RouteConfig {
     /// without regard to case). A message without it is not ordered.
     #[serde(default)]
     pub key_header: Option<String>,
+    /// With `ordering = "key"`, what a dead letter does to its key. `release` (the
+    /// default): the key's next message is delivered. `dead-letter-key`: the key's later
+    /// messages follow it to the DLQ undelivered, each with its own envelope (kind
+    /// `key.dead-lettered`), until an operator replays or discards the key's dead letters.
+    #[serde(default)]
+    pub on_dead_letter: OnDeadLetter,
+}
+
+/// What a dead letter does to its key on a route ordered by key (see
+/// [`RouteConfig::on_dead_letter`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum OnDeadLetter {
+    /// The key's next message is delivered.
+    #[default]
+    Release,
+    /// The key's later messages follow the dead letter to the DLQ, undelivered.
+    DeadLetterKey,
 }
 
 /// How a route orders its messages (see [`RouteConfig::ordering`]).
@@ -204,6 +222,14 @@ pub struct GatewayConfigError {
 fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
     match route.ordering {
         RouteOrdering::None => {
+            if route.on_dead_letter != OnDeadLetter::Release {
+                return Err((
+                    "on_dead_letter",
+                    "\"dead-letter-key\" needs `ordering = \"key\"`: without keys there is no \
+                     key to dead-letter"
+                        .into(),
+                ));
+            }
             if route.key_header.is_some() {
                 return Err((
                     "key_header",
@@ -685,6 +711,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.routes[0].ordering, RouteOrdering::Key);
+        assert_eq!(ok.routes[0].on_dead_letter, OnDeadLetter::Release);
+        let whole_keys = GatewayConfig::parse(
+            &config(
+                "ordering = \"key\"\nkey_header = \"order-id\"\non_dead_letter = \"dead-letter-key\"",
+                "",
+            ),
+            "v.toml",
+        )
+        .unwrap();
+        assert_eq!(
+            whole_keys.routes[0].on_dead_letter,
+            OnDeadLetter::DeadLetterKey
+        );
         // A shared store holds keys back as the embedded one does.
         let shared = GatewayConfig::parse(
             &config(
@@ -717,6 +756,19 @@ mod tests {
             (
                 config("ordering = \"fifo\"", ""),
                 "routes[0].ordering",
+                "unknown variant",
+            ),
+            (
+                config("on_dead_letter = \"dead-letter-key\"", ""),
+                "routes[0].on_dead_letter",
+                "needs `ordering = \"key\"`",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nkey_header = \"order-id\"\non_dead_letter = \"park\"",
+                    "",
+                ),
+                "routes[0].on_dead_letter",
                 "unknown variant",
             ),
         ];

@@ -91,8 +91,9 @@ impl Builder<'_> {
                 crate::RouteOrdering::Key => route.key_header.clone(),
                 crate::RouteOrdering::None => None,
             };
+            let dead_letters_key = route.on_dead_letter == crate::OnDeadLetter::DeadLetterKey;
             let fingerprint = format!(
-                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}\0{key_header:?}",
+                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}\0{key_header:?}\0{dead_letters_key}",
                 route.topic,
                 active.fingerprint(),
                 route.consumer,
@@ -133,6 +134,7 @@ impl Builder<'_> {
                 consumer: route.consumer.clone(),
                 core: route.core,
                 key_header,
+                dead_letters_key,
                 fingerprint,
             }));
         }

@@ -55,6 +55,9 @@ pub struct ActiveRoute {
     /// The header a message's key is read from when it is published, if the route orders
     /// by key (`ordering = "key"`).
     pub key_header: Option<String>,
+    /// Whether a dead letter takes its key's later messages with it (`on_dead_letter =
+    /// "dead-letter-key"`).
+    pub dead_letters_key: bool,
     /// Everything the route was built from; equal fingerprints mean the route is reused.
     fingerprint: String,
 }
