@@ -77,6 +77,15 @@ pub mod sqlite;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod url_params;
 
+/// Whether a claim takes messages delivered for the first time, or retries only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fresh {
+    /// Ready messages too.
+    Taken,
+    /// Scheduled messages and expired leases only.
+    Left,
+}
+
 pub use error::{Cause, StoreError};
 pub use records::{
     Claimed, DlqEntry, DlqFilter, DlqStats, INLINE_PAYLOAD_BYTES, NewMessage, PayloadSummary,
@@ -268,6 +277,25 @@ impl Store {
         lease_ms: u64,
     ) -> Result<Vec<Claimed>, StoreError> {
         on_backend!(self, s => s.claim(now_ms, wants, lease_ms))
+    }
+
+    /// [`Store::claim`] of retries only - scheduled messages and expired leases, nothing
+    /// delivered for the first time: what a route claims while it holds as many keys parked
+    /// as it may (`max_parked_keys`).
+    pub fn claim_retries(
+        &self,
+        now_ms: u64,
+        wants: &[(Vec<String>, usize)],
+        lease_ms: u64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        on_backend!(self, s => s.claim_retries(now_ms, wants, lease_ms))
+    }
+
+    /// Per topic, how many keys are parked: their oldest message waits for a retry, holding
+    /// the key's later messages back (routes ordered by key; topics without one are left
+    /// out).
+    pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        on_backend!(self, s => s.parked_keys())
     }
 
     /// When the next message falls due - the earliest ready or scheduled time, or the

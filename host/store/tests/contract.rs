@@ -1050,6 +1050,57 @@ fn a_keys_message_after_a_dead_letter_is_marked(b: &dyn Backend) {
     );
 }
 
+/// Keys parked behind a retry are counted per topic, and a claim of retries only takes the
+/// retries due and no message delivered for the first time (what a route at its
+/// `max_parked_keys` claims).
+fn parked_keys_are_counted_and_a_retries_only_claim_takes_no_fresh_message(b: &dyn Backend) {
+    let store = b.open();
+    store
+        .publish(
+            &[
+                keyed("a1", "a"),
+                keyed("a2", "a"),
+                keyed("b1", "b"),
+                keyed("c1", "c"),
+                message("u1", "orders"),
+            ],
+            0,
+        )
+        .unwrap();
+    let orders = want("orders", 10);
+    assert!(store.parked_keys().unwrap().is_empty());
+    let first = store.claim(100, &orders, 60_000).unwrap();
+    assert_eq!(ids(&first), ["a1", "b1", "c1", "u1"]);
+    for c in &first {
+        let s = match c.delivery.id.as_str() {
+            "a1" | "b1" => retry(110, 100),
+            _ => Settlement::Delivered,
+        };
+        settle_one(&store, c.seq, c.lease, &s, 110).unwrap();
+    }
+    assert_eq!(store.parked_keys().unwrap(), [("orders".to_string(), 2)]);
+    store
+        .publish(&[keyed("d1", "d"), message("u2", "orders")], 150)
+        .unwrap();
+    // Before the retries fall due a retries-only claim takes nothing, fresh messages waiting
+    // or not; after, only the retries.
+    assert!(
+        store
+            .claim_retries(150, &orders, 60_000)
+            .unwrap()
+            .is_empty()
+    );
+    let retries = store.claim_retries(300, &orders, 60_000).unwrap();
+    assert_eq!(ids(&retries), ["a1", "b1"]);
+    assert!(retries.iter().all(|c| c.delivery.attempts_spent == 1));
+    // A key whose retry is in flight is not parked; the fresh messages are claimed as ever.
+    assert!(store.parked_keys().unwrap().is_empty());
+    assert_eq!(
+        ids(&store.claim(300, &orders, 60_000).unwrap()),
+        ["d1", "u2"]
+    );
+}
+
 /// Three handles (three gateways) claim ten keys' messages at once, each holding what it
 /// claimed for a moment and failing some: no key is ever held by two claims at once, and
 /// each key's messages are claimed in publish order. A lookup that skipped the row another
@@ -1179,4 +1230,5 @@ contract!(
     a_key_is_claimed_one_message_at_a_time_in_publish_order,
     competing_claims_take_a_key_one_message_at_a_time,
     a_keys_message_after_a_dead_letter_is_marked,
+    parked_keys_are_counted_and_a_retries_only_claim_takes_no_fresh_message,
 );

@@ -9,7 +9,7 @@ use mysql::{Conn, Row, TxOpts};
 use super::MysqlStore;
 use super::session::MySession;
 use crate::model::{AttemptRecord, Delivery};
-use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
+use crate::{Claimed, Fresh, NewMessage, Published, StoreError, clamp_ms};
 
 /// A keyed message (its route orders by key) of `messages` that no older message of its
 /// topic and key holds back: none is ready, scheduled or leased - one lookup in the
@@ -163,7 +163,32 @@ impl MysqlStore {
         wants: &[(Vec<String>, usize)],
         lease_ms: u64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        self.with(|c| claim_in(c, now_ms, wants, lease_ms))
+        self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Taken))
+    }
+
+    /// [`MysqlStore::claim`] of retries only: scheduled messages and expired leases.
+    pub fn claim_retries(
+        &self,
+        now_ms: u64,
+        wants: &[(Vec<String>, usize)],
+        lease_ms: u64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Left))
+    }
+
+    /// Per topic, how many keys wait for a retry of their oldest message.
+    pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.with(|c| {
+            let rows: Vec<(String, i64)> = c.query(
+                "SELECT topic, COUNT(DISTINCT `key`) FROM messages
+                 WHERE state = 'scheduled' AND `key` IS NOT NULL
+                 GROUP BY topic ORDER BY topic",
+            )?;
+            Ok(rows
+                .into_iter()
+                .map(|(t, n)| (t, n.max(0) as u64))
+                .collect())
+        })
     }
 
     /// Extend each `(seq, lease)` still held to `until_ms`.
@@ -211,7 +236,12 @@ fn claim_in(
     now_ms: u64,
     wants: &[(Vec<String>, usize)],
     lease_ms: u64,
+    fresh: Fresh,
 ) -> Result<Vec<Claimed>, StoreError> {
+    let states: &[&str] = match fresh {
+        Fresh::Taken => &["ready", "scheduled"],
+        Fresh::Left => &["scheduled"],
+    };
     let now = clamp_ms(now_ms);
     let until = clamp_ms(now_ms.saturating_add(lease_ms));
     let mut tx = c.start_transaction(TxOpts::default())?;
@@ -224,7 +254,7 @@ fn claim_in(
                 break;
             }
             let mut due: Vec<(i64, Claimed)> = Vec::new();
-            for state in ["ready", "scheduled"] {
+            for state in states {
                 let rows: Vec<Row> = tx.exec(DUE_WAITING, (topic, state, now, left as u64))?;
                 for row in rows {
                     due.push(claimed_of(row)?);

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use super::{Conn, PostgresStore, TOPICS_LOCK};
 use crate::model::{AttemptRecord, Delivery};
-use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
+use crate::{Claimed, Fresh, NewMessage, Published, StoreError, clamp_ms};
 
 /// A keyed message (its route orders by key) of `messages` that no older message of its
 /// topic and key holds back: none is ready, scheduled or leased - one lookup in the
@@ -52,7 +52,7 @@ const CLAIM: &str = concat!(
     "
 WITH ready AS (
     SELECT seq, state AS was, next_at_ms AS due_at FROM messages
-    WHERE topic = $1 AND state = 'ready' AND next_at_ms <= $2",
+    WHERE topic = $1 AND state = 'ready' AND next_at_ms <= $2 AND $5",
     not_held_back!(),
     "
     ORDER BY next_at_ms LIMIT $3
@@ -222,7 +222,33 @@ impl PostgresStore {
         wants: &[(Vec<String>, usize)],
         lease_ms: u64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        self.with(|c| claim_in(c, now_ms, wants, lease_ms))
+        self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Taken))
+    }
+
+    /// [`PostgresStore::claim`] of retries only: scheduled messages and expired leases.
+    pub fn claim_retries(
+        &self,
+        now_ms: u64,
+        wants: &[(Vec<String>, usize)],
+        lease_ms: u64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Left))
+    }
+
+    /// Per topic, how many keys wait for a retry of their oldest message.
+    pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.with(|c| {
+            let s = c.statement(
+                "SELECT topic, COUNT(DISTINCT key) FROM messages
+                 WHERE state = 'scheduled' AND key IS NOT NULL
+                 GROUP BY topic ORDER BY topic",
+            )?;
+            Ok(c.client
+                .query(&s, &[])?
+                .iter()
+                .map(|r| (r.get(0), r.get::<_, i64>(1).max(0) as u64))
+                .collect())
+        })
     }
 
     /// Forget topics with nothing pending.
@@ -292,7 +318,9 @@ fn claim_in(
     now_ms: u64,
     wants: &[(Vec<String>, usize)],
     lease_ms: u64,
+    fresh: Fresh,
 ) -> Result<Vec<Claimed>, StoreError> {
+    let fresh = fresh == Fresh::Taken;
     let claim = c.statement(CLAIM)?;
     let now = clamp_ms(now_ms);
     let until = clamp_ms(now_ms.saturating_add(lease_ms));
@@ -305,7 +333,10 @@ fn claim_in(
                 break;
             }
             let left = i64::try_from(left).unwrap_or(i64::MAX);
-            for row in c.client.query(&claim, &[topic, &now, &left, &until])? {
+            for row in c
+                .client
+                .query(&claim, &[topic, &now, &left, &until, &fresh])?
+            {
                 claimed.push(claimed_of(&row)?);
             }
         }

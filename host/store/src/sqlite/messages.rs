@@ -8,7 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::{SqliteStore, audit};
 use crate::model::{AttemptRecord, Delivery};
 use crate::plan::Plan;
-use crate::{Claimed, NewMessage, Published, StoreError, clamp_ms};
+use crate::{Claimed, Fresh, NewMessage, Published, StoreError, clamp_ms};
 
 impl SqliteStore {
     /// Store `messages` as ready, in one transaction.
@@ -106,11 +106,41 @@ impl SqliteStore {
         // at least once). The next settlement's sync covers the claims before it. Claims
         // come as often as slots free up: one fsync each made them the store's bottleneck.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let claimed = claim_in(&mut conn, now_ms, wants, lease_ms);
+        let claimed = claim_in(&mut conn, now_ms, wants, lease_ms, Fresh::Taken);
         conn.pragma_update(None, "synchronous", "FULL")?;
         claimed
     }
+
+    /// [`SqliteStore::claim`] of retries only: scheduled messages and expired leases, no
+    /// message delivered for the first time.
+    pub fn claim_retries(
+        &self,
+        now_ms: u64,
+        wants: &[(Vec<String>, usize)],
+        lease_ms: u64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let mut conn = self.conn();
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        let claimed = claim_in(&mut conn, now_ms, wants, lease_ms, Fresh::Left);
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        claimed
+    }
+
+    /// Per topic, how many keys wait for a retry of their oldest message (a `scheduled`
+    /// keyed message), holding the key's later messages back.
+    pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let conn = self.conn();
+        let mut parked = conn.prepare_cached(PARKED_KEYS)?;
+        let rows = parked.query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
 }
+
+/// Per topic, the distinct keys of its scheduled keyed messages.
+const PARKED_KEYS: &str = "
+    SELECT topic, COUNT(DISTINCT key) FROM messages
+    WHERE state = 'scheduled' AND key IS NOT NULL
+    GROUP BY topic ORDER BY topic";
 
 /// [`Store::claim`]'s transaction.
 fn claim_in(
@@ -118,6 +148,7 @@ fn claim_in(
     now_ms: u64,
     wants: &[(Vec<String>, usize)],
     lease_ms: u64,
+    fresh: Fresh,
 ) -> Result<Vec<Claimed>, StoreError> {
     {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -131,7 +162,7 @@ fn claim_in(
                 if left == 0 {
                     break;
                 }
-                claim_topic(&tx, topic, left, now, until, &mut claimed)?;
+                claim_topic(&tx, topic, left, (now, until), fresh, &mut claimed)?;
             }
         }
         for c in claimed.iter().filter(|c| c.delivery.redelivery) {
@@ -252,7 +283,7 @@ pub(super) const CLAIM_TOPIC: &str = concat!(
     FROM messages
     WHERE seq IN (
         SELECT seq FROM (SELECT seq FROM messages m
-            WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1
+            WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1 AND ?4
 ",
     not_held_back!(),
     "
@@ -307,17 +338,20 @@ pub(super) const NEXT_DUE: &str = concat!(
         SELECT MIN(lease_until_ms) FROM messages WHERE state = 'leased')"
 );
 
+/// `(now, lease until)`, ms.
+type Times = (i64, i64);
+
 fn claim_topic(
     tx: &Connection,
     topic: &str,
     limit: usize,
-    now: i64,
-    until: i64,
+    (now, until): Times,
+    fresh: Fresh,
     claimed: &mut Vec<Claimed>,
 ) -> Result<(), StoreError> {
     let mut due = tx.prepare_cached(CLAIM_TOPIC)?;
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = due.query_map(params![now, limit, topic], |r| {
+    let rows = due.query_map(params![now, limit, topic, fresh == Fresh::Taken], |r| {
         let headers: String = r.get(3)?;
         let state: String = r.get(10)?;
         Ok((
