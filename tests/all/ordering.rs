@@ -263,3 +263,137 @@ fn with_dead_letter_key_a_keys_later_messages_follow_its_dead_letter_and_replay_
     assert_eq!(seen.accepts, KEYS * PER_KEY, "each message accepted once");
     assert_eq!(seen.accepted[&3], Some(PER_KEY - 1));
 }
+
+/// A sample of `metric` for the route `orders` in `/metrics`.
+fn route_gauge(gw: &Gateway, metric: &str) -> Option<String> {
+    let text = gw.admin.get_text("/metrics").expect("/metrics");
+    let prefix = format!("{metric}{{topic=\"orders\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+}
+
+/// `max_parked_keys = 2`: six keys' first messages fail (503) until the consumer heals,
+/// parking six keys. At the bound the route takes only its retries: messages of new keys
+/// published meanwhile wait undelivered, `verdict_route_parked_keys_full` is 1 and
+/// `/v1/routes` says so. Healed, the parked keys clear and the new keys' messages go.
+#[test]
+fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let router = {
+        let (healed, calls) = (healed.clone(), calls.clone());
+        Router::new().route(
+            "/",
+            post(move |headers: HeaderMap| {
+                let (healed, calls) = (healed.clone(), calls.clone());
+                async move {
+                    let id = headers
+                        .get("x-verdict-message-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    let failing =
+                        id.starts_with('p') && !healed.load(std::sync::atomic::Ordering::SeqCst);
+                    calls.lock().unwrap().push(id);
+                    if failing {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        StatusCode::OK
+                    }
+                }
+            }),
+        )
+    };
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    runtime.spawn(async move { axum::serve(listener, router).await });
+    let gw = TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .route(
+            Route::new("orders", "rules")
+                .config(
+                    r#"{ max_attempts = 30, rules = [
+                        { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+                        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 200 } },
+                    ] }"#,
+                )
+                .consumer(&url)
+                .set("consumer.concurrency", 8)
+                .set("ordering", "key")
+                .set("key_header", "order-id")
+                .set("max_parked_keys", 2),
+        )
+        .start_on(runtime, &scratch_dir("ordering-parked"), "ordering-token");
+    let publish = |prefix: &str| {
+        let batch: Vec<Value> = (0..6)
+            .map(|k| {
+                json!({"id": format!("{prefix}{k}"), "payload": {},
+                       "headers": {"Order-Id": format!("{prefix}-key-{k}")}})
+            })
+            .collect();
+        let _: Value = gw
+            .admin
+            .post("/v1/topics/orders/messages", &batch)
+            .expect("publish");
+    };
+    publish("p");
+    assert!(
+        wait_for(Duration::from_secs(15), || route_gauge(
+            &gw,
+            "verdict_route_parked_keys_full"
+        )
+        .as_deref()
+            == Some("1")),
+        "the route never reached its bound: {:?} keys parked",
+        route_gauge(&gw, "verdict_parked_keys")
+    );
+    publish("n");
+    std::thread::sleep(Duration::from_millis(1_500));
+    let early: Vec<String> = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|id| id.starts_with('n'))
+        .cloned()
+        .collect();
+    assert!(
+        early.is_empty(),
+        "new keys delivered at the bound: {early:?}"
+    );
+    let retries = calls.lock().unwrap().len();
+    assert!(
+        retries > 12,
+        "the parked keys kept retrying: {retries} calls"
+    );
+    let routes: Value = gw.admin.get("/v1/routes").expect("/v1/routes");
+    let parked = &routes[0]["parked_keys"];
+    assert_eq!(
+        (&parked["max"], &parked["full"]),
+        (&json!(2), &json!(true)),
+        "{parked}"
+    );
+    assert!(parked["keys"].as_u64().unwrap() >= 2, "{parked}");
+
+    healed.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        wait_for(Duration::from_secs(15), || {
+            let calls = calls.lock().unwrap();
+            (0..6).all(|k| calls.contains(&format!("n{k}")))
+        }),
+        "new keys after healing: {:?}",
+        calls.lock().unwrap()
+    );
+    assert!(wait_for(Duration::from_secs(5), || route_gauge(
+        &gw,
+        "verdict_route_parked_keys_full"
+    )
+    .as_deref()
+        == Some("0")));
+    assert_eq!(
+        route_gauge(&gw, "verdict_parked_keys").as_deref(),
+        Some("0")
+    );
+}

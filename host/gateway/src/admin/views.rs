@@ -31,6 +31,21 @@ pub struct RouteView {
     /// until the pause ends, then one probe.
     #[serde(default)]
     pub paused: Option<PausedView>,
+    /// On a route ordered by key: the keys whose oldest message waits for a retry, as the
+    /// gateway last read them (about every second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked_keys: Option<ParkedView>,
+}
+
+/// A route's parked keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParkedView {
+    /// Keys waiting for a retry, their later messages held back.
+    pub keys: u64,
+    /// The route's `max_parked_keys`, if it has one.
+    pub max: Option<u64>,
+    /// At the bound: the route takes only retries until a parked key clears.
+    pub full: bool,
 }
 
 /// A paused route.
@@ -179,6 +194,13 @@ pub(crate) fn routes(generation: &Generation, pipeline: Option<&Pipeline>) -> Ve
                     until_ms: now_ms
                         .saturating_add(u64::try_from(pause.left.as_millis()).unwrap_or(u64::MAX)),
                     probing: pause.probing,
+                }),
+            parked_keys: pipeline
+                .and_then(|p| p.parked_keys(&r.topic))
+                .map(|parked| ParkedView {
+                    keys: parked.keys,
+                    max: parked.max,
+                    full: parked.full(),
                 }),
         })
         .collect()

@@ -14,7 +14,7 @@ use super::Observer;
 use crate::model::Handled;
 use verdict_runtime::Decision;
 
-type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 /// Labels known at compile time: nothing to allocate per observation.
 type StaticLabels = [(&'static str, &'static str); 2];
 
@@ -33,6 +33,8 @@ pub struct PipelineMetrics {
     pub(crate) key_mismatches: Family<[(&'static str, &'static str); 1], Counter>,
     pub(crate) route_paused: Family<Labels, Gauge>,
     pub(crate) route_pauses: Family<Labels, Counter>,
+    pub(crate) parked_keys: Family<Labels, Gauge>,
+    pub(crate) parked_keys_full: Family<Labels, Gauge>,
     /// Topics whose delivery statistics are kept (bounded: see `TopicWindows`).
     pub(crate) topics_tracked: Gauge,
     totals: Arc<Totals>,
@@ -175,6 +177,8 @@ impl Default for PipelineMetrics {
             key_mismatches: Family::default(),
             route_paused: Family::default(),
             route_pauses: Family::default(),
+            parked_keys: Family::default(),
+            parked_keys_full: Family::default(),
             topics_tracked: Gauge::default(),
             totals: Arc::default(),
         }
@@ -379,6 +383,16 @@ impl PipelineMetrics {
             "verdict_route_pauses",
             "Pauses a route's policy began (a probe answered with a pause begins another), by route",
             self.route_pauses.clone(),
+        );
+        registry.register(
+            "verdict_parked_keys",
+            "Keys of a route ordered by key whose oldest message waits for a retry, holding the key's later messages back, by route (read from the store about every second)",
+            self.parked_keys.clone(),
+        );
+        registry.register(
+            "verdict_route_parked_keys_full",
+            "1 while a route ordered by key is at its `max_parked_keys`: it takes only retries, no new message, until a parked key clears; 0 otherwise, by route",
+            self.parked_keys_full.clone(),
         );
         registry.register(
             "verdict_topics_tracked",

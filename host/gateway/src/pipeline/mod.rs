@@ -24,6 +24,7 @@ mod delivery;
 mod failure;
 mod metrics;
 mod observer;
+mod parked_keys;
 mod retry_budget;
 mod route_pause;
 mod topic_windows;
@@ -38,6 +39,8 @@ use failure::{Observed, failure_of};
 use metrics::RouteMetrics;
 pub use metrics::{PipelineMetrics, SettleFault};
 pub use observer::Observer;
+pub use parked_keys::Parked;
+use parked_keys::ParkedKeys;
 use retry_budget::{BudgetGate, Gate, HoldLedger};
 pub use route_pause::PauseStatus;
 use route_pause::{Admission, Outcome, RoutePause};
@@ -68,6 +71,8 @@ pub struct Pipeline {
     sources: Mutex<Vec<Readiness>>,
     broker_dlqs: BrokerDlqs,
     holds: HoldLedger,
+    /// Keys parked per route ordered by key, as the embedded source last read them.
+    parked: ParkedKeys,
     /// Failures of a topic waiting while its policy decides others, decided next in one
     /// batch (contract 0.2 policies).
     decisions: Combiner<Failure, Option<(Decision, Duration)>>,
@@ -88,6 +93,10 @@ impl Pipeline {
         settings: GatewaySection,
     ) -> Result<Pipeline, reqwest::Error> {
         let metrics = PipelineMetrics::default();
+        let parked = ParkedKeys::new(
+            metrics.parked_keys.clone(),
+            metrics.parked_keys_full.clone(),
+        );
         Ok(Pipeline {
             store,
             registry,
@@ -100,6 +109,7 @@ impl Pipeline {
             sources: Mutex::new(Vec::new()),
             broker_dlqs: BrokerDlqs::default(),
             holds: HoldLedger::default(),
+            parked,
             decisions: Combiner::default(),
             tracing: Tracing::off(),
         })
@@ -304,6 +314,26 @@ impl Pipeline {
         Settlement::Release {
             delay_ms: MISCONFIGURED_RETRY_MS,
         }
+    }
+
+    /// Whether a route of the active generation orders by key.
+    pub(crate) fn orders_by_key(&self) -> bool {
+        self.registry
+            .current()
+            .routes
+            .iter()
+            .any(|r| r.key_header.is_some())
+    }
+
+    /// The store's parked keys per topic, read just now: summed per route, the gauges set.
+    pub(crate) fn parked_keys_read(&self, per_topic: &[(String, u64)]) {
+        self.parked.read(&self.registry.current(), per_topic);
+    }
+
+    /// The parked keys of the route whose pattern is `route`, if it orders by key and the
+    /// embedded source has read them.
+    pub fn parked_keys(&self, route: &str) -> Option<Parked> {
+        self.parked.of(route)
     }
 
     /// The pause of the route whose pattern is `route`, if its policy paused it.
@@ -707,6 +737,11 @@ impl RouteTarget {
     /// that takes messages ahead of their slots takes none for a route that is not.
     pub(crate) fn is_open(&self) -> bool {
         self.pause.is_open()
+    }
+
+    /// The route's pattern, as configured.
+    pub(crate) fn route(&self) -> &str {
+        &self.topic
     }
 
     /// Until when the route is paused, if it is.

@@ -118,6 +118,7 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
     let mut round = 0_usize;
     let mut outage = super::StoreOutage::default();
     let mut topics = TopicList::default();
+    let mut parked_read: Option<Instant> = None;
     while !*shutdown.borrow() {
         round = round.wrapping_add(1);
         // The topic list, the seats and the claim in one trip to a blocking thread: each
@@ -126,7 +127,15 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             let (pipeline, store, slots) = (pipeline.clone(), store.clone(), slots.clone());
             let lease_ms = settings.lease_ms;
             let cached = topics.fresh(pipeline.wakes());
+            let read_parked = pipeline.orders_by_key()
+                && parked_read.is_none_or(|at| at.elapsed() >= PARKED_FRESH);
+            if read_parked {
+                parked_read = Some(Instant::now());
+            }
             tokio::task::spawn_blocking(move || {
+                if read_parked {
+                    pipeline.parked_keys_read(&store.parked_keys()?);
+                }
                 let wakes = pipeline.wakes();
                 let (list, read) = match cached {
                     Some(list) => (list, None),
@@ -139,7 +148,7 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
                 let claimed = if planned.wants.is_empty() {
                     Vec::new()
                 } else {
-                    store.claim(store.now_ms(), &planned.wants, lease_ms)?
+                    planned.claim(&store, lease_ms)?
                 };
                 Ok::<_, StoreError>((planned, claimed, read))
             })
@@ -182,6 +191,13 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             // time says "now" until the pause ends, so the loop looks again at the poll's
             // pace, not every few milliseconds - and when the pause ends, whatever the poll.
             let idle = if planned.paused { idle.max(poll) } else { idle };
+            // A route at its `max_parked_keys` leaves its new messages due and unclaimed
+            // too: look again at a pace that still takes its retries about on time.
+            let idle = if planned.retries_only.contains(&true) {
+                idle.max(PARKED_RECHECK).min(poll)
+            } else {
+                idle
+            };
             let idle = planned.resume_in.map_or(idle, |resume| idle.min(resume));
             drop(planned);
             tokio::select! {
@@ -260,6 +276,14 @@ impl TopicList {
     }
 }
 
+/// How long the claim loop keeps the parked keys it read (see `max_parked_keys`): counting
+/// them reads every waiting retry of the ordered routes, too much for every claim.
+const PARKED_FRESH: Duration = Duration::from_secs(1);
+
+/// The least an idle loop sleeps while a route takes only retries (its new messages are
+/// due, and not to be taken).
+const PARKED_RECHECK: Duration = Duration::from_millis(50);
+
 /// The least an idle loop sleeps when the store says a message is due that this round
 /// could not claim.
 const RECHECK: Duration = Duration::from_millis(5);
@@ -303,6 +327,9 @@ enum Seat {
 struct Plan {
     /// `(topics, limit)` per route (and one group for unrouted topics).
     wants: Vec<(Vec<String>, usize)>,
+    /// Per group of `wants`: whether it takes retries only (its route is at its
+    /// `max_parked_keys`).
+    retries_only: Vec<bool>,
     /// Seats per group, in the order of `wants`.
     seats: Vec<Vec<Seat>>,
     /// Topic -> its group.
@@ -316,6 +343,29 @@ struct Plan {
 impl Plan {
     fn seat_for(&mut self, topic: &str) -> Option<Seat> {
         self.seats.get_mut(*self.group_of.get(topic)?)?.pop()
+    }
+
+    /// The round's claim: one for the groups that take anything due, one for those that
+    /// take retries only.
+    fn claim(&self, store: &Store, lease_ms: u64) -> Result<Vec<Claimed>, StoreError> {
+        let now = store.now_ms();
+        if !self.retries_only.contains(&true) {
+            return store.claim(now, &self.wants, lease_ms);
+        }
+        let (mut fresh, mut retries) = (Vec::new(), Vec::new());
+        for (want, only) in self.wants.iter().zip(&self.retries_only) {
+            match only {
+                true => retries.push(want.clone()),
+                false => fresh.push(want.clone()),
+            }
+        }
+        let mut claimed = if fresh.is_empty() {
+            Vec::new()
+        } else {
+            store.claim(now, &fresh, lease_ms)?
+        };
+        claimed.extend(store.claim_retries(now, &retries, lease_ms)?);
+        Ok(claimed)
     }
 }
 
@@ -343,6 +393,7 @@ fn plan(pipeline: &Pipeline, topics: Vec<String>, slots: &Arc<Semaphore>, round:
     }
     let mut plan = Plan {
         wants: Vec::new(),
+        retries_only: Vec::new(),
         seats: Vec::new(),
         group_of: HashMap::new(),
         resume_in: None,
@@ -401,7 +452,13 @@ fn plan(pipeline: &Pipeline, topics: Vec<String>, slots: &Arc<Semaphore>, round:
         for topic in &topics {
             plan.group_of.insert(topic.clone(), group);
         }
+        let retries_only = target.as_ref().is_some_and(|t| {
+            pipeline
+                .parked_keys(t.route())
+                .is_some_and(|parked| parked.full())
+        });
         plan.wants.push((topics, seats.len()));
+        plan.retries_only.push(retries_only);
         plan.seats.push(seats);
     }
     plan

@@ -168,6 +168,13 @@ pub struct RouteConfig {
     /// `key.dead-lettered`), until an operator replays or discards the key's dead letters.
     #[serde(default)]
     pub on_dead_letter: OnDeadLetter,
+    /// With `ordering = "key"`: how many keys may wait for a retry at once (parked: their
+    /// later messages held back). At the bound the route takes only its retries - no
+    /// message delivered for the first time, so no new key parks - until a parked key
+    /// clears; `verdict_route_parked_keys_full` says so. Checked about every second, so a
+    /// route may pass it by what it takes in that second. None: no bound.
+    #[serde(default)]
+    pub max_parked_keys: Option<u64>,
 }
 
 /// What a dead letter does to its key on a route ordered by key (see
@@ -222,6 +229,12 @@ pub struct GatewayConfigError {
 fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
     match route.ordering {
         RouteOrdering::None => {
+            if route.max_parked_keys.is_some() {
+                return Err((
+                    "max_parked_keys",
+                    "needs `ordering = \"key\"`: only a route ordered by key parks keys".into(),
+                ));
+            }
             if route.on_dead_letter != OnDeadLetter::Release {
                 return Err((
                     "on_dead_letter",
@@ -251,6 +264,14 @@ fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
                     ));
                 }
                 Some(_) => {}
+            }
+            if route.max_parked_keys == Some(0) {
+                return Err((
+                    "max_parked_keys",
+                    "must be at least 1 (leave it out for no bound): at 0 no key could ever \
+                     retry"
+                        .into(),
+                ));
             }
             if route.source != SourceKind::Embedded {
                 return Err((
@@ -757,6 +778,19 @@ mod tests {
                 config("ordering = \"fifo\"", ""),
                 "routes[0].ordering",
                 "unknown variant",
+            ),
+            (
+                config("max_parked_keys = 10", ""),
+                "routes[0].max_parked_keys",
+                "needs `ordering = \"key\"`",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nkey_header = \"order-id\"\nmax_parked_keys = 0",
+                    "",
+                ),
+                "routes[0].max_parked_keys",
+                "at least 1",
             ),
             (
                 config("on_dead_letter = \"dead-letter-key\"", ""),

@@ -93,12 +93,13 @@ impl Builder<'_> {
             };
             let dead_letters_key = route.on_dead_letter == crate::OnDeadLetter::DeadLetterKey;
             let fingerprint = format!(
-                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}\0{key_header:?}\0{dead_letters_key}",
+                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}\0{key_header:?}\0{dead_letters_key}\0{:?}",
                 route.topic,
                 active.fingerprint(),
                 route.consumer,
                 route.core,
-                shadow.as_ref().map(Part::fingerprint).unwrap_or_default()
+                shadow.as_ref().map(Part::fingerprint).unwrap_or_default(),
+                route.max_parked_keys
             );
             if let Some(same) =
                 previous.and_then(|g| g.routes.iter().find(|r| r.fingerprint == fingerprint))
@@ -135,6 +136,7 @@ impl Builder<'_> {
                 core: route.core,
                 key_header,
                 dead_letters_key,
+                max_parked_keys: route.max_parked_keys,
                 fingerprint,
             }));
         }

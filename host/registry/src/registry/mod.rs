@@ -58,6 +58,8 @@ pub struct ActiveRoute {
     /// Whether a dead letter takes its key's later messages with it (`on_dead_letter =
     /// "dead-letter-key"`).
     pub dead_letters_key: bool,
+    /// How many keys may wait for a retry at once (`max_parked_keys`); `None`: no bound.
+    pub max_parked_keys: Option<u64>,
     /// Everything the route was built from; equal fingerprints mean the route is reused.
     fingerprint: String,
 }

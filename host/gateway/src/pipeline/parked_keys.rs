@@ -1,0 +1,100 @@
+//! Keys parked per route: on a route ordered by key, a key whose oldest message waits for a
+//! retry holds its later messages back. The embedded source reads the store's counts about
+//! every second ([`ParkedKeys::read`]); a route at its `max_parked_keys` then claims only
+//! retries until a key clears, so a failing dependency cannot park every key in the topic.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use verdict_registry::Generation;
+
+use super::metrics::Labels;
+
+/// A route's parked keys as last read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parked {
+    /// Keys waiting for a retry.
+    pub keys: u64,
+    /// The route's `max_parked_keys`, if it has one.
+    pub max: Option<u64>,
+}
+
+impl Parked {
+    /// Whether the route is at its bound: it takes only retries.
+    pub fn full(&self) -> bool {
+        self.max.is_some_and(|max| self.keys >= max)
+    }
+}
+
+/// Every ordered route's parked keys, and their gauges.
+#[derive(Debug)]
+pub(crate) struct ParkedKeys {
+    by_route: Mutex<HashMap<String, Parked>>,
+    /// `verdict_parked_keys{topic}`.
+    keys: Family<Labels, Gauge>,
+    /// `verdict_route_parked_keys_full{topic}`.
+    full: Family<Labels, Gauge>,
+}
+
+impl ParkedKeys {
+    pub(crate) fn new(keys: Family<Labels, Gauge>, full: Family<Labels, Gauge>) -> Self {
+        ParkedKeys {
+            by_route: Mutex::default(),
+            keys,
+            full,
+        }
+    }
+
+    /// The store's counts per topic, summed per route of `generation` that orders by key
+    /// (a route with none parked reads 0; a route no longer there is forgotten, its gauges
+    /// set to 0).
+    pub(crate) fn read(&self, generation: &Generation, per_topic: &[(String, u64)]) {
+        let mut now: HashMap<String, Parked> = generation
+            .routes
+            .iter()
+            .filter(|r| r.key_header.is_some())
+            .map(|r| {
+                let parked = Parked {
+                    keys: 0,
+                    max: r.max_parked_keys,
+                };
+                (r.topic.clone(), parked)
+            })
+            .collect();
+        for (topic, keys) in per_topic {
+            if let Some(parked) = generation
+                .route(topic)
+                .and_then(|r| now.get_mut(r.topic.as_str()))
+            {
+                parked.keys = parked.keys.saturating_add(*keys);
+            }
+        }
+        let mut by_route = self.by_route.lock().unwrap_or_else(PoisonError::into_inner);
+        for gone in by_route.keys().filter(|r| !now.contains_key(*r)) {
+            self.set_gauges(gone, 0, false);
+        }
+        for (route, parked) in &now {
+            self.set_gauges(route, parked.keys, parked.full());
+        }
+        *by_route = now;
+    }
+
+    fn set_gauges(&self, route: &str, keys: u64, full: bool) {
+        let labels = vec![("topic", route.to_string())];
+        self.keys
+            .get_or_create(&labels)
+            .set(i64::try_from(keys).unwrap_or(i64::MAX));
+        self.full.get_or_create(&labels).set(i64::from(full));
+    }
+
+    /// The route's parked keys as last read, if it orders by key.
+    pub(crate) fn of(&self, route: &str) -> Option<Parked> {
+        self.by_route
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(route)
+            .copied()
+    }
+}
