@@ -274,8 +274,8 @@ fn route_gauge(gw: &Gateway, metric: &str) -> Option<String> {
 
 /// `max_parked_keys = 2`: six keys' first messages fail (503) until the consumer heals,
 /// parking six keys. At the bound the route takes only its retries: messages of new keys
-/// published meanwhile wait undelivered, `verdict_route_parked_keys_full` is 1 and
-/// `/v1/routes` says so. Healed, the parked keys clear and the new keys' messages go.
+/// published meanwhile wait undelivered, `verdict_route_parked_keys_full` is 1, and
+/// `/v1/routes` and the console say so. Healed, the parked keys clear and the new keys' messages go.
 #[test]
 fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -376,6 +376,8 @@ fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
         "{parked}"
     );
     assert!(parked["keys"].as_u64().unwrap() >= 2, "{parked}");
+    let console = gw.admin.get_text("/").expect("the console");
+    assert!(console.contains("keys parked (full)"), "{console}");
 
     healed.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(

@@ -209,8 +209,10 @@ fn routes_table(value: &Value) -> Result<String> {
                 sh.shadow, sh.disagreements, sh.compared
             )
         });
-        // A route its policy paused delivers nothing until the pause ends, then one probe.
+        // A route its policy paused delivers nothing until the pause ends, then one probe;
+        // one at its `max_parked_keys` ("full") takes only retries.
         let state = match r.paused {
+            None if r.parked_keys.is_some_and(|p| p.full) => "full",
             None => "open",
             Some(p) if p.probing => "probing",
             Some(_) => "paused",

@@ -73,6 +73,18 @@ fn pause_title(paused: &views::PausedView) -> String {
     }
 }
 
+/// What a route's parked-keys badge says on hover.
+fn parked_title(parked: &views::ParkedView) -> String {
+    let bound = match parked.max {
+        Some(max) if parked.full => {
+            format!("; at its bound of {max}: the route takes only retries until a key clears")
+        }
+        Some(max) => format!(" (bound {max})"),
+        None => String::new(),
+    };
+    format!("keys whose oldest message waits for a retry, their later messages held back{bound}")
+}
+
 fn routes(routes: &[views::RouteView]) -> Markup {
     if routes.is_empty() {
         return html! { p.muted { "No routes." } };
@@ -88,6 +100,18 @@ fn routes(routes: &[views::RouteView]) -> Markup {
                         " "
                         span.pill.warn title=(pause_title(paused)) {
                             @if paused.probing { "probing" } @else { "paused" }
+                        }
+                    }
+                    @if let Some(parked) = r.parked_keys.filter(|p| p.keys > 0 || p.full) {
+                        " "
+                        @if parked.full {
+                            span.pill.warn title=(parked_title(&parked)) {
+                                (parked.keys) " keys parked (full)"
+                            }
+                        } @else {
+                            span.pill title=(parked_title(&parked)) {
+                                (parked.keys) " keys parked"
+                            }
                         }
                     }
                 },
