@@ -56,7 +56,13 @@ fn the_shipped_scenarios_run_and_account_for_every_message() {
     names.sort();
     assert_eq!(
         names,
-        ["brown-out", "outage-3m", "poison-burst", "rate-limited"]
+        [
+            "brown-out",
+            "ordered-keys",
+            "outage-3m",
+            "poison-burst",
+            "rate-limited"
+        ]
     );
     for name in &names {
         let r = report(&scenario(name), &["--config", CONFIG]);

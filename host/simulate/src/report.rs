@@ -54,6 +54,14 @@ pub struct Report {
     pub pauses: u64,
     /// Virtual seconds the route spent paused.
     pub paused_s: f64,
+    /// With key ordering: how many keys the messages spread over.
+    pub keys: Option<u64>,
+    /// With key ordering: messages published while an older one of their key was
+    /// unfinished, so they waited behind it.
+    pub held_back: u64,
+    /// With key ordering: the most keys parked at once (their oldest message waiting for
+    /// a retry or delay).
+    pub peak_parked_keys: u64,
     /// The retry budget that gated redeliveries, if the guardrails had one.
     pub retry_budget: Option<RetryBudget>,
     /// Calls the dependency saw: deliveries, with the consumer's own retries and the
@@ -134,6 +142,9 @@ impl Recorder {
                 unfinished: 0,
                 pauses: 0,
                 paused_s: 0.0,
+                keys: scenario.ordering.as_ref().map(|o| o.keys),
+                held_back: 0,
+                peak_parked_keys: 0,
                 dead_by_class: BTreeMap::new(),
                 first_attempts: 0,
                 retries: 0,
@@ -219,6 +230,17 @@ impl Recorder {
         let s = self.slot(at_us / US_PER_S);
         self.report.held += 1;
         self.report.series.held[s] += 1;
+    }
+
+    /// A message was published while an older one of its key was unfinished.
+    pub(crate) fn held_back(&mut self) {
+        self.report.held_back += 1;
+    }
+
+    /// `parked` keys are parked now.
+    pub(crate) fn parked_keys(&mut self, parked: usize) {
+        let parked = parked as u64;
+        self.report.peak_parked_keys = self.report.peak_parked_keys.max(parked);
     }
 
     /// The route paused at `at_us` until `until_us` (a pause that extends one already
@@ -317,6 +339,8 @@ impl Report {
             "held" => self.held as f64,
             "pauses" => self.pauses as f64,
             "paused_s" => self.paused_s,
+            "held_back" => self.held_back as f64,
+            "peak_parked_keys" => self.peak_parked_keys as f64,
             "dependency_calls" => self.dependency_calls as f64,
             "amplification" => self.amplification,
             "attempts_mean" => self.attempts_mean,
@@ -345,6 +369,8 @@ impl Report {
         "held",
         "pauses",
         "paused_s",
+        "held_back",
+        "peak_parked_keys",
         "dependency_calls",
         "amplification",
         "attempts_mean",
@@ -397,6 +423,17 @@ impl Report {
                     "never".into()
                 } else {
                     format!("{} times, {:.1} s in all", self.pauses, self.paused_s)
+                },
+            ),
+            (
+                "key ordering",
+                match self.keys {
+                    None => "off".into(),
+                    Some(keys) => format!(
+                        "{keys} keys: {} messages waited behind their key, at most {} keys \
+                         parked at once",
+                        self.held_back, self.peak_parked_keys
+                    ),
                 },
             ),
             (

@@ -60,7 +60,24 @@ pub struct Scenario {
     /// What the broker does before the gateway sees a failure.
     #[serde(default)]
     pub broker: Broker,
+    /// Key ordering, as a route with `ordering = "key"` delivers: each message gets one of
+    /// `keys` keys (drawn at random, seeded), and a key's messages go one at a time in
+    /// publish order - a message waiting for a retry holds its key's later ones back.
+    /// Absent: unordered.
+    #[serde(default)]
+    pub ordering: Option<Ordering>,
 }
+
+/// The keys of an ordered route.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Ordering {
+    /// How many distinct keys the messages spread over (1 to 10,000,000).
+    pub keys: u64,
+}
+
+/// The most keys a scenario may spread its messages over.
+const MAX_KEYS: u64 = 10_000_000;
 
 fn default_max_drain_s() -> u64 {
     3_600
@@ -216,6 +233,14 @@ impl Scenario {
             return Err((
                 "max_drain_s".into(),
                 format!("at most {MAX_DURATION_S} seconds"),
+            ));
+        }
+        if let Some(ordering) = &self.ordering
+            && !(1..=MAX_KEYS).contains(&ordering.keys)
+        {
+            return Err((
+                "ordering.keys".into(),
+                format!("1 to {MAX_KEYS} keys, not {}", ordering.keys),
             ));
         }
         if self.topic.is_empty() || self.topic.len() > 255 {
