@@ -21,7 +21,7 @@
 //!   in the gateway;
 //! - with `ordering`, each message gets a key (a seeded draw); a message published while an
 //!   older one of its key is unfinished waits, undelivered, until that one ends, then is
-//!   due at once - a key whose oldest message waits for a retry or delay is parked.
+//!   due at once - a key whose oldest message has failed is parked until that message ends.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
@@ -95,6 +95,12 @@ impl Keys {
     fn still_waiting(&self) -> u64 {
         self.waiting.values().map(|q| q.len() as u64).sum()
     }
+}
+
+/// A message's key among `keys`, from its fate: no draw of its own, so an ordered run
+/// fails the same messages as the same scenario unordered.
+fn key_of(fate: u64, keys: u64) -> u64 {
+    SplitMix64::new(fate).next_u64() % keys
 }
 
 /// The run's draws: seeded, so the same seed gives the same run.
@@ -181,16 +187,17 @@ pub fn run(
             let rate = scenario.rate_at(at / US_PER_S);
             if rate > 0.0 {
                 serial += 1;
+                let fate = rng.next();
                 let message = Message {
                     serial,
                     published_us: at,
-                    fate: rng.next(),
+                    fate,
                     attempts_spent: 0,
                     deferrals: 0,
                     first_failed_ms: None,
                     deliveries: 0,
                     history: Vec::new(),
-                    key: key_count.map(|n| rng.next() % n),
+                    key: key_count.map(|n| key_of(fate, n)),
                 };
                 // An ended message's slot is reused: an hour at 1,000/s holds what is in
                 // flight, not all 3.6 million.
@@ -239,9 +246,6 @@ pub fn run(
             continue;
         }
         consumer_free_us = start + slot_us;
-        if let Some(key) = m.key {
-            keys.parked.remove(&key);
-        }
         m.deliveries += 1;
         let answers = scenario.answers_at(start / US_PER_S);
         let mut failed = answer(answers, m.fate, &mut rng);

@@ -59,8 +59,8 @@ pub struct Report {
     /// With key ordering: messages published while an older one of their key was
     /// unfinished, so they waited behind it.
     pub held_back: u64,
-    /// With key ordering: the most keys parked at once (their oldest message waiting for
-    /// a retry or delay).
+    /// With key ordering: the most keys parked at once (their oldest message failed and not
+    /// ended yet).
     pub peak_parked_keys: u64,
     /// The retry budget that gated redeliveries, if the guardrails had one.
     pub retry_budget: Option<RetryBudget>,

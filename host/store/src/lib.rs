@@ -279,9 +279,9 @@ impl Store {
         on_backend!(self, s => s.claim(now_ms, wants, lease_ms))
     }
 
-    /// [`Store::claim`] of retries only - scheduled messages and expired leases, nothing
-    /// delivered for the first time: what a route claims while it holds as many keys parked
-    /// as it may (`max_parked_keys`).
+    /// [`Store::claim`] of retries only - messages that have failed before (scheduled, or
+    /// given back to wait) and expired leases, nothing delivered for the first time: what a
+    /// route claims while it holds as many keys parked as it may (`max_parked_keys`).
     pub fn claim_retries(
         &self,
         now_ms: u64,
@@ -291,7 +291,8 @@ impl Store {
         on_backend!(self, s => s.claim_retries(now_ms, wants, lease_ms))
     }
 
-    /// Per topic, how many keys are parked: their oldest message waits for a retry, holding
+    /// Per topic, how many keys are parked: their oldest message has failed and is not
+    /// finished (waiting for its retry, given back to wait, or in flight again), holding
     /// the key's later messages back (routes ordered by key; topics without one are left
     /// out).
     pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {

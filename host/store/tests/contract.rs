@@ -935,8 +935,8 @@ fn retry(at_ms: u64, delay_ms: u64) -> Settlement {
 
 /// A key's messages are claimed one at a time in publish order, through a retry, a dead
 /// letter (which lets the key go on) and its replay (which goes before the key's waiting
-/// messages again); other keys and unkeyed messages are not held back; the next due time
-/// leaves out what is held back.
+/// messages again, once the key's message in flight is done); other keys and unkeyed
+/// messages are not held back; the next due time leaves out what is held back.
 fn a_key_is_claimed_one_message_at_a_time_in_publish_order(b: &dyn Backend) {
     let store = b.open();
     store
@@ -974,14 +974,17 @@ fn a_key_is_claimed_one_message_at_a_time_in_publish_order(b: &dyn Backend) {
     settle_one(&store, a1.seq, a1.lease, &dead_letter("a1", 1_700), 1_700).unwrap();
     let next = store.claim(1_800, &orders, 60_000).unwrap();
     assert_eq!(ids(&next), ["a2"]);
-    let a2 = &next[0];
-    settle_one(&store, a2.seq, a2.lease, &Settlement::Delivered, 1_900).unwrap();
-    // Replayed, `a1` is the key's oldest again: it goes before `a3`, which waits.
-    let letters = store.dlq_list(&DlqFilter::default(), 2_000).unwrap();
+    // Replayed while `a2` is in flight, `a1` is the key's oldest again - and waits: one
+    // message of a key in flight at a time, whatever their order.
+    let letters = store.dlq_list(&DlqFilter::default(), 1_850).unwrap();
     assert_eq!(
-        store.dlq_replay(&[letters[0].seq], 2_000, "test").unwrap(),
+        store.dlq_replay(&[letters[0].seq], 1_850, "test").unwrap(),
         ["a1"]
     );
+    assert!(store.claim(1_860, &orders, 60_000).unwrap().is_empty());
+    let a2 = &next[0];
+    settle_one(&store, a2.seq, a2.lease, &Settlement::Delivered, 1_900).unwrap();
+    // Then `a1` goes before `a3`, which waits.
     let replayed = store.claim(2_100, &orders, 60_000).unwrap();
     assert_eq!(ids(&replayed), ["a1"]);
     let a1 = &replayed[0];
@@ -1093,12 +1096,61 @@ fn parked_keys_are_counted_and_a_retries_only_claim_takes_no_fresh_message(b: &d
     let retries = store.claim_retries(300, &orders, 60_000).unwrap();
     assert_eq!(ids(&retries), ["a1", "b1"]);
     assert!(retries.iter().all(|c| c.delivery.attempts_spent == 1));
-    // A key whose retry is in flight is not parked; the fresh messages are claimed as ever.
+    // In flight again, their keys are still parked.
+    assert_eq!(store.parked_keys().unwrap(), [("orders".to_string(), 2)]);
+    // `a1` delivered clears its key; `b1` given back to wait (a retry budget's hold, say)
+    // is still a retry, which a retries-only claim takes.
+    for c in &retries {
+        let s = match c.delivery.id.as_str() {
+            "a1" => Settlement::Delivered,
+            _ => Settlement::Release { delay_ms: 0 },
+        };
+        settle_one(&store, c.seq, c.lease, &s, 310).unwrap();
+    }
+    assert_eq!(store.parked_keys().unwrap(), [("orders".to_string(), 1)]);
+    let b1 = store.claim_retries(320, &orders, 60_000).unwrap();
+    assert_eq!(ids(&b1), ["b1"]);
+    settle_one(&store, b1[0].seq, b1[0].lease, &Settlement::Delivered, 330).unwrap();
     assert!(store.parked_keys().unwrap().is_empty());
+    // The fresh messages are claimed as ever, `a2` now that `a1` is done.
     assert_eq!(
-        ids(&store.claim(300, &orders, 60_000).unwrap()),
-        ["d1", "u2"]
+        ids(&store.claim(340, &orders, 60_000).unwrap()),
+        ["a2", "d1", "u2"]
     );
+}
+
+/// Retention keeps what tells a key's next message that the key went on after a dead
+/// letter: the key's newest delivered message stays while an older one of the key is a
+/// dead letter (without it the next message would read as following that letter), and
+/// goes once a newer one of the key is finished.
+fn retention_keeps_what_says_a_key_went_on_after_its_dead_letter(b: &dyn Backend) {
+    let store = b.open();
+    store
+        .publish(&[keyed("a1", "a"), keyed("a2", "a"), keyed("a3", "a")], 0)
+        .unwrap();
+    let orders = want("orders", 10);
+    let settle_next = |now: u64, s: &Settlement| -> (String, bool) {
+        let c = store.claim(now, &orders, 60_000).unwrap().remove(0);
+        settle_one(&store, c.seq, c.lease, s, now).unwrap();
+        (c.delivery.id, c.delivery.after_dead_letter)
+    };
+    assert_eq!(
+        settle_next(10, &dead_letter("a1", 10)),
+        ("a1".into(), false)
+    );
+    // Delivered after the letter (the route lets keys go on): `a2` is the key's newest
+    // finished message, and stays through retention.
+    assert_eq!(settle_next(20, &Settlement::Delivered), ("a2".into(), true));
+    store.prune(10_000, 100).unwrap();
+    assert_eq!(store.state_of("a2").unwrap().as_deref(), Some("delivered"));
+    assert_eq!(
+        settle_next(10_010, &Settlement::Delivered),
+        ("a3".into(), false)
+    );
+    // Now `a3` says it; `a2` may go.
+    store.prune(20_000, 100).unwrap();
+    assert_eq!(store.state_of("a2").unwrap(), None);
+    assert_eq!(store.state_of("a3").unwrap().as_deref(), Some("delivered"));
 }
 
 /// Three handles (three gateways) claim ten keys' messages at once, each holding what it
@@ -1231,4 +1283,5 @@ contract!(
     competing_claims_take_a_key_one_message_at_a_time,
     a_keys_message_after_a_dead_letter_is_marked,
     parked_keys_are_counted_and_a_retries_only_claim_takes_no_fresh_message,
+    retention_keeps_what_says_a_key_went_on_after_its_dead_letter,
 );

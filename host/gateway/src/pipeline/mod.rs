@@ -316,13 +316,16 @@ impl Pipeline {
         }
     }
 
-    /// Whether a route of the active generation orders by key.
-    pub(crate) fn orders_by_key(&self) -> bool {
-        self.registry
-            .current()
-            .routes
-            .iter()
-            .any(|r| r.key_header.is_some())
+    /// Whether the parked keys are to be read: a route of the active generation orders by
+    /// key, or counts of one that no longer does are still kept.
+    pub(crate) fn reads_parked_keys(&self) -> bool {
+        self.parked.tracked()
+            || self
+                .registry
+                .current()
+                .routes
+                .iter()
+                .any(|r| r.key_header.is_some())
     }
 
     /// The store's parked keys per topic, read just now: summed per route, the gauges set.

@@ -1,5 +1,6 @@
-//! Keys parked per route: on a route ordered by key, a key whose oldest message waits for a
-//! retry holds its later messages back. The embedded source reads the store's counts about
+//! Keys parked per route: on a route ordered by key, a key whose oldest unfinished message
+//! has failed (waiting for its retry, given back to wait, or in flight again) holds its
+//! later messages back. The embedded source reads the store's counts about
 //! every second ([`ParkedKeys::read`]); a route at its `max_parked_keys` then claims only
 //! retries until a key clears, so a failing dependency cannot park every key in the topic.
 
@@ -87,6 +88,16 @@ impl ParkedKeys {
             .get_or_create(&labels)
             .set(i64::try_from(keys).unwrap_or(i64::MAX));
         self.full.get_or_create(&labels).set(i64::from(full));
+    }
+
+    /// Whether any route's parked keys are kept: they must be read again (set to nothing)
+    /// once no route orders by key any more, or a route kept "full" would stay so.
+    pub(crate) fn tracked(&self) -> bool {
+        !self
+            .by_route
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
     }
 
     /// The route's parked keys as last read, if it orders by key.

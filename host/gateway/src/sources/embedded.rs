@@ -127,7 +127,7 @@ async fn consume(pipeline: Arc<Pipeline>, mut shutdown: watch::Receiver<bool>, g
             let (pipeline, store, slots) = (pipeline.clone(), store.clone(), slots.clone());
             let lease_ms = settings.lease_ms;
             let cached = topics.fresh(pipeline.wakes());
-            let read_parked = pipeline.orders_by_key()
+            let read_parked = pipeline.reads_parked_keys()
                 && parked_read.is_none_or(|at| at.elapsed() >= PARKED_FRESH);
             if read_parked {
                 parked_read = Some(Instant::now());

@@ -11,18 +11,25 @@ use super::session::MySession;
 use crate::model::{AttemptRecord, Delivery};
 use crate::{Claimed, Fresh, NewMessage, Published, StoreError, clamp_ms};
 
-/// A keyed message (its route orders by key) of `messages` that no older message of its
-/// topic and key holds back: none is ready, scheduled or leased - one lookup in the
-/// `messages_keyed` index. In a `FOR UPDATE` statement the subquery is still a consistent
-/// read of the last committed rows, not a locking one: a row another gateway is claiming
-/// this instant reads as unfinished, so two gateways never take two messages of one key
-/// (a locking lookup under `SKIP LOCKED` would pass over exactly that row).
+/// A keyed message (its route orders by key) of `messages` that nothing of its topic and
+/// key holds back: no older message ready or scheduled, and no other message leased (a
+/// later one leased first - two publishes of the key committed out of order - holds it
+/// back too) - lookups in the `messages_keyed` index. In a `FOR UPDATE` statement the
+/// subquery is still a consistent read, not a locking one: a row another gateway is
+/// claiming this instant reads as unfinished (a locking lookup under `SKIP LOCKED` would
+/// pass over exactly that row). But its snapshot is taken when the statement starts, while
+/// the locking scan reads what committed since - so the claim checks its rows once more in
+/// a statement of its own ([`STILL_FREE`]).
 macro_rules! not_held_back {
     () => {
         "
-  AND (`key` IS NULL OR NOT EXISTS (
-    SELECT 1 FROM messages o WHERE o.topic = messages.topic AND o.`key` = messages.`key`
-      AND o.state IN ('ready', 'scheduled', 'leased') AND o.seq < messages.seq))"
+  AND (`key` IS NULL OR NOT (
+    EXISTS (SELECT 1 FROM messages o WHERE o.topic = messages.topic
+              AND o.`key` = messages.`key` AND o.state IN ('ready', 'scheduled')
+              AND o.seq < messages.seq)
+    OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = messages.topic
+                 AND o.`key` = messages.`key` AND o.state = 'leased'
+                 AND o.seq <> messages.seq)))"
     };
 }
 
@@ -41,6 +48,16 @@ macro_rules! after_dead_letter {
                AND o.seq < messages.seq), 0), FALSE)) AS after_dead_letter"
     };
 }
+
+/// Of the rows a claim just locked (`{seqs}`), those still not held back, read in a
+/// snapshot newer than the locking scan's: a publish that committed during the scan (two
+/// messages of one key the scan saw, but the subquery's older snapshot did not) holds its
+/// later message back here.
+const STILL_FREE: &str = concat!(
+    "
+SELECT seq FROM messages WHERE seq IN ({seqs})",
+    not_held_back!()
+);
 
 /// When the next message falls due, or a lease expires: each state's rows read in due order
 /// up to the first that is not held back - a keyed message behind an older one of its key
@@ -72,7 +89,7 @@ SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals
     after_dead_letter!(),
     "
 FROM messages
-WHERE topic = ? AND state = ? AND next_at_ms <= ?",
+WHERE topic = ? AND state = ? AND next_at_ms <= ? AND (? OR first_failed_at_ms IS NOT NULL)",
     not_held_back!(),
     "
 ORDER BY next_at_ms
@@ -166,7 +183,8 @@ impl MysqlStore {
         self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Taken))
     }
 
-    /// [`MysqlStore::claim`] of retries only: scheduled messages and expired leases.
+    /// [`MysqlStore::claim`] of retries only: messages that have failed before and
+    /// expired leases.
     pub fn claim_retries(
         &self,
         now_ms: u64,
@@ -176,12 +194,14 @@ impl MysqlStore {
         self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Left))
     }
 
-    /// Per topic, how many keys wait for a retry of their oldest message.
+    /// Per topic, how many keys are held back by a retry of their oldest message (see the
+    /// SQLite store's `PARKED_KEYS`).
     pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.with(|c| {
             let rows: Vec<(String, i64)> = c.query(
                 "SELECT topic, COUNT(DISTINCT `key`) FROM messages
-                 WHERE state = 'scheduled' AND `key` IS NOT NULL
+                 WHERE state IN ('ready', 'scheduled', 'leased') AND `key` IS NOT NULL
+                   AND first_failed_at_ms IS NOT NULL
                  GROUP BY topic ORDER BY topic",
             )?;
             Ok(rows
@@ -238,10 +258,8 @@ fn claim_in(
     lease_ms: u64,
     fresh: Fresh,
 ) -> Result<Vec<Claimed>, StoreError> {
-    let states: &[&str] = match fresh {
-        Fresh::Taken => &["ready", "scheduled"],
-        Fresh::Left => &["scheduled"],
-    };
+    // Retries only: what has failed before (scheduled, or given back to wait as ready).
+    let fresh = fresh == Fresh::Taken;
     let now = clamp_ms(now_ms);
     let until = clamp_ms(now_ms.saturating_add(lease_ms));
     let mut tx = c.start_transaction(TxOpts::default())?;
@@ -254,8 +272,9 @@ fn claim_in(
                 break;
             }
             let mut due: Vec<(i64, Claimed)> = Vec::new();
-            for state in states {
-                let rows: Vec<Row> = tx.exec(DUE_WAITING, (topic, state, now, left as u64))?;
+            for state in ["ready", "scheduled"] {
+                let rows: Vec<Row> =
+                    tx.exec(DUE_WAITING, (topic, state, now, fresh, left as u64))?;
                 for row in rows {
                     due.push(claimed_of(row)?);
                 }
@@ -270,6 +289,21 @@ fn claim_in(
             claimed.extend(due.into_iter().take(left).map(|(_, c)| c));
         }
     }
+    if claimed.is_empty() {
+        tx.commit()?;
+        return Ok(claimed);
+    }
+    let seqs = claimed
+        .iter()
+        .map(|c| c.seq.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    // Held back after all (see `STILL_FREE`): left as they were, unlocked at commit.
+    let free: std::collections::HashSet<i64> = tx
+        .query::<i64, _>(STILL_FREE.replace("{seqs}", &seqs))?
+        .into_iter()
+        .collect();
+    claimed.retain(|c| free.contains(&c.seq));
     if claimed.is_empty() {
         tx.commit()?;
         return Ok(claimed);

@@ -7,18 +7,24 @@ use super::{Conn, PostgresStore, TOPICS_LOCK};
 use crate::model::{AttemptRecord, Delivery};
 use crate::{Claimed, Fresh, NewMessage, Published, StoreError, clamp_ms};
 
-/// A keyed message (its route orders by key) of `messages` that no older message of its
-/// topic and key holds back: none is ready, scheduled or leased - one lookup in the
-/// `messages_keyed` index. The lookup reads the statement's snapshot, not the locks: a row
+/// A keyed message (its route orders by key) of `messages` that nothing of its topic and
+/// key holds back: no older message ready or scheduled, and no other message leased (a
+/// later one leased first - two publishes of the key committed out of order - holds it
+/// back too: one message of a key in flight at a time) - lookups in the `messages_keyed`
+/// index. The lookup reads the statement's snapshot, not the locks: a row
 /// another gateway is claiming this instant still reads as unfinished, so two gateways
 /// never take two messages of one key (a locking lookup under `SKIP LOCKED` would pass
 /// over exactly that row).
 macro_rules! not_held_back {
     () => {
         "
-      AND (key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM messages o WHERE o.topic = messages.topic AND o.key = messages.key
-          AND o.state IN ('ready', 'scheduled', 'leased') AND o.seq < messages.seq))"
+      AND (key IS NULL OR NOT (
+        EXISTS (SELECT 1 FROM messages o WHERE o.topic = messages.topic
+                  AND o.key = messages.key AND o.state IN ('ready', 'scheduled')
+                  AND o.seq < messages.seq)
+        OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = messages.topic
+                     AND o.key = messages.key AND o.state = 'leased'
+                     AND o.seq <> messages.seq)))"
     };
 }
 
@@ -52,7 +58,8 @@ const CLAIM: &str = concat!(
     "
 WITH ready AS (
     SELECT seq, state AS was, next_at_ms AS due_at FROM messages
-    WHERE topic = $1 AND state = 'ready' AND next_at_ms <= $2 AND $5",
+    WHERE topic = $1 AND state = 'ready' AND next_at_ms <= $2
+      AND ($5 OR first_failed_at_ms IS NOT NULL)",
     not_held_back!(),
     "
     ORDER BY next_at_ms LIMIT $3
@@ -225,7 +232,8 @@ impl PostgresStore {
         self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Taken))
     }
 
-    /// [`PostgresStore::claim`] of retries only: scheduled messages and expired leases.
+    /// [`PostgresStore::claim`] of retries only: messages that have failed before and
+    /// expired leases.
     pub fn claim_retries(
         &self,
         now_ms: u64,
@@ -235,12 +243,14 @@ impl PostgresStore {
         self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Left))
     }
 
-    /// Per topic, how many keys wait for a retry of their oldest message.
+    /// Per topic, how many keys are held back by a retry of their oldest message (see the
+    /// SQLite store's `PARKED_KEYS`).
     pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
         self.with(|c| {
             let s = c.statement(
                 "SELECT topic, COUNT(DISTINCT key) FROM messages
-                 WHERE state = 'scheduled' AND key IS NOT NULL
+                 WHERE state IN ('ready', 'scheduled', 'leased') AND key IS NOT NULL
+                   AND first_failed_at_ms IS NOT NULL
                  GROUP BY topic ORDER BY topic",
             )?;
             Ok(c.client

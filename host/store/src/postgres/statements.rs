@@ -83,9 +83,18 @@ pub(super) static SQL: Statements = Statements {
     prune_dlq: "SELECT seq FROM dlq
                 WHERE state IN ('replayed', 'discarded') AND created_at_ms < $1
                 LIMIT $2 FOR UPDATE SKIP LOCKED",
+    // A key's newest finished message stays while an older one of its key is a dead letter
+    // (see the SQLite store's `DOOMED_MESSAGES`).
     prune_messages: "SELECT seq FROM messages
                      WHERE state IN ('delivered', 'discarded') AND updated_at_ms < $1
                        AND NOT EXISTS (SELECT 1 FROM dlq WHERE dlq.message_seq = messages.seq)
+      AND (messages.key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM messages d WHERE d.topic = messages.topic
+                            AND d.key = messages.key AND d.state = 'dead'
+                            AND d.seq < messages.seq)
+           OR EXISTS (SELECT 1 FROM messages n WHERE n.topic = messages.topic
+                        AND n.key = messages.key AND n.state IN ('delivered', 'discarded')
+                        AND n.seq > messages.seq))
                      LIMIT $2 FOR UPDATE SKIP LOCKED",
     delete_dlq: "DELETE FROM dlq WHERE seq = ANY($1)",
     delete_attempts: "DELETE FROM attempts WHERE message_seq = ANY($1)",

@@ -111,8 +111,8 @@ impl SqliteStore {
         claimed
     }
 
-    /// [`SqliteStore::claim`] of retries only: scheduled messages and expired leases, no
-    /// message delivered for the first time.
+    /// [`SqliteStore::claim`] of retries only: messages that have failed before (scheduled,
+    /// or given back to wait) and expired leases - no message delivered for the first time.
     pub fn claim_retries(
         &self,
         now_ms: u64,
@@ -126,8 +126,7 @@ impl SqliteStore {
         claimed
     }
 
-    /// Per topic, how many keys wait for a retry of their oldest message (a `scheduled`
-    /// keyed message), holding the key's later messages back.
+    /// Per topic, how many keys are held back by a retry of their oldest message.
     pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
         let conn = self.conn();
         let mut parked = conn.prepare_cached(PARKED_KEYS)?;
@@ -136,10 +135,14 @@ impl SqliteStore {
     }
 }
 
-/// Per topic, the distinct keys of its scheduled keyed messages.
+/// Per topic, the distinct keys with an unfinished keyed message that has failed before:
+/// only a key's oldest unfinished message can have been delivered, so these are the keys
+/// held back by a retry - waiting for it, released back to wait (a retry budget's hold, a
+/// pause), or in flight.
 const PARKED_KEYS: &str = "
     SELECT topic, COUNT(DISTINCT key) FROM messages
-    WHERE state = 'scheduled' AND key IS NOT NULL
+    WHERE state IN ('ready', 'scheduled', 'leased') AND key IS NOT NULL
+      AND first_failed_at_ms IS NOT NULL
     GROUP BY topic ORDER BY topic";
 
 /// [`Store::claim`]'s transaction.
@@ -236,10 +239,11 @@ fn record_attempt(tx: &Connection, seq: i64, failed: &AttemptRecord) -> Result<(
     Ok(())
 }
 
-/// `m`, a keyed message (its route orders by key), is not held back by an older message of
-/// its topic and key that is ready, scheduled or leased: one lookup per state, each in the
-/// `messages_keyed` index (an `IN` list would match no index). Spelled once for the claim
-/// and the next-due time, which must agree.
+/// `m`, a keyed message (its route orders by key), is not held back: no older message of
+/// its topic and key is ready or scheduled, and no other is leased (a later one leased
+/// first holds it back too: one message of a key in flight at a time) - one lookup per
+/// state, each in the `messages_keyed` index (an `IN` list would match no index). Spelled
+/// once for the claim and the next-due time, which must agree.
 macro_rules! not_held_back {
     () => {
         "
@@ -249,7 +253,7 @@ macro_rules! not_held_back {
         OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
                    AND o.state = 'scheduled' AND o.seq < m.seq)
         OR EXISTS (SELECT 1 FROM messages o WHERE o.topic = m.topic AND o.key = m.key
-                   AND o.state = 'leased' AND o.seq < m.seq)))"
+                   AND o.state = 'leased' AND o.seq <> m.seq)))"
     };
 }
 
@@ -283,7 +287,8 @@ pub(super) const CLAIM_TOPIC: &str = concat!(
     FROM messages
     WHERE seq IN (
         SELECT seq FROM (SELECT seq FROM messages m
-            WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1 AND ?4
+            WHERE topic = ?3 AND state = 'ready' AND next_at_ms <= ?1
+              AND (?4 OR first_failed_at_ms IS NOT NULL)
 ",
     not_held_back!(),
     "

@@ -65,11 +65,20 @@ impl SqliteStore {
 
 /// Settled messages older than the horizon that no dead letter refers to. The state list is
 /// the settled-state index's own, word for word: SQLite uses a partial index only for the
-/// same `IN` list.
+/// same `IN` list. A keyed message that is its key's newest finished one while an older
+/// message of its key is a dead letter stays: it is what tells the key's next message that
+/// the key went on after that letter (`after_dead_letter`); one such row per key at most.
 pub(super) const DOOMED_MESSAGES: &str = "
     SELECT seq FROM messages
     WHERE state IN ('delivered', 'discarded') AND updated_at_ms < ?1
       AND NOT EXISTS (SELECT 1 FROM dlq WHERE dlq.message_seq = messages.seq)
+      AND (messages.key IS NULL
+           OR NOT EXISTS (SELECT 1 FROM messages d WHERE d.topic = messages.topic
+                            AND d.key = messages.key AND d.state = 'dead'
+                            AND d.seq < messages.seq)
+           OR EXISTS (SELECT 1 FROM messages n WHERE n.topic = messages.topic
+                        AND n.key = messages.key AND n.state IN ('delivered', 'discarded')
+                        AND n.seq > messages.seq))
     LIMIT ?2";
 
 #[cfg(test)]
