@@ -99,16 +99,7 @@ impl SqliteStore {
         wants: &[(Vec<String>, usize)],
         lease_ms: u64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        let mut conn = self.conn();
-        // A claim need not wait for the disk before its delivery starts. In WAL mode a
-        // commit without a sync survives the process crashing; only a power loss or an OS
-        // crash can lose it, and then the message is simply ready again (delivered anew,
-        // at least once). The next settlement's sync covers the claims before it. Claims
-        // come as often as slots free up: one fsync each made them the store's bottleneck.
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let claimed = claim_in(&mut conn, now_ms, wants, lease_ms, Fresh::Taken);
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        claimed
+        self.claim_unsynced(now_ms, wants, lease_ms, Fresh::Taken)
     }
 
     /// [`SqliteStore::claim`] of retries only: messages that have failed before (scheduled,
@@ -119,9 +110,24 @@ impl SqliteStore {
         wants: &[(Vec<String>, usize)],
         lease_ms: u64,
     ) -> Result<Vec<Claimed>, StoreError> {
+        self.claim_unsynced(now_ms, wants, lease_ms, Fresh::Left)
+    }
+
+    /// A claim need not wait for the disk before its delivery starts. In WAL mode a commit
+    /// without a sync survives the process crashing; only a power loss or an OS crash can
+    /// lose it, and then the message is simply ready again (delivered anew, at least once).
+    /// The next settlement's sync covers the claims before it. Claims come as often as
+    /// slots free up: one fsync each made them the store's bottleneck.
+    fn claim_unsynced(
+        &self,
+        now_ms: u64,
+        wants: &[(Vec<String>, usize)],
+        lease_ms: u64,
+        fresh: Fresh,
+    ) -> Result<Vec<Claimed>, StoreError> {
         let mut conn = self.conn();
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        let claimed = claim_in(&mut conn, now_ms, wants, lease_ms, Fresh::Left);
+        let claimed = claim_in(&mut conn, now_ms, wants, lease_ms, fresh);
         conn.pragma_update(None, "synchronous", "FULL")?;
         claimed
     }
