@@ -317,7 +317,7 @@ fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
                 .config(
                     r#"{ max_attempts = 30, rules = [
                         { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
-                        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 200 } },
+                        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 400 } },
                     ] }"#,
                 )
                 .consumer(&url)
