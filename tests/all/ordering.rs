@@ -95,6 +95,11 @@ fn consumer(
             }
         }),
     );
+    serve(runtime, router)
+}
+
+/// `router` served on a port of its own on loopback; its URL.
+fn serve(runtime: &tokio::runtime::Runtime, router: Router) -> String {
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
@@ -140,6 +145,11 @@ fn publish_interleaved(gw: &Gateway) {
             })
         })
         .collect();
+    publish(gw, &batch);
+}
+
+/// `batch` published on `orders`.
+fn publish(gw: &Gateway, batch: &[Value]) {
     let _: Value = gw
         .admin
         .post("/v1/topics/orders/messages", &batch)
@@ -305,11 +315,7 @@ fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
             }),
         )
     };
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let url = format!("http://{}/", listener.local_addr().unwrap());
-    runtime.spawn(async move { axum::serve(listener, router).await });
+    let url = serve(&runtime, router);
     let gw = TestConfig::new()
         .policy("rules", fixtures::RULES)
         .route(
@@ -327,19 +333,15 @@ fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
                 .set("max_parked_keys", 2),
         )
         .start_on(runtime, &scratch_dir("ordering-parked"), "ordering-token");
-    let publish = |prefix: &str| {
-        let batch: Vec<Value> = (0..6)
+    let six_keys = |prefix: &str| -> Vec<Value> {
+        (0..6)
             .map(|k| {
                 json!({"id": format!("{prefix}{k}"), "payload": {},
                        "headers": {"Order-Id": format!("{prefix}-key-{k}")}})
             })
-            .collect();
-        let _: Value = gw
-            .admin
-            .post("/v1/topics/orders/messages", &batch)
-            .expect("publish");
+            .collect()
     };
-    publish("p");
+    publish(&gw, &six_keys("p"));
     assert!(
         wait_for(Duration::from_secs(15), || route_gauge(
             &gw,
@@ -350,7 +352,7 @@ fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
         "the route never reached its bound: {:?} keys parked",
         route_gauge(&gw, "verdict_parked_keys")
     );
-    publish("n");
+    publish(&gw, &six_keys("n"));
     std::thread::sleep(Duration::from_millis(1_500));
     let early: Vec<String> = calls
         .lock()

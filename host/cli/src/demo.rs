@@ -227,6 +227,8 @@ impl DemoConsumer {
             if *n > next {
                 seen.overtaken += 1;
                 if seen.overtakes.len() < OVERTAKES_KEPT {
+                    // The key is a producer's header: one bounded line in `/stats`.
+                    let key = verdict_runtime::text::one_line(key, 128);
                     seen.overtakes.push(format!("{key} #{n} before #{next}"));
                 }
             }

@@ -31,8 +31,8 @@ pub struct RouteView {
     /// until the pause ends, then one probe.
     #[serde(default)]
     pub paused: Option<PausedView>,
-    /// On a route ordered by key: the keys whose oldest message waits for a retry, as the
-    /// gateway last read them (about every second).
+    /// On a route ordered by key: the keys whose oldest unfinished message has failed
+    /// (parked), as the gateway last read them (about every second).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parked_keys: Option<ParkedView>,
 }
@@ -40,7 +40,7 @@ pub struct RouteView {
 /// A route's parked keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParkedView {
-    /// Keys waiting for a retry, their later messages held back.
+    /// Parked keys, their later messages held back.
     pub keys: u64,
     /// The route's `max_parked_keys`, if it has one.
     pub max: Option<u64>,

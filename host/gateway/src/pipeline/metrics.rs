@@ -386,7 +386,7 @@ impl PipelineMetrics {
         );
         registry.register(
             "verdict_parked_keys",
-            "Keys of a route ordered by key whose oldest message waits for a retry, holding the key's later messages back, by route (read from the store about every second)",
+            "Keys of a route ordered by key whose oldest unfinished message has failed (waiting for its retry, given back to wait, or in flight again), holding the key's later messages back, by route (read from the store about every second)",
             self.parked_keys.clone(),
         );
         registry.register(

@@ -16,7 +16,7 @@ use super::metrics::Labels;
 /// A route's parked keys as last read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Parked {
-    /// Keys waiting for a retry.
+    /// Parked keys.
     pub keys: u64,
     /// The route's `max_parked_keys`, if it has one.
     pub max: Option<u64>,

@@ -277,7 +277,7 @@ impl TopicList {
 }
 
 /// How long the claim loop keeps the parked keys it read (see `max_parked_keys`): counting
-/// them reads every waiting retry of the ordered routes, too much for every claim.
+/// them reads every unfinished keyed message, too much for every claim.
 const PARKED_FRESH: Duration = Duration::from_secs(1);
 
 /// The least an idle loop sleeps while a route takes only retries (its new messages are

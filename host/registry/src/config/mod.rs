@@ -168,8 +168,8 @@ pub struct RouteConfig {
     /// `key.dead-lettered`), until an operator replays or discards the key's dead letters.
     #[serde(default)]
     pub on_dead_letter: OnDeadLetter,
-    /// With `ordering = "key"`: how many keys may wait for a retry at once (parked: their
-    /// later messages held back). At the bound the route takes only its retries - no
+    /// With `ordering = "key"`: how many keys may be parked at once (their oldest
+    /// unfinished message has failed: their later messages are held back). At the bound the route takes only its retries - no
     /// message delivered for the first time, so no new key parks - until a parked key
     /// clears; `verdict_route_parked_keys_full` says so. Checked about every second, so a
     /// route may pass it by what it takes in that second. None: no bound.

@@ -85,7 +85,7 @@ SELECT MIN(t) FROM (
 const DUE_WAITING: &str = concat!(
     "
 SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals,
-       published_at_ms, first_failed_at_ms, state, next_at_ms,",
+       published_at_ms, first_failed_at_ms, state, next_at_ms, `key` IS NOT NULL AS keyed,",
     after_dead_letter!(),
     "
 FROM messages
@@ -101,7 +101,7 @@ FOR UPDATE SKIP LOCKED"
 const DUE_EXPIRED: &str = concat!(
     "
 SELECT seq, lease, id, topic, headers, payload, content_type, attempt, deferrals,
-       published_at_ms, first_failed_at_ms, state, next_at_ms,",
+       published_at_ms, first_failed_at_ms, state, next_at_ms, `key` IS NOT NULL AS keyed,",
     after_dead_letter!(),
     "
 FROM messages
@@ -194,23 +194,6 @@ impl MysqlStore {
         self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Left))
     }
 
-    /// Per topic, how many keys are held back by a retry of their oldest message (see the
-    /// SQLite store's `PARKED_KEYS`).
-    pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        self.with(|c| {
-            let rows: Vec<(String, i64)> = c.query(
-                "SELECT topic, COUNT(DISTINCT `key`) FROM messages
-                 WHERE state IN ('ready', 'scheduled', 'leased') AND `key` IS NOT NULL
-                   AND first_failed_at_ms IS NOT NULL
-                 GROUP BY topic ORDER BY topic",
-            )?;
-            Ok(rows
-                .into_iter()
-                .map(|(t, n)| (t, n.max(0) as u64))
-                .collect())
-        })
-    }
-
     /// Extend each `(seq, lease)` still held to `until_ms`.
     pub fn extend_leases(&self, held: &[(i64, i64)], until_ms: u64) -> Result<usize, StoreError> {
         if held.is_empty() {
@@ -264,6 +247,8 @@ fn claim_in(
     let until = clamp_ms(now_ms.saturating_add(lease_ms));
     let mut tx = c.start_transaction(TxOpts::default())?;
     let mut claimed: Vec<Claimed> = Vec::new();
+    // The keyed ones among them, checked once more before they are leased.
+    let mut keyed: Vec<i64> = Vec::new();
     for (topics, limit) in wants {
         let first = claimed.len();
         for topic in topics {
@@ -271,7 +256,7 @@ fn claim_in(
             if left == 0 {
                 break;
             }
-            let mut due: Vec<(i64, Claimed)> = Vec::new();
+            let mut due: Vec<Due> = Vec::new();
             for state in ["ready", "scheduled"] {
                 let rows: Vec<Row> =
                     tx.exec(DUE_WAITING, (topic, state, now, fresh, left as u64))?;
@@ -285,34 +270,27 @@ fn claim_in(
             }
             // The oldest `left` of them; the rest stay as they were (locked only until
             // this transaction ends).
-            due.sort_by_key(|(next_at, c)| (*next_at, c.seq));
-            claimed.extend(due.into_iter().take(left).map(|(_, c)| c));
+            due.sort_by_key(|d| (d.next_at_ms, d.claimed.seq));
+            for d in due.into_iter().take(left) {
+                if d.keyed {
+                    keyed.push(d.claimed.seq);
+                }
+                claimed.push(d.claimed);
+            }
         }
     }
+    if !keyed.is_empty() {
+        // Held back after all (see `STILL_FREE`): left as they were, unlocked at commit.
+        let still_free = STILL_FREE.replace("{seqs}", &seq_list(keyed.iter().copied()));
+        let free: std::collections::HashSet<i64> =
+            tx.query::<i64, _>(still_free)?.into_iter().collect();
+        claimed.retain(|c| !keyed.contains(&c.seq) || free.contains(&c.seq));
+    }
     if claimed.is_empty() {
         tx.commit()?;
         return Ok(claimed);
     }
-    let seqs = claimed
-        .iter()
-        .map(|c| c.seq.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    // Held back after all (see `STILL_FREE`): left as they were, unlocked at commit.
-    let free: std::collections::HashSet<i64> = tx
-        .query::<i64, _>(STILL_FREE.replace("{seqs}", &seqs))?
-        .into_iter()
-        .collect();
-    claimed.retain(|c| free.contains(&c.seq));
-    if claimed.is_empty() {
-        tx.commit()?;
-        return Ok(claimed);
-    }
-    let seqs = claimed
-        .iter()
-        .map(|c| c.seq.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let seqs = seq_list(claimed.iter().map(|c| c.seq));
     // The rows are locked by this transaction: the lease each now holds is the one read
     // plus one.
     tx.exec_drop(
@@ -324,12 +302,12 @@ fn claim_in(
         (until, now),
     )?;
     // Only a message that has failed before has a history (a replay clears both).
-    let failed_before = claimed
-        .iter()
-        .filter(|c| c.delivery.first_failed_at_ms.is_some())
-        .map(|c| c.seq.to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
+    let failed_before = seq_list(
+        claimed
+            .iter()
+            .filter(|c| c.delivery.first_failed_at_ms.is_some())
+            .map(|c| c.seq),
+    );
     let history: Vec<(i64, i64, String, String)> = if failed_before.is_empty() {
         Vec::new()
     } else {
@@ -365,8 +343,24 @@ fn claim_in(
     Ok(claimed)
 }
 
-/// A due row as claimed, with its `next_at_ms` (the claim's order).
-fn claimed_of(mut row: Row) -> Result<(i64, Claimed), StoreError> {
+/// A due row as a claim read it.
+struct Due {
+    /// Its due time (or lease end): the claim's order.
+    next_at_ms: i64,
+    /// Whether it has a key (and is checked again before it is leased).
+    keyed: bool,
+    claimed: Claimed,
+}
+
+/// `seqs` as an SQL list.
+fn seq_list(seqs: impl Iterator<Item = i64>) -> String {
+    seqs.map(|seq| seq.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A due row as claimed.
+fn claimed_of(mut row: Row) -> Result<Due, StoreError> {
     fn take<T: mysql::prelude::FromValue>(row: &mut Row, i: usize) -> Result<T, StoreError> {
         row.take_opt(i)
             .ok_or_else(|| StoreError::Corrupt(format!("claim: column {i} missing")))?
@@ -394,9 +388,13 @@ fn claimed_of(mut row: Row) -> Result<(i64, Claimed), StoreError> {
             first_failed_at_ms: take::<Option<i64>>(&mut row, 10)?.map(|t| t.max(0) as u64),
             history: Vec::new(),
             redelivery: state == "leased",
-            after_dead_letter: take::<i64>(&mut row, 13)? != 0,
+            after_dead_letter: take::<i64>(&mut row, 14)? != 0,
             source: verdict_registry::SourceKind::Embedded.name(),
         },
     };
-    Ok((next_at_ms, claimed))
+    Ok(Due {
+        next_at_ms,
+        keyed: take::<i64>(&mut row, 13)? != 0,
+        claimed,
+    })
 }

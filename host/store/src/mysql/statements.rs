@@ -7,6 +7,10 @@ pub(super) static SQL: Statements = Statements {
     placeholder: |_| "?".to_string(),
     clock: "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)",
     counts: "SELECT state, COUNT(*) FROM messages GROUP BY state",
+    parked_keys: "SELECT topic, COUNT(DISTINCT `key`) FROM messages
+                  WHERE state IN ('ready', 'scheduled', 'leased') AND `key` IS NOT NULL
+                    AND first_failed_at_ms IS NOT NULL
+                  GROUP BY topic ORDER BY topic",
     audit_count: "SELECT COUNT(*) FROM audit WHERE event = ?",
     audit: "INSERT INTO audit (at_ms, message_id, topic, event, detail) VALUES (?, ?, ?, ?, ?)",
 

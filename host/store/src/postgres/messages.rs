@@ -243,24 +243,6 @@ impl PostgresStore {
         self.with(|c| claim_in(c, now_ms, wants, lease_ms, Fresh::Left))
     }
 
-    /// Per topic, how many keys are held back by a retry of their oldest message (see the
-    /// SQLite store's `PARKED_KEYS`).
-    pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        self.with(|c| {
-            let s = c.statement(
-                "SELECT topic, COUNT(DISTINCT key) FROM messages
-                 WHERE state IN ('ready', 'scheduled', 'leased') AND key IS NOT NULL
-                   AND first_failed_at_ms IS NOT NULL
-                 GROUP BY topic ORDER BY topic",
-            )?;
-            Ok(c.client
-                .query(&s, &[])?
-                .iter()
-                .map(|r| (r.get(0), r.get::<_, i64>(1).max(0) as u64))
-                .collect())
-        })
-    }
-
     /// Forget topics with nothing pending.
     pub fn prune_topics(&self) -> Result<usize, StoreError> {
         self.with(|c| {

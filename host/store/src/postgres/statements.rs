@@ -27,6 +27,10 @@ pub(super) static SQL: Statements = Statements {
              UNION ALL SELECT 'leased', COUNT(*) FROM messages WHERE state = 'leased'
              UNION ALL SELECT state, COUNT(*) FROM messages
                  WHERE state IN ('delivered', 'dead', 'discarded') GROUP BY state",
+    parked_keys: "SELECT topic, COUNT(DISTINCT key) FROM messages
+                  WHERE state IN ('ready', 'scheduled', 'leased') AND key IS NOT NULL
+                    AND first_failed_at_ms IS NOT NULL
+                  GROUP BY topic ORDER BY topic",
     audit_count: "SELECT COUNT(*) FROM audit WHERE event = $1",
     audit: "INSERT INTO audit (at_ms, message_id, topic, event, detail)
             VALUES ($1, $2, $3, $4, $5)",

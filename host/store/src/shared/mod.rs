@@ -216,6 +216,16 @@ impl<D: Dialect> Shared<D> {
         })
     }
 
+    /// Per topic with parked keys, how many (see [`Statements::parked_keys`]).
+    pub(crate) fn parked_keys(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.read(|s| {
+            s.query(D::SQL.parked_keys, &[])?
+                .iter()
+                .map(|row| Ok((row.text(0)?, row.int(1)?.max(0) as u64)))
+                .collect()
+        })
+    }
+
     /// Audit events with this name.
     pub(crate) fn audit_count(&self, event: &str) -> Result<u64, StoreError> {
         self.read(|s| {
@@ -330,6 +340,11 @@ macro_rules! shared_operations {
         /// Messages by state, counted.
         pub fn counts(&self) -> Result<$crate::StateCounts, $crate::StoreError> {
             self.shared.counts()
+        }
+
+        /// Per topic, how many keys a retry of their oldest message holds back.
+        pub fn parked_keys(&self) -> Result<Vec<(String, u64)>, $crate::StoreError> {
+            self.shared.parked_keys()
         }
 
         /// Audit events with this name.

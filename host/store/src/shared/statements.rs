@@ -10,6 +10,11 @@ pub(crate) struct Statements {
     pub clock: &'static str,
     /// `(state, count)` of every state messages are in.
     pub counts: &'static str,
+    /// `(topic, keys)` of every topic with parked keys: the distinct keys with an
+    /// unfinished keyed message that has failed before (only a key's oldest unfinished
+    /// message can have been delivered, so these are the keys a retry holds back - waiting
+    /// for it, given back to wait, or in flight).
+    pub parked_keys: &'static str,
     /// Takes an event name; answers how many audit records have it.
     pub audit_count: &'static str,
     /// Takes `(at_ms, message_id, topic, event, detail)`; writes an audit record.

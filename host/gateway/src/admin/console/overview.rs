@@ -82,7 +82,9 @@ fn parked_title(parked: &views::ParkedView) -> String {
         Some(max) => format!(" (bound {max})"),
         None => String::new(),
     };
-    format!("keys whose oldest message waits for a retry, their later messages held back{bound}")
+    format!(
+        "keys whose oldest unfinished message has failed, their later messages held back{bound}"
+    )
 }
 
 fn routes(routes: &[views::RouteView]) -> Markup {
