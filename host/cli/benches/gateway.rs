@@ -3,6 +3,9 @@
 //! costs without Verdict in between). The gateway adds the store (publish, lease, settle:
 //! three fsync'd transactions per message) and, for failures, a decision.
 //!
+//! Also a route ordered by key, without failures and with a tenth of its keys failing: how
+//! fast the other keys go.
+//!
 //! `cargo bench -p verdict-cli --bench gateway` (N from `VERDICT_BENCH_MESSAGES`, default
 //! 5000; the consumer fails 20% transiently and 5% permanently, as in the README quickstart and `verdict bench`).
 
@@ -12,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use verdict_cli::demo::{DemoConsumer, by_percent};
+use verdict_cli::demo::{Behaviour, DemoConsumer, by_percent};
 
 const CONCURRENCY: usize = 16;
 
@@ -71,53 +74,16 @@ async fn through_verdict(
     settings: Option<&str>,
 ) -> (Duration, u64, u64) {
     let url = consumer(transient, permanent).await;
-    let dir = std::env::temp_dir().join(format!(
-        "verdict-bench-gateway-{}-{transient}-{}",
-        std::process::id(),
-        settings.is_some()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = format!(
-        r#"[admin]
-listen = "127.0.0.1:0"
-token_file = "token"
-[gateway]
-poll_ms = 5
-[policies.rules]
-path = "{rules}"
-[[routes]]
-topic = "orders"
-policy = "rules"
-consumer = {{ url = "{url}", concurrency = {CONCURRENCY} }}
-{settings}
-config = {{ max_attempts = 5, rules = [
-    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
-    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 10 }} }},
-] }}
-"#,
-        rules = rules_component().display(),
-        settings = settings.map_or(String::new(), |s| format!("settings = {s}")),
-    );
-    std::fs::write(dir.join("verdict.toml"), config).unwrap();
-    std::fs::write(dir.join("token"), "bench-token").unwrap();
-    let running =
-        verdict_gateway::Gateway::start(&dir.join("verdict.toml"), std::future::pending())
-            .await
-            .expect("gateway starts");
-    let store = running.store.clone();
-    let admin = verdict_cli::client::AdminClient::new(
-        &format!("http://{}", running.admin),
-        Some("bench-token".into()),
-    );
+    let name = format!("{transient}-{}", settings.is_some());
+    let route = settings.map_or(String::new(), |s| format!("settings = {s}"));
+    let gateway = Bench::start(&name, &url, &route).await;
     let batch: Vec<serde_json::Value> = (0..n)
         .map(|i| serde_json::json!({"id": format!("m-{i}"), "payload": {"order": i}}))
         .collect();
+    let store = gateway.store.clone();
     let started = Instant::now();
+    gateway.publish(batch).await;
     tokio::task::spawn_blocking(move || {
-        for chunk in batch.chunks(1_000) {
-            let _: serde_json::Value = admin.post("/v1/topics/orders/messages", &chunk).unwrap();
-        }
         loop {
             let c = store.counts().unwrap();
             if c.pending() == 0 && c.total() == n as u64 {
@@ -128,6 +94,123 @@ config = {{ max_attempts = 5, rules = [
     })
     .await
     .unwrap()
+}
+
+/// The key of message `i` of a run over `keys` keys.
+fn key_of(i: usize, keys: usize) -> usize {
+    i % keys
+}
+
+/// `n` messages over `keys` keys on a route ordered by key; the messages of the first
+/// `failing` keys each fail twice (503) before they are accepted. Returns how long the
+/// messages of the other keys took to be delivered, and how many they are.
+async fn ordered(n: usize, keys: usize, failing: usize) -> (Duration, usize) {
+    let demo = DemoConsumer::new(move |id: &str| {
+        let i: usize = id.trim_start_matches("m-").parse().unwrap_or(0);
+        if key_of(i, keys) < failing {
+            Behaviour::FailsFirst(2)
+        } else {
+            Behaviour::Ok
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    let router = demo.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let route = "ordering = \"key\"\nkey_header = \"order-id\"";
+    let gateway = Bench::start(&format!("ordered-{failing}"), &url, route).await;
+    let healthy: Vec<String> = (0..n)
+        .filter(|i| key_of(*i, keys) >= failing)
+        .map(|i| format!("m-{i}"))
+        .collect();
+    let batch: Vec<serde_json::Value> = (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "id": format!("m-{i}"),
+                "payload": {"order": i},
+                "headers": {"order-id": format!("key-{}", key_of(i, keys))},
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    gateway.publish(batch).await;
+    let count = healthy.len();
+    tokio::task::spawn_blocking(move || {
+        loop {
+            let seen = demo.seen();
+            if healthy.iter().all(|id| seen.accepted.contains_key(id)) {
+                return (started.elapsed(), count);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// A gateway of this bench's own, on an embedded store in a scratch directory.
+struct Bench {
+    store: Arc<verdict_gateway::store::Store>,
+    admin: verdict_cli::client::AdminClient,
+}
+
+impl Bench {
+    /// One route `orders` to the consumer at `url`, with `route` (TOML lines) added to it.
+    async fn start(name: &str, url: &str, route: &str) -> Bench {
+        let dir = std::env::temp_dir().join(format!(
+            "verdict-bench-gateway-{}-{name}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let config = format!(
+            r#"[admin]
+listen = "127.0.0.1:0"
+token_file = "token"
+[gateway]
+poll_ms = 5
+[policies.rules]
+path = "{rules}"
+[[routes]]
+topic = "orders"
+policy = "rules"
+consumer = {{ url = "{url}", concurrency = {CONCURRENCY} }}
+{route}
+config = {{ max_attempts = 5, rules = [
+    {{ match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" }},
+    {{ match = ["http.5*", "transport.*"], retry = {{ strategy = "fixed", delay_ms = 10 }} }},
+] }}
+"#,
+            rules = rules_component().display(),
+        );
+        std::fs::write(dir.join("verdict.toml"), config).unwrap();
+        std::fs::write(dir.join("token"), "bench-token").unwrap();
+        let running =
+            verdict_gateway::Gateway::start(&dir.join("verdict.toml"), std::future::pending())
+                .await
+                .expect("gateway starts");
+        let admin = verdict_cli::client::AdminClient::new(
+            &format!("http://{}", running.admin),
+            Some("bench-token".into()),
+        );
+        Bench {
+            store: running.store.clone(),
+            admin,
+        }
+    }
+
+    /// Publish `batch` to `orders`, 1,000 messages a request.
+    async fn publish(&self, batch: Vec<serde_json::Value>) {
+        let admin = self.admin.clone();
+        tokio::task::spawn_blocking(move || {
+            for chunk in batch.chunks(1_000) {
+                let _: serde_json::Value =
+                    admin.post("/v1/topics/orders/messages", &chunk).unwrap();
+            }
+        })
+        .await
+        .unwrap();
+    }
 }
 
 fn main() {
@@ -151,6 +234,11 @@ fn main() {
             Some("{ guardrails = { retry_budget = { percent = 1000, min_per_s = 100000 } } }"),
         )
         .await;
+        // Key ordering: 100 keys, none failing, against a tenth of them failing twice per
+        // message - how fast the other keys' messages go, each against the run without
+        // ordering and without failures.
+        let (unfailed, healthy) = ordered(n, 100, 0).await;
+        let (beside_failures, healthy_beside) = ordered(n, 100, 10).await;
         let rate = |d: Duration| n as f64 / d.as_secs_f64();
         println!("{n} messages, consumer concurrency {CONCURRENCY}, same run:");
         println!("  baseline (direct POST, no failures):   {:>8.0} msg/s", rate(base));
@@ -167,6 +255,17 @@ fn main() {
             "  the same with a retry budget that never holds: {:>8.0} msg/s  ({gated_delivered} delivered, {gated_dead} dead-lettered; {:.2}x the time without)",
             rate(gated),
             gated.as_secs_f64() / mixed.as_secs_f64()
+        );
+        let keyed = |count: usize, d: Duration| count as f64 / d.as_secs_f64();
+        println!(
+            "  ordered by key (100 keys), no failures: {:>8.0} msg/s  ({:.2}x the unordered run's rate)",
+            keyed(healthy, unfailed),
+            keyed(healthy, unfailed) / rate(clean)
+        );
+        println!(
+            "  the same, 10 keys failing twice per message: {:>8.0} msg/s for the 90 other keys  ({:.2}x the ordered run without failures)",
+            keyed(healthy_beside, beside_failures),
+            keyed(healthy_beside, beside_failures) / keyed(healthy, unfailed)
         );
     });
 }

@@ -540,6 +540,14 @@ impl Pipeline {
         }
     }
 
+    /// Whether the route `topic` takes orders its messages by key (`ordering = "key"`).
+    pub(crate) fn orders_by_key(&self, topic: &str) -> bool {
+        self.registry
+            .current()
+            .route(topic)
+            .is_some_and(|r| r.ordered)
+    }
+
     /// Whether the route `topic` takes sends a key's later messages after its dead letter
     /// (`on_dead_letter = "dead-letter-key"`).
     fn dead_letters_key(&self, topic: &str) -> bool {

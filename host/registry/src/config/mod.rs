@@ -150,16 +150,19 @@ pub struct RouteConfig {
     #[serde(default)]
     pub shadow: Option<ShadowConfig>,
     /// `none` (the default): each message is delivered when it falls due, and a retry
-    /// holds nothing else back. `key`: messages with the same key (the value of the header
-    /// `key_header` names, as published) are delivered one at a time, in publish order - a
-    /// failed message holds its key's later messages back, undelivered, until it is
-    /// delivered, dead-lettered or discarded - while other keys flow. On the embedded
-    /// source (whichever store holds it: SQLite, PostgreSQL, MariaDB); a broker route
-    /// refuses it.
+    /// holds nothing else back. `key`: messages with the same key are delivered one at a
+    /// time, in publish order - a failed message holds its key's later messages back,
+    /// undelivered, until it is delivered, dead-lettered or discarded - while other keys
+    /// flow. On the embedded source (whichever store holds it: SQLite, PostgreSQL,
+    /// MariaDB) the key is the value of the header `key_header` names, as published. On
+    /// Kafka it is the record's own key, and the unit held is its partition: the route's
+    /// retries wait in place (blocking mode), so a failed record holds every key of its
+    /// partition while other partitions flow. NATS and RabbitMQ routes refuse it.
     #[serde(default)]
     pub ordering: RouteOrdering,
-    /// With `ordering = "key"`: the header whose value is a message's key (its name matched
-    /// without regard to case). A message without it is not ordered.
+    /// With `ordering = "key"` on the embedded source: the header whose value is a
+    /// message's key (its name matched without regard to case). A message without it is not
+    /// ordered.
     #[serde(default)]
     pub key_header: Option<String>,
     /// With `ordering = "key"`, what a dead letter does to its key. `release` (the
@@ -224,8 +227,9 @@ pub struct GatewayConfigError {
     pub message: String,
 }
 
-/// Key ordering needs a key and a source that can hold a key back: so far the embedded
-/// source, whose store's claims skip a key while an older message of it is unfinished.
+/// Key ordering needs a key and a source that can hold a key back: the embedded source,
+/// whose store's claims skip a key while an older message of it is unfinished, and Kafka,
+/// whose route holds a partition (and so each key on it) behind a record in flight.
 fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
     match route.ordering {
         RouteOrdering::None => {
@@ -254,17 +258,6 @@ fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
             Ok(())
         }
         RouteOrdering::Key => {
-            match route.key_header.as_deref().map(str::trim) {
-                None | Some("") => {
-                    return Err((
-                        "key_header",
-                        "`ordering = \"key\"` needs the header that holds a message's key \
-                         (e.g. `key_header = \"order-id\"`)"
-                            .into(),
-                    ));
-                }
-                Some(_) => {}
-            }
             if route.max_parked_keys == Some(0) {
                 return Err((
                     "max_parked_keys",
@@ -273,19 +266,63 @@ fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
                         .into(),
                 ));
             }
-            if route.source != SourceKind::Embedded {
-                return Err((
+            match route.source {
+                SourceKind::Embedded => check_embedded_ordering(route),
+                SourceKind::Kafka => check_kafka_ordering(route),
+                SourceKind::Nats | SourceKind::Rabbitmq => Err((
                     "ordering",
                     format!(
-                        "\"key\" is supported on embedded routes only for now (any store), \
-                         not on a {} route",
+                        "\"key\" is not supported on a {} route yet: key order holds on \
+                         embedded routes (any store) and on Kafka routes (per partition)",
                         route.source.name()
                     ),
-                ));
+                )),
             }
-            Ok(())
         }
     }
+}
+
+fn check_embedded_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
+    match route.key_header.as_deref().map(str::trim) {
+        None | Some("") => Err((
+            "key_header",
+            "`ordering = \"key\"` needs the header that holds a message's key (e.g. \
+             `key_header = \"order-id\"`)"
+                .into(),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// A Kafka route keeps order by its partitions: the record's key picks the partition, and
+/// the route holds a partition while one of its records is in flight or waiting to retry.
+fn check_kafka_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
+    if route.key_header.is_some() {
+        return Err((
+            "key_header",
+            "a Kafka route is ordered by each record's own key, which also picks its \
+             partition: remove `key_header` (a header could put one key on two partitions, \
+             read by two gateways, and nothing could order them)"
+                .into(),
+        ));
+    }
+    if route.on_dead_letter != OnDeadLetter::Release {
+        return Err((
+            "on_dead_letter",
+            "\"dead-letter-key\" is supported on embedded routes only for now, not on a kafka \
+             route (a dead letter there lets its partition go on)"
+                .into(),
+        ));
+    }
+    if route.max_parked_keys.is_some() {
+        return Err((
+            "max_parked_keys",
+            "is not used on a Kafka route: it holds at most one record per partition, so its \
+             partitions bound what waits - remove it"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 fn check_consumer(c: &ConsumerConfig, lease_ms: u64) -> Result<(), (&'static str, String)> {
@@ -548,6 +585,19 @@ impl GatewayConfig {
                 .check(&kafka_routes)
                 .map_err(|(field, message)| err(field, message))?;
         }
+        if let Some(route) = config.routes.iter().find(|r| {
+            r.source == SourceKind::Kafka
+                && r.ordering == RouteOrdering::Key
+                && config.kafka.route_modes.get(&r.topic) == Some(&KafkaRetryMode::RetryTopics)
+        }) {
+            return Err(err(
+                format!("kafka.route_modes.{}", route.topic),
+                "is \"retry-topics\", but the route orders by key (`ordering = \"key\"`), whose \
+                 retries wait in place, holding the partition: remove the entry"
+                    .into(),
+            ));
+        }
+
         for (name, policy) in &config.policies {
             if let Some(pin) = &policy.sha256
                 && (pin.len() != 64 || !pin.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -710,7 +760,7 @@ mod tests {
     }
 
     #[test]
-    fn key_ordering_needs_a_key_header_and_an_embedded_route() {
+    fn key_ordering_needs_a_key_and_a_source_that_can_hold_it_back() {
         let config = |route: &str, gateway: &str| {
             format!(
                 r#"
@@ -755,7 +805,58 @@ mod tests {
         )
         .unwrap();
         assert_eq!(shared.routes[0].key_header.as_deref(), Some("order-id"));
+        // Kafka orders by the record's key, holding its partition.
+        let kafka = GatewayConfig::parse(
+            &config("ordering = \"key\"\nsource = \"kafka\"", ""),
+            "v.toml",
+        )
+        .unwrap();
+        assert_eq!(kafka.routes[0].ordering, RouteOrdering::Key);
+        let kafka_blocking = "ordering = \"key\"\nsource = \"kafka\"\n[kafka]\n\
+                              route_modes = { orders = \"blocking\" }";
+        GatewayConfig::parse(&config(kafka_blocking, ""), "v.toml").unwrap();
         let cases = [
+            (
+                config(
+                    "ordering = \"key\"\nsource = \"kafka\"\n[kafka]\n\
+                     route_modes = { orders = \"retry-topics\" }",
+                    "",
+                ),
+                "kafka.route_modes.orders",
+                "wait in place",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nsource = \"kafka\"\nkey_header = \"order-id\"",
+                    "",
+                ),
+                "routes[0].key_header",
+                "record's own key",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nsource = \"kafka\"\non_dead_letter = \"dead-letter-key\"",
+                    "",
+                ),
+                "routes[0].on_dead_letter",
+                "embedded routes only",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nsource = \"kafka\"\nmax_parked_keys = 10",
+                    "",
+                ),
+                "routes[0].max_parked_keys",
+                "one record per partition",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"rabbitmq\"",
+                    "",
+                ),
+                "routes[0].ordering",
+                "not supported on a rabbitmq route",
+            ),
             (
                 config("ordering = \"key\"", ""),
                 "routes[0].key_header",
@@ -772,7 +873,7 @@ mod tests {
                     "",
                 ),
                 "routes[0].ordering",
-                "embedded routes only",
+                "not supported on a nats route",
             ),
             (
                 config("ordering = \"fifo\"", ""),

@@ -91,9 +91,10 @@ impl Builder<'_> {
                 crate::RouteOrdering::Key => route.key_header.clone(),
                 crate::RouteOrdering::None => None,
             };
+            let ordered = route.ordering == crate::RouteOrdering::Key;
             let dead_letters_key = route.on_dead_letter == crate::OnDeadLetter::DeadLetterKey;
             let fingerprint = format!(
-                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}\0{key_header:?}\0{dead_letters_key}\0{:?}",
+                "{}\0{}\0{settings:?}\0{:?}\0{}\0{}\0{ordered}\0{key_header:?}\0{dead_letters_key}\0{:?}",
                 route.topic,
                 active.fingerprint(),
                 route.consumer,
@@ -134,6 +135,7 @@ impl Builder<'_> {
                 shadow,
                 consumer: route.consumer.clone(),
                 core: route.core,
+                ordered,
                 key_header,
                 dead_letters_key,
                 max_parked_keys: route.max_parked_keys,

@@ -52,8 +52,11 @@ pub struct ActiveRoute {
     pub consumer: Option<crate::ConsumerConfig>,
     /// A core topic (lower DLQ alert bar).
     pub core: bool,
+    /// Whether the route orders by key (`ordering = "key"`): on the embedded source by
+    /// `key_header`, on Kafka by the record's own key (its partition).
+    pub ordered: bool,
     /// The header a message's key is read from when it is published, if the route orders
-    /// by key (`ordering = "key"`).
+    /// by key (`ordering = "key"`) on the embedded source.
     pub key_header: Option<String>,
     /// Whether a dead letter takes its key's later messages with it (`on_dead_letter =
     /// "dead-letter-key"`).

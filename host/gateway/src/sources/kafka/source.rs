@@ -551,8 +551,7 @@ impl Session<'_> {
             message.offset(),
         );
         let retry_bucket = retry_bucket_ms(&self.config.retry_topic_prefix, &topic);
-        let blocking =
-            retry_bucket.is_none() && self.config.mode_of(&topic) == KafkaRetryMode::Blocking;
+        let blocking = retry_bucket.is_none() && job.blocks(&topic);
         let generation = {
             let mut assigned = lock(assigned);
             let id = (topic.clone(), partition);
@@ -864,8 +863,7 @@ impl Job {
                 theirs,
             );
         }
-        let blocking = !from_retry
-            && self.config.mode_of(&incoming.delivery.topic) == KafkaRetryMode::Blocking;
+        let blocking = !from_retry && self.waits_in_place(&incoming, generation);
         let mut incoming = incoming;
         let mut received = received;
         loop {
@@ -936,6 +934,32 @@ impl Job {
             }
             received = Instant::now();
         }
+    }
+
+    /// Whether the records of `topic` wait out their retries in place, holding their
+    /// partition: the route's mode is `blocking`, or it orders by key (a retry copy would
+    /// let the key's later records overtake it).
+    fn blocks(&self, topic: &str) -> bool {
+        self.config.mode_of(topic) == KafkaRetryMode::Blocking
+            || self.driver.pipeline().orders_by_key(topic)
+    }
+
+    /// Whether `incoming` waits out its retries in place: decided when it was taken, by
+    /// pausing its partition for it, so a reload meanwhile does not leave a record waiting
+    /// in place behind a partition that reads on. One whose partition was taken away since
+    /// is its next owner's to read: it waits as its route does now.
+    fn waits_in_place(&self, incoming: &Incoming, generation: u64) -> bool {
+        let id = (incoming.topic.clone(), incoming.partition);
+        let paused = {
+            let assigned = lock(&self.assigned);
+            match assigned.partitions.get(&id) {
+                Some((current, _)) if *current == generation => {
+                    Some(assigned.blocked.get(&id) == Some(&(generation, incoming.offset)))
+                }
+                _ => None,
+            }
+        };
+        paused.unwrap_or_else(|| self.blocks(&incoming.delivery.topic))
     }
 
     /// Whether `incoming`'s partition is still paused for it in this session (not taken
