@@ -145,6 +145,33 @@ impl KafkaFixture {
         });
     }
 
+    /// Write `records` (key, payload, headers) to `topic` (a full name), all sent at once and
+    /// each acknowledged: the idempotent producer keeps their order within each partition.
+    pub fn produce_all(&self, topic: &str, records: &[(String, Vec<u8>, Vec<(String, String)>)]) {
+        self.runtime.block_on(async {
+            let sends = records.iter().map(|(key, payload, headers)| {
+                let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+                for (name, value) in headers {
+                    owned = owned.insert(Header {
+                        key: name,
+                        value: Some(value),
+                    });
+                }
+                self.producer.send(
+                    FutureRecord::to(topic)
+                        .key(key)
+                        .payload(payload)
+                        .headers(owned),
+                    Duration::from_secs(10),
+                )
+            });
+            for sent in futures_util::future::join_all(sends).await {
+                sent.map_err(|(e, _)| e)
+                    .expect("the broker acknowledges the record");
+            }
+        });
+    }
+
     /// Write one record to `topic` (a full name) with `headers`, acknowledged.
     pub fn produce(&self, topic: &str, key: &str, payload: &[u8], headers: &[(&str, &[u8])]) {
         let mut owned = OwnedHeaders::new();

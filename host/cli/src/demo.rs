@@ -5,7 +5,7 @@
 //! | path | what |
 //! |---|---|
 //! | `POST /` | a delivery: 200, 503 (transient) or 422 `schema.unknown-version` (permanent) |
-//! | `GET /stats` | deliveries, accepted, duplicates (ids accepted more than once), overtaken |
+//! | `GET /stats` | deliveries, accepted, duplicates (ids accepted more than once), ordered (deliveries the order check read), overtaken |
 //! | `POST /down`, `POST /up` | answer every delivery with 503 until `up` |
 //!
 //! With an [`OrderCheck`] it also checks key ordering as the deliveries arrive: a producer
@@ -80,6 +80,9 @@ pub struct Seen {
     pub accepted: HashMap<String, u32>,
     /// With an [`OrderCheck`]: per key, the number of its first message not yet finished.
     pub next_by_key: HashMap<String, u64>,
+    /// With an [`OrderCheck`]: deliveries that carried a key and a number, so were checked
+    /// (a check that read none would find nothing overtaken).
+    pub ordered: u32,
     /// With an [`OrderCheck`]: deliveries that came before their key's previous message was
     /// finished.
     pub overtaken: u32,
@@ -175,6 +178,7 @@ impl DemoConsumer {
                         "deliveries": seen.deliveries.values().sum::<u32>(),
                         "accepted": seen.accepted.len(),
                         "duplicates": seen.duplicates(),
+                        "ordered": seen.ordered,
                         "overtaken": seen.overtaken,
                         "overtakes": seen.overtakes,
                     }))
@@ -223,6 +227,7 @@ impl DemoConsumer {
         };
         let place = self.order.as_deref().and_then(|o| place_of(o, headers));
         if let Some((key, n)) = &place {
+            seen.ordered += 1;
             let next = seen.next_by_key.get(key).copied().unwrap_or(0);
             if *n > next {
                 seen.overtaken += 1;
@@ -329,5 +334,10 @@ mod tests {
         let seen = consumer.seen();
         assert_eq!((seen.overtaken, seen.duplicates()), (1, 1));
         assert_eq!(seen.overtakes, ["a #1 before #0"]);
+        // Every one of the seven deliveries carried its key and number.
+        assert_eq!(seen.ordered, 7);
+        // One without them is delivered, not checked.
+        consumer.answer(&HeaderMap::new());
+        assert_eq!(consumer.seen().ordered, 7);
     }
 }

@@ -345,6 +345,10 @@ fn ordered_keys_through_a_kill(server: Server) {
         stats["overtaken"], stats["duplicates"]
     );
     assert_eq!(stats["overtaken"], 0, "{}", stats["overtakes"]);
+    assert_eq!(
+        stats["ordered"], stats["deliveries"],
+        "every delivery checked: {stats}"
+    );
     assert!(
         stats["duplicates"].as_u64().unwrap() <= redelivered,
         "{stats}"

@@ -540,12 +540,13 @@ impl Pipeline {
         }
     }
 
-    /// Whether the route `topic` takes orders its messages by key (`ordering = "key"`).
+    /// Whether the route of `topic` - that very topic, not a pattern or default route taking
+    /// it - orders its messages by key (`ordering = "key"`).
     pub(crate) fn orders_by_key(&self, topic: &str) -> bool {
         self.registry
             .current()
             .route(topic)
-            .is_some_and(|r| r.ordered)
+            .is_some_and(|r| r.ordered && r.topic == topic)
     }
 
     /// Whether the route `topic` takes sends a key's later messages after its dead letter

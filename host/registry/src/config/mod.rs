@@ -165,17 +165,19 @@ pub struct RouteConfig {
     /// ordered.
     #[serde(default)]
     pub key_header: Option<String>,
-    /// With `ordering = "key"`, what a dead letter does to its key. `release` (the
-    /// default): the key's next message is delivered. `dead-letter-key`: the key's later
-    /// messages follow it to the DLQ undelivered, each with its own envelope (kind
-    /// `key.dead-lettered`), until an operator replays or discards the key's dead letters.
+    /// With `ordering = "key"` on the embedded source, what a dead letter does to its key
+    /// (a Kafka route always releases it). `release` (the default): the key's next message
+    /// is delivered. `dead-letter-key`: the key's later messages follow it to the DLQ
+    /// undelivered, each with its own envelope (kind `key.dead-lettered`), until an
+    /// operator replays or discards the key's dead letters.
     #[serde(default)]
     pub on_dead_letter: OnDeadLetter,
-    /// With `ordering = "key"`: how many keys may be parked at once (their oldest
-    /// unfinished message has failed: their later messages are held back). At the bound the route takes only its retries - no
-    /// message delivered for the first time, so no new key parks - until a parked key
-    /// clears; `verdict_route_parked_keys_full` says so. Checked about every second, so a
-    /// route may pass it by what it takes in that second. None: no bound.
+    /// With `ordering = "key"` on the embedded source: how many keys may be parked at once
+    /// (their oldest unfinished message has failed: their later messages are held back). At
+    /// the bound the route takes only its retries - no message delivered for the first
+    /// time, so no new key parks - until a parked key clears;
+    /// `verdict_route_parked_keys_full` says so. Checked about every second, so a route may
+    /// pass it by what it takes in that second. None: no bound.
     #[serde(default)]
     pub max_parked_keys: Option<u64>,
 }
@@ -257,32 +259,28 @@ fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
             }
             Ok(())
         }
-        RouteOrdering::Key => {
-            if route.max_parked_keys == Some(0) {
-                return Err((
-                    "max_parked_keys",
-                    "must be at least 1 (leave it out for no bound): at 0 no key could ever \
-                     retry"
-                        .into(),
-                ));
-            }
-            match route.source {
-                SourceKind::Embedded => check_embedded_ordering(route),
-                SourceKind::Kafka => check_kafka_ordering(route),
-                SourceKind::Nats | SourceKind::Rabbitmq => Err((
-                    "ordering",
-                    format!(
-                        "\"key\" is not supported on a {} route yet: key order holds on \
+        RouteOrdering::Key => match route.source {
+            SourceKind::Embedded => check_embedded_ordering(route),
+            SourceKind::Kafka => check_kafka_ordering(route),
+            SourceKind::Nats | SourceKind::Rabbitmq => Err((
+                "ordering",
+                format!(
+                    "\"key\" is not supported on a {} route yet: key order holds on \
                          embedded routes (any store) and on Kafka routes (per partition)",
-                        route.source.name()
-                    ),
-                )),
-            }
-        }
+                    route.source.name()
+                ),
+            )),
+        },
     }
 }
 
 fn check_embedded_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
+    if route.max_parked_keys == Some(0) {
+        return Err((
+            "max_parked_keys",
+            "must be at least 1 (leave it out for no bound): at 0 no key could ever retry".into(),
+        ));
+    }
     match route.key_header.as_deref().map(str::trim) {
         None | Some("") => Err((
             "key_header",
@@ -843,7 +841,7 @@ mod tests {
             ),
             (
                 config(
-                    "ordering = \"key\"\nsource = \"kafka\"\nmax_parked_keys = 10",
+                    "ordering = \"key\"\nsource = \"kafka\"\nmax_parked_keys = 0",
                     "",
                 ),
                 "routes[0].max_parked_keys",

@@ -555,8 +555,10 @@ impl Session<'_> {
         let generation = {
             let mut assigned = lock(assigned);
             let id = (topic.clone(), partition);
-            if blocking && assigned.blocked.contains_key(&id) {
-                // Fetched before the pause took hold: read again after the record in flight.
+            if retry_bucket.is_none() && assigned.blocked.contains_key(&id) {
+                // Fetched before the pause took hold: read again after the record in flight
+                // (whatever the route says now - a reload may have turned its ordering off,
+                // and the partition reads on from that record once it is done).
                 return Ok(());
             }
             let Some((generation, offsets)) = assigned.partitions.get_mut(&id) else {
@@ -863,7 +865,16 @@ impl Job {
                 theirs,
             );
         }
-        let blocking = !from_retry && self.waits_in_place(&incoming, generation);
+        let blocking = if from_retry {
+            false
+        } else {
+            match self.paused_for(&incoming, generation) {
+                Some(paused) => paused,
+                // Taken away before its first attempt: its next owner reads it, in order.
+                None if self.blocks(&incoming.delivery.topic) => return,
+                None => false,
+            }
+        };
         let mut incoming = incoming;
         let mut received = received;
         loop {
@@ -874,6 +885,11 @@ impl Job {
             else {
                 return;
             };
+            if blocking && !self.still_blocking(&incoming, generation) {
+                // Taken away while it waited for a seat (a paused route waits long): its
+                // next owner may have delivered it and the records after it already.
+                return;
+            }
             let settlement = self
                 .driver
                 .decide(
@@ -944,22 +960,19 @@ impl Job {
             || self.driver.pipeline().orders_by_key(topic)
     }
 
-    /// Whether `incoming` waits out its retries in place: decided when it was taken, by
+    /// Whether `incoming` waits out its retries in place - decided when it was taken, by
     /// pausing its partition for it, so a reload meanwhile does not leave a record waiting
-    /// in place behind a partition that reads on. One whose partition was taken away since
-    /// is its next owner's to read: it waits as its route does now.
-    fn waits_in_place(&self, incoming: &Incoming, generation: u64) -> bool {
+    /// in place behind a partition that reads on - or `None` when its partition was taken
+    /// away since.
+    fn paused_for(&self, incoming: &Incoming, generation: u64) -> Option<bool> {
         let id = (incoming.topic.clone(), incoming.partition);
-        let paused = {
-            let assigned = lock(&self.assigned);
-            match assigned.partitions.get(&id) {
-                Some((current, _)) if *current == generation => {
-                    Some(assigned.blocked.get(&id) == Some(&(generation, incoming.offset)))
-                }
-                _ => None,
+        let assigned = lock(&self.assigned);
+        match assigned.partitions.get(&id) {
+            Some((current, _)) if *current == generation => {
+                Some(assigned.blocked.get(&id) == Some(&(generation, incoming.offset)))
             }
-        };
-        paused.unwrap_or_else(|| self.blocks(&incoming.delivery.topic))
+            _ => None,
+        }
     }
 
     /// Whether `incoming`'s partition is still paused for it in this session (not taken
