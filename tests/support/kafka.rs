@@ -32,6 +32,16 @@ pub struct KafkaFixture {
     runtime: tokio::runtime::Runtime,
 }
 
+/// A record for [`KafkaFixture::produce_all`].
+pub struct Produced {
+    /// Its key (which picks its partition).
+    pub key: String,
+    /// Its value.
+    pub payload: Vec<u8>,
+    /// Its headers, name and value.
+    pub headers: Vec<(String, String)>,
+}
+
 impl KafkaFixture {
     /// Names unique to `name` in this process, its route topic `orders` created.
     pub fn new(name: &str) -> KafkaFixture {
@@ -145,26 +155,32 @@ impl KafkaFixture {
         });
     }
 
-    /// Write `records` (key, payload, headers) to `topic` (a full name), all sent at once and
-    /// each acknowledged: the idempotent producer keeps their order within each partition.
-    pub fn produce_all(&self, topic: &str, records: &[(String, Vec<u8>, Vec<(String, String)>)]) {
+    /// Write `records` to `topic` (a full name), all sent at once and each acknowledged:
+    /// the idempotent producer keeps their order within each partition.
+    pub fn produce_all(&self, topic: &str, records: &[Produced]) {
         self.runtime.block_on(async {
-            let sends = records.iter().map(|(key, payload, headers)| {
-                let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-                for (name, value) in headers {
-                    owned = owned.insert(Header {
-                        key: name,
-                        value: Some(value),
-                    });
-                }
-                self.producer.send(
-                    FutureRecord::to(topic)
-                        .key(key)
-                        .payload(payload)
-                        .headers(owned),
-                    Duration::from_secs(10),
-                )
-            });
+            let sends = records.iter().map(
+                |Produced {
+                     key,
+                     payload,
+                     headers,
+                 }| {
+                    let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+                    for (name, value) in headers {
+                        owned = owned.insert(Header {
+                            key: name,
+                            value: Some(value),
+                        });
+                    }
+                    self.producer.send(
+                        FutureRecord::to(topic)
+                            .key(key)
+                            .payload(payload)
+                            .headers(owned),
+                        Duration::from_secs(10),
+                    )
+                },
+            );
             for sent in futures_util::future::join_all(sends).await {
                 sent.map_err(|(e, _)| e)
                     .expect("the broker acknowledges the record");

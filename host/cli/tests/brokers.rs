@@ -662,7 +662,7 @@ fn kafka_kill_9_and_a_broker_restart_lose_nothing() {
 #[cfg(feature = "kafka")]
 #[test]
 fn kafka_ordered_keys_stay_in_publish_order_through_kill_9_and_a_broker_restart() {
-    use verdict_tests::kafka::KafkaFixture;
+    use verdict_tests::kafka::{KafkaFixture, Produced};
     const KEYS: u32 = 10;
     const PER_KEY: u32 = 100;
     let dir = dir("brokers-kafka-ordered");
@@ -704,7 +704,11 @@ fn kafka_ordered_keys_stay_in_publish_order_through_kill_9_and_a_broker_restart(
                     ("Order-Seq".to_string(), n.to_string()),
                 ];
                 let payload = format!(r#"{{"key": {k}, "n": {n}}}"#).into_bytes();
-                (key, payload, headers)
+                Produced {
+                    key,
+                    payload,
+                    headers,
+                }
             })
         })
         .collect();
