@@ -159,28 +159,20 @@ impl KafkaFixture {
     /// the idempotent producer keeps their order within each partition.
     pub fn produce_all(&self, topic: &str, records: &[Produced]) {
         self.runtime.block_on(async {
-            let sends = records.iter().map(
-                |Produced {
-                     key,
-                     payload,
-                     headers,
-                 }| {
-                    let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-                    for (name, value) in headers {
-                        owned = owned.insert(Header {
-                            key: name,
-                            value: Some(value),
-                        });
-                    }
-                    self.producer.send(
-                        FutureRecord::to(topic)
-                            .key(key)
-                            .payload(payload)
-                            .headers(owned),
-                        Duration::from_secs(10),
-                    )
-                },
-            );
+            let sends = records.iter().map(|record| {
+                let headers: Vec<(&str, &[u8])> = record
+                    .headers
+                    .iter()
+                    .map(|(name, value)| (name.as_str(), value.as_bytes()))
+                    .collect();
+                self.producer.send(
+                    FutureRecord::to(topic)
+                        .key(&record.key)
+                        .payload(&record.payload)
+                        .headers(owned_headers(&headers)),
+                    Duration::from_secs(10),
+                )
+            });
             for sent in futures_util::future::join_all(sends).await {
                 sent.map_err(|(e, _)| e)
                     .expect("the broker acknowledges the record");
@@ -190,13 +182,7 @@ impl KafkaFixture {
 
     /// Write one record to `topic` (a full name) with `headers`, acknowledged.
     pub fn produce(&self, topic: &str, key: &str, payload: &[u8], headers: &[(&str, &[u8])]) {
-        let mut owned = OwnedHeaders::new();
-        for (name, value) in headers {
-            owned = owned.insert(Header {
-                key: name,
-                value: Some(*value),
-            });
-        }
+        let owned = owned_headers(headers);
         self.runtime
             .block_on(
                 self.producer.send(
@@ -312,6 +298,18 @@ impl KafkaFixture {
             })
             .unwrap_or_default()
     }
+}
+
+/// `headers` (name, value) as a record's.
+fn owned_headers(headers: &[(&str, &[u8])]) -> OwnedHeaders {
+    let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+    for (name, value) in headers {
+        owned = owned.insert(Header {
+            key: name,
+            value: Some(*value),
+        });
+    }
+    owned
 }
 
 fn client(bootstrap: &str, settings: &[(String, String)]) -> ClientConfig {

@@ -670,21 +670,7 @@ fn kafka_ordered_keys_stay_in_publish_order_through_kill_9_and_a_broker_restart(
     let fixture = KafkaFixture::on(&kafka.bootstrap(), "ordered");
     let topic = fixture.topic("orders");
     let dlq = format!("{topic}.DLQ");
-    let consumer = spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--transient",
-            "20",
-            "--permanent",
-            "5",
-            "--order-header",
-            "order-id",
-            "--sequence-header",
-            "order-seq",
-        ],
-    );
+    let consumer = common::ordered_consumer(5);
     let config = config_of(route(&topic, "kafka", &consumer).set("ordering", "key"))
         .merge("", &fixture.section())
         .write_toml(&dir);

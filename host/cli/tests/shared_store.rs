@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use common::{Proc, accepted, consumer, rules, spawn, text, verdict, wait_until};
+use common::{Proc, accepted, consumer, ordered_consumer, rules, spawn, text, verdict, wait_until};
 use verdict_cli::demo::{Behaviour, by_percent};
 use verdict_gateway::store::Store;
 use verdict_tests::gateway::{Route, TestConfig};
@@ -287,21 +287,7 @@ fn ordered_keys_through_a_kill(server: Server) {
     const PER_KEY: u32 = 100;
     let dir = scratch(&format!("shared-store-ordered-{server:?}"));
     let db = Database::new(server);
-    let app = spawn(
-        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--transient",
-            "20",
-            "--permanent",
-            "5",
-            "--order-header",
-            "order-id",
-            "--sequence-header",
-            "order-seq",
-        ],
-    );
+    let app = ordered_consumer(5);
     let route = orders_route(&app.url)
         .set("ordering", "key")
         .set("key_header", "order-id")

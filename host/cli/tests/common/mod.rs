@@ -346,6 +346,27 @@ pub fn consumer(listen: &str, permanent: u32) -> Proc {
     )
 }
 
+/// The demo consumer failing 20% of messages 1-3 times and `permanent`% for good, checking
+/// key order: a delivery's key in its `order-id` header, its number within the key in
+/// `order-seq` (`overtaken` and `ordered` in `/stats`).
+pub fn ordered_consumer(permanent: u32) -> Proc {
+    spawn(
+        env!("CARGO_BIN_EXE_verdict-demo-consumer"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--transient",
+            "20",
+            "--permanent",
+            &permanent.to_string(),
+            "--order-header",
+            "order-id",
+            "--sequence-header",
+            "order-seq",
+        ],
+    )
+}
+
 /// Wait (at most a minute) until the gateway whose admin API is at `url` answers `/readyz`
 /// with 200: every route's source connected and set up (a NATS stream exists, say).
 pub fn wait_ready(url: &str) {
