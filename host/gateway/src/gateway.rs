@@ -416,8 +416,18 @@ async fn broker_sources(
                     tracing::warn!(error = %e, "RabbitMQ is not reachable yet; the source keeps trying");
                 }
             }
-            let source =
+            let mut source =
                 crate::sources::rabbitmq::RabbitmqSource::new(config.rabbitmq.clone(), queues, key);
+            // Read at start, like the queues themselves: a reload that turns ordering on or
+            // off takes effect at the next start.
+            for route in config.routes.iter().filter(|r| {
+                r.source == SourceKind::Rabbitmq
+                    && r.ordering == verdict_registry::RouteOrdering::Key
+            }) {
+                if let Some(header) = &route.key_header {
+                    source = source.ordered_by(&route.topic, header);
+                }
+            }
             sources.push(Box::new(source));
         }
     }

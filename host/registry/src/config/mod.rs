@@ -157,16 +157,19 @@ pub struct RouteConfig {
     /// MariaDB) the key is the value of the header `key_header` names, as published. On
     /// Kafka it is the record's own key, and the unit held is its partition: the route's
     /// retries wait in place (blocking mode), so a failed record holds every key of its
-    /// partition while other partitions flow. NATS and RabbitMQ routes refuse it.
+    /// partition while other partitions flow. On RabbitMQ the key is the `key_header`
+    /// value: one gateway at a time consumes the queue (its exclusive consumer; others
+    /// stand by), and a failed message retries in place, unacknowledged, with its key's
+    /// later messages held behind it. NATS routes refuse it.
     #[serde(default)]
     pub ordering: RouteOrdering,
-    /// With `ordering = "key"` on the embedded source: the header whose value is a
-    /// message's key (its name matched without regard to case). A message without it is not
-    /// ordered.
+    /// With `ordering = "key"` on the embedded source or RabbitMQ: the header whose value is
+    /// a message's key (its name matched without regard to case). A message without it is
+    /// not ordered.
     #[serde(default)]
     pub key_header: Option<String>,
     /// With `ordering = "key"` on the embedded source, what a dead letter does to its key
-    /// (a Kafka route always releases it). `release` (the default): the key's next message
+    /// (a Kafka or RabbitMQ route always releases it). `release` (the default): the key's next message
     /// is delivered. `dead-letter-key`: the key's later messages follow it to the DLQ
     /// undelivered, each with its own envelope (kind `key.dead-lettered`), until an
     /// operator replays or discards the key's dead letters.
@@ -230,8 +233,9 @@ pub struct GatewayConfigError {
 }
 
 /// Key ordering needs a key and a source that can hold a key back: the embedded source,
-/// whose store's claims skip a key while an older message of it is unfinished, and Kafka,
-/// whose route holds a partition (and so each key on it) behind a record in flight.
+/// whose store's claims skip a key while an older message of it is unfinished; Kafka,
+/// whose route holds a partition (and so each key on it) behind a record in flight; and
+/// RabbitMQ, whose route's one consumer holds a key's later messages behind a failed one.
 fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
     match route.ordering {
         RouteOrdering::None => {
@@ -262,13 +266,12 @@ fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
         RouteOrdering::Key => match route.source {
             SourceKind::Embedded => check_embedded_ordering(route),
             SourceKind::Kafka => check_kafka_ordering(route),
-            SourceKind::Nats | SourceKind::Rabbitmq => Err((
+            SourceKind::Rabbitmq => check_rabbitmq_ordering(route),
+            SourceKind::Nats => Err((
                 "ordering",
-                format!(
-                    "\"key\" is not supported on a {} route yet: key order holds on \
-                         embedded routes (any store) and on Kafka routes (per partition)",
-                    route.source.name()
-                ),
+                "\"key\" is not supported on a nats route yet: key order holds on embedded \
+                 routes (any store), on RabbitMQ routes and on Kafka routes (per partition)"
+                    .into(),
             )),
         },
     }
@@ -281,6 +284,10 @@ fn check_embedded_ordering(route: &RouteConfig) -> Result<(), (&'static str, Str
             "must be at least 1 (leave it out for no bound): at 0 no key could ever retry".into(),
         ));
     }
+    check_key_header(route)
+}
+
+fn check_key_header(route: &RouteConfig) -> Result<(), (&'static str, String)> {
     match route.key_header.as_deref().map(str::trim) {
         None | Some("") => Err((
             "key_header",
@@ -290,6 +297,28 @@ fn check_embedded_ordering(route: &RouteConfig) -> Result<(), (&'static str, Str
         )),
         Some(_) => Ok(()),
     }
+}
+
+/// A RabbitMQ route keeps order with one consumer per queue, holding a key's later
+/// messages unacknowledged behind a failed one: `prefetch` bounds what waits.
+fn check_rabbitmq_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
+    if route.on_dead_letter != OnDeadLetter::Release {
+        return Err((
+            "on_dead_letter",
+            "\"dead-letter-key\" is supported on embedded routes only for now, not on a \
+             rabbitmq route (a dead letter there lets its key go on)"
+                .into(),
+        ));
+    }
+    if route.max_parked_keys.is_some() {
+        return Err((
+            "max_parked_keys",
+            "is not used on a RabbitMQ route: what waits behind a failed key is held \
+             unacknowledged, so `[rabbitmq] prefetch` bounds it - remove it"
+                .into(),
+        ));
+    }
+    check_key_header(route)
 }
 
 /// A Kafka route keeps order by its partitions: the record's key picks the partition, and
@@ -810,6 +839,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(kafka.routes[0].ordering, RouteOrdering::Key);
+        // RabbitMQ orders by a header, with one consumer per queue.
+        let rabbitmq = GatewayConfig::parse(
+            &config(
+                "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"rabbitmq\"",
+                "",
+            ),
+            "v.toml",
+        )
+        .unwrap();
+        assert_eq!(rabbitmq.routes[0].key_header.as_deref(), Some("order-id"));
         let kafka_blocking = "ordering = \"key\"\nsource = \"kafka\"\n[kafka]\n\
                               route_modes = { orders = \"blocking\" }";
         GatewayConfig::parse(&config(kafka_blocking, ""), "v.toml").unwrap();
@@ -848,12 +887,27 @@ mod tests {
                 "one record per partition",
             ),
             (
+                config("ordering = \"key\"\nsource = \"rabbitmq\"", ""),
+                "routes[0].key_header",
+                "needs the header",
+            ),
+            (
                 config(
-                    "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"rabbitmq\"",
+                    "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"rabbitmq\"\n\
+                     on_dead_letter = \"dead-letter-key\"",
                     "",
                 ),
-                "routes[0].ordering",
-                "not supported on a rabbitmq route",
+                "routes[0].on_dead_letter",
+                "not on a rabbitmq route",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"rabbitmq\"\n\
+                     max_parked_keys = 10",
+                    "",
+                ),
+                "routes[0].max_parked_keys",
+                "prefetch",
             ),
             (
                 config("ordering = \"key\"", ""),

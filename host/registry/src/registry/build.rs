@@ -87,9 +87,13 @@ impl Builder<'_> {
                 Some(s) => Some(Part::new(index, &s.policy, s.config.as_ref(), &policies)?),
                 None => None,
             };
-            let key_header = match route.ordering {
-                crate::RouteOrdering::Key => route.key_header.clone(),
-                crate::RouteOrdering::None => None,
+            // The store keys a message by it when it is published; a RabbitMQ route's
+            // source reads its key itself.
+            let key_header = match (route.ordering, route.source) {
+                (crate::RouteOrdering::Key, crate::SourceKind::Embedded) => {
+                    route.key_header.clone()
+                }
+                _ => None,
             };
             let ordered = route.ordering == crate::RouteOrdering::Key;
             let dead_letters_key = route.on_dead_letter == crate::OnDeadLetter::DeadLetterKey;

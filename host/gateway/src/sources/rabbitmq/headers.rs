@@ -187,7 +187,7 @@ fn number(value: &AMQPValue) -> u64 {
     }
 }
 
-fn text(value: &AMQPValue) -> Option<String> {
+pub(super) fn text(value: &AMQPValue) -> Option<String> {
     match value {
         AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
         AMQPValue::ShortString(s) => Some(s.as_str().to_string()),

@@ -9,17 +9,23 @@
 //!   publisher confirm, then the original is acked.
 //! - **Discard** -> an audit record (JSON) to `audit_queue`, confirmed, then ack.
 //!
+//! On a route ordered by key (`ordering = "key"`) one gateway consumes the queue and a key's
+//! messages go one at a time, retried in place instead of through a bucket: see [`ordered`].
+//!
 //! A crash between the confirm and the ack redelivers the original (a duplicate, counted by
 //! the consumer), never loses it. A lost connection is rebuilt with backoff; deliveries the
 //! broker had not seen acked are redelivered to whichever gateway consumes next.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, StreamExt};
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueDeclareOptions,
+};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
@@ -36,6 +42,7 @@ mod access;
 mod dlq;
 mod due;
 pub mod headers;
+mod ordered;
 pub mod topology;
 
 pub use access::{RabbitAccessError, probe};
@@ -43,6 +50,7 @@ pub use access::{RabbitAccessError, probe};
 pub(crate) use dlq::replay_properties;
 pub use dlq::{BROWSE_DEPTH_MAX, RabbitDeadLetters, SCAN_PER_PAGE, entry_of};
 pub use headers::HistoryKey;
+use ordered::{KeyChains, Waiting};
 use topology::Topology;
 
 /// The source's name in metrics and `/readyz`.
@@ -53,6 +61,8 @@ pub const NAME: &str = "rabbitmq";
 pub struct RabbitmqSource {
     config: RabbitmqConfig,
     queues: Vec<String>,
+    /// Queue -> the header holding its messages' keys, for the routes ordered by key.
+    ordered: HashMap<String, String>,
     key: HistoryKey,
     ready: Readiness,
 }
@@ -62,6 +72,7 @@ impl std::fmt::Debug for RabbitmqSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RabbitmqSource")
             .field("queues", &self.queues)
+            .field("ordered", &self.ordered)
             .finish_non_exhaustive()
     }
 }
@@ -72,9 +83,19 @@ impl RabbitmqSource {
         RabbitmqSource {
             config,
             queues,
+            ordered: HashMap::new(),
             key,
             ready: Readiness::new(NAME),
         }
+    }
+
+    /// Order `queue` by the key in its messages' `header` (`ordering = "key"`): this gateway
+    /// consumes it only as its exclusive consumer, and delivers one message of a key at a
+    /// time, retrying a failed one in place (see the `ordered` module).
+    #[must_use]
+    pub fn ordered_by(mut self, queue: &str, header: &str) -> RabbitmqSource {
+        self.ordered.insert(queue.to_string(), header.to_string());
+        self
     }
 }
 
@@ -109,6 +130,7 @@ async fn consume(
     let RabbitmqSource {
         config,
         queues,
+        ordered,
         key,
         ready,
     } = source;
@@ -118,6 +140,10 @@ async fn consume(
     let pipeline = &pipeline;
     let driver = &SettlementDriver::new(NAME, pipeline.clone());
     let key = &key;
+    let ordered = &ordered;
+    // Shared by every session: a key's messages an earlier session still holds keep its
+    // later ones waiting.
+    let chains = &Arc::new(KeyChains::default());
     let session = move |slots: Arc<Semaphore>, shutdown: watch::Receiver<bool>| async move {
         let session = Session {
             config,
@@ -127,6 +153,8 @@ async fn consume(
             slots: &slots,
             driver,
             key,
+            ordered,
+            chains,
         };
         session.run(queues, shutdown).await
     };
@@ -149,6 +177,8 @@ struct Session<'a> {
     slots: &'a Arc<Semaphore>,
     driver: &'a SettlementDriver,
     key: &'a HistoryKey,
+    ordered: &'a HashMap<String, String>,
+    chains: &'a Arc<KeyChains>,
 }
 
 impl Session<'_> {
@@ -172,9 +202,10 @@ impl Session<'_> {
             topology.queue(name).await?;
         }
         topology.queue(&self.config.audit_queue).await?;
+        self.chains.set_publisher(&topology);
         let mut streams = Vec::new();
-        for queue in queues {
-            let (channel, consumer) = self.consume(&conn, queue).await?;
+        for queue in queues.iter().filter(|q| !self.ordered.contains_key(*q)) {
+            let (channel, consumer) = self.consume(&conn, queue, false).await?;
             streams.push((queue.as_str(), channel, consumer));
         }
         // Classic buckets expire into the due queue: every gateway with them moves what
@@ -182,7 +213,7 @@ impl Session<'_> {
         let due = if self.config.delay_queues == verdict_registry::DelayQueues::Classic {
             let name = self.config.due_queue();
             topology.queue(&name).await?;
-            let (channel, consumer) = self.consume(&conn, &name).await?;
+            let (channel, consumer) = self.consume(&conn, &name, false).await?;
             let mover = Topology::new(conn.create_channel().await?, self.config).await?;
             Some((channel, consumer, mover))
         } else {
@@ -200,10 +231,14 @@ impl Session<'_> {
         let mut loops: Vec<BoxFuture<'_, anyhow::Result<()>>> = streams
             .into_iter()
             .map(|(queue, channel, consumer)| {
-                self.consume_queue(&topology, queue, channel, consumer, shutdown.clone())
+                self.consume_queue(&topology, queue, channel, consumer, shutdown.clone(), None)
                     .boxed()
             })
             .collect();
+        for (queue, header) in self.ordered {
+            let ordered = self.consume_ordered(&conn, &topology, queue, header, shutdown.clone());
+            loops.push(ordered.boxed());
+        }
         let mover = due.as_ref().map(|(_, _, mover)| mover.clone());
         if let Some((channel, consumer, mover)) = due {
             let topology = topology.clone();
@@ -246,20 +281,27 @@ impl Session<'_> {
     /// but the channel stays open while a task still holds one of its deliveries - closing
     /// it would hand the broker back a message whose retry, dead letter or move had already
     /// been confirmed, and the copy and the redelivery would both live on.
+    /// With `exclusive`, the broker refuses (`ACCESS_REFUSED`) while another consumer has
+    /// the queue, and refuses everyone else while this one does.
     async fn consume(
         &self,
         conn: &lapin::Connection,
         queue: &str,
+        exclusive: bool,
     ) -> anyhow::Result<(lapin::Channel, lapin::Consumer)> {
         let channel = conn.create_channel().await?;
         channel
             .basic_qos(self.config.prefetch.max(1), BasicQosOptions::default())
             .await?;
+        let options = BasicConsumeOptions {
+            exclusive,
+            ..BasicConsumeOptions::default()
+        };
         let consumer = channel
             .basic_consume(
                 ShortString::from(queue),
                 ShortString::from(""),
-                BasicConsumeOptions::default(),
+                options,
                 FieldTable::default(),
             )
             .await
@@ -267,10 +309,78 @@ impl Session<'_> {
         Ok((channel, consumer))
     }
 
+    /// Consume `queue`, ordered by the key in `header`, as its exclusive consumer: while
+    /// another gateway holds it, stand by and look again every [`ordered::STANDBY_RETRY`].
+    async fn consume_ordered(
+        &self,
+        conn: &lapin::Connection,
+        topology: &Topology,
+        queue: &str,
+        header: &str,
+        mut shutdown: watch::Receiver<bool>,
+    ) -> anyhow::Result<()> {
+        // Asking for the queue while another consumer holds it is refused, which closes the
+        // asking channel (and the client logs an error each time): look at the queue's
+        // consumer count first, on a channel of its own.
+        let looking = conn.create_channel().await?;
+        let mut standing_by = false;
+        loop {
+            let consumers = looking
+                .queue_declare(
+                    ShortString::from(queue),
+                    QueueDeclareOptions {
+                        passive: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .with_context(|| format!("looking at queue `{queue}`"))?
+                .consumer_count();
+            if consumers == 0 {
+                match self.consume(conn, queue, true).await {
+                    Ok((channel, consumer)) => {
+                        tracing::info!(
+                            queue,
+                            "rabbitmq source: consuming a queue ordered by key, as its only \
+                             consumer"
+                        );
+                        return self
+                            .consume_queue(
+                                topology,
+                                queue,
+                                channel,
+                                consumer,
+                                shutdown,
+                                Some(header),
+                            )
+                            .await;
+                    }
+                    // Another gateway asked first.
+                    Err(e) if ordered::refused(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if !standing_by {
+                tracing::info!(
+                    queue,
+                    "rabbitmq source: another consumer holds this queue ordered by key; this \
+                     gateway stands by and takes it over when that one goes"
+                );
+                standing_by = true;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(ordered::STANDBY_RETRY) => {}
+                _ = shutdown.changed() => return Ok(()),
+            }
+        }
+    }
+
     /// Take `queue`'s deliveries as the broker hands them (at most `prefetch` unacked per
     /// queue); each waits for a delivery slot of its route and one of `max_in_flight` in
     /// its own task, so a slow route holds its own slots, never the ones another route
-    /// needs, and an idle queue holds none.
+    /// needs, and an idle queue holds none. On a queue ordered by the key in `key_header`,
+    /// a message whose key is busy waits behind it instead.
     async fn consume_queue(
         &self,
         topology: &Topology,
@@ -278,6 +388,7 @@ impl Session<'_> {
         channel: lapin::Channel,
         mut deliveries: lapin::Consumer,
         mut shutdown: watch::Receiver<bool>,
+        key_header: Option<&str>,
     ) -> anyhow::Result<()> {
         loop {
             let next = tokio::select! {
@@ -298,10 +409,25 @@ impl Session<'_> {
                 key: self.key.clone(),
                 slots: self.slots.clone(),
                 ready: self.ready.clone(),
-                _channel: channel.clone(),
+                channel: channel.clone(),
             };
+            let key =
+                key_header.and_then(|h| ordered::key_of(delivery.properties.headers().as_ref(), h));
             let queue = queue.to_string();
-            tokio::spawn(async move { job.handle(&queue, delivery).await });
+            match key {
+                Some(key) => {
+                    let waiting = Waiting {
+                        job,
+                        message: delivery,
+                    };
+                    if let Some(first) = self.chains.admit(&queue, key.clone(), waiting) {
+                        ordered::run_chain(self.chains.clone(), queue, key, first);
+                    }
+                }
+                None => {
+                    tokio::spawn(async move { job.handle(&queue, delivery).await });
+                }
+            }
         }
     }
 }
@@ -356,19 +482,84 @@ struct Job {
     ready: Readiness,
     /// The channel the delivery came on, kept open until it is settled (see
     /// [`Session::consume`]).
-    _channel: lapin::Channel,
+    channel: lapin::Channel,
+}
+
+/// A message retried in place (on a route ordered by key): delivered again after `wait`
+/// with `properties`, which carry its history.
+struct InPlace {
+    properties: BasicProperties,
+    wait: Duration,
+}
+
+/// Where a message's retries wait.
+enum Retries {
+    /// In a delay bucket (the copy published, the original acked).
+    Buckets,
+    /// In place, the message kept unacknowledged: the next attempt once one is decided.
+    InPlace(Option<InPlace>),
 }
 
 impl Job {
     /// Deliver one message and apply its settlement through the driver, which bounds
     /// whatever goes wrong on the way.
     async fn handle(self, queue: &str, message: lapin::message::Delivery) {
+        let attempt = Attempt {
+            properties: &message.properties,
+            redelivered: message.redelivered,
+            retries: Retries::Buckets,
+            topology: self.topology.clone(),
+        };
+        self.attempt(queue, &message, attempt).await;
+    }
+
+    /// Deliver a message of a queue ordered by key, retrying it in place until it is
+    /// settled otherwise; settled through the current session's publisher (`chains`), so a
+    /// message an earlier session took can still be dead-lettered.
+    async fn handle_in_order(
+        self,
+        chains: &KeyChains,
+        queue: &str,
+        message: lapin::message::Delivery,
+    ) {
+        let mut properties = message.properties.clone();
+        let mut redelivered = message.redelivered;
+        loop {
+            // A closed channel has handed its messages back to the broker, each in its
+            // place: the next consumer delivers this one, before its key's later ones.
+            if !self.channel.status().connected() {
+                return;
+            }
+            let attempt = Attempt {
+                properties: &properties,
+                redelivered,
+                retries: Retries::InPlace(None),
+                topology: chains.publisher().unwrap_or_else(|| self.topology.clone()),
+            };
+            let Some(again) = self.attempt(queue, &message, attempt).await else {
+                return;
+            };
+            tokio::time::sleep(again.wait).await;
+            properties = again.properties;
+            // What comes next is a retry, like a bucket's copy, not a redelivery.
+            redelivered = false;
+        }
+    }
+
+    /// One delivery of `message` as `attempt` reads it; the retry to make in place when
+    /// its retries wait in place and one was decided.
+    async fn attempt(
+        &self,
+        queue: &str,
+        message: &lapin::message::Delivery,
+        attempt: Attempt<'_>,
+    ) -> Option<InPlace> {
         let received = Instant::now();
         let (mut delivery, check) = headers::read_delivery(
             queue,
-            &message.properties,
+            attempt.properties,
             &message.data,
-            message.redelivered,
+            attempt.redelivered,
             now_ms(),
             &self.key,
         );
@@ -386,13 +577,11 @@ impl Job {
         // without an id (whose id is new at every redelivery) by its content.
         let failure_key = if delivery.id.is_empty() {
             delivery.id = generated_id(queue);
-            format!("{queue}\u{0}#{}", content_digest(queue, &message))
+            format!("{queue}\u{0}#{}", content_digest(queue, message))
         } else {
             format!("{queue}\u{0}{}", delivery.id)
         };
-        let Some((held, global)) = self.driver.seats(queue, &self.slots).await else {
-            return;
-        };
+        let (held, global) = self.driver.seats(queue, &self.slots).await?;
         let settlement = self
             .driver
             .decide(
@@ -403,17 +592,32 @@ impl Job {
         // The consumer has answered: the route's slot goes to the next delivery.
         drop(held);
         let mut consumed = Consumed {
-            topology: &self.topology,
+            topology: &attempt.topology,
             dlqs: &self.dlqs,
-            message: &message,
+            message,
             delivery: &delivery,
             key: &self.key,
             failure_key,
+            retries: attempt.retries,
         };
         self.driver
             .settle(&mut consumed, &delivery, settlement, global, received)
             .await;
+        match consumed.retries {
+            Retries::InPlace(again) => again,
+            Retries::Buckets => None,
+        }
     }
+}
+
+/// How one delivery of a message reads it and settles it.
+struct Attempt<'a> {
+    /// Its properties now: as published, or as its last retry in place left them.
+    properties: &'a BasicProperties,
+    redelivered: bool,
+    retries: Retries,
+    /// Where its letters, audit records and retry copies are published.
+    topology: Topology,
 }
 
 /// A message this gateway's channel holds unacknowledged, settled in RabbitMQ's terms.
@@ -425,10 +629,31 @@ struct Consumed<'a> {
     key: &'a HistoryKey,
     /// Its id, or for one published without an id, a digest of its content.
     failure_key: String,
+    retries: Retries,
 }
 
 impl Held for Consumed<'_> {
     async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
+        if let Retries::InPlace(again) = &mut self.retries {
+            let next = match &settlement {
+                Settlement::Again {
+                    failed,
+                    delay_ms,
+                    spend_attempt,
+                } => Some((Some((failed, *spend_attempt)), *delay_ms)),
+                Settlement::Release { delay_ms } => Some((None, *delay_ms)),
+                _ => None,
+            };
+            // Kept unacknowledged, the history for its next attempt in memory: a copy in a
+            // bucket would come back behind its key's later messages.
+            if let Some((failed, delay_ms)) = next {
+                *again = Some(InPlace {
+                    properties: headers::next_properties(self.delivery, failed, self.key),
+                    wait: Duration::from_millis(delay_ms),
+                });
+                return Ok(());
+            }
+        }
         apply(
             self.topology,
             self.dlqs,
@@ -446,6 +671,15 @@ impl Held for Consumed<'_> {
     }
 
     async fn give_back(&mut self, wait: Duration) {
+        if let Retries::InPlace(again) = &mut self.retries {
+            // Handed back to the broker it would come back behind its key's later messages
+            // (they are held here): it waits in place, spending nothing.
+            *again = Some(InPlace {
+                properties: headers::next_properties(self.delivery, None, self.key),
+                wait,
+            });
+            return;
+        }
         if !wait.is_zero() {
             // Past the bound: wait in a delay bucket, not in a tight requeue loop.
             let release = Settlement::Release {
