@@ -60,7 +60,9 @@ pub(crate) enum Unapplied {
 /// and how it gives it back. Everything else about settling is the driver's.
 pub(crate) trait Held: Send {
     /// Apply `settlement`, writing the new state before letting go of the old one (a crash
-    /// between the two delivers the message twice, never zero times).
+    /// between the two delivers the message twice, never zero times). A source that keeps a
+    /// retried message where it is (a RabbitMQ route ordered by key) writes nothing for a
+    /// retry: it only notes the next attempt, and the message stays held.
     fn apply(
         &mut self,
         settlement: Settlement,

@@ -169,9 +169,9 @@ pub struct RouteConfig {
     #[serde(default)]
     pub key_header: Option<String>,
     /// With `ordering = "key"` on the embedded source, what a dead letter does to its key
-    /// (a Kafka or RabbitMQ route always releases it). `release` (the default): the key's next message
-    /// is delivered. `dead-letter-key`: the key's later messages follow it to the DLQ
-    /// undelivered, each with its own envelope (kind `key.dead-lettered`), until an
+    /// (a Kafka or RabbitMQ route always releases it). `release` (the default): the key's
+    /// next message is delivered. `dead-letter-key`: the key's later messages follow it to
+    /// the DLQ undelivered, each with its own envelope (kind `key.dead-lettered`), until an
     /// operator replays or discards the key's dead letters.
     #[serde(default)]
     pub on_dead_letter: OnDeadLetter,

@@ -33,7 +33,7 @@ use tokio::sync::{Semaphore, watch};
 use super::signed_history::report_foreign_key;
 use super::{AbortOnDrop, Held, SettlementDriver, Source, Unapplied};
 use crate::health::{BrokerDlqs, Readiness};
-use crate::model::{AuditRecord, Delivery, Settlement};
+use crate::model::{AttemptRecord, AuditRecord, Delivery, Settlement};
 use crate::pipeline::{Pipeline, now_ms};
 use verdict_registry::{GatewaySection, RabbitmqConfig};
 use verdict_runtime::text::Clean;
@@ -130,7 +130,7 @@ async fn consume(
     let RabbitmqSource {
         config,
         queues,
-        ordered,
+        ordered: ordered_queues,
         key,
         ready,
     } = source;
@@ -140,7 +140,7 @@ async fn consume(
     let pipeline = &pipeline;
     let driver = &SettlementDriver::new(NAME, pipeline.clone());
     let key = &key;
-    let ordered = &ordered;
+    let ordered_queues = &ordered_queues;
     // Shared by every session: a key's messages an earlier session still holds keep its
     // later ones waiting.
     let chains = &Arc::new(KeyChains::default());
@@ -153,7 +153,7 @@ async fn consume(
             slots: &slots,
             driver,
             key,
-            ordered,
+            ordered_queues,
             chains,
         };
         session.run(queues, shutdown).await
@@ -177,7 +177,8 @@ struct Session<'a> {
     slots: &'a Arc<Semaphore>,
     driver: &'a SettlementDriver,
     key: &'a HistoryKey,
-    ordered: &'a HashMap<String, String>,
+    /// Queue -> key header, for the routes ordered by key.
+    ordered_queues: &'a HashMap<String, String>,
     chains: &'a Arc<KeyChains>,
 }
 
@@ -204,7 +205,10 @@ impl Session<'_> {
         topology.queue(&self.config.audit_queue).await?;
         self.chains.set_publisher(&topology);
         let mut streams = Vec::new();
-        for queue in queues.iter().filter(|q| !self.ordered.contains_key(*q)) {
+        for queue in queues
+            .iter()
+            .filter(|q| !self.ordered_queues.contains_key(*q))
+        {
             let (channel, consumer) = self.consume(&conn, queue, false).await?;
             streams.push((queue.as_str(), channel, consumer));
         }
@@ -235,7 +239,7 @@ impl Session<'_> {
                     .boxed()
             })
             .collect();
-        for (queue, header) in self.ordered {
+        for (queue, header) in self.ordered_queues {
             let ordered = self.consume_ordered(&conn, &topology, queue, header, shutdown.clone());
             loops.push(ordered.boxed());
         }
@@ -345,16 +349,39 @@ impl Session<'_> {
                             "rabbitmq source: consuming a queue ordered by key, as its only \
                              consumer"
                         );
-                        return self
+                        standing_by = false;
+                        // Whatever ends this consumer but a shutdown closes its channel, so
+                        // the broker puts back everything it holds, each message in its
+                        // place, before any consumer - this one again, or another
+                        // gateway's - can take the queue.
+                        let mut closing = ordered::CloseOnDrop(Some(channel.clone()));
+                        let consumed = self
                             .consume_queue(
                                 topology,
                                 queue,
                                 channel,
                                 consumer,
-                                shutdown,
+                                shutdown.clone(),
                                 Some(header),
                             )
                             .await;
+                        match consumed {
+                            Ok(()) => {
+                                // Stopping: deliveries in flight finish on the open channel;
+                                // what waits goes back when the connection closes.
+                                closing.0 = None;
+                                return Ok(());
+                            }
+                            // The queue's own channel failed (its consumer timeout, say): the
+                            // queue is asked for again, the other routes go on.
+                            Err(e) => tracing::warn!(
+                                queue,
+                                error = %format!("{e:#}"),
+                                "rabbitmq source: the consumer of a queue ordered by key \
+                                 stopped; what it held goes back to the queue in its place \
+                                 and the queue is asked for again"
+                            ),
+                        }
                     }
                     // Another gateway asked first.
                     Err(e) if ordered::refused(&e) => {}
@@ -421,7 +448,13 @@ impl Session<'_> {
                         message: delivery,
                     };
                     if let Some(first) = self.chains.admit(&queue, key.clone(), waiting) {
-                        ordered::run_chain(self.chains.clone(), queue, key, first);
+                        ordered::run_chain(
+                            self.chains.clone(),
+                            queue,
+                            key,
+                            first,
+                            shutdown.clone(),
+                        );
                     }
                 }
                 None => {
@@ -497,7 +530,7 @@ enum Retries {
     /// In a delay bucket (the copy published, the original acked).
     Buckets,
     /// In place, the message kept unacknowledged: the next attempt once one is decided.
-    InPlace(Option<InPlace>),
+    InPlace(Option<Box<InPlace>>),
 }
 
 impl Job {
@@ -509,51 +542,18 @@ impl Job {
             redelivered: message.redelivered,
             retries: Retries::Buckets,
             topology: self.topology.clone(),
+            failure_key: failure_key(queue, &message),
         };
         self.attempt(queue, &message, attempt).await;
     }
 
-    /// Deliver a message of a queue ordered by key, retrying it in place until it is
-    /// settled otherwise; settled through the current session's publisher (`chains`), so a
-    /// message an earlier session took can still be dead-lettered.
-    async fn handle_in_order(
-        self,
-        chains: &KeyChains,
-        queue: &str,
-        message: lapin::message::Delivery,
-    ) {
-        let mut properties = message.properties.clone();
-        let mut redelivered = message.redelivered;
-        loop {
-            // A closed channel has handed its messages back to the broker, each in its
-            // place: the next consumer delivers this one, before its key's later ones.
-            if !self.channel.status().connected() {
-                return;
-            }
-            let attempt = Attempt {
-                properties: &properties,
-                redelivered,
-                retries: Retries::InPlace(None),
-                topology: chains.publisher().unwrap_or_else(|| self.topology.clone()),
-            };
-            let Some(again) = self.attempt(queue, &message, attempt).await else {
-                return;
-            };
-            tokio::time::sleep(again.wait).await;
-            properties = again.properties;
-            // What comes next is a retry, like a bucket's copy, not a redelivery.
-            redelivered = false;
-        }
-    }
-
-    /// One delivery of `message` as `attempt` reads it; the retry to make in place when
-    /// its retries wait in place and one was decided.
+    /// One delivery of `message` as `attempt` reads it, and how it ended.
     async fn attempt(
         &self,
         queue: &str,
         message: &lapin::message::Delivery,
         attempt: Attempt<'_>,
-    ) -> Option<InPlace> {
+    ) -> Attempted {
         let received = Instant::now();
         let (mut delivery, check) = headers::read_delivery(
             queue,
@@ -573,15 +573,17 @@ impl Job {
                 theirs,
             );
         }
-        // Settlement failures are counted per message: by its id, or for one published
-        // without an id (whose id is new at every redelivery) by its content.
-        let failure_key = if delivery.id.is_empty() {
+        if delivery.id.is_empty() {
             delivery.id = generated_id(queue);
-            format!("{queue}\u{0}#{}", content_digest(queue, message))
-        } else {
-            format!("{queue}\u{0}{}", delivery.id)
+        }
+        let Some((held, global)) = self.driver.seats(queue, &self.slots).await else {
+            return Attempted::NotDelivered;
         };
-        let (held, global) = self.driver.seats(queue, &self.slots).await?;
+        // A message retried in place whose channel closed while it waited for its seats is
+        // back in the queue: another consumer may already have it and its key's next ones.
+        if matches!(attempt.retries, Retries::InPlace(_)) && !self.channel.status().connected() {
+            return Attempted::NotDelivered;
+        }
         let settlement = self
             .driver
             .decide(
@@ -597,16 +599,31 @@ impl Job {
             message,
             delivery: &delivery,
             key: &self.key,
-            failure_key,
+            failure_key: attempt.failure_key,
             retries: attempt.retries,
         };
         self.driver
             .settle(&mut consumed, &delivery, settlement, global, received)
             .await;
         match consumed.retries {
-            Retries::InPlace(again) => again,
-            Retries::Buckets => None,
+            Retries::InPlace(Some(again)) => Attempted::InPlace(again),
+            Retries::InPlace(None) | Retries::Buckets => Attempted::Settled,
         }
+    }
+}
+
+/// What names a message across its deliveries, for the bound on failed settlements and the
+/// history of its retries in place: its id, or for one published without an id (whose id
+/// is new at every delivery) a digest of its content.
+fn failure_key(queue: &str, message: &lapin::message::Delivery) -> String {
+    match message
+        .properties
+        .message_id()
+        .as_ref()
+        .map(ShortString::as_str)
+    {
+        Some(id) if !id.is_empty() => format!("{queue}\u{0}{id}"),
+        _ => format!("{queue}\u{0}#{}", content_digest(queue, message)),
     }
 }
 
@@ -618,6 +635,19 @@ struct Attempt<'a> {
     retries: Retries,
     /// Where its letters, audit records and retry copies are published.
     topology: Topology,
+    /// See [`failure_key`].
+    failure_key: String,
+}
+
+/// How a delivery ended.
+enum Attempted {
+    /// Settled: delivered, dead-lettered, discarded or handed on (acked, or given back to
+    /// the broker).
+    Settled,
+    /// Kept unacknowledged, to be delivered again in place.
+    InPlace(Box<InPlace>),
+    /// Not delivered: the source is stopping, or the message's channel closed first.
+    NotDelivered,
 }
 
 /// A message this gateway's channel holds unacknowledged, settled in RabbitMQ's terms.
@@ -635,22 +665,13 @@ struct Consumed<'a> {
 impl Held for Consumed<'_> {
     async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
         if let Retries::InPlace(again) = &mut self.retries {
-            let next = match &settlement {
-                Settlement::Again {
-                    failed,
-                    delay_ms,
-                    spend_attempt,
-                } => Some((Some((failed, *spend_attempt)), *delay_ms)),
-                Settlement::Release { delay_ms } => Some((None, *delay_ms)),
-                _ => None,
-            };
             // Kept unacknowledged, the history for its next attempt in memory: a copy in a
             // bucket would come back behind its key's later messages.
-            if let Some((failed, delay_ms)) = next {
-                *again = Some(InPlace {
+            if let Some((failed, delay_ms)) = next_attempt(&settlement) {
+                *again = Some(Box::new(InPlace {
                     properties: headers::next_properties(self.delivery, failed, self.key),
                     wait: Duration::from_millis(delay_ms),
-                });
+                }));
                 return Ok(());
             }
         }
@@ -674,10 +695,10 @@ impl Held for Consumed<'_> {
         if let Retries::InPlace(again) = &mut self.retries {
             // Handed back to the broker it would come back behind its key's later messages
             // (they are held here): it waits in place, spending nothing.
-            *again = Some(InPlace {
+            *again = Some(Box::new(InPlace {
                 properties: headers::next_properties(self.delivery, None, self.key),
                 wait,
-            });
+            }));
             return;
         }
         if !wait.is_zero() {
@@ -726,24 +747,14 @@ async fn apply(
     let delivered = settlement == Settlement::Delivered;
     match settlement {
         Settlement::Delivered => {}
-        Settlement::Again {
-            failed,
-            delay_ms,
-            spend_attempt,
-        } => {
-            let properties =
-                headers::next_properties(delivery, Some((&failed, spend_attempt)), key);
-            let bucket = headers::bucket_ms(delay_ms);
-            topology
-                .later(queue, bucket, &delivery.payload, properties)
-                .await?;
-        }
-        Settlement::Release { delay_ms } => {
-            let properties = headers::next_properties(delivery, None, key);
-            let bucket = headers::bucket_ms(delay_ms);
-            topology
-                .later(queue, bucket, &delivery.payload, properties)
-                .await?;
+        Settlement::Again { .. } | Settlement::Release { .. } => {
+            if let Some((failed, delay_ms)) = next_attempt(&settlement) {
+                let properties = headers::next_properties(delivery, failed, key);
+                let bucket = headers::bucket_ms(delay_ms);
+                topology
+                    .later(queue, bucket, &delivery.payload, properties)
+                    .await?;
+            }
         }
         Settlement::DeadLetter { failed, letter } => {
             let mut table = FieldTable::default();
@@ -793,6 +804,20 @@ async fn apply(
         }
     }
     Ok(())
+}
+
+/// The next attempt a settlement asks for - the failure it adds to the history (with
+/// whether it spends an attempt) and the delay - or `None` for a final settlement.
+fn next_attempt(settlement: &Settlement) -> Option<(Option<(&AttemptRecord, bool)>, u64)> {
+    match settlement {
+        Settlement::Again {
+            failed,
+            delay_ms,
+            spend_attempt,
+        } => Some((Some((failed, *spend_attempt)), *delay_ms)),
+        Settlement::Release { delay_ms } => Some((None, *delay_ms)),
+        Settlement::Delivered | Settlement::DeadLetter { .. } | Settlement::Discard { .. } => None,
+    }
 }
 
 /// Read each DLQ's depth from the broker about once a second.

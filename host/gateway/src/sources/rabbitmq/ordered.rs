@@ -16,19 +16,22 @@
 //!   again after its delay, its history carried in memory in the same signed headers a
 //!   bucket's copy would carry (never published).
 //!
-//! A crash or a lost connection: the broker puts back everything a closed channel held
-//! unacknowledged, each message in its place, so the next consumer - this gateway
-//! reconnected, or another one taking over - sees each key in its order again. A session
-//! torn down while its channel stays open (its publishing channel broke) keeps what it
-//! holds in the key's chain, delivered from there and settled through the current
-//! session's publisher, so the new session's messages of that key still wait behind it.
+//! A crash, a lost connection, or this queue's consumer stopping for any other reason (its
+//! channel is then closed): the broker puts back everything the closed channel held
+//! unacknowledged, each message in its place, so the next consumer - this gateway again, or
+//! another one taking over - sees each key in order. What a closed channel held is dropped
+//! from the chains unread; a message in a consumer call when it closed comes twice (the
+//! fault's duplicate), its second delivery waiting behind the first's call.
 //!
-//! Limits: a retry waits in place within the broker's `consumer_timeout` (30 minutes by
-//! default), past which the broker closes the channel and hands the message out again; the
-//! history of a message retrying in place lives in this gateway's memory, so a crash starts
-//! its attempts again (a message that always fails still ends in the DLQ, after a crash
-//! per extra `max_attempts`); what waits behind a failed key takes `prefetch` slots that
-//! other keys could use.
+//! Limits: a message waits unacknowledged within the broker's `consumer_timeout` (30
+//! minutes by default): past it the broker closes the channel and the queue is consumed
+//! again, the attempts a message made in place kept here ([`KeyChains`] holds its history
+//! until it is settled), so its retries still end; on a gateway's crash or a takeover they
+//! start again (a message that always fails still ends in the DLQ, after a crash per extra
+//! `max_attempts`). What waits behind a failed key takes `prefetch` slots: a key with
+//! `prefetch` messages in a row holds every key until its first is settled. Order is the
+//! order the broker hands messages out again: checked on classic queues, the kind the
+//! gateway declares.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
@@ -37,13 +40,23 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::FutureExt as _;
-use lapin::types::FieldTable;
+use lapin::BasicProperties;
+use lapin::types::{FieldTable, ShortString};
+use tokio::sync::watch;
 
-use super::Job;
 use super::topology::Topology;
+use super::{Attempt, Attempted, Job, Retries};
 
 /// How often a gateway standing by asks for an ordered queue again.
 pub(super) const STANDBY_RETRY: Duration = Duration::from_secs(2);
+
+/// At most this many histories of messages retried in place are kept for their next
+/// delivery (the oldest forgotten first: a message another gateway took over never comes
+/// back here).
+const MAX_HISTORIES: usize = 10_000;
+
+/// How often a message waiting in place looks at whether its channel is still open.
+const CHANNEL_CHECK: Duration = Duration::from_millis(250);
 
 /// A key longer than this is replaced by its digest (a key only ever lives in memory here,
 /// but a producer's header must not size the gateway's maps).
@@ -64,6 +77,33 @@ pub(super) struct Waiting {
 pub(super) struct KeyChains {
     chains: Chains<Waiting>,
     publisher: Mutex<Option<Topology>>,
+    /// The properties (the signed history) of each message retried in place, by its
+    /// failure key, until it is settled: a message the broker hands out again after its
+    /// channel closed goes on from its last attempt here instead of from the first.
+    histories: Mutex<Histories>,
+}
+
+/// Bounded map from a message's failure key to its history (see [`KeyChains::histories`]).
+#[derive(Default)]
+struct Histories {
+    kept: HashMap<String, (u64, BasicProperties)>,
+    next: u64,
+}
+
+impl Histories {
+    fn keep(&mut self, key: &str, properties: BasicProperties) {
+        self.next += 1;
+        self.kept.insert(key.to_string(), (self.next, properties));
+        if self.kept.len() > MAX_HISTORIES
+            && let Some(oldest) = self
+                .kept
+                .iter()
+                .min_by_key(|(_, (n, _))| *n)
+                .map(|(k, _)| k.clone())
+        {
+            self.kept.remove(&oldest);
+        }
+    }
 }
 
 impl KeyChains {
@@ -81,6 +121,30 @@ impl KeyChains {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    fn history(&self, key: &str) -> Option<BasicProperties> {
+        let histories = self
+            .histories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        histories.kept.get(key).map(|(_, p)| p.clone())
+    }
+
+    fn keep_history(&self, key: &str, properties: BasicProperties) {
+        let mut histories = self
+            .histories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        histories.keep(key, properties);
+    }
+
+    fn forget_history(&self, key: &str) {
+        let mut histories = self
+            .histories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        histories.kept.remove(key);
     }
 
     /// See [`Chains::admit`].
@@ -134,27 +198,134 @@ impl<T> Chains<T> {
 }
 
 /// Deliver `first` and then, one at a time, each message of `key` that waited behind it,
-/// until the key's chain is empty.
-pub(super) fn run_chain(chains: Arc<KeyChains>, queue: String, key: String, first: Waiting) {
+/// until the key's chain is empty. Once `shutdown` turns true nothing more is delivered:
+/// what waits goes back to the queue when the connection closes.
+pub(super) fn run_chain(
+    chains: Arc<KeyChains>,
+    queue: String,
+    key: String,
+    first: Waiting,
+    mut shutdown: watch::Receiver<bool>,
+) {
     tokio::spawn(async move {
         let mut next = Some(first);
         while let Some(Waiting { job, message }) = next {
-            // The driver already turns a panic in processing into a dead letter; one past it
-            // must not stall the key for good, so its chain goes on (the message it held
-            // stays unacknowledged until its channel closes).
-            let delivered = AssertUnwindSafe(job.handle_in_order(&chains, &queue, message))
-                .catch_unwind()
-                .await;
+            let channel = job.channel.clone();
+            let delivered =
+                AssertUnwindSafe(deliver(&job, &chains, &queue, &message, &mut shutdown))
+                    .catch_unwind()
+                    .await;
+            // The driver turns a panic in processing into a dead letter; one past it must
+            // neither stall the key nor let its next message overtake this one: the channel
+            // closes, and the broker puts this message and its key's next ones back in
+            // their places.
             if delivered.is_err() {
                 tracing::error!(
                     queue = %verdict_runtime::text::Clean(&queue),
-                    "rabbitmq source: delivering a message of an ordered queue panicked; its \
-                     key goes on with the next message"
+                    "rabbitmq source: delivering a message of a queue ordered by key panicked; \
+                     its channel is closed, so the broker hands its messages out again in order"
                 );
+                close(channel);
             }
             next = chains.chains.next(&queue, &key);
         }
     });
+}
+
+/// Deliver `message`, retrying it in place until it is settled otherwise; settled through
+/// the current session's publisher, so a message an earlier session took can still be
+/// dead-lettered. Returns without settling it once its channel has closed (the broker has
+/// it back) or the source is stopping.
+async fn deliver(
+    job: &Job,
+    chains: &KeyChains,
+    queue: &str,
+    message: &lapin::message::Delivery,
+    shutdown: &mut watch::Receiver<bool>,
+) {
+    let failure_key = super::failure_key(queue, message);
+    let mut properties = chains
+        .history(&failure_key)
+        .unwrap_or_else(|| message.properties.clone());
+    let mut redelivered = message.redelivered;
+    loop {
+        if *shutdown.borrow() || !job.channel.status().connected() {
+            return;
+        }
+        let attempt = Attempt {
+            properties: &properties,
+            redelivered,
+            retries: Retries::InPlace(None),
+            topology: chains.publisher().unwrap_or_else(|| job.topology.clone()),
+            failure_key: failure_key.clone(),
+        };
+        match job.attempt(queue, message, attempt).await {
+            Attempted::Settled => {
+                chains.forget_history(&failure_key);
+                return;
+            }
+            Attempted::NotDelivered => return,
+            Attempted::InPlace(again) => {
+                chains.keep_history(&failure_key, again.properties.clone());
+                if !wait_in_place(again.wait, &job.channel, shutdown).await {
+                    return;
+                }
+                properties = again.properties;
+                // What comes next is a retry, like a bucket's copy, not a redelivery.
+                redelivered = false;
+            }
+        }
+    }
+}
+
+/// Wait `wait` for a message's next attempt in place: false as soon as its channel closes
+/// (the broker has it back, and another consumer may deliver it and its key's next ones) or
+/// the source stops.
+async fn wait_in_place(
+    wait: Duration,
+    channel: &lapin::Channel,
+    shutdown: &mut watch::Receiver<bool>,
+) -> bool {
+    let until = tokio::time::Instant::now() + wait;
+    loop {
+        if !channel.status().connected() || *shutdown.borrow() {
+            return false;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return true;
+        }
+        tokio::select! {
+            () = tokio::time::sleep((until - now).min(CHANNEL_CHECK)) => {}
+            _ = shutdown.changed() => return false,
+        }
+    }
+}
+
+/// Closes its channel when dropped (unless taken out first): the broker puts back what the
+/// channel held unacknowledged, in place.
+pub(super) struct CloseOnDrop(pub(super) Option<lapin::Channel>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if let Some(channel) = self.0.take() {
+            close(channel);
+        }
+    }
+}
+
+/// Close `channel` (in a task of its own: this may run in a `Drop`).
+fn close(channel: lapin::Channel) {
+    if !channel.status().connected() {
+        return;
+    }
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = channel
+                .close(200, ShortString::from("verdict: handing the queue back"))
+                .await;
+        });
+    }
 }
 
 /// The key of a message on a queue ordered by the header `header` (its name matched without
@@ -176,11 +347,13 @@ pub(super) fn key_of(headers: Option<&FieldTable>, header: &str) -> Option<Strin
     ))
 }
 
-/// Whether consuming failed because another consumer holds the queue exclusively.
+/// Whether consuming failed because another consumer holds the queue exclusively (not for
+/// want of permission, which is refused with the same code).
 pub(super) fn refused(error: &anyhow::Error) -> bool {
-    error.downcast_ref::<lapin::Error>().is_some_and(
-        |e| matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp) if amqp.get_id() == 403),
-    )
+    error.downcast_ref::<lapin::Error>().is_some_and(|e| {
+        matches!(e.kind(), lapin::ErrorKind::ProtocolError(amqp)
+                if amqp.get_id() == 403 && amqp.get_message().as_str().contains("exclusive use"))
+    })
 }
 
 #[cfg(test)]
@@ -240,6 +413,24 @@ mod tests {
             table.insert(ShortString::from(*name), value.clone());
         }
         table
+    }
+
+    #[test]
+    fn histories_kept_for_messages_retried_in_place_are_bounded_oldest_first() {
+        let mut histories = Histories::default();
+        for n in 0..=MAX_HISTORIES {
+            histories.keep(&format!("q\u{0}m-{n}"), BasicProperties::default());
+        }
+        assert_eq!(histories.kept.len(), MAX_HISTORIES);
+        assert!(
+            !histories.kept.contains_key("q\u{0}m-0"),
+            "the oldest goes first"
+        );
+        // Kept again, a history is the newest.
+        histories.keep("q\u{0}m-1", BasicProperties::default());
+        histories.keep("q\u{0}new", BasicProperties::default());
+        assert!(histories.kept.contains_key("q\u{0}m-1"));
+        assert!(!histories.kept.contains_key("q\u{0}m-2"));
     }
 
     #[test]
