@@ -401,3 +401,136 @@ fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
         Some("0")
     );
 }
+
+/// RabbitMQ, ordered by key: a key whose first message fails (503 until the consumer heals)
+/// retries in place with its second message held back undelivered, while another key's
+/// five messages all go, in order; the parked key shows in `verdict_parked_keys` and
+/// `/v1/routes` until it clears, and its messages then come in publish order. No retry went
+/// through a delay bucket.
+#[test]
+fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_keys_flow() {
+    use lapin::BasicProperties;
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    use verdict_tests::rabbitmq::RabbitFixture;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mq = RabbitFixture::new("ordered");
+    let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let router = {
+        let (healed, calls) = (healed.clone(), calls.clone());
+        Router::new().route(
+            "/",
+            post(move |headers: HeaderMap| {
+                let (healed, calls) = (healed.clone(), calls.clone());
+                async move {
+                    let id = headers
+                        .get("x-verdict-message-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    let failing = id.starts_with("stuck")
+                        && !healed.load(std::sync::atomic::Ordering::SeqCst);
+                    calls.lock().unwrap().push(id);
+                    if failing {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        StatusCode::OK
+                    }
+                }
+            }),
+        )
+    };
+    let url = serve(&runtime, router);
+    let topic = mq.queue("orders");
+    let gw = TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .route(
+            Route::new(&topic, "rules")
+                .set("source", "rabbitmq")
+                .config(
+                    r#"{ max_attempts = 30, rules = [
+                        { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+                        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 300 } },
+                    ] }"#,
+                )
+                .consumer(&url)
+                .set("consumer.concurrency", 8)
+                .set("ordering", "key")
+                .set("key_header", "order-id"),
+        )
+        .merge("", &mq.section())
+        .start_on(runtime, &scratch_dir("ordering-rabbitmq"), "ordering-token");
+    gw.wait_ready();
+    let parked = || -> Value {
+        let routes: Value = gw.admin.get("/v1/routes").expect("/v1/routes");
+        routes[0]["parked_keys"].clone()
+    };
+    assert_eq!(parked()["keys"], json!(0), "shown before any key parks");
+    let message = |id: &str, key: &str| {
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "Order-Id".into(),
+            AMQPValue::LongString(LongString::from(key)),
+        );
+        let properties = BasicProperties::default()
+            .with_message_id(id.into())
+            .with_content_type("application/json".into())
+            .with_headers(headers);
+        mq.publish_raw("orders", properties, b"{}");
+    };
+    message("stuck-0", "stuck");
+    message("stuck-1", "stuck");
+    for n in 0..5 {
+        message(&format!("free-{n}"), "free");
+    }
+    let gauge = || {
+        let text = gw.admin.get_text("/metrics").expect("/metrics");
+        let prefix = format!("verdict_parked_keys{{topic=\"{topic}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+    };
+    assert!(
+        wait_for(Duration::from_secs(20), || {
+            let calls = calls.lock().unwrap();
+            (0..5).all(|n| calls.contains(&format!("free-{n}")))
+                && calls.iter().filter(|id| *id == "stuck-0").count() >= 3
+        }),
+        "the other key flows while the failing one retries: {:?}",
+        calls.lock().unwrap()
+    );
+    {
+        let calls = calls.lock().unwrap();
+        assert!(
+            !calls.contains(&"stuck-1".to_string()),
+            "a parked key's next message waits: {calls:?}"
+        );
+        let free: Vec<&String> = calls.iter().filter(|id| id.starts_with("free")).collect();
+        assert_eq!(free, ["free-0", "free-1", "free-2", "free-3", "free-4"]);
+    }
+    assert_eq!(parked()["keys"], json!(1), "{}", parked());
+    assert_eq!(gauge().as_deref(), Some("1"));
+    assert_eq!(mq.depth(&topic), 0, "held unacknowledged, not in the queue");
+
+    healed.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        wait_for(Duration::from_secs(20), || calls
+            .lock()
+            .unwrap()
+            .contains(&"stuck-1".to_string())),
+        "the key goes on once healed"
+    );
+    let calls = calls.lock().unwrap().clone();
+    let last_first = calls.iter().rposition(|id| id == "stuck-0").unwrap();
+    let second = calls.iter().position(|id| id == "stuck-1").unwrap();
+    assert!(last_first < second, "in publish order: {calls:?}");
+    assert!(wait_for(Duration::from_secs(5), || parked()["keys"] == json!(0)));
+    assert_eq!(gauge().as_deref(), Some("0"));
+    let buckets =
+        verdict_gateway::sources::rabbitmq::topology::delay_names(&format!("{}.delay", mq.prefix));
+    let declared: Vec<&String> = buckets
+        .iter()
+        .filter(|b| b.contains(".wait.") && mq.exists(b))
+        .collect();
+    assert!(declared.is_empty(), "retries waited in place: {declared:?}");
+}

@@ -333,8 +333,14 @@ impl Pipeline {
         self.parked.read(&self.registry.current(), per_topic);
     }
 
+    /// A broker source's count of the parked keys of the route `route`, which it holds
+    /// itself (a RabbitMQ route ordered by key), as it changes.
+    pub(crate) fn parked_keys_held(&self, route: &str, keys: u64) {
+        self.parked.held(route, keys);
+    }
+
     /// The parked keys of the route whose pattern is `route`, if it orders by key and the
-    /// embedded source has read them.
+    /// embedded source has read them or a broker source counted them.
     pub fn parked_keys(&self, route: &str) -> Option<Parked> {
         self.parked.of(route)
     }

@@ -3,6 +3,8 @@
 //! later messages back. The embedded source reads the store's counts about
 //! every second ([`ParkedKeys::read`]); a route at its `max_parked_keys` then claims only
 //! retries until a key clears, so a failing dependency cannot park every key in the topic.
+//! A RabbitMQ route holds its parked keys in the gateway's memory and says how many as they
+//! change ([`ParkedKeys::held`]).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -32,7 +34,10 @@ impl Parked {
 /// Every ordered route's parked keys, and their gauges.
 #[derive(Debug)]
 pub(crate) struct ParkedKeys {
+    /// Read from the store.
     by_route: Mutex<HashMap<String, Parked>>,
+    /// Counted by a broker source that holds its parked keys itself.
+    held: Mutex<HashMap<String, u64>>,
     /// `verdict_parked_keys{topic}`.
     keys: Family<Labels, Gauge>,
     /// `verdict_route_parked_keys_full{topic}`.
@@ -43,6 +48,7 @@ impl ParkedKeys {
     pub(crate) fn new(keys: Family<Labels, Gauge>, full: Family<Labels, Gauge>) -> Self {
         ParkedKeys {
             by_route: Mutex::default(),
+            held: Mutex::default(),
             keys,
             full,
         }
@@ -100,12 +106,27 @@ impl ParkedKeys {
             .is_empty()
     }
 
-    /// The route's parked keys as last read, if it orders by key.
+    /// A broker source's parked keys on `route` now (a RabbitMQ route ordered by key: its
+    /// keys whose message is retrying in place).
+    pub(crate) fn held(&self, route: &str, keys: u64) {
+        self.held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(route.to_string(), keys);
+        self.set_gauges(route, keys, false);
+    }
+
+    /// The route's parked keys as last read or counted, if it orders by key.
     pub(crate) fn of(&self, route: &str) -> Option<Parked> {
-        self.by_route
+        let read = self
+            .by_route
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(route)
-            .copied()
+            .copied();
+        read.or_else(|| {
+            let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+            held.get(route).map(|&keys| Parked { keys, max: None })
+        })
     }
 }

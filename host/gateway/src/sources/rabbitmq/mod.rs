@@ -141,6 +141,10 @@ async fn consume(
     let driver = &SettlementDriver::new(NAME, pipeline.clone());
     let key = &key;
     let ordered_queues = &ordered_queues;
+    for queue in ordered_queues.keys() {
+        // Shown from the start (`parked_keys` 0), not only once a key first parks.
+        pipeline.parked_keys_held(queue, 0);
+    }
     // Shared by every session: a key's messages an earlier session still holds keep its
     // later ones waiting.
     let chains = &Arc::new(KeyChains::default());

@@ -34,7 +34,7 @@
 //! gateway declares.
 
 use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -77,6 +77,9 @@ pub(super) struct Waiting {
 pub(super) struct KeyChains {
     chains: Chains<Waiting>,
     publisher: Mutex<Option<Topology>>,
+    /// Per queue, the keys whose message is retrying in place (parked: their later messages
+    /// wait).
+    parked: Mutex<HashMap<String, HashSet<String>>>,
     /// The properties (the signed history) of each message retried in place, by its
     /// failure key, until it is settled: a message the broker hands out again after its
     /// channel closed goes on from its last attempt here instead of from the first.
@@ -121,6 +124,18 @@ impl KeyChains {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Mark `key` of `queue` parked or not; how many keys of `queue` are parked now.
+    fn park(&self, queue: &str, key: &str, parked: bool) -> u64 {
+        let mut keys = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
+        let of_queue = keys.entry(queue.to_string()).or_default();
+        if parked {
+            of_queue.insert(key.to_string());
+        } else {
+            of_queue.remove(key);
+        }
+        of_queue.len() as u64
     }
 
     fn history(&self, key: &str) -> Option<BasicProperties> {
@@ -211,10 +226,11 @@ pub(super) fn run_chain(
         let mut next = Some(first);
         while let Some(Waiting { job, message }) = next {
             let channel = job.channel.clone();
-            let delivered =
-                AssertUnwindSafe(deliver(&job, &chains, &queue, &message, &mut shutdown))
-                    .catch_unwind()
-                    .await;
+            let delivery = deliver(&job, &chains, (&queue, &key), &message, &mut shutdown);
+            let delivered = AssertUnwindSafe(delivery).catch_unwind().await;
+            // Whatever ended its message's turn, the key is no longer parked behind it.
+            let parked = chains.park(&queue, &key, false);
+            job.driver.pipeline().parked_keys_held(&queue, parked);
             // The driver turns a panic in processing into a dead letter; one past it must
             // neither stall the key nor let its next message overtake this one: the channel
             // closes, and the broker puts this message and its key's next ones back in
@@ -239,7 +255,7 @@ pub(super) fn run_chain(
 async fn deliver(
     job: &Job,
     chains: &KeyChains,
-    queue: &str,
+    (queue, key): (&str, &str),
     message: &lapin::message::Delivery,
     shutdown: &mut watch::Receiver<bool>,
 ) {
@@ -267,6 +283,8 @@ async fn deliver(
             Attempted::NotDelivered => return,
             Attempted::InPlace(again) => {
                 chains.keep_history(&failure_key, again.properties.clone());
+                let parked = chains.park(queue, key, true);
+                job.driver.pipeline().parked_keys_held(queue, parked);
                 if !wait_in_place(again.wait, &job.channel, shutdown).await {
                     return;
                 }
