@@ -507,7 +507,19 @@ impl Job {
     /// Deliver one message and apply its settlement through the driver, which bounds
     /// whatever goes wrong on the way.
     async fn handle(self, message: jetstream::Message) {
-        if !self.settle_owner(&message).await {
+        // In-progress acks from receipt to the consumer's answer, on one schedule across
+        // the owner check, the history read, the wait for slots and the delivery: a stage
+        // that started the countdown again could let `ack_wait` run out under load, and
+        // JetStream would hand the message out a second time while this one delivers it.
+        let every = Duration::from_millis(self.broker.config().ack_wait_ms / 2);
+        let alive = keep_alive(&message, every);
+        tokio::pin!(alive);
+        let mine = tokio::select! {
+            biased;
+            mine = self.settle_owner(&message) => mine,
+            never = alive.as_mut() => match never {},
+        };
+        if !mine {
             return;
         }
         let received = Instant::now();
@@ -518,6 +530,7 @@ impl Job {
             &message,
             &self.slots,
             received,
+            alive.as_mut(),
         ))
         .catch_unwind()
         .await;
@@ -603,6 +616,7 @@ async fn handle(
     message: &jetstream::Message,
     slots: &Arc<Semaphore>,
     received: Instant,
+    mut alive: std::pin::Pin<&mut impl Future<Output = std::convert::Infallible>>,
 ) {
     let Ok(info) = message.info() else {
         tracing::error!(subject = %Clean(&message.subject), "nats source: a message without JetStream metadata; terminating it");
@@ -616,7 +630,12 @@ async fn handle(
     let key = broker.history_key(seq);
     // A first delivery has no history; later ones read it (another gateway may have written it).
     let history = if delivered > 1 {
-        match broker.history().get(&key, delivered).await {
+        let read = tokio::select! {
+            biased;
+            read = broker.history().get(&key, delivered) => read,
+            never = alive.as_mut() => match never {},
+        };
+        match read {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(error = %e, seq, "nats source: the history could not be read; trying again later");
@@ -645,20 +664,19 @@ async fn handle(
     } else {
         delivery.redelivery = delivered > 1;
     }
-    // In-progress acks from receipt to settlement: while the message waits for its slots
-    // and while the consumer works. In the same task, not a spawned one: a task and a
-    // message copy per delivery cost more than the delivery's own bookkeeping.
-    let every = Duration::from_millis(broker.config().ack_wait_ms / 2);
+    // In-progress acks go on (`alive`) while the message waits for its slots and while
+    // the consumer works. In the same task, not a spawned one: a task and a message copy
+    // per delivery cost more than the delivery's own bookkeeping.
     let pipeline = driver.pipeline();
     let seats = tokio::select! {
         biased;
         seats = take_seats(pipeline, &delivery.topic, slots) => seats,
-        never = keep_alive(message, every) => match never {},
+        never = alive.as_mut() => match never {},
     };
     let settlement = tokio::select! {
         biased;
         settlement = driver.decide(&delivery, seats.as_ref().map(|(target, slot, _)| (target, slot))) => settlement,
-        never = keep_alive(message, every) => match never {},
+        never = alive.as_mut() => match never {},
     };
     // The consumer has answered: its route's slot goes to the next message, while this
     // one's settlement (a history write and a `nak`, a dead letter and its `term`) holds
