@@ -274,6 +274,45 @@ fn with_dead_letter_key_a_keys_later_messages_follow_its_dead_letter_and_replay_
     assert_eq!(seen.accepted[&3], Some(PER_KEY - 1));
 }
 
+/// A [`healing_consumer`]: its URL, what heals it, and each delivery's message id.
+type Healing = (
+    String,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<Mutex<Vec<String>>>,
+);
+
+/// A consumer that refuses (503) every message whose id starts with `failing` until it is
+/// healed, and accepts the others.
+fn healing_consumer(runtime: &tokio::runtime::Runtime, failing: &'static str) -> Healing {
+    let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
+    let router = {
+        let (healed, calls) = (healed.clone(), calls.clone());
+        Router::new().route(
+            "/",
+            post(move |headers: HeaderMap| {
+                let (healed, calls) = (healed.clone(), calls.clone());
+                async move {
+                    let id = headers
+                        .get("x-verdict-message-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_string();
+                    let refused = id.starts_with(failing)
+                        && !healed.load(std::sync::atomic::Ordering::SeqCst);
+                    calls.lock().unwrap().push(id);
+                    if refused {
+                        StatusCode::SERVICE_UNAVAILABLE
+                    } else {
+                        StatusCode::OK
+                    }
+                }
+            }),
+        )
+    };
+    (serve(runtime, router), healed, calls)
+}
+
 /// A sample of `metric` for the route `orders` in `/metrics`.
 fn route_gauge(gw: &Gateway, metric: &str) -> Option<String> {
     let text = gw.admin.get_text("/metrics").expect("/metrics");
@@ -289,33 +328,7 @@ fn route_gauge(gw: &Gateway, metric: &str) -> Option<String> {
 #[test]
 fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
-    let router = {
-        let (healed, calls) = (healed.clone(), calls.clone());
-        Router::new().route(
-            "/",
-            post(move |headers: HeaderMap| {
-                let (healed, calls) = (healed.clone(), calls.clone());
-                async move {
-                    let id = headers
-                        .get("x-verdict-message-id")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_string();
-                    let failing =
-                        id.starts_with('p') && !healed.load(std::sync::atomic::Ordering::SeqCst);
-                    calls.lock().unwrap().push(id);
-                    if failing {
-                        StatusCode::SERVICE_UNAVAILABLE
-                    } else {
-                        StatusCode::OK
-                    }
-                }
-            }),
-        )
-    };
-    let url = serve(&runtime, router);
+    let (url, healed, calls) = healing_consumer(&runtime, "p");
     let gw = TestConfig::new()
         .policy("rules", fixtures::RULES)
         .route(
@@ -415,33 +428,7 @@ fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_ke
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let mq = RabbitFixture::new("ordered");
-    let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let calls: Arc<Mutex<Vec<String>>> = Arc::default();
-    let router = {
-        let (healed, calls) = (healed.clone(), calls.clone());
-        Router::new().route(
-            "/",
-            post(move |headers: HeaderMap| {
-                let (healed, calls) = (healed.clone(), calls.clone());
-                async move {
-                    let id = headers
-                        .get("x-verdict-message-id")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_string();
-                    let failing = id.starts_with("stuck")
-                        && !healed.load(std::sync::atomic::Ordering::SeqCst);
-                    calls.lock().unwrap().push(id);
-                    if failing {
-                        StatusCode::SERVICE_UNAVAILABLE
-                    } else {
-                        StatusCode::OK
-                    }
-                }
-            }),
-        )
-    };
-    let url = serve(&runtime, router);
+    let (url, healed, calls) = healing_consumer(&runtime, "stuck");
     let topic = mq.queue("orders");
     let gw = TestConfig::new()
         .policy("rules", fixtures::RULES)

@@ -326,6 +326,114 @@ fn rabbitmqctl(args: &[&str]) {
     assert!(status.success(), "rabbitmqctl {args:?}");
 }
 
+/// The RabbitMQ server the tests use.
+const RABBITMQ_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// Publish `messages` (properties and payload, made persistent) to `queue`, declared
+/// durable when missing, and wait for every confirm.
+fn rabbitmq_publish(
+    runtime: &tokio::runtime::Runtime,
+    queue: &str,
+    messages: Vec<(lapin::BasicProperties, Vec<u8>)>,
+) {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+    runtime.block_on(async {
+        let conn = lapin::Connection::connect(RABBITMQ_URL, Default::default())
+            .await
+            .unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions::durable(),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        let mut confirms = Vec::new();
+        for (properties, payload) in messages {
+            let publish = channel.basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                &payload,
+                properties.with_delivery_mode(2),
+            );
+            confirms.push(publish.await.unwrap());
+        }
+        futures_util::stream::iter(confirms)
+            .for_each(|c| async move { assert!(c.await.unwrap().is_ack()) })
+            .await;
+    });
+}
+
+/// The messages ready in `queue`, or `None` when it does not exist (or the broker is away).
+fn rabbitmq_depth(runtime: &tokio::runtime::Runtime, queue: &str) -> Option<u64> {
+    use lapin::options::QueueDeclareOptions;
+    runtime.block_on(async {
+        let conn = lapin::Connection::connect(RABBITMQ_URL, Default::default())
+            .await
+            .ok()?;
+        let channel = conn.create_channel().await.ok()?;
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        };
+        let q = channel
+            .queue_declare(queue.into(), passive, Default::default())
+            .await
+            .ok()?;
+        Some(u64::from(q.message_count()))
+    })
+}
+
+/// Take every envelope from `dlq` (counted per original message id), then delete `queues`
+/// and every queue and exchange a gateway may have made under `delay_prefix`.
+fn rabbitmq_drain_and_clean(
+    runtime: &tokio::runtime::Runtime,
+    dlq: &str,
+    queues: &[String],
+    delay_prefix: &str,
+) -> BTreeMap<String, u32> {
+    use lapin::options::{BasicGetOptions, QueueDeleteOptions};
+    runtime.block_on(async {
+        let conn = lapin::Connection::connect(RABBITMQ_URL, Default::default())
+            .await
+            .unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        let mut ids = BTreeMap::new();
+        while let Ok(Some(m)) = channel
+            .basic_get(dlq.into(), BasicGetOptions { no_ack: true })
+            .await
+        {
+            let e: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
+            *ids.entry(e["original"]["id"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+        // A failed delete closes its channel: one channel each.
+        let buckets = delay_names(delay_prefix);
+        for q in queues.iter().chain(&buckets) {
+            if let Ok(ch) = conn.create_channel().await {
+                let _ = ch
+                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                    .await;
+            }
+        }
+        for e in &buckets {
+            if let Ok(ch) = conn.create_channel().await {
+                let _ = ch
+                    .exchange_delete(e.as_str().into(), Default::default())
+                    .await;
+            }
+        }
+        ids
+    })
+}
+
 /// The RabbitMQ tests each restart the one broker: they take turns.
 static RABBITMQ: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -334,14 +442,6 @@ fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
     let _turn = RABBITMQ
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    use lapin::options::{
-        BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
-        QueueDeleteOptions,
-    };
-    use lapin::types::FieldTable;
-    use lapin::{BasicProperties, Connection, ConnectionProperties};
-
-    const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
     let dir = dir("brokers-rabbitmq");
     let prefix = format!("k{}", std::process::id());
     let queue = format!("{prefix}.orders");
@@ -368,45 +468,14 @@ fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
             assert!(wait_until(Duration::from_secs(60), || port_open(5672)));
         },
         || {
-            runtime.block_on(async {
-                let conn = Connection::connect(URL, ConnectionProperties::default())
-                    .await
-                    .unwrap();
-                let channel = conn.create_channel().await.unwrap();
-                channel
-                    .confirm_select(ConfirmSelectOptions::default())
-                    .await
-                    .unwrap();
-                channel
-                    .queue_declare(
-                        queue.as_str().into(),
-                        QueueDeclareOptions::durable(),
-                        FieldTable::default(),
-                    )
-                    .await
-                    .unwrap();
-                let mut confirms = Vec::new();
-                for i in 0..1_000 {
-                    let payload = format!(r#"{{"order": {i}}}"#);
-                    confirms.push(
-                        channel
-                            .basic_publish(
-                                "".into(),
-                                queue.as_str().into(),
-                                BasicPublishOptions::default(),
-                                payload.as_bytes(),
-                                BasicProperties::default()
-                                    .with_message_id(format!("m-{i}").into())
-                                    .with_delivery_mode(2),
-                            )
-                            .await
-                            .unwrap(),
-                    );
-                }
-                futures_util::stream::iter(confirms)
-                    .for_each(|c| async move { assert!(c.await.unwrap().is_ack()) })
-                    .await;
-            });
+            let messages = (0..1_000)
+                .map(|i| {
+                    let properties =
+                        lapin::BasicProperties::default().with_message_id(format!("m-{i}").into());
+                    (properties, format!(r#"{{"order": {i}}}"#).into_bytes())
+                })
+                .collect();
+            rabbitmq_publish(&runtime, &queue, messages);
         },
     );
     assert!(
@@ -415,28 +484,7 @@ fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
     );
 
     let permanent = permanent_ids(1_000);
-    let depth = |name: &str| -> u64 {
-        runtime
-            .block_on(async {
-                let conn = Connection::connect(URL, ConnectionProperties::default())
-                    .await
-                    .ok()?;
-                let channel = conn.create_channel().await.ok()?;
-                let q = channel
-                    .queue_declare(
-                        name.into(),
-                        QueueDeclareOptions {
-                            passive: true,
-                            ..Default::default()
-                        },
-                        FieldTable::default(),
-                    )
-                    .await
-                    .ok()?;
-                Some(u64::from(q.message_count()))
-            })
-            .unwrap_or(0)
-    };
+    let depth = |name: &str| rabbitmq_depth(&runtime, name).unwrap_or(0);
     let done = wait_until(Duration::from_secs(180), || {
         accepted(&run.consumer) == 1_000 - permanent.len() as u64
             && depth(&dlq) >= permanent.len() as u64
@@ -451,40 +499,8 @@ fn rabbitmq_kill_9_and_a_broker_restart_lose_nothing() {
     drop(gw);
     // Every permanent failure is in the DLQ; a crash between the confirm and the ack may
     // have written one twice (a duplicate, never a loss).
-    let dead: BTreeMap<String, u32> = runtime.block_on(async {
-        let conn = Connection::connect(URL, ConnectionProperties::default())
-            .await
-            .unwrap();
-        let channel = conn.create_channel().await.unwrap();
-        let mut ids = BTreeMap::new();
-        while let Ok(Some(m)) = channel
-            .basic_get(dlq.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-        {
-            let e: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
-            *ids.entry(e["original"]["id"].as_str().unwrap().to_string())
-                .or_default() += 1;
-        }
-        // Every delay bucket the run may have declared (a failed delete closes its
-        // channel: one channel each).
-        let buckets = delay_names(&format!("{prefix}.delay"));
-        let queues = [queue.clone(), dlq.clone(), format!("{prefix}.audit")];
-        for q in queues.iter().chain(&buckets) {
-            if let Ok(ch) = conn.create_channel().await {
-                let _ = ch
-                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                    .await;
-            }
-        }
-        for e in &buckets {
-            if let Ok(ch) = conn.create_channel().await {
-                let _ = ch
-                    .exchange_delete(e.as_str().into(), Default::default())
-                    .await;
-            }
-        }
-        ids
-    });
+    let queues = [queue.clone(), dlq.clone(), format!("{prefix}.audit")];
+    let dead = rabbitmq_drain_and_clean(&runtime, &dlq, &queues, &format!("{prefix}.delay"));
     assert_eq!(dead.keys().cloned().collect::<BTreeSet<_>>(), permanent);
     eprintln!(
         "rabbitmq: kill -9 and a broker restart mid-run: {} duplicate deliveries, {} duplicate dead letters",
@@ -507,14 +523,7 @@ fn rabbitmq_ordered_keys_stay_in_publish_order_through_kill_9_a_takeover_and_a_b
     let _turn = RABBITMQ
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    use lapin::options::{
-        BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions,
-        QueueDeleteOptions,
-    };
     use lapin::types::{AMQPValue, FieldTable, LongString};
-    use lapin::{BasicProperties, Connection, ConnectionProperties};
-
-    const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
     const KEYS: u32 = 10;
     const PER_KEY: u32 = 100;
     let total = KEYS * PER_KEY;
@@ -558,56 +567,27 @@ fn rabbitmq_ordered_keys_stay_in_publish_order_through_kill_9_a_takeover_and_a_b
         wait_until(Duration::from_secs(30), || ready(&b)),
         "a gateway standing by is ready"
     );
-    runtime.block_on(async {
-        let conn = Connection::connect(URL, ConnectionProperties::default())
-            .await
-            .unwrap();
-        let channel = conn.create_channel().await.unwrap();
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .unwrap();
-        channel
-            .queue_declare(
-                queue.as_str().into(),
-                QueueDeclareOptions::durable(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        let mut confirms = Vec::new();
-        for n in 0..PER_KEY {
-            for k in 0..KEYS {
-                let mut headers = FieldTable::default();
-                for (name, value) in [
-                    ("Order-Id", format!("key-{k}")),
-                    ("Order-Seq", n.to_string()),
-                ] {
-                    headers.insert(name.into(), AMQPValue::LongString(LongString::from(value)));
-                }
-                let payload = format!(r#"{{"key": {k}, "n": {n}}}"#);
-                confirms.push(
-                    channel
-                        .basic_publish(
-                            "".into(),
-                            queue.as_str().into(),
-                            BasicPublishOptions::default(),
-                            payload.as_bytes(),
-                            BasicProperties::default()
-                                .with_message_id(format!("m-{}", n * KEYS + k).into())
-                                .with_content_type("application/json".into())
-                                .with_headers(headers)
-                                .with_delivery_mode(2),
-                        )
-                        .await
-                        .unwrap(),
-                );
+    let messages = (0..PER_KEY)
+        .flat_map(|n| (0..KEYS).map(move |k| (n, k)))
+        .map(|(n, k)| {
+            let mut headers = FieldTable::default();
+            for (name, value) in [
+                ("Order-Id", format!("key-{k}")),
+                ("Order-Seq", n.to_string()),
+            ] {
+                headers.insert(name.into(), AMQPValue::LongString(LongString::from(value)));
             }
-        }
-        futures_util::stream::iter(confirms)
-            .for_each(|c| async move { assert!(c.await.unwrap().is_ack()) })
-            .await;
-    });
+            let properties = lapin::BasicProperties::default()
+                .with_message_id(format!("m-{}", n * KEYS + k).into())
+                .with_content_type("application/json".into())
+                .with_headers(headers);
+            (
+                properties,
+                format!(r#"{{"key": {k}, "n": {n}}}"#).into_bytes(),
+            )
+        })
+        .collect();
+    rabbitmq_publish(&runtime, &queue, messages);
     assert!(wait_until(Duration::from_secs(120), || accepted(&consumer)
         >= u64::from(total / 5)));
     a.child.kill().unwrap(); // SIGKILL
@@ -619,12 +599,12 @@ fn rabbitmq_ordered_keys_stay_in_publish_order_through_kill_9_a_takeover_and_a_b
         "the gateway standing by took the queue over"
     );
     runtime.block_on(async {
-        let conn = Connection::connect(URL, ConnectionProperties::default())
+        let conn = lapin::Connection::connect(RABBITMQ_URL, Default::default())
             .await
             .unwrap();
         let channel = conn.create_channel().await.unwrap();
         channel
-            .queue_delete(other.as_str().into(), QueueDeleteOptions::default())
+            .queue_delete(other.as_str().into(), Default::default())
             .await
             .unwrap();
     });
@@ -642,26 +622,7 @@ fn rabbitmq_ordered_keys_stay_in_publish_order_through_kill_9_a_takeover_and_a_b
         "/readyz recovers"
     );
     let permanent = permanent_ids(total);
-    let depth = |name: &str| -> Option<u64> {
-        runtime.block_on(async {
-            let conn = Connection::connect(URL, ConnectionProperties::default())
-                .await
-                .ok()?;
-            let channel = conn.create_channel().await.ok()?;
-            let q = channel
-                .queue_declare(
-                    name.into(),
-                    QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await
-                .ok()?;
-            Some(u64::from(q.message_count()))
-        })
-    };
+    let depth = |name: &str| rabbitmq_depth(&runtime, name);
     let done = wait_until(Duration::from_secs(240), || {
         accepted(&consumer) == u64::from(total) - permanent.len() as u64
             && depth(&dlq).unwrap_or(0) >= permanent.len() as u64
@@ -680,43 +641,14 @@ fn rabbitmq_ordered_keys_stay_in_publish_order_through_kill_9_a_takeover_and_a_b
         .iter()
         .filter(|name| !name.contains(".due") && depth(name).is_some())
         .collect();
-    let dead: BTreeMap<String, u32> = runtime.block_on(async {
-        let conn = Connection::connect(URL, ConnectionProperties::default())
-            .await
-            .unwrap();
-        let channel = conn.create_channel().await.unwrap();
-        let mut ids = BTreeMap::new();
-        while let Ok(Some(m)) = channel
-            .basic_get(dlq.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-        {
-            let e: serde_json::Value = serde_json::from_slice(&m.delivery.data).unwrap();
-            *ids.entry(e["original"]["id"].as_str().unwrap().to_string())
-                .or_default() += 1;
-        }
-        let queues = [
-            queue.clone(),
-            dlq.clone(),
-            other.clone(),
-            format!("{other}.DLQ"),
-            format!("{prefix}.audit"),
-        ];
-        for q in queues.iter().chain(&buckets) {
-            if let Ok(ch) = conn.create_channel().await {
-                let _ = ch
-                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                    .await;
-            }
-        }
-        for e in &buckets {
-            if let Ok(ch) = conn.create_channel().await {
-                let _ = ch
-                    .exchange_delete(e.as_str().into(), Default::default())
-                    .await;
-            }
-        }
-        ids
-    });
+    let queues = [
+        queue.clone(),
+        dlq.clone(),
+        other.clone(),
+        format!("{other}.DLQ"),
+        format!("{prefix}.audit"),
+    ];
+    let dead = rabbitmq_drain_and_clean(&runtime, &dlq, &queues, &format!("{prefix}.delay"));
     assert_eq!(dead.keys().cloned().collect::<BTreeSet<_>>(), permanent);
     let stats = stats(&consumer);
     eprintln!(
