@@ -2,9 +2,9 @@
 //! queue, and delivers one message of a key at a time, a failed one retried in place.
 //!
 //! - **One consumer.** The queue is consumed with `basic.consume`'s `exclusive` flag, so
-//!   the broker hands it to one gateway at a time. Another gateway is refused
-//!   (`ACCESS_REFUSED`), stands by and asks again every [`STANDBY_RETRY`], taking over once
-//!   the holder's connection closes. (A single-active-consumer queue would do the same, but
+//!   the broker hands it to one gateway at a time. Another gateway sees the queue has a
+//!   consumer (asking anyway would be refused, `ACCESS_REFUSED`), stands by and looks
+//!   again every [`STANDBY_RETRY`], taking over once the holder's consumer is gone. (A single-active-consumer queue would do the same, but
 //!   that is an argument fixed when a queue is declared: an existing queue could not be
 //!   switched to it without deleting it.)
 //! - **One message of a key at a time.** The broker hands a queue's messages out in order;
