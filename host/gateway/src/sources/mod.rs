@@ -41,7 +41,7 @@ mod store_outage;
 mod supervise;
 
 pub use settle_failures::MAX_SETTLE_FAILURES;
-pub(crate) use settlement_driver::{Held, Settled, SettlementDriver, Unapplied};
+pub(crate) use settlement_driver::{Held, Settled, SettlementDriver, Unapplied, next_attempt};
 pub use source::Source;
 pub(crate) use store_outage::StoreOutage;
 pub(crate) use supervise::{drained, supervise};

@@ -34,7 +34,7 @@ use futures_util::FutureExt as _;
 use verdict_runtime::text::Clean;
 
 use super::settle_failures::{MAX_SETTLE_FAILURES, SettleFailures, release_delay};
-use crate::model::{Delivery, Handled, Settlement};
+use crate::model::{AttemptRecord, Delivery, Handled, Settlement};
 use crate::pipeline::{Pipeline, RouteSlot, RouteTarget, SettleFault};
 use crate::telemetry::DeliveryTrace;
 
@@ -431,6 +431,24 @@ async fn apply_once<H: Held>(held: &mut H, settlement: Settlement) -> Result<(),
                 super::panic_text(&*panic)
             )))
         })
+}
+
+/// The next attempt a settlement asks for - the failure it adds to the history (with
+/// whether it spends an attempt) and the delay - or `None` for a final settlement: what a
+/// source that keeps a retried message in place (RabbitMQ or Kafka ordered by key, Kafka
+/// blocking) or writes a retry copy (RabbitMQ's buckets) carries to the next attempt.
+pub(crate) fn next_attempt(
+    settlement: &Settlement,
+) -> Option<(Option<(&AttemptRecord, bool)>, u64)> {
+    match settlement {
+        Settlement::Again {
+            failed,
+            delay_ms,
+            spend_attempt,
+        } => Some((Some((failed, *spend_attempt)), *delay_ms)),
+        Settlement::Release { delay_ms } => Some((None, *delay_ms)),
+        Settlement::Delivered | Settlement::DeadLetter { .. } | Settlement::Discard { .. } => None,
+    }
 }
 
 #[cfg(test)]

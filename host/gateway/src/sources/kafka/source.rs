@@ -1198,24 +1198,15 @@ struct Record<'a> {
 
 impl Held for Record<'_> {
     async fn apply(&mut self, settlement: Settlement) -> Result<(), Unapplied> {
-        if self.blocking {
-            let in_place = match &settlement {
-                Settlement::Again {
-                    failed,
-                    delay_ms,
-                    spend_attempt,
-                } => Some((Some((failed, *spend_attempt)), *delay_ms)),
-                Settlement::Release { delay_ms } => Some((None, *delay_ms)),
-                _ => None,
-            };
-            if let Some((failed, delay_ms)) = in_place {
-                // Nothing to write: the record stays this task's, its next attempt counted
-                // here as a copy's signed history would count it.
-                let mut next = self.incoming.delivery.clone();
-                advance(&mut next, failed);
-                self.next = Some(Next::InPlace(next, Duration::from_millis(delay_ms)));
-                return Ok(());
-            }
+        if self.blocking
+            && let Some((failed, delay_ms)) = crate::sources::next_attempt(&settlement)
+        {
+            // Nothing to write: the record stays this task's, its next attempt counted
+            // here as a copy's signed history would count it.
+            let mut next = self.incoming.delivery.clone();
+            advance(&mut next, failed);
+            self.next = Some(Next::InPlace(next, Duration::from_millis(delay_ms)));
+            return Ok(());
         }
         self.job
             .apply(self.incoming, settlement)

@@ -31,9 +31,9 @@ use lapin::{BasicProperties, ConnectionProperties};
 use tokio::sync::{Semaphore, watch};
 
 use super::signed_history::report_foreign_key;
-use super::{AbortOnDrop, Held, SettlementDriver, Source, Unapplied};
+use super::{AbortOnDrop, Held, SettlementDriver, Source, Unapplied, next_attempt};
 use crate::health::{BrokerDlqs, Readiness};
-use crate::model::{AttemptRecord, AuditRecord, Delivery, Settlement};
+use crate::model::{AuditRecord, Delivery, Settlement};
 use crate::pipeline::{Pipeline, now_ms};
 use verdict_registry::{GatewaySection, RabbitmqConfig};
 use verdict_runtime::text::Clean;
@@ -808,20 +808,6 @@ async fn apply(
         }
     }
     Ok(())
-}
-
-/// The next attempt a settlement asks for - the failure it adds to the history (with
-/// whether it spends an attempt) and the delay - or `None` for a final settlement.
-fn next_attempt(settlement: &Settlement) -> Option<(Option<(&AttemptRecord, bool)>, u64)> {
-    match settlement {
-        Settlement::Again {
-            failed,
-            delay_ms,
-            spend_attempt,
-        } => Some((Some((failed, *spend_attempt)), *delay_ms)),
-        Settlement::Release { delay_ms } => Some((None, *delay_ms)),
-        Settlement::Delivered | Settlement::DeadLetter { .. } | Settlement::Discard { .. } => None,
-    }
 }
 
 /// Read each DLQ's depth from the broker about once a second.
