@@ -126,16 +126,21 @@ impl KeyChains {
             .clone()
     }
 
-    /// Mark `key` of `queue` parked or not; how many keys of `queue` are parked now.
-    fn park(&self, queue: &str, key: &str, parked: bool) -> u64 {
+    /// Mark `key` of `queue` parked or not: how many keys of `queue` are parked now, or
+    /// `None` when nothing changed (a key that never failed costs no allocation or gauge
+    /// update when its message settles).
+    fn park(&self, queue: &str, key: &str, parked: bool) -> Option<u64> {
         let mut keys = self.parked.lock().unwrap_or_else(PoisonError::into_inner);
-        let of_queue = keys.entry(queue.to_string()).or_default();
-        if parked {
-            of_queue.insert(key.to_string());
+        let changed = if parked {
+            keys.entry(queue.to_string())
+                .or_default()
+                .insert(key.to_string())
         } else {
-            of_queue.remove(key);
-        }
-        of_queue.len() as u64
+            keys.get_mut(queue)
+                .is_some_and(|of_queue| of_queue.remove(key))
+        };
+        let now = keys.get(queue).map_or(0, HashSet::len) as u64;
+        changed.then_some(now)
     }
 
     fn history(&self, key: &str) -> Option<BasicProperties> {
@@ -229,8 +234,9 @@ pub(super) fn run_chain(
             let delivery = deliver(&job, &chains, (&queue, &key), &message, &mut shutdown);
             let delivered = AssertUnwindSafe(delivery).catch_unwind().await;
             // Whatever ended its message's turn, the key is no longer parked behind it.
-            let parked = chains.park(&queue, &key, false);
-            job.driver.pipeline().parked_keys_held(&queue, parked);
+            if let Some(parked) = chains.park(&queue, &key, false) {
+                job.driver.pipeline().parked_keys_held(&queue, parked);
+            }
             // The driver turns a panic in processing into a dead letter; one past it must
             // neither stall the key nor let its next message overtake this one: the channel
             // closes, and the broker puts this message and its key's next ones back in
@@ -283,8 +289,9 @@ async fn deliver(
             Attempted::NotDelivered => return,
             Attempted::InPlace(again) => {
                 chains.keep_history(&failure_key, again.properties.clone());
-                let parked = chains.park(queue, key, true);
-                job.driver.pipeline().parked_keys_held(queue, parked);
+                if let Some(parked) = chains.park(queue, key, true) {
+                    job.driver.pipeline().parked_keys_held(queue, parked);
+                }
                 if !wait_in_place(again.wait, &job.channel, shutdown).await {
                     return;
                 }
