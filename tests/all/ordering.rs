@@ -521,3 +521,204 @@ fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_ke
         .collect();
     assert!(declared.is_empty(), "retries waited in place: {declared:?}");
 }
+
+/// Kafka, ordered by key (the record's key): while a key's record fails (503 until the
+/// consumer heals) it waits out its retries in place, so its partition - every key in it -
+/// counts as one parked key in `verdict_parked_keys` and `/v1/routes` (0 before it parks
+/// and after it clears), and the key's next record comes only after the stuck one's last
+/// attempt. Nothing goes through a retry topic.
+#[cfg(feature = "kafka")]
+#[test]
+fn on_kafka_a_failing_key_parks_its_partition_and_is_counted_until_it_clears() {
+    use verdict_tests::kafka::KafkaFixture;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let broker = KafkaFixture::new("ordered-parked");
+    let (url, healed, calls) = healing_consumer(&runtime, "stuck");
+    let topic = broker.topic("orders");
+    let gw = TestConfig::new()
+        .set("gateway.consumer_group", "verdict")
+        .merge("gateway", &broker.section())
+        .policy("rules", fixtures::RULES)
+        .route(
+            Route::new(&topic, "rules")
+                .set("source", "kafka")
+                .config(
+                    r#"{ max_attempts = 30, rules = [
+                        { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+                        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 300 } },
+                    ] }"#,
+                )
+                .consumer(&url)
+                .set("consumer.concurrency", 8)
+                .set("ordering", "key"),
+        )
+        .start_on(runtime, &scratch_dir("ordering-kafka"), "ordering-token");
+    gw.wait_ready();
+    let parked = || -> Value {
+        let routes: Value = gw.admin.get("/v1/routes").expect("/v1/routes");
+        routes[0]["parked_keys"].clone()
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || parked()["keys"] == json!(0)),
+        "shown before any key parks: {}",
+        parked()
+    );
+    let record = |id: &str| {
+        let headers: [(&str, &[u8]); 2] = [
+            ("message-id", id.as_bytes()),
+            ("content-type", b"application/json"),
+        ];
+        broker.produce(&topic, "order-7", b"{}", &headers);
+    };
+    record("stuck-0");
+    record("stuck-1");
+    let gauge = || {
+        let text = gw.admin.get_text("/metrics").expect("/metrics");
+        let prefix = format!("verdict_parked_keys{{topic=\"{topic}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+    };
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            calls
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|id| *id == "stuck-0")
+                .count()
+                >= 3
+        }),
+        "the stuck record retries: {:?}",
+        calls.lock().unwrap()
+    );
+    assert_eq!(parked()["keys"], json!(1), "{}", parked());
+    assert_eq!(gauge().as_deref(), Some("1"));
+    assert!(
+        !calls.lock().unwrap().contains(&"stuck-1".to_string()),
+        "a parked key's next record waits"
+    );
+
+    healed.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        wait_for(Duration::from_secs(20), || calls
+            .lock()
+            .unwrap()
+            .contains(&"stuck-1".to_string())),
+        "the key goes on once healed"
+    );
+    let calls = calls.lock().unwrap().clone();
+    let last_first = calls.iter().rposition(|id| id == "stuck-0").unwrap();
+    let second = calls.iter().position(|id| id == "stuck-1").unwrap();
+    assert!(last_first < second, "in order: {calls:?}");
+    assert!(wait_for(Duration::from_secs(5), || parked()["keys"] == json!(0)));
+    assert_eq!(gauge().as_deref(), Some("0"));
+    let retries = broker.topic(&format!(
+        "retry.{}",
+        verdict_gateway::sources::delay_buckets::bucket_ms(300)
+    ));
+    assert_eq!(broker.depth(&retries), 0, "no retry went through a topic");
+}
+
+/// NATS, ordered by key: a key whose first message fails (503 until the consumer heals)
+/// retries in place with its second message held back undelivered, while another key's
+/// five messages all go, in order; the parked key shows in `verdict_parked_keys` and
+/// `/v1/routes` until it clears, its messages then come in publish order, and nothing is
+/// left pending on the route's consumer.
+#[test]
+fn on_nats_a_failing_key_waits_in_place_and_is_counted_parked_while_other_keys_flow() {
+    use async_nats::HeaderMap;
+    use verdict_tests::nats::NatsFixture;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nats = NatsFixture::new("ordered");
+    let (url, healed, calls) = healing_consumer(&runtime, "stuck");
+    let topic = nats.subject("orders");
+    let gw = TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .route(
+            Route::new(&topic, "rules")
+                .set("source", "nats")
+                .config(
+                    r#"{ max_attempts = 30, rules = [
+                        { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+                        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 300 } },
+                    ] }"#,
+                )
+                .consumer(&url)
+                .set("consumer.concurrency", 8)
+                .set("ordering", "key")
+                .set("key_header", "order-id"),
+        )
+        .merge("", &nats.section())
+        .start_on(runtime, &scratch_dir("ordering-nats"), "ordering-token");
+    gw.wait_ready();
+    let parked = || -> Value {
+        let routes: Value = gw.admin.get("/v1/routes").expect("/v1/routes");
+        routes[0]["parked_keys"].clone()
+    };
+    assert_eq!(parked()["keys"], json!(0), "shown before any key parks");
+    let message = |id: &str, key: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", id);
+        headers.insert("Order-Id", key);
+        headers.insert("Content-Type", "application/json");
+        nats.publish_raw("orders", headers, b"{}".to_vec());
+    };
+    message("stuck-0", "stuck");
+    message("stuck-1", "stuck");
+    for n in 0..5 {
+        message(&format!("free-{n}"), "free");
+    }
+    let gauge = || {
+        let text = gw.admin.get_text("/metrics").expect("/metrics");
+        let prefix = format!("verdict_parked_keys{{topic=\"{topic}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+    };
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            let calls = calls.lock().unwrap();
+            (0..5).all(|n| calls.contains(&format!("free-{n}")))
+                && calls.iter().filter(|id| *id == "stuck-0").count() >= 3
+        }),
+        "the other key flows while the failing one retries: {:?}",
+        calls.lock().unwrap()
+    );
+    {
+        let calls = calls.lock().unwrap();
+        assert!(
+            !calls.contains(&"stuck-1".to_string()),
+            "a parked key's next message waits: {calls:?}"
+        );
+        let free: Vec<&String> = calls.iter().filter(|id| id.starts_with("free")).collect();
+        assert_eq!(free, ["free-0", "free-1", "free-2", "free-3", "free-4"]);
+    }
+    assert_eq!(parked()["keys"], json!(1), "{}", parked());
+    assert_eq!(gauge().as_deref(), Some("1"));
+
+    healed.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        wait_for(Duration::from_secs(20), || calls
+            .lock()
+            .unwrap()
+            .contains(&"stuck-1".to_string())),
+        "the key goes on once healed"
+    );
+    let seen = calls.lock().unwrap().clone();
+    let last_first = seen.iter().rposition(|id| id == "stuck-0").unwrap();
+    let second = seen.iter().position(|id| id == "stuck-1").unwrap();
+    assert!(last_first < second, "in publish order: {seen:?}");
+    assert!(wait_for(Duration::from_secs(5), || parked()["keys"] == json!(0)));
+    assert_eq!(gauge().as_deref(), Some("0"));
+    assert!(
+        nats.wait_for(Duration::from_secs(10), || nats.pending("") == (0, 0)),
+        "everything settled on the route's consumer: {:?}",
+        nats.pending("")
+    );
+    assert_eq!(
+        seen.iter().filter(|id| id.starts_with("free")).count(),
+        5,
+        "each free message once"
+    );
+}

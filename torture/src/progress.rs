@@ -13,10 +13,11 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(on: bool, name: &'static str) -> Progress {
+    /// `in_place`: the line may be rewritten at a terminal (no other run prints beside it).
+    pub fn new(on: bool, in_place: bool, name: &'static str) -> Progress {
         Progress {
             on,
-            tty: std::io::stderr().is_terminal(),
+            tty: in_place && std::io::stderr().is_terminal(),
             name,
             last: std::cell::Cell::new(None),
         }

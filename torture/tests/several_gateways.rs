@@ -7,7 +7,8 @@
 //! NATS a message is left to another route's consumer only when the server says that
 //! consumer takes it. No message may be lost, and no duplicate appear beyond what the
 //! faults explain. The policy is the `rules` table's Python port for one seed of each source
-//! and its JavaScript port for the other (the Rust build runs everywhere else).
+//! and its JavaScript port for the other (the Rust build runs everywhere else). The four
+//! sources run side by side (`--jobs`), each source's two seeds one after the other.
 
 mod common;
 
@@ -29,6 +30,8 @@ fn two_gateways_a_clock_apart_keep_the_invariants_on_every_shared_source() {
             "150",
             "--faults",
             "6",
+            "--jobs",
+            "4",
             "--duration",
             "90",
             "--languages",

@@ -1,7 +1,6 @@
 //! Real brokers through the real binaries: on NATS JetStream, RabbitMQ and Kafka, a gateway
 //! `kill -9`ed mid-run and the broker itself restarted mid-run lose nothing; duplicates are
-//! counted, and a RabbitMQ or Kafka route ordered by key keeps each key's order through
-//! both. A broker restart would disturb any other test on that broker: the tests on a
+//! counted, and a route ordered by key keeps each key's order through both. A broker restart would disturb any other test on that broker: the tests on a
 //! shared broker take turns (test binaries run one at a time, so no other file's tests are
 //! running); the Kafka tests each run a broker of their own.
 
@@ -157,21 +156,103 @@ fn start_detached(command: &[String]) {
         .expect("setsid starts the server");
 }
 
-#[test]
-fn nats_kill_9_and_a_server_restart_lose_nothing() {
-    let dir = dir("brokers-nats");
-    let prefix = format!("k{}", std::process::id());
-    let consumer = consumer("127.0.0.1:0", 5);
-    let config = config(&format!("{prefix}.orders"), "nats", &consumer)
-        .set("gateway.consumer_group", prefix.as_str())
-        .set("nats.stream", prefix.as_str())
+/// The NATS tests restart the machine's server: one at a time.
+static NATS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Stop the machine's NATS server, see `gw` report it lost, and start it again.
+fn restart_nats(gw: &Proc, command: &[String]) {
+    let pid = nats_server_pid();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(wait_until(Duration::from_secs(30), || !port_open(4222)));
+    assert!(
+        wait_until(Duration::from_secs(10), || !ready(gw)),
+        "/readyz reports the lost broker"
+    );
+    start_detached(command);
+    assert!(wait_until(Duration::from_secs(30), || port_open(4222)));
+}
+
+/// How many dead letters of each original id the DLQ stream `stream` holds.
+fn nats_dlq_ids(
+    runtime: &tokio::runtime::Runtime,
+    js: &async_nats::jetstream::Context,
+    stream: &str,
+) -> BTreeMap<String, u32> {
+    runtime.block_on(async {
+        let mut ids = BTreeMap::new();
+        let Ok(mut stream) = js.get_stream(stream).await else {
+            return ids;
+        };
+        let state = stream.info().await.unwrap().state.clone();
+        if state.messages == 0 {
+            return ids;
+        }
+        for seq in state.first_sequence..=state.last_sequence {
+            if let Ok(m) = stream.get_raw_message(seq).await {
+                let e: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
+                *ids.entry(e["original"]["id"].as_str().unwrap().to_string())
+                    .or_default() += 1;
+            }
+        }
+        ids
+    })
+}
+
+/// A test's NATS settings: its own stream, DLQ and audit streams, history bucket and
+/// consumer group, all named after `prefix`.
+fn nats_settings(config: TestConfig, prefix: &str) -> TestConfig {
+    config
+        .set("gateway.consumer_group", prefix)
+        .set("nats.stream", prefix)
         .set("nats.dlq_stream", format!("{prefix}_DLQ"))
         .set("nats.dlq_subject_prefix", format!("{prefix}dlq"))
         .set("nats.audit_stream", format!("{prefix}_AUDIT"))
         .set("nats.audit_subject_prefix", format!("{prefix}audit"))
         .set("nats.history_bucket", format!("{prefix}-history"))
         .set("nats.ack_wait_ms", 3000)
-        .write_toml(&dir);
+}
+
+/// Delete what [`nats_settings`] named.
+fn nats_clean(
+    runtime: &tokio::runtime::Runtime,
+    js: &async_nats::jetstream::Context,
+    prefix: &str,
+) {
+    runtime.block_on(async {
+        for s in [
+            prefix.to_string(),
+            format!("{prefix}_DLQ"),
+            format!("{prefix}_AUDIT"),
+            format!("KV_{prefix}-history"),
+        ] {
+            let _ = js.delete_stream(&s).await;
+        }
+    });
+}
+
+fn nats_connect(runtime: &tokio::runtime::Runtime) -> async_nats::jetstream::Context {
+    runtime
+        .block_on(async {
+            async_nats::connect("nats://127.0.0.1:4222")
+                .await
+                .map(async_nats::jetstream::new)
+        })
+        .unwrap()
+}
+
+#[test]
+fn nats_kill_9_and_a_server_restart_lose_nothing() {
+    let _turn = NATS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = dir("brokers-nats");
+    let prefix = format!("k{}", std::process::id());
+    let consumer = consumer("127.0.0.1:0", 5);
+    let config = nats_settings(
+        config(&format!("{prefix}.orders"), "nats", &consumer),
+        &prefix,
+    )
+    .write_toml(&dir);
     let command = nats_server_command();
     let _restore = Restore {
         port: 4222,
@@ -181,26 +262,10 @@ fn nats_kill_9_and_a_server_restart_lose_nothing() {
         }),
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let js = runtime
-        .block_on(async {
-            async_nats::connect("nats://127.0.0.1:4222")
-                .await
-                .map(async_nats::jetstream::new)
-        })
-        .unwrap();
+    let js = nats_connect(&runtime);
     let run = Run { consumer, config };
     let gw = run.through(
-        |gw| {
-            let pid = nats_server_pid();
-            Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-            assert!(wait_until(Duration::from_secs(30), || !port_open(4222)));
-            assert!(
-                wait_until(Duration::from_secs(10), || !ready(gw)),
-                "/readyz reports the lost broker"
-            );
-            start_detached(&command);
-            assert!(wait_until(Duration::from_secs(30), || port_open(4222)));
-        },
+        |gw| restart_nats(gw, &command),
         || {
             runtime.block_on(async {
                 let mut acks = Vec::new();
@@ -231,26 +296,7 @@ fn nats_kill_9_and_a_server_restart_lose_nothing() {
 
     // Count equality against the broker: delivered + dead-lettered = 1,000, each once.
     let permanent = permanent_ids(1_000);
-    let dlq_ids = || -> BTreeMap<String, u32> {
-        runtime.block_on(async {
-            let mut ids = BTreeMap::new();
-            let Ok(mut stream) = js.get_stream(format!("{prefix}_DLQ")).await else {
-                return ids;
-            };
-            let state = stream.info().await.unwrap().state.clone();
-            if state.messages == 0 {
-                return ids;
-            }
-            for seq in state.first_sequence..=state.last_sequence {
-                if let Ok(m) = stream.get_raw_message(seq).await {
-                    let e: serde_json::Value = serde_json::from_slice(&m.payload).unwrap();
-                    *ids.entry(e["original"]["id"].as_str().unwrap().to_string())
-                        .or_default() += 1;
-                }
-            }
-            ids
-        })
-    };
+    let dlq_ids = || nats_dlq_ids(&runtime, &js, &format!("{prefix}_DLQ"));
     let done = wait_until(Duration::from_secs(180), || {
         accepted(&run.consumer) == 1_000 - permanent.len() as u64
             && dlq_ids().len() == permanent.len()
@@ -290,16 +336,120 @@ fn nats_kill_9_and_a_server_restart_lose_nothing() {
         duplicates(&run.consumer),
         dead.values().map(|n| n - 1).sum::<u32>()
     );
+    nats_clean(&runtime, &js, &prefix);
+}
+
+/// NATS, ordered by key: two gateways share the route (one delivers it, the other stands
+/// by); 10 keys x 100 messages published interleaved, 20% failing 1-3 times and 5% for
+/// good; the gateway delivering `kill -9`ed at a fifth (the other takes over once its record
+/// goes stale and what it held comes back; the killed one comes back to stand by), the
+/// server stopped and started at half. Every delivery is checked against its key's order.
+#[test]
+fn nats_ordered_keys_stay_in_publish_order_through_kill_9_a_takeover_and_a_server_restart() {
+    let _turn = NATS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    const KEYS: u32 = 10;
+    const PER_KEY: u32 = 100;
+    let total = KEYS * PER_KEY;
+    let prefix = format!("n{}", std::process::id());
+    let subject = format!("{prefix}.orders");
+    let consumer = common::ordered_consumer(5);
+    let (dir_a, dir_b) = (dir("brokers-nats-ordered-a"), dir("brokers-nats-ordered-b"));
+    let config = |dir: &Path| {
+        nats_settings(
+            config_of(
+                route(&subject, "nats", &consumer)
+                    .set("ordering", "key")
+                    .set("key_header", "order-id"),
+            ),
+            &prefix,
+        )
+        .write_toml(dir)
+    };
+    let (config_a, config_b) = (config(&dir_a), config(&dir_b));
+    let command = nats_server_command();
+    let _restore = Restore {
+        port: 4222,
+        start: Box::new({
+            let command = command.clone();
+            move || start_detached(&command)
+        }),
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let js = nats_connect(&runtime);
+    let mut a = gateway(&config_a);
+    assert!(wait_until(Duration::from_secs(30), || ready(&a)));
+    // `a` takes the route first; `b` finds it held.
+    std::thread::sleep(Duration::from_secs(2));
+    let b = gateway(&config_b);
+    assert!(
+        wait_until(Duration::from_secs(30), || ready(&b)),
+        "a gateway standing by is ready"
+    );
     runtime.block_on(async {
-        for s in [
-            prefix.clone(),
-            format!("{prefix}_DLQ"),
-            format!("{prefix}_AUDIT"),
-            format!("KV_{prefix}-history"),
-        ] {
-            let _ = js.delete_stream(&s).await;
+        let mut acks = Vec::new();
+        for n in 0..PER_KEY {
+            for k in 0..KEYS {
+                let mut headers = async_nats::HeaderMap::new();
+                headers.insert("Nats-Msg-Id", format!("m-{}", n * KEYS + k).as_str());
+                headers.insert("Order-Id", format!("key-{k}").as_str());
+                headers.insert("Order-Seq", n.to_string().as_str());
+                headers.insert("Content-Type", "application/json");
+                let payload = format!(r#"{{"key": {k}, "n": {n}}}"#);
+                acks.push(
+                    js.publish_with_headers(subject.clone(), headers, payload.into())
+                        .await
+                        .unwrap(),
+                );
+            }
+        }
+        for ack in acks {
+            ack.await.unwrap();
         }
     });
+    assert!(wait_until(Duration::from_secs(120), || accepted(&consumer)
+        >= u64::from(total / 5)));
+    a.child.kill().unwrap(); // SIGKILL
+    a.child.wait().unwrap();
+    let a = gateway(&config_a);
+    assert!(
+        wait_until(Duration::from_secs(120), || accepted(&consumer)
+            >= u64::from(total / 2)),
+        "the gateway standing by took the route over"
+    );
+    restart_nats(&b, &command);
+    assert!(
+        wait_until(Duration::from_secs(60), || ready(&a) && ready(&b)),
+        "/readyz recovers"
+    );
+    let permanent = permanent_ids(total);
+    let dlq_ids = || nats_dlq_ids(&runtime, &js, &format!("{prefix}_DLQ"));
+    let done = wait_until(Duration::from_secs(240), || {
+        accepted(&consumer) == u64::from(total) - permanent.len() as u64
+            && dlq_ids().len() == permanent.len()
+    });
+    assert!(
+        done,
+        "accepted {}, dead {}",
+        accepted(&consumer),
+        dlq_ids().len()
+    );
+    drop((a, b));
+    let dead = dlq_ids();
+    assert_eq!(dead.keys().cloned().collect::<BTreeSet<_>>(), permanent);
+    let stats = stats(&consumer);
+    eprintln!(
+        "nats, ordered by key: {total} messages through kill -9, a takeover and a server \
+         restart: {} overtaken, {} duplicate deliveries, {} duplicate dead letters",
+        stats["overtaken"],
+        stats["duplicates"],
+        dead.values().map(|n| n - 1).sum::<u32>()
+    );
+    nats_clean(&runtime, &js, &prefix);
+    assert_eq!(stats["overtaken"], 0, "{}", stats["overtakes"]);
+    // Every delivery was checked: each carried its key and number.
+    assert_eq!(stats["ordered"], stats["deliveries"], "{stats}");
 }
 
 fn nats_server_pid() -> String {

@@ -339,6 +339,17 @@ impl Pipeline {
         self.parked.held(route, keys);
     }
 
+    /// Count one key of `route` parked until the guard is dropped (a Kafka partition whose
+    /// record waits out a retry in place).
+    pub(crate) fn parked_while(self: &Arc<Self>, route: &str) -> parked_keys::Parking {
+        parked_keys::Parking::new(self.clone(), route)
+    }
+
+    /// `route` counts its parked keys itself, from 0 if it had none counted yet.
+    pub(crate) fn parked_keys_counted(&self, route: &str) {
+        self.parked.step(route, None);
+    }
+
     /// The parked keys of the route whose pattern is `route`, if it orders by key and the
     /// embedded source has read them or a broker source counted them.
     pub fn parked_keys(&self, route: &str) -> Option<Parked> {

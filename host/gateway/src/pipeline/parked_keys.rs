@@ -4,7 +4,8 @@
 //! every second ([`ParkedKeys::read`]); a route at its `max_parked_keys` then claims only
 //! retries until a key clears, so a failing dependency cannot park every key in the topic.
 //! A RabbitMQ route holds its parked keys in the gateway's memory and says how many as they
-//! change ([`ParkedKeys::held`]).
+//! change ([`ParkedKeys::held`]); a Kafka route ordered by key counts a partition whose
+//! record waits out a retry in place as one parked key while it waits ([`Parking`]).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -116,6 +117,21 @@ impl ParkedKeys {
         self.set_gauges(route, keys, false);
     }
 
+    /// One key of `route` more (`Some(true)`) or fewer (`Some(false)`) parked, or the route
+    /// counted from 0 if it was not yet (`None`), for a broker source that counts its keys
+    /// as they park and clear.
+    pub(crate) fn step(&self, route: &str, parked: Option<bool>) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let keys = held.entry(route.to_string()).or_insert(0);
+        *keys = match parked {
+            Some(true) => keys.saturating_add(1),
+            Some(false) => keys.saturating_sub(1),
+            None => *keys,
+        };
+        // Under the lock: two steps at once must not leave the gauge at the earlier value.
+        self.set_gauges(route, *keys, false);
+    }
+
     /// The route's parked keys as last read or counted, if it orders by key.
     pub(crate) fn of(&self, route: &str) -> Option<Parked> {
         let read = self
@@ -128,5 +144,29 @@ impl ParkedKeys {
             let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             held.get(route).map(|&keys| Parked { keys, max: None })
         })
+    }
+}
+
+/// A parked key counted on its route while this lives: a Kafka partition whose record waits
+/// out a retry in place (and is delivered again) holds every later record of its keys.
+#[must_use = "the key counts as parked only while the guard lives"]
+pub(crate) struct Parking {
+    pipeline: std::sync::Arc<super::Pipeline>,
+    route: String,
+}
+
+impl Parking {
+    pub(super) fn new(pipeline: std::sync::Arc<super::Pipeline>, route: &str) -> Parking {
+        pipeline.parked.step(route, Some(true));
+        Parking {
+            pipeline,
+            route: route.to_string(),
+        }
+    }
+}
+
+impl Drop for Parking {
+    fn drop(&mut self) {
+        self.pipeline.parked.step(&self.route, Some(false));
     }
 }

@@ -28,6 +28,8 @@ pub mod delay_buckets;
 pub mod embedded;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(any(feature = "nats", feature = "rabbitmq"))]
+pub(crate) mod key_chains;
 #[cfg(feature = "nats")]
 pub mod nats;
 #[cfg(feature = "rabbitmq")]

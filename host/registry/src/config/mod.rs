@@ -157,19 +157,21 @@ pub struct RouteConfig {
     /// MariaDB) the key is the value of the header `key_header` names, as published. On
     /// Kafka it is the record's own key, and the unit held is its partition: the route's
     /// retries wait in place (blocking mode), so a failed record holds every key of its
-    /// partition while other partitions flow. On RabbitMQ the key is the `key_header`
-    /// value: one gateway at a time consumes the queue (its exclusive consumer; others
-    /// stand by), and a failed message retries in place, unacknowledged, with its key's
-    /// later messages held behind it. NATS routes refuse it.
+    /// partition while other partitions flow. On RabbitMQ and NATS the key is the
+    /// `key_header` value: one gateway at a time delivers the route (RabbitMQ: the queue's
+    /// exclusive consumer; NATS: the holder of a record in the history bucket; others stand
+    /// by), and a failed message retries in place, unacknowledged, with its key's later
+    /// messages held behind it. Read when the source starts consuming: a reload that turns
+    /// it on or off takes effect at the next start.
     #[serde(default)]
     pub ordering: RouteOrdering,
-    /// With `ordering = "key"` on the embedded source or RabbitMQ: the header whose value is
+    /// With `ordering = "key"` on the embedded source, RabbitMQ or NATS: the header whose value is
     /// a message's key (its name matched without regard to case). A message without it is
     /// not ordered.
     #[serde(default)]
     pub key_header: Option<String>,
     /// With `ordering = "key"` on the embedded source, what a dead letter does to its key
-    /// (a Kafka or RabbitMQ route always releases it). `release` (the default): the key's
+    /// (a Kafka, RabbitMQ or NATS route always releases it). `release` (the default): the key's
     /// next message is delivered. `dead-letter-key`: the key's later messages follow it to
     /// the DLQ undelivered, each with its own envelope (kind `key.dead-lettered`), until an
     /// operator replays or discards the key's dead letters.
@@ -266,13 +268,12 @@ fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
         RouteOrdering::Key => match route.source {
             SourceKind::Embedded => check_embedded_ordering(route),
             SourceKind::Kafka => check_kafka_ordering(route),
-            SourceKind::Rabbitmq => check_rabbitmq_ordering(route),
-            SourceKind::Nats => Err((
-                "ordering",
-                "\"key\" is not supported on a nats route yet: key order holds on embedded \
-                 routes (any store), on RabbitMQ routes and on Kafka routes (per partition)"
-                    .into(),
-            )),
+            SourceKind::Rabbitmq => check_held_ordering(route, "rabbitmq", "`[rabbitmq] prefetch`"),
+            SourceKind::Nats => check_held_ordering(
+                route,
+                "nats",
+                "the route's room (twice its concurrency, at least 64)",
+            ),
         },
     }
 }
@@ -299,23 +300,29 @@ fn check_key_header(route: &RouteConfig) -> Result<(), (&'static str, String)> {
     }
 }
 
-/// A RabbitMQ route keeps order with one consumer per queue, holding a key's later
-/// messages unacknowledged behind a failed one: `prefetch` bounds what waits.
-fn check_rabbitmq_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
+/// A RabbitMQ or NATS route keeps order with one gateway delivering it at a time, holding
+/// a key's later messages unacknowledged behind a failed one: `bound` limits what waits.
+fn check_held_ordering(
+    route: &RouteConfig,
+    source: &str,
+    bound: &str,
+) -> Result<(), (&'static str, String)> {
     if route.on_dead_letter != OnDeadLetter::Release {
         return Err((
             "on_dead_letter",
-            "\"dead-letter-key\" is supported on embedded routes only for now, not on a \
-             rabbitmq route (a dead letter there lets its key go on)"
-                .into(),
+            format!(
+                "\"dead-letter-key\" is supported on embedded routes only for now, not on a \
+                 {source} route (a dead letter there lets its key go on)"
+            ),
         ));
     }
     if route.max_parked_keys.is_some() {
         return Err((
             "max_parked_keys",
-            "is not used on a RabbitMQ route: what waits behind a failed key is held \
-             unacknowledged, so `[rabbitmq] prefetch` bounds it - remove it"
-                .into(),
+            format!(
+                "is not used on a {source} route: what waits behind a failed key is held \
+                 unacknowledged, so {bound} bounds it - remove it"
+            ),
         ));
     }
     check_key_header(route)
@@ -849,6 +856,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(rabbitmq.routes[0].key_header.as_deref(), Some("order-id"));
+        // NATS too: one gateway delivers the route at a time.
+        let nats = GatewayConfig::parse(
+            &config(
+                "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"nats\"",
+                "",
+            ),
+            "v.toml",
+        )
+        .unwrap();
+        assert_eq!(nats.routes[0].ordering, RouteOrdering::Key);
         let kafka_blocking = "ordering = \"key\"\nsource = \"kafka\"\n[kafka]\n\
                               route_modes = { orders = \"blocking\" }";
         GatewayConfig::parse(&config(kafka_blocking, ""), "v.toml").unwrap();
@@ -920,12 +937,27 @@ mod tests {
                 "`ordering` is not",
             ),
             (
+                config("ordering = \"key\"\nsource = \"nats\"", ""),
+                "routes[0].key_header",
+                "needs the header",
+            ),
+            (
                 config(
-                    "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"nats\"",
+                    "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"nats\"\n\
+                     max_parked_keys = 10",
                     "",
                 ),
-                "routes[0].ordering",
-                "not supported on a nats route",
+                "routes[0].max_parked_keys",
+                "route's room",
+            ),
+            (
+                config(
+                    "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"nats\"\n\
+                     on_dead_letter = \"dead-letter-key\"",
+                    "",
+                ),
+                "routes[0].on_dead_letter",
+                "not on a nats route",
             ),
             (
                 config("ordering = \"fifo\"", ""),

@@ -380,6 +380,12 @@ impl Session<'_> {
         shutdown: watch::Receiver<bool>,
     ) -> anyhow::Result<()> {
         let max_in_flight = self.driver.pipeline().settings().max_in_flight;
+        // A route ordered by key shows its parked partitions from 0, not "not counted".
+        for topic in topics {
+            if self.driver.pipeline().orders_by_key(topic) {
+                self.driver.pipeline().parked_keys_counted(topic);
+            }
+        }
         let assigned: Shared = Arc::new(Mutex::new(Assigned::new(max_in_flight)));
         let ended = self.read(topics, dlqs, shutdown, &assigned).await;
         // Whatever this session had in flight is no longer its to settle or resume: a task
@@ -877,6 +883,9 @@ impl Job {
         };
         let mut incoming = incoming;
         let mut received = received;
+        // While an ordered route's record waits out a retry in place (and is delivered
+        // again), its partition - every key in it - counts as one parked key.
+        let mut parked = None;
         loop {
             let Some((held, global)) = self
                 .driver
@@ -944,6 +953,10 @@ impl Job {
             };
             // A blocking route's record waits here, its partition paused and its offset
             // not committed past; taken away meanwhile, it is its next owner's to read.
+            let pipeline = self.driver.pipeline();
+            if parked.is_none() && pipeline.orders_by_key(&incoming.delivery.topic) {
+                parked = Some(pipeline.parked_while(&incoming.delivery.topic));
+            }
             tokio::time::sleep(wait).await;
             if !self.still_blocking(&incoming, generation) {
                 return;

@@ -50,6 +50,8 @@ use verdict_runtime::text::Clean;
 mod access;
 mod dlq;
 mod history;
+mod holder;
+mod ordered;
 mod ownership;
 mod setup;
 mod stale;
@@ -259,6 +261,13 @@ impl Session<'_> {
         let Some(me) = ownership.member(&durable).cloned() else {
             return Ok(());
         };
+        if me.active
+            && let Some(header) = ordered::key_header(&self.pipeline, &me.filter)
+        {
+            return self
+                .consume_ordered(broker, ownership, &me, &consumer, &header, shutdown)
+                .await;
+        }
         let room = if me.active {
             self.pipeline
                 .route_target_of(&me.filter)

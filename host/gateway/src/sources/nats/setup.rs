@@ -287,6 +287,12 @@ impl Broker {
         &self.inner.histories
     }
 
+    /// The key of the record naming the gateway that delivers the ordered route whose
+    /// consumer is `durable` ([`super::holder`]).
+    pub(crate) fn holder_key(&self, durable: &str) -> String {
+        format!("{}.holder.{durable}", self.inner.history_prefix)
+    }
+
     /// The history key of stream sequence `seq` (`<stream>.<seq>`, in key characters).
     pub(crate) fn history_key(&self, seq: u64) -> String {
         format!("{}.{seq}", self.inner.history_prefix)

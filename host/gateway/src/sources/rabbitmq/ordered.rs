@@ -33,8 +33,7 @@
 //! order the broker hands messages out again: checked on classic queues, the kind the
 //! gateway declares.
 
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -46,6 +45,7 @@ use tokio::sync::watch;
 
 use super::topology::Topology;
 use super::{Attempt, Attempted, Job, Retries};
+use crate::sources::key_chains::{Chains, bounded_key};
 
 /// How often a gateway standing by asks for an ordered queue again.
 pub(super) const STANDBY_RETRY: Duration = Duration::from_secs(2);
@@ -57,10 +57,6 @@ const MAX_HISTORIES: usize = 10_000;
 
 /// How often a message waiting in place looks at whether its channel is still open.
 const CHANNEL_CHECK: Duration = Duration::from_millis(250);
-
-/// A key longer than this is replaced by its digest (a key only ever lives in memory here,
-/// but a producer's header must not size the gateway's maps).
-const MAX_KEY_BYTES: usize = 256;
 
 /// A message taken from an ordered queue, with what delivering it needs.
 pub(super) struct Waiting {
@@ -170,50 +166,6 @@ impl KeyChains {
     /// See [`Chains::admit`].
     pub(super) fn admit(&self, queue: &str, key: String, waiting: Waiting) -> Option<Waiting> {
         self.chains.admit(queue, key, waiting)
-    }
-}
-
-/// Per (queue, key), the messages waiting behind the one being delivered.
-struct Chains<T> {
-    waiting: Mutex<HashMap<(String, String), VecDeque<T>>>,
-}
-
-impl<T> Default for Chains<T> {
-    fn default() -> Self {
-        Chains {
-            waiting: Mutex::default(),
-        }
-    }
-}
-
-impl<T> Chains<T> {
-    /// Hand `item` (a message of `key` on `queue`) to its key's chain: back when the key
-    /// was free - the caller delivers it and then asks [`Chains::next`] - or kept to wait
-    /// behind the key's earlier messages.
-    fn admit(&self, queue: &str, key: String, item: T) -> Option<T> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        match waiting.entry((queue.to_string(), key)) {
-            Entry::Occupied(mut chain) => {
-                chain.get_mut().push_back(item);
-                None
-            }
-            Entry::Vacant(free) => {
-                free.insert(VecDeque::new());
-                Some(item)
-            }
-        }
-    }
-
-    /// The next message of `key` on `queue` once the one before it is settled; `None` frees
-    /// the key.
-    fn next(&self, queue: &str, key: &str) -> Option<T> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        let chain_key = (queue.to_string(), key.to_string());
-        let next = waiting.get_mut(&chain_key).and_then(VecDeque::pop_front);
-        if next.is_none() {
-            waiting.remove(&chain_key);
-        }
-        next
     }
 }
 
@@ -354,22 +306,15 @@ fn close(channel: lapin::Channel) {
 }
 
 /// The key of a message on a queue ordered by the header `header` (its name matched without
-/// regard to case): its value, or the digest of a value longer than [`MAX_KEY_BYTES`];
-/// `None` without the header or with an empty one (the message is then not ordered).
+/// regard to case): its value, bounded ([`bounded_key`]); `None` without the header or with
+/// an empty one (the message is then not ordered).
 pub(super) fn key_of(headers: Option<&FieldTable>, header: &str) -> Option<String> {
     let value = headers?
         .inner()
         .iter()
         .find(|(name, _)| name.as_str().eq_ignore_ascii_case(header))
-        .and_then(|(_, value)| super::headers::text(value))
-        .filter(|v| !v.is_empty())?;
-    if value.len() <= MAX_KEY_BYTES {
-        return Some(value);
-    }
-    Some(format!(
-        "sha256:{}",
-        verdict_runtime::digest::sha256_hex(value.as_bytes())
-    ))
+        .and_then(|(_, value)| super::headers::text(value))?;
+    bounded_key(value)
 }
 
 /// Whether consuming failed because another consumer holds the queue exclusively (not for
@@ -385,52 +330,6 @@ pub(super) fn refused(error: &anyhow::Error) -> bool {
 mod tests {
     use super::*;
     use lapin::types::{AMQPValue, LongString, ShortString};
-
-    #[test]
-    fn a_key_goes_one_message_at_a_time_in_the_order_taken_and_keys_do_not_wait_for_each_other() {
-        let chains = Chains::default();
-        assert_eq!(
-            chains.admit("q", "a".into(), 1),
-            Some(1),
-            "a free key delivers at once"
-        );
-        assert_eq!(
-            chains.admit("q", "a".into(), 2),
-            None,
-            "a busy key's message waits"
-        );
-        assert_eq!(chains.admit("q", "a".into(), 3), None);
-        assert_eq!(
-            chains.admit("q", "b".into(), 4),
-            Some(4),
-            "another key does not wait"
-        );
-        assert_eq!(
-            chains.admit("other", "a".into(), 5),
-            Some(5),
-            "nor another queue's key"
-        );
-        assert_eq!(chains.next("q", "a"), Some(2));
-        assert_eq!(
-            chains.admit("q", "a".into(), 6),
-            None,
-            "the key is busy until drained"
-        );
-        assert_eq!(chains.next("q", "a"), Some(3));
-        assert_eq!(chains.next("q", "a"), Some(6));
-        assert_eq!(chains.next("q", "a"), None);
-        assert_eq!(
-            chains.admit("q", "a".into(), 7),
-            Some(7),
-            "a drained key is free again"
-        );
-        assert_eq!(chains.next("q", "b"), None);
-        assert_eq!(
-            chains.waiting.lock().unwrap().len(),
-            2,
-            "only busy keys are kept"
-        );
-    }
 
     fn table(pairs: &[(&str, AMQPValue)]) -> FieldTable {
         let mut table = FieldTable::default();
