@@ -654,8 +654,12 @@ impl Held for InPlace<'_> {
         self.fetched.failure_key()
     }
 
+    /// Its settlement could not be written (the server restarting, say): delivered again
+    /// in place after `ack_wait` at the soonest - as soon as a `nak`ed message would come
+    /// back - so the failures the driver bounds are not spent while the server is away.
     async fn give_back(&mut self, wait: Duration) {
-        self.next = Some((None, wait));
+        let ack_wait = Duration::from_millis(self.fetched.broker.config().ack_wait_ms);
+        self.next = Some((None, wait.max(ack_wait)));
     }
 }
 
