@@ -57,9 +57,9 @@ const SOAK_BACKLOG: usize = 20_000;
 #[derive(Debug, Parser)]
 #[command(name = "verdict-torture", version)]
 struct Args {
-    /// Sources to run (one after the other unless `--jobs`): embedded, postgres, mysql,
-    /// nats, rabbitmq, kafka (a broker on `VERDICT_TEST_KAFKA`, else 127.0.0.1:9092, where
-    /// `.ci/run` starts nisshi).
+    /// Sources to run, one after the other: embedded, postgres, mysql, nats, rabbitmq,
+    /// kafka (a broker on `VERDICT_TEST_KAFKA`, else 127.0.0.1:9092, where `.ci/run` starts
+    /// nisshi).
     #[arg(long, value_delimiter = ',', default_value = "embedded,nats,rabbitmq")]
     sources: Vec<SourceName>,
     /// The seed (default: from the clock; printed either way).
@@ -68,12 +68,6 @@ struct Args {
     /// Runs per source, seeds `seed`, `seed + 1`, ...
     #[arg(long, default_value_t = 1)]
     seeds: u64,
-    /// Sources run side by side, at most this many at once; a source's seeds always run
-    /// one after another (a broker fault would strike its other run). Each run keeps its
-    /// own consumer, gateways and names, but they share the machine's cores: figures such
-    /// as throughput and memory are only comparable between runs with `--jobs 1`.
-    #[arg(long, default_value_t = 1)]
-    jobs: usize,
     /// Messages per run (default 500; 1,000,000 with --soak).
     #[arg(long)]
     messages: Option<usize>,
@@ -211,92 +205,45 @@ fn real_main() -> Result<bool> {
     } else {
         (run::Profile::torture(), None)
     };
-    let options = |i: usize, s: u64| {
-        let k = (i + usize::try_from(s).unwrap_or(0)) % components.len();
-        let (language, component) = &components[k];
-        Ok::<_, anyhow::Error>(run::Options {
-            seed: seed + s,
-            messages,
-            faults: args.faults,
-            fault_kinds: fault_kinds.clone(),
-            broker_restarts: !args.no_broker_restarts,
-            refuse_writes: args.refuse_writes,
-            restart_databases: args.restart_databases,
-            profile: profile.clone(),
-            settle: Duration::from_secs(args.duration.unwrap_or(if args.soak { 900 } else { 120 })),
-            bin: bin.clone(),
-            component: component.clone(),
-            language: *language,
-            workdir: std::path::absolute(&args.workdir)?,
-            progress: !args.quiet,
-            side_by_side: args.jobs > 1,
-            max_backlog: args.max_backlog.or(args.soak.then_some(SOAK_BACKLOG)),
-            tls: args.tls,
-            gateways: args.gateways,
-            skew: args.skew.clone(),
-        })
-    };
-    // One source's seeds run one after another: a run's broker fault would strike the
-    // other run of the same broker. Different sources share nothing and run side by side.
-    let one_source = |i: usize| -> Vec<Result<run::Report>> {
-        let name = args.sources[i];
-        let mut reports = Vec::new();
-        for s in 0..args.seeds {
-            let report = options(i, s).and_then(|o| {
-                run::run(name, &o).with_context(|| {
-                    format!(
-                        "{} with seed {} ({} policy)",
-                        name.as_str(),
-                        o.seed,
-                        o.language.name()
-                    )
-                })
-            });
-            let failed = report.is_err();
-            reports.push(report);
-            if failed {
-                break;
-            }
-        }
-        reports
-    };
-    let mut by_source: Vec<Vec<Result<run::Report>>> = Vec::new();
-    if args.jobs <= 1 {
-        for i in 0..args.sources.len() {
-            by_source.push(one_source(i));
-            if by_source
-                .last()
-                .is_some_and(|r| r.iter().any(Result::is_err))
-            {
-                break;
-            }
-        }
-    } else {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let done = std::sync::Mutex::new(Vec::new());
-        std::thread::scope(|scope| {
-            for _ in 0..args.jobs.min(args.sources.len()) {
-                scope.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if i >= args.sources.len() {
-                            break;
-                        }
-                        let reports = one_source(i);
-                        done.lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((i, reports));
-                    }
-                });
-            }
-        });
-        let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
-        done.sort_by_key(|(i, _)| *i);
-        by_source = done.into_iter().map(|(_, reports)| reports).collect();
-    }
     let mut reports = Vec::new();
-    for report in by_source.into_iter().flatten() {
-        reports.push(report?);
+    for (i, name) in args.sources.iter().enumerate() {
+        for s in 0..args.seeds {
+            let k = (i + usize::try_from(s).unwrap_or(0)) % components.len();
+            let (language, component) = &components[k];
+            let options = run::Options {
+                seed: seed + s,
+                messages,
+                faults: args.faults,
+                fault_kinds: fault_kinds.clone(),
+                broker_restarts: !args.no_broker_restarts,
+                refuse_writes: args.refuse_writes,
+                restart_databases: args.restart_databases,
+                profile: profile.clone(),
+                settle: Duration::from_secs(args.duration.unwrap_or(if args.soak {
+                    900
+                } else {
+                    120
+                })),
+                bin: bin.clone(),
+                component: component.clone(),
+                language: *language,
+                workdir: std::path::absolute(&args.workdir)?,
+                progress: !args.quiet,
+                max_backlog: args.max_backlog.or(args.soak.then_some(SOAK_BACKLOG)),
+                tls: args.tls,
+                gateways: args.gateways,
+                skew: args.skew.clone(),
+            };
+            let report = run::run(*name, &options).with_context(|| {
+                format!(
+                    "{} with seed {} ({} policy)",
+                    name.as_str(),
+                    seed + s,
+                    language.name()
+                )
+            })?;
+            reports.push(report);
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);

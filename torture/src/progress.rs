@@ -13,11 +13,10 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// `in_place`: the line may be rewritten at a terminal (no other run prints beside it).
-    pub fn new(on: bool, in_place: bool, name: &'static str) -> Progress {
+    pub fn new(on: bool, name: &'static str) -> Progress {
         Progress {
             on,
-            tty: in_place && std::io::stderr().is_terminal(),
+            tty: std::io::stderr().is_terminal(),
             name,
             last: std::cell::Cell::new(None),
         }

@@ -106,8 +106,6 @@ pub struct Options {
     pub workdir: PathBuf,
     /// Print progress to stderr.
     pub progress: bool,
-    /// Other runs print beside this one: progress in lines, never rewritten in place.
-    pub side_by_side: bool,
     /// Publish no further while this many messages are not terminal yet: a producer at the
     /// gateway's pace, so the faults strike all through the run instead of into a backlog.
     pub max_backlog: Option<usize>,
@@ -382,7 +380,7 @@ impl<'a> Run<'a> {
                 messages: o.messages,
                 ..Report::default()
             },
-            progress: Progress::new(o.progress, !o.side_by_side, name.as_str()),
+            progress: Progress::new(o.progress, name.as_str()),
         };
         run.write_config()?;
         // A first start compiles the policy; an interpreter's component takes longer.

@@ -18,8 +18,6 @@ fn the_gateway_keeps_its_invariants_under_torture_over_tls() {
             "150",
             "--faults",
             "6",
-            "--jobs",
-            "2",
             "--duration",
             "90",
             "--tls",

@@ -2,8 +2,7 @@
 //! messages and six faults each (a gateway kill, a broker restart, a consumer outage, a
 //! hot reload that reshapes the routes, a rollback and, on RabbitMQ, an operator deleting the
 //! delay exchange of the waiting retries), through the real `verdict` binary. The runs take
-//! the `rules` policy's Rust, Python and JavaScript builds in turn. The sources run side by
-//! side (`--jobs`), each source's two seeds one after the other. The long runs (`--soak`,
+//! the `rules` policy's Rust, Python and JavaScript builds in turn. The long runs (`--soak`,
 //! more seeds) are run by hand; see RELIABILITY.md.
 //!
 //! On Kafka the broker is never restarted (the test broker keeps its records in memory);
@@ -26,8 +25,6 @@ fn the_gateway_keeps_its_invariants_under_torture_on_every_source() {
             "150",
             "--faults",
             "6",
-            "--jobs",
-            "4",
             "--duration",
             "90",
             "--languages",

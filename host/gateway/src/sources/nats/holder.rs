@@ -49,16 +49,10 @@ enum Record {
 
 impl Holder {
     pub(super) fn new(bucket: kv::Store, key: String, instance: &str) -> Holder {
-        // Unique enough without the random source too: the clock and the process id.
-        let mut nonce = [0u8; 8];
-        if verdict_runtime::fsutil::random_bytes(&mut nonce).is_err() {
-            nonce = (crate::clock::now_ms() ^ u64::from(std::process::id())).to_be_bytes();
-        }
-        let nonce = u64::from_be_bytes(nonce);
         Holder {
             bucket,
             key,
-            me: format!("{instance} {nonce:016x}"),
+            me: format!("{instance} {:016x}", process_nonce()),
             seen: None,
         }
     }
@@ -132,6 +126,21 @@ impl Holder {
     }
 }
 
+/// This process's nonce: the same for every session, so a session started again finds the
+/// record its earlier session left (a delete that did not go through) its own, and a
+/// process started again after a crash finds it someone else's.
+fn process_nonce() -> u64 {
+    static NONCE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NONCE.get_or_init(|| {
+        let mut nonce = [0u8; 8];
+        if verdict_runtime::fsutil::random_bytes(&mut nonce).is_err() {
+            // Unique enough without the random source too: the clock and the process id.
+            nonce = (crate::clock::now_ms() ^ u64::from(std::process::id())).to_be_bytes();
+        }
+        u64::from_be_bytes(nonce)
+    })
+}
+
 fn wrong_revision(e: &anyhow::Error) -> bool {
     e.downcast_ref::<kv::UpdateError>()
         .is_some_and(|e| e.kind() == kv::UpdateErrorKind::WrongLastRevision)
@@ -173,11 +182,17 @@ impl Holding {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether this gateway still holds the route now.
+    /// Whether this gateway still holds the route now. Once not, never again: a write that
+    /// succeeds later does not revive the hold (what it took may be anywhere by then).
     pub(super) fn held(&self) -> bool {
-        self.state()
-            .until
-            .is_some_and(|until| Instant::now() < until)
+        let mut state = self.state();
+        match state.until {
+            Some(until) if Instant::now() < until => true,
+            _ => {
+                state.until = None;
+                false
+            }
+        }
     }
 
     /// Resolves once the route is no longer held (another gateway took the record, or no
@@ -234,9 +249,14 @@ async fn renew(bucket: kv::Store, key: String, me: String, state: Arc<Mutex<Stat
         match bucket.update(&key, me.clone().into(), revision).await {
             Ok(revision) => {
                 let mut state = lock();
-                if state.until.is_some() {
-                    state.until = Some(sent + HELD_FOR);
-                    state.revision = revision;
+                // The revision is kept either way, so letting go deletes the record.
+                state.revision = revision;
+                match state.until {
+                    Some(until) if Instant::now() < until => state.until = Some(sent + HELD_FOR),
+                    _ => {
+                        state.until = None;
+                        return;
+                    }
                 }
             }
             Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {

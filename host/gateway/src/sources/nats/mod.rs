@@ -429,6 +429,16 @@ struct Job {
     seq: u64,
 }
 
+/// What [`Job::owner_check`] found.
+enum OwnerCheck {
+    /// This gateway delivers the message.
+    Mine,
+    /// Another consumer does; acknowledged here.
+    Left,
+    /// Nobody can say now.
+    Unknown,
+}
+
 /// How the consumer that fetched a message knows whether it delivers it.
 #[derive(Debug, PartialEq, Eq)]
 enum Owner {
@@ -473,8 +483,27 @@ impl Job {
     /// Whether this gateway delivers the message: `false` once it is acknowledged for the
     /// consumer that does, or given back while nobody can say which one does.
     async fn settle_owner(&self, message: &jetstream::Message) -> bool {
+        match self.owner_check(message).await {
+            OwnerCheck::Mine => true,
+            OwnerCheck::Left => false,
+            OwnerCheck::Unknown => {
+                tracing::debug!(
+                    seq = self.seq,
+                    "nats source: which consumer delivers this message is not known now; given back"
+                );
+                let _ = message
+                    .ack_with(AckKind::Nak(Some(OWNER_UNKNOWN_WAIT)))
+                    .await;
+                false
+            }
+        }
+    }
+
+    /// Who delivers the message: this gateway, another consumer (it is then acknowledged
+    /// here), or nobody can say now (the caller gives it back, or waits and asks again).
+    async fn owner_check(&self, message: &jetstream::Message) -> OwnerCheck {
         let leave = match &self.owner {
-            Owner::Mine => return true,
+            Owner::Mine => return OwnerCheck::Mine,
             Owner::Retired => true,
             Owner::Confirm(candidates) => {
                 let by: Vec<(&str, &str)> = candidates
@@ -490,16 +519,7 @@ impl Job {
                         tracing::debug!(durable = %by[owner].0, seq = self.seq, "nats source: another consumer delivers this message; acknowledged here");
                         true
                     }
-                    Err(OwnerUnknown) => {
-                        tracing::debug!(
-                            seq = self.seq,
-                            "nats source: which consumer delivers this message is not known now; given back"
-                        );
-                        let _ = message
-                            .ack_with(AckKind::Nak(Some(OWNER_UNKNOWN_WAIT)))
-                            .await;
-                        return false;
-                    }
+                    Err(OwnerUnknown) => return OwnerCheck::Unknown,
                 }
             }
         };
@@ -508,9 +528,9 @@ impl Job {
             if let Err(e) = message.ack().await {
                 tracing::debug!(error = %e, "nats source: acknowledging another route's message failed; it comes back and is skipped again");
             }
-            return false;
+            return OwnerCheck::Left;
         }
-        true
+        OwnerCheck::Mine
     }
 
     /// Deliver one message and apply its settlement through the driver, which bounds
