@@ -161,8 +161,9 @@ pub struct RouteConfig {
     /// `key_header` value: one gateway at a time delivers the route (RabbitMQ: the queue's
     /// exclusive consumer; NATS: the holder of a record in the history bucket; others stand
     /// by), and a failed message retries in place, unacknowledged, with its key's later
-    /// messages held behind it. Read when the source starts consuming: a reload that turns
-    /// it on or off takes effect at the next start.
+    /// messages held behind it. Read when the source starts consuming (on NATS also when
+    /// its session starts again: a reload that changes the NATS routes, a lost connection):
+    /// turn it on or off on every gateway of the route together.
     #[serde(default)]
     pub ordering: RouteOrdering,
     /// With `ordering = "key"` on the embedded source, RabbitMQ or NATS: the header whose value is
