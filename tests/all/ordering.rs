@@ -415,57 +415,42 @@ fn a_route_at_max_parked_keys_takes_only_retries_until_a_key_clears() {
     );
 }
 
-/// RabbitMQ, ordered by key: a key whose first message fails (503 until the consumer heals)
-/// retries in place with its second message held back undelivered, while another key's
-/// five messages all go, in order; the parked key shows in `verdict_parked_keys` and
-/// `/v1/routes` until it clears, and its messages then come in publish order. No retry went
-/// through a delay bucket.
-#[test]
-fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_keys_flow() {
-    use lapin::BasicProperties;
-    use lapin::types::{AMQPValue, FieldTable, LongString};
-    use verdict_tests::rabbitmq::RabbitFixture;
-
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let mq = RabbitFixture::new("ordered");
-    let (url, healed, calls) = healing_consumer(&runtime, "stuck");
-    let topic = mq.queue("orders");
-    let gw = TestConfig::new()
-        .policy("rules", fixtures::RULES)
-        .route(
-            Route::new(&topic, "rules")
-                .set("source", "rabbitmq")
-                .config(
-                    r#"{ max_attempts = 30, rules = [
-                        { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
-                        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 300 } },
-                    ] }"#,
-                )
-                .consumer(&url)
-                .set("consumer.concurrency", 8)
-                .set("ordering", "key")
-                .set("key_header", "order-id"),
+/// A route `topic` from `source` to `url`, ordered by the `order-id` header: 503s retried
+/// every 300 ms, up to 30 attempts.
+fn ordered_route(topic: &str, source: &str, url: &str) -> Route {
+    Route::new(topic, "rules")
+        .set("source", source)
+        .config(
+            r#"{ max_attempts = 30, rules = [
+                { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
+                { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 300 } },
+            ] }"#,
         )
-        .merge("", &mq.section())
-        .start_on(runtime, &scratch_dir("ordering-rabbitmq"), "ordering-token");
-    gw.wait_ready();
+        .consumer(url)
+        .set("consumer.concurrency", 8)
+        .set("ordering", "key")
+        .set("key_header", "order-id")
+}
+
+/// The run both broker sources that hold a key in the gateway share: `stuck-0` and
+/// `stuck-1` of key `stuck`, then `free-0..4` of key `free`, each published by `message(id,
+/// key)` to the route `topic`, whose consumer ([`healing_consumer`]) refuses `stuck-*`
+/// until healed. While `stuck-0` retries, `stuck-1` waits undelivered, the free key's five
+/// go in order, and the key counts as parked (`/v1/routes`, `verdict_parked_keys`) -
+/// `while_parked` checks the source's side; healed, `stuck-1` comes after `stuck-0`'s last
+/// attempt and the count returns to 0.
+fn a_failing_key_waits_in_place(
+    gw: &Gateway,
+    topic: &str,
+    (healed, calls): (&std::sync::atomic::AtomicBool, &Mutex<Vec<String>>),
+    message: impl Fn(&str, &str),
+    while_parked: impl FnOnce(),
+) {
     let parked = || -> Value {
         let routes: Value = gw.admin.get("/v1/routes").expect("/v1/routes");
         routes[0]["parked_keys"].clone()
     };
     assert_eq!(parked()["keys"], json!(0), "shown before any key parks");
-    let message = |id: &str, key: &str| {
-        let mut headers = FieldTable::default();
-        headers.insert(
-            "Order-Id".into(),
-            AMQPValue::LongString(LongString::from(key)),
-        );
-        let properties = BasicProperties::default()
-            .with_message_id(id.into())
-            .with_content_type("application/json".into())
-            .with_headers(headers);
-        mq.publish_raw("orders", properties, b"{}");
-    };
     message("stuck-0", "stuck");
     message("stuck-1", "stuck");
     for n in 0..5 {
@@ -478,7 +463,7 @@ fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_ke
             .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
     };
     assert!(
-        wait_for(Duration::from_secs(20), || {
+        wait_for(Duration::from_secs(30), || {
             let calls = calls.lock().unwrap();
             (0..5).all(|n| calls.contains(&format!("free-{n}")))
                 && calls.iter().filter(|id| *id == "stuck-0").count() >= 3
@@ -497,7 +482,7 @@ fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_ke
     }
     assert_eq!(parked()["keys"], json!(1), "{}", parked());
     assert_eq!(gauge().as_deref(), Some("1"));
-    assert_eq!(mq.depth(&topic), 0, "held unacknowledged, not in the queue");
+    while_parked();
 
     healed.store(true, std::sync::atomic::Ordering::SeqCst);
     assert!(
@@ -513,6 +498,44 @@ fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_ke
     assert!(last_first < second, "in publish order: {calls:?}");
     assert!(wait_for(Duration::from_secs(5), || parked()["keys"] == json!(0)));
     assert_eq!(gauge().as_deref(), Some("0"));
+}
+
+/// RabbitMQ, ordered by key: a key whose first message fails (503 until the consumer heals)
+/// retries in place with its second message held back undelivered, while another key's
+/// five messages all go, in order; the parked key shows in `verdict_parked_keys` and
+/// `/v1/routes` until it clears, and its messages then come in publish order. No retry went
+/// through a delay bucket, and nothing waited in the queue meanwhile.
+#[test]
+fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_keys_flow() {
+    use lapin::BasicProperties;
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    use verdict_tests::rabbitmq::RabbitFixture;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mq = RabbitFixture::new("ordered");
+    let (url, healed, calls) = healing_consumer(&runtime, "stuck");
+    let topic = mq.queue("orders");
+    let gw = TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .route(ordered_route(&topic, "rabbitmq", &url))
+        .merge("", &mq.section())
+        .start_on(runtime, &scratch_dir("ordering-rabbitmq"), "ordering-token");
+    gw.wait_ready();
+    let message = |id: &str, key: &str| {
+        let mut headers = FieldTable::default();
+        headers.insert(
+            "Order-Id".into(),
+            AMQPValue::LongString(LongString::from(key)),
+        );
+        let properties = BasicProperties::default()
+            .with_message_id(id.into())
+            .with_content_type("application/json".into())
+            .with_headers(headers);
+        mq.publish_raw("orders", properties, b"{}");
+    };
+    a_failing_key_waits_in_place(&gw, &topic, (&healed, &calls), message, || {
+        assert_eq!(mq.depth(&topic), 0, "held unacknowledged, not in the queue");
+    });
     let buckets =
         verdict_gateway::sources::rabbitmq::topology::delay_names(&format!("{}.delay", mq.prefix));
     let declared: Vec<&String> = buckets
@@ -520,6 +543,46 @@ fn on_rabbitmq_a_failing_key_waits_in_place_and_is_counted_parked_while_other_ke
         .filter(|b| b.contains(".wait.") && mq.exists(b))
         .collect();
     assert!(declared.is_empty(), "retries waited in place: {declared:?}");
+}
+
+/// NATS, ordered by key: the same run as on RabbitMQ - a failing key retries in place with
+/// its next message held back, another key's five go in order, the parked key is counted
+/// until it clears - and nothing is left pending on the route's consumer at the end.
+#[test]
+fn on_nats_a_failing_key_waits_in_place_and_is_counted_parked_while_other_keys_flow() {
+    use async_nats::HeaderMap;
+    use verdict_tests::nats::NatsFixture;
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let nats = NatsFixture::new("ordered");
+    let (url, healed, calls) = healing_consumer(&runtime, "stuck");
+    let topic = nats.subject("orders");
+    let gw = TestConfig::new()
+        .policy("rules", fixtures::RULES)
+        .route(ordered_route(&topic, "nats", &url))
+        .merge("", &nats.section())
+        .start_on(runtime, &scratch_dir("ordering-nats"), "ordering-token");
+    gw.wait_ready();
+    let message = |id: &str, key: &str| {
+        let mut headers = HeaderMap::new();
+        headers.insert("Nats-Msg-Id", id);
+        headers.insert("Order-Id", key);
+        headers.insert("Content-Type", "application/json");
+        nats.publish_raw("orders", headers, b"{}".to_vec());
+    };
+    a_failing_key_waits_in_place(&gw, &topic, (&healed, &calls), message, || {});
+    assert!(
+        nats.wait_for(Duration::from_secs(10), || nats.pending("") == (0, 0)),
+        "everything settled on the route's consumer: {:?}",
+        nats.pending("")
+    );
+    let free = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|id| id.starts_with("free"))
+        .count();
+    assert_eq!(free, 5, "each free message once");
 }
 
 /// Kafka, ordered by key (the record's key): while a key's record fails (503 until the
@@ -618,107 +681,4 @@ fn on_kafka_a_failing_key_parks_its_partition_and_is_counted_until_it_clears() {
         verdict_gateway::sources::delay_buckets::bucket_ms(300)
     ));
     assert_eq!(broker.depth(&retries), 0, "no retry went through a topic");
-}
-
-/// NATS, ordered by key: a key whose first message fails (503 until the consumer heals)
-/// retries in place with its second message held back undelivered, while another key's
-/// five messages all go, in order; the parked key shows in `verdict_parked_keys` and
-/// `/v1/routes` until it clears, its messages then come in publish order, and nothing is
-/// left pending on the route's consumer.
-#[test]
-fn on_nats_a_failing_key_waits_in_place_and_is_counted_parked_while_other_keys_flow() {
-    use async_nats::HeaderMap;
-    use verdict_tests::nats::NatsFixture;
-
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    let nats = NatsFixture::new("ordered");
-    let (url, healed, calls) = healing_consumer(&runtime, "stuck");
-    let topic = nats.subject("orders");
-    let gw = TestConfig::new()
-        .policy("rules", fixtures::RULES)
-        .route(
-            Route::new(&topic, "rules")
-                .set("source", "nats")
-                .config(
-                    r#"{ max_attempts = 30, rules = [
-                        { match = ["json.*", "schema.*", "format.*", "auth.*"], dead_letter = "poison" },
-                        { match = ["http.5*"], retry = { strategy = "fixed", delay_ms = 300 } },
-                    ] }"#,
-                )
-                .consumer(&url)
-                .set("consumer.concurrency", 8)
-                .set("ordering", "key")
-                .set("key_header", "order-id"),
-        )
-        .merge("", &nats.section())
-        .start_on(runtime, &scratch_dir("ordering-nats"), "ordering-token");
-    gw.wait_ready();
-    let parked = || -> Value {
-        let routes: Value = gw.admin.get("/v1/routes").expect("/v1/routes");
-        routes[0]["parked_keys"].clone()
-    };
-    assert_eq!(parked()["keys"], json!(0), "shown before any key parks");
-    let message = |id: &str, key: &str| {
-        let mut headers = HeaderMap::new();
-        headers.insert("Nats-Msg-Id", id);
-        headers.insert("Order-Id", key);
-        headers.insert("Content-Type", "application/json");
-        nats.publish_raw("orders", headers, b"{}".to_vec());
-    };
-    message("stuck-0", "stuck");
-    message("stuck-1", "stuck");
-    for n in 0..5 {
-        message(&format!("free-{n}"), "free");
-    }
-    let gauge = || {
-        let text = gw.admin.get_text("/metrics").expect("/metrics");
-        let prefix = format!("verdict_parked_keys{{topic=\"{topic}\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
-    };
-    assert!(
-        wait_for(Duration::from_secs(30), || {
-            let calls = calls.lock().unwrap();
-            (0..5).all(|n| calls.contains(&format!("free-{n}")))
-                && calls.iter().filter(|id| *id == "stuck-0").count() >= 3
-        }),
-        "the other key flows while the failing one retries: {:?}",
-        calls.lock().unwrap()
-    );
-    {
-        let calls = calls.lock().unwrap();
-        assert!(
-            !calls.contains(&"stuck-1".to_string()),
-            "a parked key's next message waits: {calls:?}"
-        );
-        let free: Vec<&String> = calls.iter().filter(|id| id.starts_with("free")).collect();
-        assert_eq!(free, ["free-0", "free-1", "free-2", "free-3", "free-4"]);
-    }
-    assert_eq!(parked()["keys"], json!(1), "{}", parked());
-    assert_eq!(gauge().as_deref(), Some("1"));
-
-    healed.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(
-        wait_for(Duration::from_secs(20), || calls
-            .lock()
-            .unwrap()
-            .contains(&"stuck-1".to_string())),
-        "the key goes on once healed"
-    );
-    let seen = calls.lock().unwrap().clone();
-    let last_first = seen.iter().rposition(|id| id == "stuck-0").unwrap();
-    let second = seen.iter().position(|id| id == "stuck-1").unwrap();
-    assert!(last_first < second, "in publish order: {seen:?}");
-    assert!(wait_for(Duration::from_secs(5), || parked()["keys"] == json!(0)));
-    assert_eq!(gauge().as_deref(), Some("0"));
-    assert!(
-        nats.wait_for(Duration::from_secs(10), || nats.pending("") == (0, 0)),
-        "everything settled on the route's consumer: {:?}",
-        nats.pending("")
-    );
-    assert_eq!(
-        seen.iter().filter(|id| id.starts_with("free")).count(),
-        5,
-        "each free message once"
-    );
 }

@@ -40,7 +40,12 @@ fn two_gateways_a_clock_apart_keep_the_invariants_on_every_shared_source() {
     // The languages alternate across the sources.
     let languages: Vec<(&str, &str)> = reports
         .iter()
-        .map(|r| (r["source"].as_str().unwrap(), r["language"].as_str().unwrap()))
+        .map(|r| {
+            (
+                r["source"].as_str().unwrap(),
+                r["language"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         languages,

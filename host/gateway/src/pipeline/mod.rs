@@ -334,7 +334,7 @@ impl Pipeline {
     }
 
     /// A broker source's count of the parked keys of the route `route`, which it holds
-    /// itself (a RabbitMQ route ordered by key), as it changes.
+    /// itself (a RabbitMQ or NATS route ordered by key), as it changes.
     pub(crate) fn parked_keys_held(&self, route: &str, keys: u64) {
         self.parked.held(route, keys);
     }

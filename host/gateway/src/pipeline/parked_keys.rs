@@ -3,8 +3,8 @@
 //! later messages back. The embedded source reads the store's counts about
 //! every second ([`ParkedKeys::read`]); a route at its `max_parked_keys` then claims only
 //! retries until a key clears, so a failing dependency cannot park every key in the topic.
-//! A RabbitMQ route holds its parked keys in the gateway's memory and says how many as they
-//! change ([`ParkedKeys::held`]); a Kafka route ordered by key counts a partition whose
+//! A RabbitMQ or NATS route holds its parked keys in the gateway's memory and says how many
+//! as they change ([`ParkedKeys::held`]); a Kafka route ordered by key counts a partition whose
 //! record waits out a retry in place as one parked key while it waits ([`Parking`]).
 
 use std::collections::HashMap;
@@ -107,8 +107,8 @@ impl ParkedKeys {
             .is_empty()
     }
 
-    /// A broker source's parked keys on `route` now (a RabbitMQ route ordered by key: its
-    /// keys whose message is retrying in place).
+    /// A broker source's parked keys on `route` now (a RabbitMQ or NATS route ordered by
+    /// key: its keys whose message is retrying in place).
     pub(crate) fn held(&self, route: &str, keys: u64) {
         self.held
             .lock()
