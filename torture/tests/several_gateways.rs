@@ -9,7 +9,8 @@
 //! faults explain. The policy is the `rules` table's Python port on PostgreSQL and NATS and
 //! its JavaScript port on MariaDB and RabbitMQ (the Rust build runs everywhere else); the
 //! short profile runs every source in every language. More seeds are a run by hand:
-//! `verdict-torture --sources postgres,mysql,nats,rabbitmq --gateways 2 --skew=+30s --seeds 4`.
+//! `verdict-torture --sources postgres,mysql,nats,rabbitmq --gateways 2 --skew=+30s --seeds 4
+//! --messages 150 --faults 6 --languages python,javascript`.
 
 mod common;
 

@@ -416,7 +416,7 @@ fn nats_ordered_keys_stay_in_publish_order_through_kill_9_a_takeover_and_a_serve
     assert!(
         wait_until(Duration::from_secs(120), || accepted(&consumer)
             >= u64::from(total / 2)),
-        "the gateway standing by took the route over"
+        "the route is delivered again after its holder's kill"
     );
     restart_nats(&b, &command);
     assert!(

@@ -61,8 +61,9 @@ pub(crate) enum Unapplied {
 pub(crate) trait Held: Send {
     /// Apply `settlement`, writing the new state before letting go of the old one (a crash
     /// between the two delivers the message twice, never zero times). A source that keeps a
-    /// retried message where it is (a RabbitMQ route ordered by key) writes nothing for a
-    /// retry: it only notes the next attempt, and the message stays held.
+    /// retried message where it is (a RabbitMQ or NATS route ordered by key) writes nothing a
+    /// retry would go back to the broker through: it only notes the next attempt (NATS also
+    /// writes its history), and the message stays held.
     fn apply(
         &mut self,
         settlement: Settlement,
@@ -435,7 +436,7 @@ async fn apply_once<H: Held>(held: &mut H, settlement: Settlement) -> Result<(),
 
 /// The next attempt a settlement asks for - the failure it adds to the history (with
 /// whether it spends an attempt) and the delay - or `None` for a final settlement: what a
-/// source that keeps a retried message in place (RabbitMQ or Kafka ordered by key, Kafka
+/// source that keeps a retried message in place (RabbitMQ, NATS or Kafka ordered by key, Kafka
 /// blocking) or writes a retry copy (RabbitMQ's buckets) carries to the next attempt.
 pub(crate) fn next_attempt(
     settlement: &Settlement,

@@ -161,9 +161,9 @@ pub struct RouteConfig {
     /// `key_header` value: one gateway at a time delivers the route (RabbitMQ: the queue's
     /// exclusive consumer; NATS: the holder of a record in the history bucket; others stand
     /// by), and a failed message retries in place, unacknowledged, with its key's later
-    /// messages held behind it. Read when the source starts consuming (on NATS also when
-    /// its session starts again: a reload that changes the NATS routes, a lost connection):
-    /// turn it on or off on every gateway of the route together.
+    /// messages held behind it. Read when the source starts consuming (on NATS also at a
+    /// reload that changes the NATS routes or their ordering): turn it on or off on every
+    /// gateway of the route together.
     #[serde(default)]
     pub ordering: RouteOrdering,
     /// With `ordering = "key"` on the embedded source, RabbitMQ or NATS: the header whose value is
@@ -239,6 +239,9 @@ pub struct GatewayConfigError {
 /// whose store's claims skip a key while an older message of it is unfinished; Kafka,
 /// whose route holds a partition (and so each key on it) behind a record in flight; and
 /// RabbitMQ, whose route's one consumer holds a key's later messages behind a failed one.
+/// The shortest `[nats] history_ttl_ms` a NATS route ordered by key accepts.
+const MIN_ORDERED_HISTORY_TTL_MS: u64 = 60_000;
+
 fn check_ordering(route: &RouteConfig) -> Result<(), (&'static str, String)> {
     match route.ordering {
         RouteOrdering::None => {
@@ -579,6 +582,24 @@ impl GatewayConfig {
             }
             check_ordering(route)
                 .map_err(|(field, message)| err(format!("routes[{i}].{field}"), message))?;
+            // The gateway delivering a NATS route ordered by key holds a record in the
+            // history bucket, rewritten every 2 s and taken over once unchanged for 10 s:
+            // the bucket's age limit must outlast that by far.
+            let ttl_ms = config.nats.history_ttl_ms;
+            if route.source == SourceKind::Nats
+                && route.ordering == RouteOrdering::Key
+                && ttl_ms != 0
+                && ttl_ms < MIN_ORDERED_HISTORY_TTL_MS
+            {
+                return Err(err(
+                    "nats.history_ttl_ms".into(),
+                    format!(
+                        "{ttl_ms} ms is too short for routes[{i}], ordered by key: the record \
+                         naming the gateway that delivers it lives in the history bucket - \
+                         use at least {MIN_ORDERED_HISTORY_TTL_MS} ms (or 0, no limit)"
+                    ),
+                ));
+            }
         }
         if let Some((field, problem)) = config.admin.exposure_error() {
             return Err(err(field.into(), problem));
@@ -867,6 +888,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(nats.routes[0].ordering, RouteOrdering::Key);
+        let short_ttl = config(
+            "ordering = \"key\"\nkey_header = \"order-id\"\nsource = \"nats\"\n\
+             [nats]\nhistory_ttl_ms = 5000",
+            "",
+        );
+        let e = GatewayConfig::parse(&short_ttl, "v.toml").unwrap_err();
+        assert_eq!(e.field, "nats.history_ttl_ms", "{e}");
+        assert!(e.message.contains("at least 60000 ms"), "{e}");
         let kafka_blocking = "ordering = \"key\"\nsource = \"kafka\"\n[kafka]\n\
                               route_modes = { orders = \"blocking\" }";
         GatewayConfig::parse(&config(kafka_blocking, ""), "v.toml").unwrap();

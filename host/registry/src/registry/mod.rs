@@ -52,8 +52,8 @@ pub struct ActiveRoute {
     pub consumer: Option<crate::ConsumerConfig>,
     /// A core topic (lower DLQ alert bar).
     pub core: bool,
-    /// Whether the route orders by key (`ordering = "key"`): on the embedded source and
-    /// RabbitMQ by `key_header`, on Kafka by the record's own key (its partition).
+    /// Whether the route orders by key (`ordering = "key"`): on the embedded source,
+    /// RabbitMQ and NATS by `key_header`, on Kafka by the record's own key (its partition).
     pub ordered: bool,
     /// The header a message's key is read from when it is published, if the route orders
     /// by key (`ordering = "key"`) on the embedded source.

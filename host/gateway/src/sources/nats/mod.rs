@@ -26,6 +26,9 @@
 //! - **Discard** -> an audit record to the audit stream (PubAck), then `term`.
 //! - While a consumer works, in-progress acks every half `ack_wait_ms` keep the delivery
 //!   from being redelivered elsewhere.
+//! - **A route ordered by key** (`ordering = "key"`) is delivered by one gateway at a time,
+//!   a key's messages one at a time, a retry waiting in place instead of a `nak`: see
+//!   [`ordered`].
 //!
 //! Connection loss is survived twice over: the client reconnects by itself, and a session
 //! that fails (stream gone, consumer deleted) is rebuilt with backoff. `/readyz` reflects
@@ -396,20 +399,30 @@ fn nats_routes(pipeline: &Pipeline) -> Vec<String> {
         .collect()
 }
 
-/// Resolves once a new generation's NATS routes differ from `routes` (checked each time
-/// the generation number changes, looked at twice a second).
+/// Resolves once a new generation's NATS routes differ from `routes`, or order differently
+/// (checked each time the generation number changes, looked at twice a second): a session
+/// reads each route's ordering when it starts.
 async fn routes_changed(pipeline: &Pipeline, routes: &[String]) {
     let mut seen = pipeline.registry().current().number;
+    let ordering = nats_ordering(pipeline, routes);
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let number = pipeline.registry().current().number;
         if number != seen {
             seen = number;
-            if nats_routes(pipeline) != routes {
+            if nats_routes(pipeline) != routes || nats_ordering(pipeline, routes) != ordering {
                 return;
             }
         }
     }
+}
+
+/// The key header each of `routes` is ordered by now (`None`: not ordered).
+fn nats_ordering(pipeline: &Pipeline, routes: &[String]) -> Vec<Option<String>> {
+    routes
+        .iter()
+        .map(|route| ordered::key_header(pipeline, route))
+        .collect()
 }
 
 /// How long one fetch waits for messages before it is renewed (an idle route costs one

@@ -64,6 +64,9 @@ use crate::sources::{Held, Settled, Unapplied, next_attempt};
 /// How often a gateway standing by looks at the route's holder record.
 const STANDBY_RETRY: Duration = Duration::from_secs(2);
 
+/// After this many failed looks at the holder record in a row (10 s), a warning.
+const HOLDER_FAILURES_WARN: u32 = 5;
+
 /// Beyond `ack_wait`, how long a new hold waits before its first fetch when messages were
 /// pending: the server hands an expired message out again on a timer of its own.
 const GATHER_MARGIN: Duration = Duration::from_secs(2);
@@ -224,8 +227,11 @@ impl Session<'_> {
         let route = me.filter.clone();
         self.pipeline.parked_keys_held(&route, 0);
         let mut standing_by = false;
+        let mut failures = 0u32;
         loop {
-            let holding = match holder.try_take().await {
+            let taken = holder.try_take().await;
+            failures = if taken.is_err() { failures + 1 } else { 0 };
+            let holding = match taken {
                 Ok(Some(holding)) => holding,
                 Ok(None) => {
                     if !standing_by {
@@ -238,7 +244,12 @@ impl Session<'_> {
                     }
                 }
                 Err(e) => {
-                    tracing::debug!(error = %e, route = %Clean(&route), "nats source: the holder record of an ordered route could not be read or written; trying again");
+                    // Nobody may be delivering the route meanwhile: said once it lasts.
+                    if failures == HOLDER_FAILURES_WARN {
+                        tracing::warn!(error = %e, route = %Clean(&route), "nats source: the record naming the gateway that delivers this route ordered by key cannot be read or written; the route waits until it can");
+                    } else {
+                        tracing::debug!(error = %e, route = %Clean(&route), "nats source: the holder record of an ordered route could not be read or written; trying again");
+                    }
                     tokio::select! {
                         () = tokio::time::sleep(STANDBY_RETRY) => continue,
                         _ = shutdown.changed() => return Ok(()),
@@ -276,7 +287,7 @@ impl Session<'_> {
                     tracing::warn!(route = %Clean(&route), "nats source: this gateway stopped delivering the route ordered by key (its record was not renewed in time or another gateway took it, or a delivery panicked); what it held comes back after `ack_wait`, to be taken again in stream order");
                 }
                 HoldEnded::Gap => {
-                    tracing::warn!(route = %Clean(&route), "nats source: a message the server handed out did not arrive (a connection lost mid-fetch?); taking everything back in stream order after `ack_wait`");
+                    tracing::warn!(route = %Clean(&route), durable = %me.durable, "nats source: a message the server handed out did not reach this gateway (a connection lost mid-fetch, or another gateway pulling from the route's consumer without ordering it); taking everything back in stream order after `ack_wait`");
                 }
             }
         }
@@ -300,8 +311,9 @@ impl Session<'_> {
         // handed out but to this hold from now on.
         let mut patience = PULL_PATIENCE;
         let info = loop {
-            let Some(info) = info_now(consumer, hold, shutdown).await? else {
-                return Ok(HoldEnded::Shutdown);
+            let info = match self.info_now(consumer, hold, shutdown).await? {
+                Look::Info(info) => info,
+                Look::Ended(ended) => return Ok(ended),
             };
             if info.num_waiting == 0 || patience.is_zero() {
                 break info;
@@ -319,9 +331,9 @@ impl Session<'_> {
                 _ = shutdown.changed() => return Ok(HoldEnded::Shutdown),
                 () = hold.holding.lost() => return Ok(HoldEnded::Lost),
             }
-            match info_now(consumer, hold, shutdown).await? {
-                Some(info) => info,
-                None => return Ok(HoldEnded::Shutdown),
+            match self.info_now(consumer, hold, shutdown).await? {
+                Look::Info(info) => info,
+                Look::Ended(ended) => return Ok(ended),
             }
         } else {
             info
@@ -343,7 +355,9 @@ impl Session<'_> {
             if !hold.valid() {
                 return Ok(HoldEnded::Lost);
             }
-            if extra > 0 {
+            // Once the first fetch has taken what was pending, the extra room goes as it is
+            // given back.
+            if !first && extra > 0 {
                 extra -= room.forget_permits(extra);
             }
             if let Some(target) = self.pipeline.route_target_of(&me.filter)
@@ -540,28 +554,41 @@ async fn keep_alive(message: jetstream::Message, every: Duration, hold: Arc<Hold
     }
 }
 
-/// The consumer's info now, read again until it answers (`None` at shutdown); the hold
-/// lost meanwhile is an error-free end, told by the caller's next look at it.
-async fn info_now(
-    consumer: &PullConsumer,
-    hold: &Hold,
-    shutdown: &mut watch::Receiver<bool>,
-) -> anyhow::Result<Option<jetstream::consumer::Info>> {
-    loop {
-        let read = tokio::select! {
-            read = consumer.get_info() => read,
-            _ = shutdown.changed() => return Ok(None),
-        };
-        match read {
-            Ok(info) => return Ok(Some(info)),
-            Err(e) if hold.valid() => {
-                tracing::debug!(error = %e, "nats source: reading an ordered route's consumer failed; trying again");
+/// What [`Session::info_now`] found.
+enum Look {
+    Info(Box<jetstream::consumer::Info>),
+    Ended(HoldEnded),
+}
+
+impl Session<'_> {
+    /// The consumer's info now, read again while the connection is down; the hold's end
+    /// (lost meanwhile, or shutdown) is an end, not an error. Unreadable while connected (the
+    /// consumer deleted, say): an error, so the session is rebuilt, as a fetch's would be.
+    async fn info_now(
+        &self,
+        consumer: &PullConsumer,
+        hold: &Hold,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> anyhow::Result<Look> {
+        loop {
+            let read = tokio::select! {
+                read = consumer.get_info() => read,
+                _ = shutdown.changed() => return Ok(Look::Ended(HoldEnded::Shutdown)),
+            };
+            match read {
+                Ok(info) => return Ok(Look::Info(Box::new(info))),
+                Err(_) if !hold.valid() => return Ok(Look::Ended(HoldEnded::Lost)),
+                Err(e) if self.ready.is_up() => {
+                    return Err(anyhow::anyhow!("reading an ordered route's consumer: {e}"));
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "nats source: reading an ordered route's consumer failed while disconnected; trying again");
+                }
             }
-            Err(e) => return Err(anyhow::anyhow!("reading an ordered route's consumer: {e}")),
-        }
-        tokio::select! {
-            () = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = shutdown.changed() => return Ok(None),
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = shutdown.changed() => return Ok(Look::Ended(HoldEnded::Shutdown)),
+            }
         }
     }
 }
@@ -576,6 +603,9 @@ async fn deliver(
     message: &jetstream::Message,
     shutdown: &mut watch::Receiver<bool>,
 ) {
+    if !hold.valid() {
+        return;
+    }
     // Whether another route's consumer delivers it; when nobody can say now it waits here
     // and asks again (given back, its key's next message would go first).
     loop {
@@ -604,16 +634,18 @@ async fn deliver(
     // Handed out before (an earlier hold, or a retry before the route was ordered): its
     // attempts so far are in the bucket.
     let mut history = None;
-    while delivered > 1 {
-        match job.broker.history().get(&history_key, delivered).await {
-            Ok(found) => {
-                history = found;
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, seq, "nats source: the history could not be read; trying again");
-                if !wait_in_place(Duration::from_secs(1), hold, shutdown).await {
-                    return;
+    if delivered > 1 {
+        loop {
+            match job.broker.history().get(&history_key, delivered).await {
+                Ok(found) => {
+                    history = found;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, seq, "nats source: the history could not be read; trying again");
+                    if !wait_in_place(Duration::from_secs(1), hold, shutdown).await {
+                        return;
+                    }
                 }
             }
         }
