@@ -577,32 +577,42 @@ impl Job {
         .catch_unwind()
         .await;
         if let Err(panic) = run {
-            // Never expected (inputs are cleaned before they reach a header); if it
-            // happens the message is dead-lettered like any delivery that panicked, within
-            // the bound on failed settlements - not left for JetStream to loop.
-            let (seq, delivered) = message.info().map_or((0, 0), |i| {
-                (i.stream_sequence, u64::try_from(i.delivered).unwrap_or(0))
-            });
-            let delivery = to_delivery(&message, self.broker.stream_name(), seq, 0);
-            let letter = self.driver.panicked(
-                &delivery,
-                &super::panic_text(&*panic),
-                &crate::telemetry::DeliveryTrace::off(),
-            );
-            let key = self.broker.history_key(seq);
-            let mut held = Fetched {
-                broker: &self.broker,
-                dlqs: &self.dlqs,
-                message: &message,
-                delivery: &delivery,
-                key: &key,
-                delivered,
-                marked: false,
-            };
-            self.driver
-                .settle(&mut held, &delivery, letter, (), received)
-                .await;
+            let why = super::panic_text(&*panic);
+            self.dead_letter_panicked(&message, &why, received).await;
         }
+    }
+
+    /// Dead-letter a message whose delivery panicked (`why`: the panic's text) past the
+    /// settlement driver. Never
+    /// expected (inputs are cleaned before they reach a header); if it happens the message
+    /// is dead-lettered like any delivery that panicked, within the bound on failed
+    /// settlements - not left for JetStream to loop.
+    async fn dead_letter_panicked(
+        &self,
+        message: &jetstream::Message,
+        why: &str,
+        received: Instant,
+    ) {
+        let (seq, delivered) = message.info().map_or((0, 0), |i| {
+            (i.stream_sequence, u64::try_from(i.delivered).unwrap_or(0))
+        });
+        let delivery = to_delivery(message, self.broker.stream_name(), seq, 0);
+        let letter = self
+            .driver
+            .panicked(&delivery, why, &crate::telemetry::DeliveryTrace::off());
+        let key = self.broker.history_key(seq);
+        let mut held = Fetched {
+            broker: &self.broker,
+            dlqs: &self.dlqs,
+            message,
+            delivery: &delivery,
+            key: &key,
+            delivered,
+            marked: false,
+        };
+        self.driver
+            .settle(&mut held, &delivery, letter, (), received)
+            .await;
     }
 }
 

@@ -27,8 +27,7 @@
 //!
 //! A hold ends when the gateway loses its record (another took it over after this one
 //! stopped writing it - a stall, a partition from the server), at a gap in the delivery
-//! sequence, when a delivery panics past the settlement driver, when the session ends, or at
-//! shutdown: nothing more is delivered, in-progress acks stop, and JetStream hands what the
+//! sequence, when the session ends, or at shutdown: nothing more is delivered, in-progress acks stop, and JetStream hands what the
 //! hold had back out after `ack_wait`, to the next hold. A message in a consumer call
 //! when its hold ended may come twice (the fault's duplicate).
 //!
@@ -520,20 +519,32 @@ fn run_chain(hold: Arc<Hold>, key: String, first: Waiting, mut shutdown: watch::
             ))
             .catch_unwind()
             .await;
-            hold.park(&key, false);
-            hold.done(seq);
-            drop(waiting);
-            // The driver turns a panic in processing into a dead letter; one past it must
-            // neither stall the key nor let its next message overtake this one: the hold
-            // ends, and the next hold takes everything back in stream order.
-            if delivered.is_err() {
+            // The driver turns a panic in processing into a dead letter; one past it is
+            // dead-lettered here, as on an unordered route, before the key's next message
+            // goes (ending the hold instead would bring a panic that repeats back at every
+            // hold). Should even that panic, the hold ends: the next one takes everything
+            // back in stream order.
+            if let Err(panic) = delivered {
+                let why = crate::sources::panic_text(&*panic);
+                drop(panic);
                 tracing::error!(
                     route = %Clean(&hold.route),
                     "nats source: delivering a message of a route ordered by key panicked; \
-                     the hold ends, so its messages come back in stream order"
+                     it is dead-lettered, and its key goes on"
                 );
-                hold.end();
+                if hold.valid() {
+                    let letter =
+                        waiting
+                            .job
+                            .dead_letter_panicked(&waiting.message, &why, Instant::now());
+                    if AssertUnwindSafe(letter).catch_unwind().await.is_err() {
+                        hold.end();
+                    }
+                }
             }
+            hold.park(&key, false);
+            hold.done(seq);
+            drop(waiting);
             next = hold.chains.next(&hold.route, &key);
         }
     });
