@@ -243,18 +243,23 @@ async fn post(
     let request = request.body(message.payload.clone());
     // A pooled connection can close between being picked and being written to (a server
     // that refuses the gateway's certificate closes it just after the TLS 1.3 handshake):
-    // the client then cancels the request unsent, naming no cause. Unsent, it is sent once
-    // more - on a new connection, whose failure names its cause.
-    let again = request.try_clone();
-    let response = match request.send().await {
-        Ok(response) => response,
-        Err(e) => match again {
-            Some(again) if canceled_unsent(&e) => match again.send().await {
-                Ok(response) => response,
-                Err(e) => return Err(transport(&e)),
+    // the client then cancels the request unsent, naming no cause. Unsent, it is sent again
+    // - a few times, as the next pooled connection may be closing too (many deliveries at
+    // once to such a server) - until a connection's failure names its cause.
+    let mut request = request;
+    let mut resent = 0;
+    let response = loop {
+        let again = request.try_clone();
+        match request.send().await {
+            Ok(response) => break response,
+            Err(e) => match again {
+                Some(again) if resent < MAX_UNSENT_RESENDS && canceled_unsent(&e) => {
+                    resent += 1;
+                    request = again;
+                }
+                _ => return Err(transport(&e)),
             },
-            _ => return Err(transport(&e)),
-        },
+        }
     };
     let status = response.status();
     if status.is_success() {
@@ -282,6 +287,9 @@ async fn read_capped(mut response: reqwest::Response, max: usize) -> Vec<u8> {
     }
     body
 }
+
+/// How many times a request the HTTP client canceled before sending any of it is sent again.
+const MAX_UNSENT_RESENDS: u32 = 3;
 
 /// Whether the HTTP client canceled the request before sending any of it.
 fn canceled_unsent(e: &reqwest::Error) -> bool {
