@@ -807,7 +807,12 @@ async fn apply(
     match settlement {
         Settlement::Delivered => {
             ack(AckKind::Ack).await?;
-            replay_delivered(broker, delivery).await?;
+            // Once acknowledged it is settled: a replay's record that cannot be written must
+            // not count as a failed settlement (on a route ordered by key that would bring
+            // the message back to the consumer).
+            if let Err(e) = replay_delivered(broker, delivery).await {
+                tracing::warn!(error = %e, "nats source: a replayed message was delivered, but the record a replay's canary waits for could not be written");
+            }
             Ok(Applied::Settled)
         }
         Settlement::Again {

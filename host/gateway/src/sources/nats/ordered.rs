@@ -765,21 +765,6 @@ struct InPlace<'a> {
 
 impl Held for InPlace<'_> {
     async fn apply(&mut self, settlement: crate::model::Settlement) -> Result<(), Unapplied> {
-        if matches!(settlement, crate::model::Settlement::Delivered) {
-            // Once acknowledged it is settled: a replay's record that cannot be written
-            // must not bring the message back to the consumer (retried in place, it would).
-            self.fetched
-                .message
-                .ack_with(AckKind::Ack)
-                .await
-                .map_err(|e| Unapplied::Failed(format!("ack: {e}")))?;
-            if let Err(e) =
-                super::replay_delivered(self.fetched.broker, self.fetched.delivery).await
-            {
-                tracing::warn!(error = %e, "nats source: a replayed message was delivered, but the record a replay's canary waits for could not be written");
-            }
-            return Ok(());
-        }
         let Some((failed, delay_ms)) = next_attempt(&settlement) else {
             return self.fetched.apply(settlement).await;
         };
